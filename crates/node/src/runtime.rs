@@ -1,0 +1,48 @@
+//! Driving a worker with the real clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrotx_transport::Transport;
+
+use crate::worker::Worker;
+
+/// How an idle worker waits.
+#[derive(Clone, Copy, Debug)]
+pub struct Idle {
+    /// Keep polling this long after the last work before sleeping. A round trip on
+    /// loopback is a few microseconds, so polling through it keeps latency at the
+    /// kernel's limit, while an idle node sleeps almost all the time.
+    pub spin: Duration,
+    /// Longest sleep, so a stop request is noticed in time.
+    pub sleep_max: Duration,
+}
+
+impl Default for Idle {
+    fn default() -> Self {
+        Self { spin: Duration::from_micros(200), sleep_max: Duration::from_millis(100) }
+    }
+}
+
+/// Runs `worker` on this thread until `stop` is set, with time measured from `epoch`.
+pub fn run<T: Transport>(worker: &mut Worker<T>, epoch: Instant, stop: &AtomicBool, idle: Idle) {
+    let spin_ns = idle.spin.as_nanos() as u64;
+    let mut idle_since_ns: Option<u64> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let now_ns = epoch.elapsed().as_nanos() as u64;
+        if worker.step(now_ns) {
+            idle_since_ns = None;
+            continue;
+        }
+        let since = *idle_since_ns.get_or_insert(now_ns);
+        if now_ns - since < spin_ns {
+            std::hint::spin_loop();
+            continue;
+        }
+        let timeout = match worker.next_timeout_ns() {
+            Some(deadline) => Duration::from_nanos(deadline.saturating_sub(now_ns)),
+            None => idle.sleep_max,
+        };
+        worker.transport_mut().wait(Some(timeout.min(idle.sleep_max)));
+    }
+}

@@ -1,0 +1,94 @@
+//! One iteration of a worker's event loop (FaSST's master coroutine).
+
+use ferrotx_exec::Executor;
+use ferrotx_rpc::{Engine, Event};
+use ferrotx_transport::{RxBatch, Transport, TxBatch};
+
+/// Datagrams taken from the transport per receive call, and per send call. 64 matches the
+/// batch size at which `recvmmsg`/`sendmmsg` stop getting cheaper per datagram.
+pub const BATCH_DATAGRAMS: usize = 64;
+
+/// A worker: transport, RPC engine (inside the executor's shared state) and coroutines.
+pub struct Worker<T: Transport> {
+    transport: T,
+    executor: Executor,
+    rx: RxBatch,
+    tx: TxBatch,
+    events: Vec<Event>,
+}
+
+impl<T: Transport> Worker<T> {
+    /// A worker for `engine` over `transport`; datagram buffers are sized for the
+    /// engine's `datagram_bytes`.
+    pub fn new(transport: T, engine: Engine) -> Self {
+        assert_eq!(transport.local(), engine.local());
+        let bytes = engine.config().datagram_bytes;
+        Self {
+            transport,
+            executor: Executor::new(engine),
+            rx: RxBatch::new(BATCH_DATAGRAMS, bytes.max(ferrotx_transport::UDP_MAX_PAYLOAD_BYTES)),
+            tx: TxBatch::new(BATCH_DATAGRAMS, bytes),
+            events: Vec::new(),
+        }
+    }
+
+    /// The executor, to spawn coroutines and reach the engine.
+    pub fn executor(&mut self) -> &mut Executor {
+        &mut self.executor
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, mutably (to wait on it).
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// Events the engine reported (suspect peers), oldest first; the caller drains them.
+    pub fn events(&mut self) -> &mut Vec<Event> {
+        &mut self.events
+    }
+
+    /// When the engine next needs `step` to run even if nothing arrives.
+    pub fn next_timeout_ns(&self) -> Option<u64> {
+        self.executor.shared().engine().next_timeout_ns()
+    }
+
+    /// One loop iteration at time `now_ns`: receive a batch, let the engine run handlers
+    /// and match responses, resume the coroutines whose batch completed, and send
+    /// everything produced in as few `send_batch` calls as the batch size allows.
+    /// Returns true if anything happened.
+    pub fn step(&mut self, now_ns: u64) -> bool {
+        let shared = self.executor.shared().clone();
+        shared.set_now_ns(now_ns);
+        let received = self.transport.recv_batch(&mut self.rx);
+        {
+            let mut engine = shared.engine();
+            for i in 0..received {
+                let (source, bytes) = self.rx.get(i);
+                engine.handle_datagram(now_ns, source, bytes);
+            }
+            if engine.next_timeout_ns().is_some_and(|t| now_ns >= t) {
+                engine.handle_timeout(now_ns);
+            }
+            while let Some(event) = engine.poll_event() {
+                self.events.push(event);
+            }
+        }
+        let polls = self.executor.run();
+        let mut sent = false;
+        loop {
+            shared.engine().poll_transmit(&mut self.tx);
+            if self.tx.is_empty() {
+                break;
+            }
+            self.transport.send_batch(&self.tx);
+            self.tx.clear();
+            sent = true;
+        }
+        received > 0 || polls > 0 || sent
+    }
+}

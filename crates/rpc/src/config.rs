@@ -1,0 +1,78 @@
+//! Engine configuration.
+
+use ferrotx_wire::{MESSAGE_OVERHEAD_BYTES, PACKET_HEADER_BYTES};
+
+/// Smallest datagram the engine accepts: room for the packet header, one message header
+/// and 1 KiB of payload, so that a message of the largest size needs a bounded number of
+/// packets (see `ferrotx_wire::MAX_PACKETS_PER_MESSAGE`).
+pub const MIN_DATAGRAM_BYTES: usize = PACKET_HEADER_BYTES + MESSAGE_OVERHEAD_BYTES + 1024;
+
+/// Settings of one engine. All sizes are bounds: the engine allocates its tables once for
+/// them and refuses work beyond them.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Configuration id stamped on every datagram; datagrams of another id are dropped.
+    pub configuration: u64,
+    /// Incarnation of this endpoint: must grow each time the process starts.
+    pub incarnation: u64,
+    /// Number of callers (coroutine slots) that can have a batch in flight.
+    pub callers: usize,
+    /// Largest number of requests in one caller's batch.
+    pub max_batch: usize,
+    /// Outstanding requests allowed per session (credits); at most 255 (one byte on the
+    /// wire). Further requests wait at the client, so a fast sender cannot overrun a slow
+    /// receiver.
+    pub credits: u8,
+    /// Largest datagram written, and the size up to which messages to one destination are
+    /// coalesced. At most the transport's datagram size.
+    pub datagram_bytes: usize,
+    /// Coalesce messages to the same destination into shared datagrams. Off sends one
+    /// message per datagram (for measuring what coalescing buys).
+    pub coalesce: bool,
+    /// Smallest retransmission timeout. The timeout follows the measured round trip
+    /// (smoothed RTT plus four deviations, as TCP) within `[rto_min_ns, rto_max_ns]`.
+    pub rto_min_ns: u64,
+    /// Largest retransmission timeout, also the cap of exponential backoff.
+    pub rto_max_ns: u64,
+    /// A peer that has answered nothing for this long while requests wait on it is
+    /// reported suspect.
+    pub suspect_after_ns: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            configuration: 1,
+            incarnation: 1,
+            callers: 20,
+            max_batch: 64,
+            credits: 64,
+            datagram_bytes: ferrotx_transport::UDP_MAX_PAYLOAD_BYTES,
+            coalesce: true,
+            // On loopback an unloaded round trip is a few microseconds and a loaded one a
+            // few hundred; 1 ms keeps spurious retransmissions rare while a lost packet
+            // costs little.
+            rto_min_ns: 1_000_000,
+            rto_max_ns: 100_000_000,
+            // FaRM uses 10 ms leases; the RPC layer only hints, so it waits longer.
+            suspect_after_ns: 50_000_000,
+        }
+    }
+}
+
+impl Config {
+    /// Panics if the configuration is inconsistent; called by `Engine::new`.
+    pub(crate) fn check(&self) {
+        assert!(self.callers > 0 && self.callers <= usize::from(u16::MAX));
+        assert!(self.max_batch > 0 && self.max_batch <= usize::from(u16::MAX));
+        assert!(self.credits > 0);
+        assert!(self.datagram_bytes >= MIN_DATAGRAM_BYTES);
+        assert!(self.rto_min_ns > 0 && self.rto_min_ns <= self.rto_max_ns);
+        assert!(self.suspect_after_ns > 0);
+    }
+
+    /// Payload bytes one packet of a split message carries.
+    pub(crate) fn fragment_bytes(&self) -> usize {
+        self.datagram_bytes - PACKET_HEADER_BYTES - MESSAGE_OVERHEAD_BYTES
+    }
+}

@@ -1,0 +1,314 @@
+//! The engine: its tables and its public interface. Receiving, transmitting and the
+//! retransmission scan live in `receive.rs`, `transmit.rs` and `retransmit.rs`.
+
+use std::collections::VecDeque;
+
+use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Status};
+use foldhash::fast::FixedState;
+use hashbrown::HashMap;
+
+use crate::caller::{BatchState, Call, Caller, CallerId, Outcome};
+use crate::config::Config;
+use crate::error::RpcError;
+use crate::handler::Handler;
+use crate::session::{Peer, TxOp, Waiting};
+use crate::stats::Stats;
+
+/// Most peers one engine talks to. Each costs a few tens of KiB of session state; 4,096
+/// endpoints cover a cluster of hundreds of nodes of a dozen threads.
+pub const MAX_PEERS: usize = 4096;
+
+/// Pending events are bounded: each peer is suspect at most once until heard from again.
+const MAX_EVENTS: usize = MAX_PEERS;
+
+/// Something the layer above should know.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Event {
+    /// Requests wait on this peer and it has answered nothing for `suspect_after_ns`.
+    /// The engine keeps retransmitting; the membership layer decides what to do.
+    Suspect(EndpointId),
+    /// A peer reported suspect was heard from again.
+    Recovered(EndpointId),
+}
+
+/// The RPC engine of one endpoint. See the crate documentation for the order of calls.
+pub struct Engine {
+    pub(crate) config: Config,
+    pub(crate) local: EndpointId,
+    pub(crate) handlers: Vec<Option<Handler>>,
+    pub(crate) callers: Vec<Caller>,
+    pub(crate) ready: VecDeque<CallerId>,
+    pub(crate) peers: Vec<Peer>,
+    pub(crate) peer_index: HashMap<EndpointId, u32, FixedState>,
+    /// Peers with queued transmissions, in the order they were queued.
+    pub(crate) tx_peers: VecDeque<u32>,
+    /// Requests waiting on all peers together.
+    pub(crate) outstanding: usize,
+    pub(crate) next_scan_ns: u64,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) stats: Stats,
+}
+
+impl Engine {
+    /// An engine for endpoint `local`.
+    pub fn new(local: EndpointId, config: Config) -> Self {
+        config.check();
+        Self {
+            local,
+            handlers: (0..=u8::MAX).map(|_| None).collect(),
+            callers: (0..config.callers).map(|_| Caller::new()).collect(),
+            ready: VecDeque::with_capacity(config.callers),
+            peers: Vec::new(),
+            peer_index: HashMap::with_hasher(FixedState::with_seed(0)),
+            tx_peers: VecDeque::new(),
+            outstanding: 0,
+            next_scan_ns: 0,
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            config,
+        }
+    }
+
+    /// This engine's endpoint.
+    pub fn local(&self) -> EndpointId {
+        self.local
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Registers the handler of `request_type`, replacing any earlier one.
+    pub fn register(&mut self, request_type: u8, handler: Handler) {
+        self.handlers[usize::from(request_type)] = Some(handler);
+    }
+
+    /// Adds a request to `caller`'s batch and returns its payload buffer (empty) to write
+    /// into. The first push after a batch completed starts a new batch.
+    ///
+    /// Panics if the caller's batch is in flight or already holds `max_batch` requests.
+    pub fn batch_push(
+        &mut self,
+        caller: CallerId,
+        target: EndpointId,
+        request_type: u8,
+    ) -> &mut Vec<u8> {
+        let max_batch = self.config.max_batch;
+        let c = &mut self.callers[usize::from(caller.0)];
+        match c.state {
+            BatchState::Open => {}
+            BatchState::Done => {
+                c.state = BatchState::Open;
+                c.used = 0;
+            }
+            BatchState::InFlight => panic!("caller {caller:?} pushed while its batch is in flight"),
+        }
+        assert!(c.used < max_batch, "caller {caller:?} exceeded max_batch {max_batch}");
+        if c.used == c.calls.len() {
+            c.calls.push(Call {
+                target,
+                request_type,
+                request: Vec::new(),
+                response: Vec::new(),
+                outcome: Outcome::Pending,
+            });
+        }
+        let call = &mut c.calls[c.used];
+        c.used += 1;
+        call.target = target;
+        call.request_type = request_type;
+        call.outcome = Outcome::Pending;
+        call.request.clear();
+        call.response.clear();
+        &mut call.request
+    }
+
+    /// Sends `caller`'s batch. The caller is reported by [`Engine::poll_ready`] once every
+    /// request has an outcome, unless that is already so when this returns true (an empty
+    /// batch, or one whose requests all failed before sending).
+    pub fn submit(&mut self, caller: CallerId, now_ns: u64) -> bool {
+        let index = usize::from(caller.0);
+        let c = &mut self.callers[index];
+        assert_eq!(c.state, BatchState::Open, "caller {caller:?} submitted twice");
+        let used = c.used;
+        c.pending = used;
+        c.state = BatchState::InFlight;
+        if used == 0 {
+            c.state = BatchState::Done;
+            return true;
+        }
+        for i in 0..used {
+            let c = &mut self.callers[index];
+            let call = &c.calls[i];
+            if call.request.len() > MAX_MESSAGE_BYTES as usize {
+                c.complete(i, Outcome::Failed(RpcError::TooLarge));
+                continue;
+            }
+            let target = call.target;
+            let Some(p) = self.peer(target) else {
+                // The peer table is full; fail like an oversized request rather than
+                // waiting forever.
+                self.stats.peers_exhausted += 1;
+                self.callers[index].complete(i, Outcome::Failed(RpcError::TooManyPeers));
+                continue;
+            };
+            self.start_call(p, caller, i as u16, now_ns);
+        }
+        self.callers[index].state == BatchState::Done
+    }
+
+    /// The next caller whose batch has completed since it was submitted.
+    pub fn poll_ready(&mut self) -> Option<CallerId> {
+        self.ready.pop_front()
+    }
+
+    /// True if `caller`'s batch has completed and not been reopened.
+    pub fn is_done(&self, caller: CallerId) -> bool {
+        self.callers[usize::from(caller.0)].state == BatchState::Done
+    }
+
+    /// Number of requests in `caller`'s current (or last) batch.
+    pub fn batch_len(&self, caller: CallerId) -> usize {
+        self.callers[usize::from(caller.0)].used
+    }
+
+    /// The outcome of request `index` of `caller`'s completed batch: the response payload,
+    /// or why there is none.
+    pub fn result(&self, caller: CallerId, index: usize) -> Result<&[u8], RpcError> {
+        let c = &self.callers[usize::from(caller.0)];
+        assert_eq!(c.state, BatchState::Done, "results read before the batch completed");
+        assert!(index < c.used);
+        let call = &c.calls[index];
+        match call.outcome {
+            Outcome::Answered(Status::Ok) => Ok(&call.response),
+            Outcome::Answered(Status::UnknownRequestType) => Err(RpcError::UnknownRequestType),
+            Outcome::Answered(Status::HandlerError) => Err(RpcError::Handler),
+            Outcome::Failed(e) => Err(e),
+            Outcome::Pending => unreachable!("a done batch has no pending call"),
+        }
+    }
+
+    /// The text a handler returned with its error, for request `index` of a completed
+    /// batch whose result is `Err(RpcError::Handler)`.
+    pub fn handler_error_text(&self, caller: CallerId, index: usize) -> &[u8] {
+        &self.callers[usize::from(caller.0)].calls[index].response
+    }
+
+    /// The next event for the layer above.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Requests waiting for an answer, on all peers.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// True if there is something for [`Engine::poll_transmit`] to write.
+    pub fn wants_transmit(&self) -> bool {
+        !self.tx_peers.is_empty()
+    }
+
+    /// When [`Engine::handle_timeout`] should next be called; `None` while no request is
+    /// outstanding (an idle engine needs no timer).
+    pub fn next_timeout_ns(&self) -> Option<u64> {
+        (self.outstanding > 0).then_some(self.next_scan_ns)
+    }
+
+    /// The index of `endpoint`'s session state, created on first contact.
+    pub(crate) fn peer(&mut self, endpoint: EndpointId) -> Option<u32> {
+        if let Some(&p) = self.peer_index.get(&endpoint) {
+            return Some(p);
+        }
+        if self.peers.len() >= MAX_PEERS {
+            return None;
+        }
+        let p = self.peers.len() as u32;
+        let backlog = self.config.callers * self.config.max_batch;
+        self.peers.push(Peer::new(endpoint, self.config.credits, backlog));
+        self.peer_index.insert(endpoint, p);
+        Some(p)
+    }
+
+    /// Puts call `index` of `caller` on a free slot of peer `p`, or in its backlog.
+    fn start_call(&mut self, p: u32, caller: CallerId, index: u16, now_ns: u64) {
+        let peer = &mut self.peers[p as usize];
+        match peer.free_slots.pop() {
+            Some(slot) => {
+                self.assign_slot(p, slot, caller, index, now_ns);
+            }
+            None => peer.backlog.push_back((caller, index)),
+        }
+    }
+
+    /// Sends call `index` of `caller` on client slot `slot` of peer `p`.
+    pub(crate) fn assign_slot(
+        &mut self,
+        p: u32,
+        slot: u8,
+        caller: CallerId,
+        index: u16,
+        now_ns: u64,
+    ) {
+        let peer = &mut self.peers[p as usize];
+        if peer.outstanding() == 1 {
+            // First request after an idle spell: silence is measured from now.
+            peer.last_heard_ns = now_ns;
+        }
+        let request_number = peer.next_request_number;
+        peer.next_request_number += 1;
+        let s = &mut peer.client[usize::from(slot)];
+        debug_assert!(s.waiting.is_none());
+        s.waiting = Some(Waiting {
+            caller,
+            index,
+            request_number,
+            first_sent_ns: now_ns,
+            sent_ns: now_ns,
+            progress_ns: now_ns,
+            retransmits: 0,
+        });
+        s.reassembly.reset();
+        if self.outstanding == 0 {
+            self.next_scan_ns = now_ns + self.scan_interval_ns();
+        }
+        self.outstanding += 1;
+        self.queue_tx(p, TxOp::Request(slot));
+    }
+
+    /// Queues a message for peer `p`.
+    pub(crate) fn queue_tx(&mut self, p: u32, op: TxOp) {
+        let peer = &mut self.peers[p as usize];
+        peer.tx.push(op);
+        if !peer.queued {
+            peer.queued = true;
+            self.tx_peers.push_back(p);
+        }
+    }
+
+    /// Period of the retransmission scan: a quarter of the smallest timeout, so a lost
+    /// request waits at most 1.25 timeouts.
+    pub(crate) fn scan_interval_ns(&self) -> u64 {
+        (self.config.rto_min_ns / 4).max(1)
+    }
+
+    /// Records that call `index` of `caller` has an outcome.
+    pub(crate) fn complete_call(&mut self, caller: CallerId, index: u16, outcome: Outcome) {
+        self.stats.calls_completed += 1;
+        if self.callers[usize::from(caller.0)].complete(usize::from(index), outcome) {
+            self.ready.push_back(caller);
+        }
+    }
+
+    pub(crate) fn push_event(&mut self, event: Event) {
+        if self.events.len() < MAX_EVENTS {
+            self.events.push_back(event);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Errors of the RPC layer.
+
+/// Why a request has no response payload.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The request is longer than `ferrotx_wire::MAX_MESSAGE_BYTES`; it was not sent.
+    #[error("request larger than the message limit")]
+    TooLarge,
+    /// The engine already has sessions with `MAX_PEERS` endpoints; it was not sent.
+    #[error("too many peers: the session table is full")]
+    TooManyPeers,
+    /// The target has no handler for the request type.
+    #[error("no handler for this request type at the target")]
+    UnknownRequestType,
+    /// The handler at the target rejected the request; its text is the response payload.
+    #[error("the handler rejected the request")]
+    Handler,
+}
+
+/// A handler's refusal of a request; its text goes back to the caller.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HandlerError(pub &'static str);

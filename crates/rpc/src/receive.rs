@@ -1,0 +1,222 @@
+//! Receiving: datagram checks, the server half (execute once, answer duplicates) and the
+//! client half (match responses to waiting requests).
+
+use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
+
+use crate::caller::Outcome;
+use crate::engine::{Engine, Event};
+use crate::handler::{Handler, Request};
+use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
+use crate::stats::Stats;
+
+impl Engine {
+    /// Takes one received datagram. `from` is the endpoint the transport saw it come from
+    /// (`None` for an unknown address). Invalid datagrams are dropped and counted; nothing
+    /// a peer sends can make this panic.
+    pub fn handle_datagram(&mut self, now_ns: u64, from: Option<EndpointId>, bytes: &[u8]) {
+        self.stats.datagrams_received += 1;
+        let datagram = match decode(bytes) {
+            Ok(d) => d,
+            Err(e) => {
+                self.stats.decode_errors[e.index()] += 1;
+                return;
+            }
+        };
+        if datagram.target() != self.local {
+            self.stats.misdirected += 1;
+            return;
+        }
+        if datagram.configuration() != self.config.configuration {
+            self.stats.wrong_configuration += 1;
+            return;
+        }
+        let source = datagram.source();
+        if from != Some(source) {
+            self.stats.forged_source += 1;
+            return;
+        }
+        let Some(p) = self.peer(source) else {
+            self.stats.peers_exhausted += 1;
+            return;
+        };
+        let peer = &mut self.peers[p as usize];
+        let incarnation = datagram.incarnation();
+        if incarnation < peer.incarnation {
+            self.stats.stale_incarnation += 1;
+            return;
+        }
+        if incarnation > peer.incarnation {
+            if peer.incarnation != 0 {
+                // The peer restarted: its request numbers begin again.
+                peer.reset_server();
+                self.stats.peer_restarts += 1;
+            }
+            peer.incarnation = incarnation;
+        }
+        peer.last_heard_ns = now_ns;
+        if peer.suspect {
+            peer.suspect = false;
+            self.push_event(Event::Recovered(source));
+        }
+        for message in datagram.messages() {
+            match message.kind() {
+                MessageKind::Request => self.on_request(p, source, &message),
+                MessageKind::Response => self.on_response(p, &message, now_ns),
+            }
+        }
+    }
+
+    fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>) {
+        let header = message.header;
+        let slot_number = header.slot;
+        let request_number = header.request_number.get();
+        let single = header.packet_count.get() == 1;
+        let slot = self.peers[p as usize].server_slot(slot_number);
+        if request_number < slot.request_number {
+            // An older request on this slot: the client already has its response.
+            self.stats.duplicate_requests_ignored += 1;
+            return;
+        }
+        if request_number == slot.request_number {
+            match slot.state {
+                ServerState::Done => {
+                    self.stats.duplicate_requests_answered += 1;
+                    self.queue_tx(p, TxOp::Response(slot_number));
+                    return;
+                }
+                ServerState::Receiving if !single => {}
+                ServerState::Receiving | ServerState::Empty => {
+                    self.stats.duplicate_requests_ignored += 1;
+                    return;
+                }
+            }
+        } else {
+            slot.request_number = request_number;
+            slot.state = ServerState::Receiving;
+            slot.request_type = header.request_type;
+            slot.reassembly.reset();
+        }
+        if single {
+            execute(&mut self.handlers, &mut self.stats, slot, source, message.fragment);
+            self.queue_tx(p, TxOp::Response(slot_number));
+            return;
+        }
+        if header.request_type != slot.request_type {
+            self.stats.inconsistent_fragments += 1;
+            return;
+        }
+        match reassemble(&mut slot.reassembly, &mut slot.request, message) {
+            Fragment::New { complete: false } => {}
+            Fragment::New { complete: true } => {
+                let request = std::mem::take(&mut slot.request);
+                execute(&mut self.handlers, &mut self.stats, slot, source, &request);
+                slot.request = request;
+                self.queue_tx(p, TxOp::Response(slot_number));
+            }
+            Fragment::Duplicate => self.stats.duplicate_requests_ignored += 1,
+            Fragment::Inconsistent => self.stats.inconsistent_fragments += 1,
+        }
+    }
+
+    fn on_response(&mut self, p: u32, message: &Message<'_>, now_ns: u64) {
+        let header = message.header;
+        let slot_number = header.slot;
+        let peer = &mut self.peers[p as usize];
+        let waiting = match peer.client.get(usize::from(slot_number)).and_then(|s| s.waiting) {
+            Some(w) if w.request_number == header.request_number.get() => w,
+            _ => {
+                self.stats.stale_responses += 1;
+                return;
+            }
+        };
+        let status = message.status();
+        let client_slot = &mut peer.client[usize::from(slot_number)];
+        let call = &mut self.callers[usize::from(waiting.caller.0)].calls[usize::from(waiting.index)];
+        if header.packet_count.get() == 1 {
+            call.response.clear();
+            call.response.extend_from_slice(message.fragment);
+        } else {
+            match reassemble(&mut client_slot.reassembly, &mut call.response, message) {
+                Fragment::New { complete: true } => {}
+                Fragment::New { complete: false } => {
+                    if let Some(w) = client_slot.waiting.as_mut() {
+                        w.progress_ns = now_ns;
+                    }
+                    return;
+                }
+                Fragment::Duplicate => {
+                    self.stats.stale_responses += 1;
+                    return;
+                }
+                Fragment::Inconsistent => {
+                    self.stats.inconsistent_fragments += 1;
+                    return;
+                }
+            }
+        }
+        // The request is answered: free the slot, learn the round trip, hand the slot to
+        // the next call waiting for a credit.
+        client_slot.waiting = None;
+        peer.free_slots.push(slot_number);
+        self.outstanding -= 1;
+        if waiting.retransmits == 0 {
+            peer.rtt.sample(now_ns.saturating_sub(waiting.first_sent_ns));
+        }
+        let next = peer.backlog.pop_front();
+        self.complete_call(waiting.caller, waiting.index, Outcome::Answered(status));
+        if let Some((caller, index)) = next {
+            let slot = self.peers[p as usize].free_slots.pop().expect("a slot was just freed");
+            self.assign_slot(p, slot, caller, index, now_ns);
+        }
+    }
+}
+
+/// Copies one packet of a split message into `buffer` (sized on the first packet).
+fn reassemble(reassembly: &mut Reassembly, buffer: &mut Vec<u8>, message: &Message<'_>) -> Fragment {
+    let first = !reassembly.started();
+    let outcome = reassembly.accept(message.header);
+    if let Fragment::New { .. } = outcome {
+        if first {
+            buffer.clear();
+            buffer.resize(message.header.message_len.get() as usize, 0);
+        }
+        let offset = message.header.offset.get() as usize;
+        // The decoder checked offset + fragment length <= message length, and every packet
+        // of the reassembly has the same message length.
+        buffer[offset..offset + message.fragment.len()].copy_from_slice(message.fragment);
+    }
+    outcome
+}
+
+/// Runs the handler of a complete request and saves its response in the slot.
+fn execute(
+    handlers: &mut [Option<Handler>],
+    stats: &mut Stats,
+    slot: &mut ServerSlot,
+    source: EndpointId,
+    payload: &[u8],
+) {
+    debug_assert_eq!(slot.state, ServerState::Receiving);
+    slot.response.clear();
+    let request = Request { source, request_type: slot.request_type, payload };
+    slot.status = match handlers[usize::from(slot.request_type)].as_mut() {
+        None => Status::UnknownRequestType,
+        Some(handler) => match handler(&request, &mut slot.response) {
+            Ok(()) => {
+                assert!(
+                    slot.response.len() <= MAX_MESSAGE_BYTES as usize,
+                    "handler of request type {} wrote a response over the message limit",
+                    slot.request_type
+                );
+                Status::Ok
+            }
+            Err(e) => {
+                slot.response.clear();
+                slot.response.extend_from_slice(e.0.as_bytes());
+                Status::HandlerError
+            }
+        },
+    };
+    slot.state = ServerState::Done;
+    stats.requests_executed += 1;
+}

@@ -1,0 +1,59 @@
+//! The periodic scan: retransmit requests whose timeout passed, report silent peers.
+
+use crate::engine::{Engine, Event};
+use crate::session::TxOp;
+
+/// Exponential backoff stops doubling after this many retransmissions (2^10 times the
+/// base timeout is past any sensible `rto_max_ns` anyway).
+const BACKOFF_DOUBLINGS_MAX: u32 = 10;
+
+impl Engine {
+    /// Runs the retransmission scan if its time has come (see
+    /// [`Engine::next_timeout_ns`]). Calling it early does nothing.
+    pub fn handle_timeout(&mut self, now_ns: u64) {
+        if self.outstanding == 0 || now_ns < self.next_scan_ns {
+            return;
+        }
+        self.next_scan_ns = now_ns + self.scan_interval_ns();
+        let (rto_min, rto_max) = (self.config.rto_min_ns, self.config.rto_max_ns);
+        let suspect_after = self.config.suspect_after_ns;
+        for p in 0..self.peers.len() {
+            let peer = &mut self.peers[p];
+            if peer.outstanding() == 0 {
+                continue;
+            }
+            let base = peer.rtt.rto_ns(rto_min, rto_max);
+            let mut expired = 0usize;
+            for slot in 0..peer.client.len() {
+                let Some(w) = peer.client[slot].waiting.as_mut() else {
+                    continue;
+                };
+                let call_len = self.callers[usize::from(w.caller.0)].calls[usize::from(w.index)]
+                    .request
+                    .len() as u64;
+                // Allow the time to push the request through at 1 byte per nanosecond
+                // (about 1 GB/s), so a large request is not resent while it still flows.
+                let rto = (base << w.retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max) + call_len;
+                if now_ns.saturating_sub(w.sent_ns.max(w.progress_ns)) >= rto {
+                    w.sent_ns = now_ns;
+                    w.retransmits += 1;
+                    peer.tx.push(TxOp::Request(slot as u8));
+                    expired += 1;
+                }
+            }
+            if expired > 0 {
+                self.stats.retransmissions += expired as u64;
+                if !peer.queued {
+                    peer.queued = true;
+                    self.tx_peers.push_back(p as u32);
+                }
+            }
+            if !peer.suspect && now_ns.saturating_sub(peer.last_heard_ns) >= suspect_after {
+                peer.suspect = true;
+                let endpoint = peer.endpoint;
+                self.stats.suspects += 1;
+                self.push_event(Event::Suspect(endpoint));
+            }
+        }
+    }
+}

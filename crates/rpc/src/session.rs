@@ -1,0 +1,216 @@
+//! Per-peer session state: the client half (our requests to the peer) and the server half
+//! (the peer's requests to us), and what is queued for transmission to the peer.
+
+use std::collections::VecDeque;
+
+use ferrotx_wire::{EndpointId, MAX_PACKETS_PER_MESSAGE, MessageHeader, Status};
+
+use crate::caller::CallerId;
+use crate::rto::RttEstimator;
+
+const BITMAP_WORDS: usize = MAX_PACKETS_PER_MESSAGE as usize / 64;
+
+/// Reassembly of a message split into packets: which packets have arrived.
+pub(crate) struct Reassembly {
+    message_len: u32,
+    packet_count: u16,
+    received: u16,
+    bitmap: [u64; BITMAP_WORDS],
+}
+
+/// What a fragment did to a reassembly.
+#[derive(PartialEq, Eq, Debug)]
+pub(crate) enum Fragment {
+    /// New data: copy it in; `complete` if it was the last missing packet.
+    New { complete: bool },
+    /// A packet already received.
+    Duplicate,
+    /// Disagrees with the fragments seen so far (length or packet count).
+    Inconsistent,
+}
+
+impl Reassembly {
+    pub(crate) fn new() -> Self {
+        Self { message_len: 0, packet_count: 0, received: 0, bitmap: [0; BITMAP_WORDS] }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        if self.received > 0 {
+            self.bitmap = [0; BITMAP_WORDS];
+        }
+        self.message_len = 0;
+        self.packet_count = 0;
+        self.received = 0;
+    }
+
+    /// True once at least one packet of the message has arrived.
+    pub(crate) fn started(&self) -> bool {
+        self.received > 0
+    }
+
+    /// Accounts for one packet of a multi-packet message (decoder-validated header).
+    pub(crate) fn accept(&mut self, header: &MessageHeader) -> Fragment {
+        let count = header.packet_count.get();
+        let len = header.message_len.get();
+        if self.received == 0 {
+            self.message_len = len;
+            self.packet_count = count;
+        } else if self.message_len != len || self.packet_count != count {
+            return Fragment::Inconsistent;
+        }
+        let index = usize::from(header.packet_index.get());
+        let (word, bit) = (index / 64, 1u64 << (index % 64));
+        if self.bitmap[word] & bit != 0 {
+            return Fragment::Duplicate;
+        }
+        self.bitmap[word] |= bit;
+        self.received += 1;
+        Fragment::New { complete: self.received == self.packet_count }
+    }
+}
+
+/// A request of ours in flight on a client slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Waiting {
+    pub(crate) caller: CallerId,
+    pub(crate) index: u16,
+    pub(crate) request_number: u64,
+    /// First transmission, for round-trip samples.
+    pub(crate) first_sent_ns: u64,
+    /// Latest transmission, for the retransmission timer.
+    pub(crate) sent_ns: u64,
+    /// Latest packet of a split response, so a long response still arriving is not
+    /// mistaken for a lost request.
+    pub(crate) progress_ns: u64,
+    pub(crate) retransmits: u32,
+}
+
+pub(crate) struct ClientSlot {
+    pub(crate) waiting: Option<Waiting>,
+    pub(crate) reassembly: Reassembly,
+}
+
+/// Where the server half of a slot stands.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ServerState {
+    /// No request seen on this slot yet.
+    Empty,
+    /// Packets of request `request_number` are arriving.
+    Receiving,
+    /// Request `request_number` ran; `response` is saved for duplicates.
+    Done,
+}
+
+pub(crate) struct ServerSlot {
+    pub(crate) request_number: u64,
+    pub(crate) state: ServerState,
+    pub(crate) request_type: u8,
+    pub(crate) status: Status,
+    /// Reassembly buffer of a multi-packet request.
+    pub(crate) request: Vec<u8>,
+    /// The saved response of the last finished request.
+    pub(crate) response: Vec<u8>,
+    pub(crate) reassembly: Reassembly,
+}
+
+impl ServerSlot {
+    fn new() -> Self {
+        Self {
+            request_number: 0,
+            state: ServerState::Empty,
+            request_type: 0,
+            status: Status::Ok,
+            request: Vec::new(),
+            response: Vec::new(),
+            reassembly: Reassembly::new(),
+        }
+    }
+}
+
+/// A message queued for the peer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum TxOp {
+    /// The request waiting on this client slot.
+    Request(u8),
+    /// The saved response of this server slot.
+    Response(u8),
+}
+
+pub(crate) struct Peer {
+    pub(crate) endpoint: EndpointId,
+    /// Latest incarnation heard from the peer; 0 before the first datagram.
+    pub(crate) incarnation: u64,
+
+    // Client half.
+    pub(crate) next_request_number: u64,
+    pub(crate) client: Vec<ClientSlot>,
+    pub(crate) free_slots: Vec<u8>,
+    /// Calls waiting for a credit, in submission order.
+    pub(crate) backlog: VecDeque<(CallerId, u16)>,
+    pub(crate) rtt: RttEstimator,
+    /// Last time the peer was heard from, or time its first outstanding request left.
+    pub(crate) last_heard_ns: u64,
+    pub(crate) suspect: bool,
+
+    // Server half: grown on demand up to 256 slots (the slot number is one byte).
+    pub(crate) server: Vec<ServerSlot>,
+
+    // Transmission.
+    pub(crate) tx: Vec<TxOp>,
+    /// Ops of `tx` already written.
+    pub(crate) tx_done: usize,
+    /// Next packet of the op at `tx_done` (for split messages interrupted by a full batch).
+    pub(crate) tx_packet: u16,
+    /// In the engine's list of peers with something to send.
+    pub(crate) queued: bool,
+}
+
+impl Peer {
+    pub(crate) fn new(endpoint: EndpointId, credits: u8, backlog: usize) -> Self {
+        Self {
+            endpoint,
+            incarnation: 0,
+            next_request_number: 1,
+            client: (0..credits)
+                .map(|_| ClientSlot { waiting: None, reassembly: Reassembly::new() })
+                .collect(),
+            // Popped from the end: slot 0 is used first.
+            free_slots: (0..credits).rev().collect(),
+            backlog: VecDeque::with_capacity(backlog),
+            rtt: RttEstimator::default(),
+            last_heard_ns: 0,
+            suspect: false,
+            server: Vec::new(),
+            tx: Vec::with_capacity(usize::from(credits) * 2),
+            tx_done: 0,
+            tx_packet: 0,
+            queued: false,
+        }
+    }
+
+    /// Requests of ours waiting on this peer.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.client.len() - self.free_slots.len()
+    }
+
+    /// The server half of `slot`, created on first use.
+    pub(crate) fn server_slot(&mut self, slot: u8) -> &mut ServerSlot {
+        let index = usize::from(slot);
+        while self.server.len() <= index {
+            self.server.push(ServerSlot::new());
+        }
+        &mut self.server[index]
+    }
+
+    /// Forgets the server half: the peer restarted, so its request numbers start again.
+    pub(crate) fn reset_server(&mut self) {
+        for slot in &mut self.server {
+            slot.request_number = 0;
+            slot.state = ServerState::Empty;
+            slot.reassembly.reset();
+        }
+        self.tx.retain(|op| matches!(op, TxOp::Request(_)));
+        self.tx_done = 0;
+        self.tx_packet = 0;
+    }
+}

@@ -1,0 +1,61 @@
+//! Counters of one engine.
+
+use ferrotx_wire::DecodeError;
+
+/// What an engine has done and dropped. Counters only grow.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Requests that completed at this client (any outcome).
+    pub calls_completed: u64,
+    /// Requests this server executed (handler runs).
+    pub requests_executed: u64,
+    /// Datagrams written by `poll_transmit`.
+    pub datagrams_sent: u64,
+    /// Messages (or packets of split messages) written.
+    pub messages_sent: u64,
+    /// Datagrams given to `handle_datagram`.
+    pub datagrams_received: u64,
+    /// Requests sent again after a timeout.
+    pub retransmissions: u64,
+    /// Duplicates of finished requests, answered with the saved response.
+    pub duplicate_requests_answered: u64,
+    /// Duplicates of requests still being reassembled, or of older requests, ignored.
+    pub duplicate_requests_ignored: u64,
+    /// Responses that matched no waiting request (late duplicates), dropped.
+    pub stale_responses: u64,
+    /// Datagrams rejected by the decoder, by reason (`DecodeError::index`).
+    pub decode_errors: [u64; DecodeError::COUNT],
+    /// Datagrams of another configuration, dropped.
+    pub wrong_configuration: u64,
+    /// Datagrams addressed to another endpoint, dropped.
+    pub misdirected: u64,
+    /// Datagrams whose claimed source is not where the transport saw them come from.
+    pub forged_source: u64,
+    /// Datagrams from an earlier incarnation of their sender, dropped.
+    pub stale_incarnation: u64,
+    /// Times a peer was reset because it restarted (new incarnation).
+    pub peer_restarts: u64,
+    /// Messages whose fragments disagree with earlier fragments of the same message.
+    pub inconsistent_fragments: u64,
+    /// Datagrams dropped because the peer table is full.
+    pub peers_exhausted: u64,
+    /// Times a peer was reported suspect.
+    pub suspects: u64,
+}
+
+impl Stats {
+    /// Datagrams rejected by the decoder, all reasons together.
+    pub fn decode_errors_total(&self) -> u64 {
+        self.decode_errors.iter().sum()
+    }
+
+    /// Every datagram dropped before its messages were looked at.
+    pub fn datagrams_dropped(&self) -> u64 {
+        self.decode_errors_total()
+            + self.wrong_configuration
+            + self.misdirected
+            + self.forged_source
+            + self.stale_incarnation
+            + self.peers_exhausted
+    }
+}

@@ -1,0 +1,159 @@
+//! Transmitting: queued messages become datagrams, coalesced per destination.
+
+use ferrotx_transport::TxBatch;
+use ferrotx_wire::{
+    FragmentInfo, MessageFields, MessageKind, Status, message_count, push_message, start_datagram,
+};
+
+use crate::engine::Engine;
+use crate::session::{ServerState, TxOp};
+
+impl Engine {
+    /// Writes queued messages into `tx` as datagrams. Messages to the same destination
+    /// share datagrams up to `datagram_bytes` (unless coalescing is off); the batch then
+    /// holds everything this loop iteration produced, for one `sendmmsg`. Returns when
+    /// nothing is left to write or the batch is full; in the latter case, send the batch,
+    /// clear it, and call again.
+    pub fn poll_transmit(&mut self, tx: &mut TxBatch) {
+        assert!(tx.datagram_bytes() >= self.config.datagram_bytes);
+        while let Some(&p) = self.tx_peers.front() {
+            if !self.write_peer(p, tx) {
+                return;
+            }
+            self.tx_peers.pop_front();
+            let peer = &mut self.peers[p as usize];
+            peer.tx.clear();
+            peer.tx_done = 0;
+            peer.tx_packet = 0;
+            peer.queued = false;
+        }
+    }
+
+    /// Writes peer `p`'s queued messages; false if `tx` filled up first.
+    fn write_peer(&mut self, p: u32, tx: &mut TxBatch) -> bool {
+        let Engine { peers, callers, config, local, stats, .. } = self;
+        let peer = &mut peers[p as usize];
+        let target = peer.endpoint;
+        let fragment_bytes = config.fragment_bytes();
+        let mut datagram = Datagram { open: false, capacity: config.datagram_bytes };
+        while peer.tx_done < peer.tx.len() {
+            let (fields, payload) = match peer.tx[peer.tx_done] {
+                TxOp::Request(slot) => match peer.client[usize::from(slot)].waiting {
+                    Some(w) => {
+                        let call = &callers[usize::from(w.caller.0)].calls[usize::from(w.index)];
+                        let fields = MessageFields {
+                            kind: MessageKind::Request,
+                            request_type: call.request_type,
+                            status: Status::Ok,
+                            slot,
+                            request_number: w.request_number,
+                        };
+                        (fields, call.request.as_slice())
+                    }
+                    // Answered since it was queued.
+                    None => {
+                        peer.tx_done += 1;
+                        continue;
+                    }
+                },
+                TxOp::Response(slot) => {
+                    let s = &peer.server[usize::from(slot)];
+                    if s.state != ServerState::Done {
+                        peer.tx_done += 1;
+                        continue;
+                    }
+                    let fields = MessageFields {
+                        kind: MessageKind::Response,
+                        request_type: s.request_type,
+                        status: s.status,
+                        slot,
+                        request_number: s.request_number,
+                    };
+                    (fields, s.response.as_slice())
+                }
+            };
+            let message_len = payload.len() as u32;
+            if payload.len() <= fragment_bytes {
+                let fragment = FragmentInfo::whole(message_len);
+                if !datagram.push(tx, stats, *local, target, config, fields, fragment, payload) {
+                    return false;
+                }
+            } else {
+                let packet_count = payload.len().div_ceil(fragment_bytes) as u16;
+                while peer.tx_packet < packet_count {
+                    let offset = usize::from(peer.tx_packet) * fragment_bytes;
+                    let end = (offset + fragment_bytes).min(payload.len());
+                    let fragment = FragmentInfo {
+                        message_len,
+                        offset: offset as u32,
+                        packet_index: peer.tx_packet,
+                        packet_count,
+                    };
+                    let bytes = &payload[offset..end];
+                    if !datagram.push(tx, stats, *local, target, config, fields, fragment, bytes) {
+                        return false;
+                    }
+                    peer.tx_packet += 1;
+                }
+                peer.tx_packet = 0;
+            }
+            peer.tx_done += 1;
+            if !config.coalesce {
+                datagram.close(tx, stats, target);
+            }
+        }
+        datagram.close(tx, stats, target);
+        true
+    }
+}
+
+/// The datagram being filled for one destination: the buffer at the end of the batch.
+struct Datagram {
+    open: bool,
+    capacity: usize,
+}
+
+impl Datagram {
+    /// Appends a message, closing a full datagram and opening another as needed; false if
+    /// a new datagram was needed and the batch is full (nothing written, nothing open).
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        tx: &mut TxBatch,
+        stats: &mut crate::stats::Stats,
+        local: ferrotx_wire::EndpointId,
+        target: ferrotx_wire::EndpointId,
+        config: &crate::config::Config,
+        fields: MessageFields,
+        fragment: FragmentInfo,
+        payload: &[u8],
+    ) -> bool {
+        loop {
+            if !self.open {
+                let Some(buf) = tx.open() else {
+                    return false;
+                };
+                start_datagram(buf, local, target, config.configuration, config.incarnation);
+                // Limit the datagram to the configured size even if the buffer is larger.
+                self.open = true;
+            }
+            let buf = tx.pending_mut();
+            if buf.len() + ferrotx_wire::MESSAGE_OVERHEAD_BYTES + payload.len() <= self.capacity
+                && push_message(buf, fields, fragment, payload)
+            {
+                stats.messages_sent += 1;
+                return true;
+            }
+            assert!(message_count(buf) > 0, "a message that fits no datagram was queued");
+            self.close(tx, stats, target);
+        }
+    }
+
+    fn close(&mut self, tx: &mut TxBatch, stats: &mut crate::stats::Stats, target: ferrotx_wire::EndpointId) {
+        if self.open {
+            tx.commit(target);
+            stats.datagrams_sent += 1;
+            self.open = false;
+        }
+    }
+}

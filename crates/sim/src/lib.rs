@@ -1,0 +1,13 @@
+//! Deterministic simulation of ferrotx: every endpoint of a cluster in one thread, on a
+//! simulated network that drops, duplicates, delays, reorders and partitions datagrams,
+//! all drawn from one seed, so that any failing run replays exactly.
+//!
+//! The production `Worker` (transport, RPC engine, executor) runs unchanged over
+//! [`SimTransport`]; [`Simulator`] advances simulated time from event to event.
+
+mod network;
+pub mod rpc_workload;
+mod simulator;
+
+pub use network::{Faults, SimNetwork, SimTransport};
+pub use simulator::Simulator;

@@ -1,0 +1,68 @@
+//! The RPC layer under simulated faults, over many seeds.
+//!
+//! `FERROTX_SIM_SEEDS=N` sets how many seeds run (default 1,000), starting at
+//! `FERROTX_SIM_SEED_BASE` (default 0). A failing seed is printed; replay it alone with
+//! `FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test rpc_seeds -- --nocapture`.
+
+use ferrotx_sim::rpc_workload::{RpcWorkload, run};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} must be a number")))
+}
+
+#[test]
+fn every_call_completes_once_under_faults() {
+    if let Some(seed) = env_u64("FERROTX_SIM_SEED") {
+        let workload = RpcWorkload::from_seed(seed);
+        let outcome = run(seed, &workload);
+        println!("seed {seed}: {workload:#?}\n{outcome:#?}");
+        assert!(outcome.violations.is_empty());
+        return;
+    }
+    let seeds = env_u64("FERROTX_SIM_SEEDS").unwrap_or(1000);
+    let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
+    let mut failed = Vec::new();
+    let (mut calls, mut lost, mut partitioned, mut retransmissions) = (0, 0, 0, 0);
+    for seed in base..base + seeds {
+        let outcome = run(seed, &RpcWorkload::from_seed(seed));
+        calls += outcome.calls;
+        lost += outcome.lost;
+        partitioned += outcome.partitioned;
+        retransmissions += outcome.retransmissions;
+        if !outcome.violations.is_empty() {
+            eprintln!("seed {seed} FAILED: {:?}", &outcome.violations[..outcome.violations.len().min(5)]);
+            failed.push(seed);
+        }
+    }
+    println!(
+        "{seeds} seeds: {calls} calls, {lost} datagrams lost, {partitioned} cut, {retransmissions} retransmissions"
+    );
+    assert!(lost > 0 && partitioned > 0 && retransmissions > 0, "the faults did not happen");
+    assert!(
+        failed.is_empty(),
+        "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test rpc_seeds -- --nocapture"
+    );
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in [3, 17, 99] {
+        let workload = RpcWorkload::from_seed(seed);
+        let first = run(seed, &workload);
+        let second = run(seed, &workload);
+        assert_eq!(first.digest, second.digest, "seed {seed} did not replay");
+        assert_eq!(first.end_ns, second.end_ns);
+    }
+}
+
+#[test]
+fn a_partition_makes_peers_suspect_and_calls_finish_after_it_heals() {
+    let mut workload = RpcWorkload::from_seed(5);
+    workload.faults.loss = 0.0;
+    workload.batches = 20;
+    workload.partition_ns = Some((100_000, 60_000_000));
+    let outcome = run(5, &workload);
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.suspects > 0, "no peer was reported suspect during a 60 ms partition");
+    assert!(outcome.end_ns > 60_000_000);
+}
