@@ -79,12 +79,24 @@ impl Co {
 
     /// Adds a request to this coroutine's next batch.
     pub fn push(&self, target: EndpointId, request_type: u8, payload: &[u8]) {
-        self.shared.engine().batch_push(self.id, target, request_type).extend_from_slice(payload);
+        self.shared
+            .engine()
+            .batch_push(self.id, target, request_type)
+            .extend_from_slice(payload);
     }
 
     /// Adds a request whose payload `write` appends to the buffer it is given.
-    pub fn push_with(&self, target: EndpointId, request_type: u8, write: impl FnOnce(&mut Vec<u8>)) {
-        write(self.shared.engine().batch_push(self.id, target, request_type));
+    pub fn push_with(
+        &self,
+        target: EndpointId,
+        request_type: u8,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) {
+        write(
+            self.shared
+                .engine()
+                .batch_push(self.id, target, request_type),
+        );
     }
 
     /// Sends the batch and returns once every request of it has an outcome.
@@ -94,7 +106,11 @@ impl Co {
             self.shared.engine().submit(self.id, now)
         };
         if !done {
-            BatchDone { shared: &self.shared, id: self.id }.await;
+            BatchDone {
+                shared: &self.shared,
+                id: self.id,
+            }
+            .await;
         }
     }
 
@@ -126,7 +142,11 @@ impl Future for BatchDone<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if self.shared.engine().is_done(self.id) { Poll::Ready(()) } else { Poll::Pending }
+        if self.shared.engine().is_done(self.id) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 

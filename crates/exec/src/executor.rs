@@ -55,7 +55,11 @@ impl Executor {
         F: FnOnce(Co) -> Fut,
         Fut: Future<Output = ()> + 'static,
     {
-        let index = self.slots.iter().position(Option::is_none).expect("no free coroutine slot");
+        let index = self
+            .slots
+            .iter()
+            .position(Option::is_none)
+            .expect("no free coroutine slot");
         let id = CallerId(index as u16);
         let co = Co::new(self.shared.clone(), id);
         self.slots[index] = Some(Box::pin(body(co)));
@@ -112,7 +116,13 @@ mod tests {
     fn coroutine_resumes_only_when_its_batch_is_complete() {
         let a = EndpointId::new(0, 0);
         let b = EndpointId::new(1, 0);
-        let mut server = Engine::new(b, Config { callers: 1, ..Config::default() });
+        let mut server = Engine::new(
+            b,
+            Config {
+                callers: 1,
+                ..Config::default()
+            },
+        );
         server.register(
             7,
             Box::new(|req, resp| {
@@ -121,7 +131,13 @@ mod tests {
                 Ok(())
             }),
         );
-        let mut exec = Executor::new(Engine::new(a, Config { callers: 2, ..Config::default() }));
+        let mut exec = Executor::new(Engine::new(
+            a,
+            Config {
+                callers: 2,
+                ..Config::default()
+            },
+        ));
         let finished = Rc::new(Cell::new(0));
         let f = finished.clone();
         exec.spawn(move |co| async move {
@@ -132,7 +148,9 @@ mod tests {
                 co.call().await;
                 assert_eq!(co.batch_len(), 5);
                 for i in 0..5u8 {
-                    co.result(usize::from(i), |r| assert_eq!(r.unwrap(), &[round, i, b'!']));
+                    co.result(usize::from(i), |r| {
+                        assert_eq!(r.unwrap(), &[round, i, b'!'])
+                    });
                 }
                 f.set(f.get() + 1);
             }

@@ -10,4 +10,4 @@ mod runtime;
 mod worker;
 
 pub use runtime::{Idle, run};
-pub use worker::Worker;
+pub use worker::{BATCH_DATAGRAMS, Worker};

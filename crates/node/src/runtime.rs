@@ -1,6 +1,5 @@
 //! Driving a worker with the real clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrotx_transport::Transport;
@@ -20,15 +19,25 @@ pub struct Idle {
 
 impl Default for Idle {
     fn default() -> Self {
-        Self { spin: Duration::from_micros(200), sleep_max: Duration::from_millis(100) }
+        Self {
+            spin: Duration::from_micros(200),
+            sleep_max: Duration::from_millis(100),
+        }
     }
 }
 
-/// Runs `worker` on this thread until `stop` is set, with time measured from `epoch`.
-pub fn run<T: Transport>(worker: &mut Worker<T>, epoch: Instant, stop: &AtomicBool, idle: Idle) {
+/// Runs `worker` on this thread while `keep_running` says so (asked once per loop
+/// iteration, so it must be cheap: an atomic load, a counter), with time measured from
+/// `epoch`.
+pub fn run<T: Transport>(
+    worker: &mut Worker<T>,
+    epoch: Instant,
+    idle: Idle,
+    mut keep_running: impl FnMut(&Worker<T>) -> bool,
+) {
     let spin_ns = idle.spin.as_nanos() as u64;
     let mut idle_since_ns: Option<u64> = None;
-    while !stop.load(Ordering::Relaxed) {
+    while keep_running(worker) {
         let now_ns = epoch.elapsed().as_nanos() as u64;
         if worker.step(now_ns) {
             idle_since_ns = None;
@@ -43,6 +52,8 @@ pub fn run<T: Transport>(worker: &mut Worker<T>, epoch: Instant, stop: &AtomicBo
             Some(deadline) => Duration::from_nanos(deadline.saturating_sub(now_ns)),
             None => idle.sleep_max,
         };
-        worker.transport_mut().wait(Some(timeout.min(idle.sleep_max)));
+        worker
+            .transport_mut()
+            .wait(Some(timeout.min(idle.sleep_max)));
     }
 }

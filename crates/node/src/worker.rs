@@ -26,7 +26,10 @@ impl<T: Transport> Worker<T> {
         Self {
             transport,
             executor: Executor::new(engine),
-            rx: RxBatch::new(BATCH_DATAGRAMS, bytes.max(ferrotx_transport::UDP_MAX_PAYLOAD_BYTES)),
+            rx: RxBatch::new(
+                BATCH_DATAGRAMS,
+                bytes.max(ferrotx_transport::UDP_MAX_PAYLOAD_BYTES),
+            ),
             tx: TxBatch::new(BATCH_DATAGRAMS, bytes),
             events: Vec::new(),
         }
@@ -35,6 +38,11 @@ impl<T: Transport> Worker<T> {
     /// The executor, to spawn coroutines and reach the engine.
     pub fn executor(&mut self) -> &mut Executor {
         &mut self.executor
+    }
+
+    /// Coroutines that have not finished.
+    pub fn coroutines_live(&self) -> usize {
+        self.executor.live()
     }
 
     /// The transport.

@@ -51,7 +51,12 @@ pub(crate) struct Caller {
 
 impl Caller {
     pub(crate) fn new() -> Self {
-        Self { calls: Vec::new(), used: 0, pending: 0, state: BatchState::Open }
+        Self {
+            calls: Vec::new(),
+            used: 0,
+            pending: 0,
+            state: BatchState::Open,
+        }
     }
 
     /// Records the outcome of call `index`; returns true if that completed the batch.

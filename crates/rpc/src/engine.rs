@@ -109,7 +109,10 @@ impl Engine {
             }
             BatchState::InFlight => panic!("caller {caller:?} pushed while its batch is in flight"),
         }
-        assert!(c.used < max_batch, "caller {caller:?} exceeded max_batch {max_batch}");
+        assert!(
+            c.used < max_batch,
+            "caller {caller:?} exceeded max_batch {max_batch}"
+        );
         if c.used == c.calls.len() {
             c.calls.push(Call {
                 target,
@@ -135,7 +138,11 @@ impl Engine {
     pub fn submit(&mut self, caller: CallerId, now_ns: u64) -> bool {
         let index = usize::from(caller.0);
         let c = &mut self.callers[index];
-        assert_eq!(c.state, BatchState::Open, "caller {caller:?} submitted twice");
+        assert_eq!(
+            c.state,
+            BatchState::Open,
+            "caller {caller:?} submitted twice"
+        );
         let used = c.used;
         c.pending = used;
         c.state = BatchState::InFlight;
@@ -182,7 +189,11 @@ impl Engine {
     /// or why there is none.
     pub fn result(&self, caller: CallerId, index: usize) -> Result<&[u8], RpcError> {
         let c = &self.callers[usize::from(caller.0)];
-        assert_eq!(c.state, BatchState::Done, "results read before the batch completed");
+        assert_eq!(
+            c.state,
+            BatchState::Done,
+            "results read before the batch completed"
+        );
         assert!(index < c.used);
         let call = &c.calls[index];
         match call.outcome {
@@ -231,7 +242,8 @@ impl Engine {
         }
         let p = self.peers.len() as u32;
         let backlog = self.config.callers * self.config.max_batch;
-        self.peers.push(Peer::new(endpoint, self.config.credits, backlog));
+        self.peers
+            .push(Peer::new(endpoint, self.config.credits, backlog));
         self.peer_index.insert(endpoint, p);
         Some(p)
     }

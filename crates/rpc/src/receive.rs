@@ -97,7 +97,13 @@ impl Engine {
             slot.reassembly.reset();
         }
         if single {
-            execute(&mut self.handlers, &mut self.stats, slot, source, message.fragment);
+            execute(
+                &mut self.handlers,
+                &mut self.stats,
+                slot,
+                source,
+                message.fragment,
+            );
             self.queue_tx(p, TxOp::Response(slot_number));
             return;
         }
@@ -122,7 +128,11 @@ impl Engine {
         let header = message.header;
         let slot_number = header.slot;
         let peer = &mut self.peers[p as usize];
-        let waiting = match peer.client.get(usize::from(slot_number)).and_then(|s| s.waiting) {
+        let waiting = match peer
+            .client
+            .get(usize::from(slot_number))
+            .and_then(|s| s.waiting)
+        {
             Some(w) if w.request_number == header.request_number.get() => w,
             _ => {
                 self.stats.stale_responses += 1;
@@ -131,7 +141,8 @@ impl Engine {
         };
         let status = message.status();
         let client_slot = &mut peer.client[usize::from(slot_number)];
-        let call = &mut self.callers[usize::from(waiting.caller.0)].calls[usize::from(waiting.index)];
+        let call =
+            &mut self.callers[usize::from(waiting.caller.0)].calls[usize::from(waiting.index)];
         if header.packet_count.get() == 1 {
             call.response.clear();
             call.response.extend_from_slice(message.fragment);
@@ -160,19 +171,27 @@ impl Engine {
         peer.free_slots.push(slot_number);
         self.outstanding -= 1;
         if waiting.retransmits == 0 {
-            peer.rtt.sample(now_ns.saturating_sub(waiting.first_sent_ns));
+            peer.rtt
+                .sample(now_ns.saturating_sub(waiting.first_sent_ns));
         }
         let next = peer.backlog.pop_front();
         self.complete_call(waiting.caller, waiting.index, Outcome::Answered(status));
         if let Some((caller, index)) = next {
-            let slot = self.peers[p as usize].free_slots.pop().expect("a slot was just freed");
+            let slot = self.peers[p as usize]
+                .free_slots
+                .pop()
+                .expect("a slot was just freed");
             self.assign_slot(p, slot, caller, index, now_ns);
         }
     }
 }
 
 /// Copies one packet of a split message into `buffer` (sized on the first packet).
-fn reassemble(reassembly: &mut Reassembly, buffer: &mut Vec<u8>, message: &Message<'_>) -> Fragment {
+fn reassemble(
+    reassembly: &mut Reassembly,
+    buffer: &mut Vec<u8>,
+    message: &Message<'_>,
+) -> Fragment {
     let first = !reassembly.started();
     let outcome = reassembly.accept(message.header);
     if let Fragment::New { .. } = outcome {
@@ -198,7 +217,11 @@ fn execute(
 ) {
     debug_assert_eq!(slot.state, ServerState::Receiving);
     slot.response.clear();
-    let request = Request { source, request_type: slot.request_type, payload };
+    let request = Request {
+        source,
+        request_type: slot.request_type,
+        payload,
+    };
     slot.status = match handlers[usize::from(slot.request_type)].as_mut() {
         None => Status::UnknownRequestType,
         Some(handler) => match handler(&request, &mut slot.response) {

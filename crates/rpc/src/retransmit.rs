@@ -33,7 +33,8 @@ impl Engine {
                     .len() as u64;
                 // Allow the time to push the request through at 1 byte per nanosecond
                 // (about 1 GB/s), so a large request is not resent while it still flows.
-                let rto = (base << w.retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max) + call_len;
+                let rto =
+                    (base << w.retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max) + call_len;
                 if now_ns.saturating_sub(w.sent_ns.max(w.progress_ns)) >= rto {
                     w.sent_ns = now_ns;
                     w.retransmits += 1;

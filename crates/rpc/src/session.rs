@@ -31,7 +31,12 @@ pub(crate) enum Fragment {
 
 impl Reassembly {
     pub(crate) fn new() -> Self {
-        Self { message_len: 0, packet_count: 0, received: 0, bitmap: [0; BITMAP_WORDS] }
+        Self {
+            message_len: 0,
+            packet_count: 0,
+            received: 0,
+            bitmap: [0; BITMAP_WORDS],
+        }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -65,7 +70,9 @@ impl Reassembly {
         }
         self.bitmap[word] |= bit;
         self.received += 1;
-        Fragment::New { complete: self.received == self.packet_count }
+        Fragment::New {
+            complete: self.received == self.packet_count,
+        }
     }
 }
 
@@ -172,7 +179,10 @@ impl Peer {
             incarnation: 0,
             next_request_number: 1,
             client: (0..credits)
-                .map(|_| ClientSlot { waiting: None, reassembly: Reassembly::new() })
+                .map(|_| ClientSlot {
+                    waiting: None,
+                    reassembly: Reassembly::new(),
+                })
                 .collect(),
             // Popped from the end: slot 0 is used first.
             free_slots: (0..credits).rev().collect(),

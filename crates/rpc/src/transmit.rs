@@ -31,11 +31,21 @@ impl Engine {
 
     /// Writes peer `p`'s queued messages; false if `tx` filled up first.
     fn write_peer(&mut self, p: u32, tx: &mut TxBatch) -> bool {
-        let Engine { peers, callers, config, local, stats, .. } = self;
+        let Engine {
+            peers,
+            callers,
+            config,
+            local,
+            stats,
+            ..
+        } = self;
         let peer = &mut peers[p as usize];
         let target = peer.endpoint;
         let fragment_bytes = config.fragment_bytes();
-        let mut datagram = Datagram { open: false, capacity: config.datagram_bytes };
+        let mut datagram = Datagram {
+            open: false,
+            capacity: config.datagram_bytes,
+        };
         while peer.tx_done < peer.tx.len() {
             let (fields, payload) = match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => match peer.client[usize::from(slot)].waiting {
@@ -144,12 +154,20 @@ impl Datagram {
                 stats.messages_sent += 1;
                 return true;
             }
-            assert!(message_count(buf) > 0, "a message that fits no datagram was queued");
+            assert!(
+                message_count(buf) > 0,
+                "a message that fits no datagram was queued"
+            );
             self.close(tx, stats, target);
         }
     }
 
-    fn close(&mut self, tx: &mut TxBatch, stats: &mut crate::stats::Stats, target: ferrotx_wire::EndpointId) {
+    fn close(
+        &mut self,
+        tx: &mut TxBatch,
+        stats: &mut crate::stats::Stats,
+        target: ferrotx_wire::EndpointId,
+    ) {
         if self.open {
             tx.commit(target);
             stats.datagrams_sent += 1;

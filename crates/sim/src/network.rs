@@ -31,7 +31,12 @@ pub struct Faults {
 
 impl Default for Faults {
     fn default() -> Self {
-        Self { loss: 0.0, duplicate: 0.0, delay_min_ns: 1_000, delay_max_ns: 5_000 }
+        Self {
+            loss: 0.0,
+            duplicate: 0.0,
+            delay_min_ns: 1_000,
+            delay_max_ns: 5_000,
+        }
     }
 }
 
@@ -93,7 +98,11 @@ impl SimNetwork {
     /// Adds an endpoint and returns its transport.
     pub fn endpoint(network: &Rc<RefCell<Self>>, local: EndpointId) -> SimTransport {
         network.borrow_mut().inboxes.insert(local, VecDeque::new());
-        SimTransport { network: network.clone(), local, stats: TransportStats::default() }
+        SimTransport {
+            network: network.clone(),
+            local,
+            stats: TransportStats::default(),
+        }
     }
 
     /// Changes the faults from now on.
@@ -140,7 +149,10 @@ impl SimNetwork {
                 break;
             }
             self.in_flight.pop();
-            let datagram = self.payloads.remove(&sequence).expect("payload of a datagram in flight");
+            let datagram = self
+                .payloads
+                .remove(&sequence)
+                .expect("payload of a datagram in flight");
             if self.is_cut(datagram.source, datagram.target) {
                 self.counters.partitioned += 1;
                 continue;
@@ -172,11 +184,21 @@ impl SimNetwork {
             1
         };
         for _ in 0..copies {
-            let delay = self.rng.random_range(self.faults.delay_min_ns..=self.faults.delay_max_ns);
+            let delay = self
+                .rng
+                .random_range(self.faults.delay_min_ns..=self.faults.delay_max_ns);
             let sequence = self.sequence;
             self.sequence += 1;
-            self.in_flight.push(Reverse((self.now_ns + delay, sequence)));
-            self.payloads.insert(sequence, InFlight { source, target, bytes: bytes.to_vec() });
+            self.in_flight
+                .push(Reverse((self.now_ns + delay, sequence)));
+            self.payloads.insert(
+                sequence,
+                InFlight {
+                    source,
+                    target,
+                    bytes: bytes.to_vec(),
+                },
+            );
         }
     }
 }
@@ -206,9 +228,14 @@ impl Transport for SimTransport {
     fn recv_batch(&mut self, batch: &mut RxBatch) -> usize {
         batch.clear();
         let mut network = self.network.borrow_mut();
-        let inbox = network.inboxes.get_mut(&self.local).expect("registered endpoint");
+        let inbox = network
+            .inboxes
+            .get_mut(&self.local)
+            .expect("registered endpoint");
         while batch.len() < batch.capacity() {
-            let Some((source, bytes)) = inbox.pop_front() else { break };
+            let Some((source, bytes)) = inbox.pop_front() else {
+                break;
+            };
             batch.push(Some(source), &bytes);
         }
         self.stats.datagrams_received += batch.len() as u64;

@@ -69,7 +69,9 @@ impl RpcWorkload {
                 delay_min_ns: 1_000,
                 delay_max_ns: rng.random_range(1_000..300_000),
             },
-            partition_ns: rng.random_bool(0.7).then_some((partition_start, partition_start + partition_len)),
+            partition_ns: rng
+                .random_bool(0.7)
+                .then_some((partition_start, partition_start + partition_len)),
             deadline_ns: 30_000_000_000,
         }
     }
@@ -124,7 +126,10 @@ fn write_request(buf: &mut Vec<u8>, call_id: u64, request_len: usize, response_l
 fn check_response(call_id: u64, response_len: usize, response: &[u8]) -> bool {
     response.len() == response_len.max(8)
         && response[..8] == call_id.to_le_bytes()
-        && response[8..].iter().enumerate().all(|(i, &b)| b == pattern(call_id, i + 8, 0x5a))
+        && response[8..]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(call_id, i + 8, 0x5a))
 }
 
 fn size(rng: &mut ChaCha8Rng, large_share: f64, datagram_bytes: usize) -> usize {
@@ -168,12 +173,19 @@ pub fn run(seed: u64, workload: &RpcWorkload) -> RpcOutcome {
                 }
                 let call_id = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
                 let response_len = u32::from_le_bytes(payload[8..12].try_into().expect("4 bytes"));
-                if !payload[12..].iter().enumerate().all(|(i, &b)| b == pattern(call_id, i + 12, 0)) {
-                    ledger.violations.push(format!("call {call_id:#x}: request corrupted"));
+                if !payload[12..]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(call_id, i + 12, 0))
+                {
+                    ledger
+                        .violations
+                        .push(format!("call {call_id:#x}: request corrupted"));
                 }
                 *ledger.executions.entry(call_id).or_insert(0) += 1;
                 response.extend_from_slice(&call_id.to_le_bytes());
-                response.extend((8..(response_len as usize).max(8)).map(|i| pattern(call_id, i, 0x5a)));
+                response
+                    .extend((8..(response_len as usize).max(8)).map(|i| pattern(call_id, i, 0x5a)));
                 Ok(())
             }),
         );
@@ -183,7 +195,9 @@ pub fn run(seed: u64, workload: &RpcWorkload) -> RpcOutcome {
             let ledger = ledger.clone();
             let endpoints = endpoints.clone();
             let workload = workload.clone();
-            let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(1_000_003) ^ ((e as u64) << 16) ^ c as u64);
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                seed.wrapping_mul(1_000_003) ^ ((e as u64) << 16) ^ c as u64,
+            );
             worker.executor().spawn(move |co| async move {
                 let mut counter = 0u64;
                 let mut expected = Vec::with_capacity(workload.max_batch);
@@ -194,20 +208,28 @@ pub fn run(seed: u64, workload: &RpcWorkload) -> RpcOutcome {
                         let call_id = (u64::from(endpoint.0) << 32) | ((c as u64) << 24) | counter;
                         counter += 1;
                         let target = endpoints[rng.random_range(0..endpoints.len())];
-                        let request_len = size(&mut rng, workload.large_share, workload.datagram_bytes);
-                        let response_len = size(&mut rng, workload.large_share, workload.datagram_bytes);
-                        co.push_with(target, ECHO, |buf| write_request(buf, call_id, request_len, response_len));
+                        let request_len =
+                            size(&mut rng, workload.large_share, workload.datagram_bytes);
+                        let response_len =
+                            size(&mut rng, workload.large_share, workload.datagram_bytes);
+                        co.push_with(target, ECHO, |buf| {
+                            write_request(buf, call_id, request_len, response_len)
+                        });
                         expected.push((call_id, response_len));
                     }
                     ledger.borrow_mut().issued += n as u64;
                     co.call().await;
                     for (i, &(call_id, response_len)) in expected.iter().enumerate() {
-                        let ok = co.result(i, |r| r.is_ok_and(|bytes| check_response(call_id, response_len, bytes)));
+                        let ok = co.result(i, |r| {
+                            r.is_ok_and(|bytes| check_response(call_id, response_len, bytes))
+                        });
                         let mut ledger = ledger.borrow_mut();
                         if ok {
                             ledger.completed += 1;
                         } else {
-                            ledger.violations.push(format!("call {call_id:#x}: wrong response"));
+                            ledger
+                                .violations
+                                .push(format!("call {call_id:#x}: wrong response"));
                         }
                     }
                 }
@@ -219,7 +241,9 @@ pub fn run(seed: u64, workload: &RpcWorkload) -> RpcOutcome {
     let mut now = 0;
     if let Some((start, end)) = workload.partition_ns {
         now = sim.run_until(start);
-        network.borrow_mut().partition(&[0], &(1..workload.nodes).collect::<Vec<_>>());
+        network
+            .borrow_mut()
+            .partition(&[0], &(1..workload.nodes).collect::<Vec<_>>());
         now = now.max(sim.run_until(end));
         network.borrow_mut().heal();
     }
@@ -231,26 +255,40 @@ pub fn run(seed: u64, workload: &RpcWorkload) -> RpcOutcome {
         completed: ledger.completed,
         end_ns: now,
         violations: ledger.violations.clone(),
-        suspects: sim.events.iter().filter(|(_, _, e)| matches!(e, Event::Suspect(_))).count(),
+        suspects: sim
+            .events
+            .iter()
+            .filter(|(_, _, e)| matches!(e, Event::Suspect(_)))
+            .count(),
         ..RpcOutcome::default()
     };
     for (call_id, &count) in &ledger.executions {
         outcome.executions += u64::from(count);
         if count > 1 {
-            outcome.violations.push(format!("call {call_id:#x} executed {count} times"));
+            outcome
+                .violations
+                .push(format!("call {call_id:#x} executed {count} times"));
         }
     }
     let unfinished: usize = sim.workers.iter_mut().map(|w| w.executor().live()).sum();
     if unfinished > 0 {
-        outcome.violations.push(format!("{unfinished} coroutines still waiting at the deadline"));
+        outcome.violations.push(format!(
+            "{unfinished} coroutines still waiting at the deadline"
+        ));
     }
     if outcome.completed != outcome.calls {
-        outcome.violations.push(format!("{} of {} calls completed", outcome.completed, outcome.calls));
+        outcome.violations.push(format!(
+            "{} of {} calls completed",
+            outcome.completed, outcome.calls
+        ));
     }
     if outcome.executions != outcome.calls {
         // Every completed call ran exactly once; none that was issued can have run twice
         // (checked above), so any other count is a lost or phantom execution.
-        outcome.violations.push(format!("{} executions for {} calls", outcome.executions, outcome.calls));
+        outcome.violations.push(format!(
+            "{} executions for {} calls",
+            outcome.executions, outcome.calls
+        ));
     }
     let mut digest = FixedState::with_seed(1).build_hasher();
     digest.write_u64(now);

@@ -26,7 +26,11 @@ pub struct Simulator {
 impl Simulator {
     /// A simulator over `network` with no workers yet.
     pub fn new(network: Rc<RefCell<SimNetwork>>) -> Self {
-        Self { network, workers: Vec::new(), events: Vec::new() }
+        Self {
+            network,
+            workers: Vec::new(),
+            events: Vec::new(),
+        }
     }
 
     /// Current simulated time.
@@ -43,7 +47,10 @@ impl Simulator {
                 let mut steps = 0;
                 while worker.step(now) {
                     steps += 1;
-                    assert!(steps < STEPS_PER_INSTANT_MAX, "worker busy without end at {now} ns");
+                    assert!(
+                        steps < STEPS_PER_INSTANT_MAX,
+                        "worker busy without end at {now} ns"
+                    );
                 }
                 let local = worker.transport().local();
                 for event in worker.events().drain(..) {
@@ -51,7 +58,11 @@ impl Simulator {
                 }
             }
             let next_delivery = self.network.borrow().next_delivery_ns();
-            let next_timer = self.workers.iter().filter_map(|w| w.next_timeout_ns()).min();
+            let next_timer = self
+                .workers
+                .iter()
+                .filter_map(|w| w.next_timeout_ns())
+                .min();
             let next = match (next_delivery, next_timer) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,

@@ -7,7 +7,10 @@
 use ferrotx_sim::rpc_workload::{RpcWorkload, run};
 
 fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} must be a number")))
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number"))
+    })
 }
 
 #[test]
@@ -30,14 +33,20 @@ fn every_call_completes_once_under_faults() {
         partitioned += outcome.partitioned;
         retransmissions += outcome.retransmissions;
         if !outcome.violations.is_empty() {
-            eprintln!("seed {seed} FAILED: {:?}", &outcome.violations[..outcome.violations.len().min(5)]);
+            eprintln!(
+                "seed {seed} FAILED: {:?}",
+                &outcome.violations[..outcome.violations.len().min(5)]
+            );
             failed.push(seed);
         }
     }
     println!(
         "{seeds} seeds: {calls} calls, {lost} datagrams lost, {partitioned} cut, {retransmissions} retransmissions"
     );
-    assert!(lost > 0 && partitioned > 0 && retransmissions > 0, "the faults did not happen");
+    assert!(
+        lost > 0 && partitioned > 0 && retransmissions > 0,
+        "the faults did not happen"
+    );
     assert!(
         failed.is_empty(),
         "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test rpc_seeds -- --nocapture"
@@ -63,6 +72,9 @@ fn a_partition_makes_peers_suspect_and_calls_finish_after_it_heals() {
     workload.partition_ns = Some((100_000, 60_000_000));
     let outcome = run(5, &workload);
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
-    assert!(outcome.suspects > 0, "no peer was reported suspect during a 60 ms partition");
+    assert!(
+        outcome.suspects > 0,
+        "no peer was reported suspect during a 60 ms partition"
+    );
     assert!(outcome.end_ns > 60_000_000);
 }

@@ -123,7 +123,9 @@ impl<'a> Datagram<'a> {
 
     /// The messages, in order.
     pub fn messages(&self) -> Messages<'a> {
-        Messages { rest: self.messages }
+        Messages {
+            rest: self.messages,
+        }
     }
 }
 
@@ -217,8 +219,7 @@ fn check_message(message: &MessageHeader) -> Result<(), DecodeError> {
     let index = message.packet_index.get();
     let offset = u64::from(message.offset.get());
     let fragment_len = u64::from(message.fragment_len.get());
-    let fragment_valid = count >= 1
-        && count <= MAX_PACKETS_PER_MESSAGE
+    let fragment_valid = (1..=MAX_PACKETS_PER_MESSAGE).contains(&count)
         && index < count
         && offset + fragment_len <= u64::from(message_len)
         && (count > 1 || (offset == 0 && fragment_len == u64::from(message_len)))
@@ -245,14 +246,24 @@ mod tests {
             slot: 2,
             request_number: 100,
         };
-        assert!(push_message(&mut buf, request, FragmentInfo::whole(5), b"hello"));
+        assert!(push_message(
+            &mut buf,
+            request,
+            FragmentInfo::whole(5),
+            b"hello"
+        ));
         let response = MessageFields {
             kind: MessageKind::Response,
             slot: 1,
             request_number: 99,
             ..request
         };
-        assert!(push_message(&mut buf, response, FragmentInfo::whole(0), b""));
+        assert!(push_message(
+            &mut buf,
+            response,
+            FragmentInfo::whole(0),
+            b""
+        ));
         buf
     }
 
@@ -277,7 +288,10 @@ mod tests {
     fn every_truncation_is_rejected() {
         let buf = sample();
         for len in 0..buf.len() {
-            assert!(decode(&buf[..len]).is_err(), "prefix of {len} bytes accepted");
+            assert!(
+                decode(&buf[..len]).is_err(),
+                "prefix of {len} bytes accepted"
+            );
         }
         let mut longer = buf.clone();
         longer.push(0);

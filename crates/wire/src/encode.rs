@@ -35,7 +35,12 @@ pub struct FragmentInfo {
 impl FragmentInfo {
     /// A message sent whole in one packet.
     pub fn whole(message_len: u32) -> Self {
-        Self { message_len, offset: 0, packet_index: 0, packet_count: 1 }
+        Self {
+            message_len,
+            offset: 0,
+            packet_index: 0,
+            packet_count: 1,
+        }
     }
 }
 

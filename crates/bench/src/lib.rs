@@ -1,0 +1,7 @@
+//! ferrotx benchmarks. Each runs a real cluster (processes on loopback, or threads in one
+//! process), measures throughput, CPU time and latency over a fixed window, and reports a
+//! table and JSON.
+
+pub mod cpu;
+pub mod lossy;
+pub mod rpc;

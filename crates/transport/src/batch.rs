@@ -1,0 +1,279 @@
+//! Reusable batches of packet buffers.
+
+use std::mem::MaybeUninit;
+
+use ferrotx_wire::EndpointId;
+
+/// Datagrams to send, each with its target. Buffers keep their capacity between batches.
+pub struct TxBatch {
+    buffers: Vec<Vec<u8>>,
+    targets: Vec<EndpointId>,
+    len: usize,
+    datagram_bytes: usize,
+}
+
+impl TxBatch {
+    /// A batch of up to `max_packets` datagrams of up to `datagram_bytes` each.
+    pub fn new(max_packets: usize, datagram_bytes: usize) -> Self {
+        assert!(max_packets > 0 && datagram_bytes > 0);
+        Self {
+            buffers: (0..max_packets)
+                .map(|_| Vec::with_capacity(datagram_bytes))
+                .collect(),
+            targets: vec![EndpointId::default(); max_packets],
+            len: 0,
+            datagram_bytes,
+        }
+    }
+
+    /// Largest datagram a buffer of this batch holds.
+    pub fn datagram_bytes(&self) -> usize {
+        self.datagram_bytes
+    }
+
+    /// Number of datagrams in the batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True if no further datagram fits.
+    pub fn is_full(&self) -> bool {
+        self.len == self.buffers.len()
+    }
+
+    /// Forgets every datagram, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The next free buffer, cleared, with capacity `datagram_bytes`; `None` if the batch
+    /// is full. What is written there becomes part of the batch only through
+    /// [`TxBatch::commit`].
+    pub fn open(&mut self) -> Option<&mut Vec<u8>> {
+        let buf = self.buffers.get_mut(self.len)?;
+        buf.clear();
+        debug_assert!(buf.capacity() >= self.datagram_bytes);
+        Some(buf)
+    }
+
+    /// The buffer last returned by [`TxBatch::open`], not yet committed, to append more.
+    /// Panics if the batch is full.
+    pub fn pending_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buffers[self.len]
+    }
+
+    /// Adds the buffer last returned by [`TxBatch::open`] to the batch, addressed to
+    /// `target`, unless it was left empty.
+    pub fn commit(&mut self, target: EndpointId) {
+        let buf = &self.buffers[self.len];
+        assert!(
+            buf.len() <= self.datagram_bytes,
+            "datagram grew past its buffer"
+        );
+        if !buf.is_empty() {
+            self.targets[self.len] = target;
+            self.len += 1;
+        }
+    }
+
+    /// Copies a finished datagram into the batch; false if the batch is full or the
+    /// datagram too large.
+    pub fn push(&mut self, target: EndpointId, datagram: &[u8]) -> bool {
+        if datagram.len() > self.datagram_bytes {
+            return false;
+        }
+        match self.open() {
+            Some(buf) => buf.extend_from_slice(datagram),
+            None => return false,
+        }
+        self.commit(target);
+        true
+    }
+
+    /// The datagram at `index` and its target.
+    pub fn get(&self, index: usize) -> (EndpointId, &[u8]) {
+        assert!(index < self.len);
+        (self.targets[index], &self.buffers[index])
+    }
+
+    /// The datagrams, in order, with their targets.
+    pub fn iter(&self) -> impl Iterator<Item = (EndpointId, &[u8])> {
+        (0..self.len).map(|i| self.get(i))
+    }
+}
+
+/// Datagrams received, each with the endpoint the transport saw it come from (`None` when
+/// the sender's address is not a known endpoint).
+///
+/// Buffers are allocated once, at construction, and never zero-filled: a transport that
+/// receives in place hands their spare capacity to the kernel through
+/// [`RxBatch::spare_buffers`] and then records each datagram with
+/// [`RxBatch::set_received`], in order. Transports that copy use [`RxBatch::push`].
+pub struct RxBatch {
+    buffers: Vec<Vec<u8>>,
+    sources: Vec<Option<EndpointId>>,
+    len: usize,
+    datagram_bytes: usize,
+}
+
+impl RxBatch {
+    /// A batch of up to `max_packets` datagrams of up to `datagram_bytes` each.
+    pub fn new(max_packets: usize, datagram_bytes: usize) -> Self {
+        assert!(max_packets > 0 && datagram_bytes > 0);
+        Self {
+            buffers: (0..max_packets)
+                .map(|_| Vec::with_capacity(datagram_bytes))
+                .collect(),
+            sources: vec![None; max_packets],
+            len: 0,
+            datagram_bytes,
+        }
+    }
+
+    /// Largest datagram a buffer of this batch holds; longer ones are truncated.
+    pub fn datagram_bytes(&self) -> usize {
+        self.datagram_bytes
+    }
+
+    /// Number of datagrams received into the batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of datagrams the batch can hold.
+    pub fn capacity(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Forgets every datagram.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The datagram at `index` and the endpoint it came from.
+    pub fn get(&self, index: usize) -> (Option<EndpointId>, &[u8]) {
+        assert!(index < self.len);
+        (self.sources[index], &self.buffers[index])
+    }
+
+    /// Copies a datagram in; false if the batch is full. Longer datagrams are truncated
+    /// to [`RxBatch::datagram_bytes`], as the kernel does, and the decoder then rejects them.
+    pub fn push(&mut self, source: Option<EndpointId>, datagram: &[u8]) -> bool {
+        let Some(buf) = self.buffers.get_mut(self.len) else {
+            return false;
+        };
+        let n = datagram.len().min(self.datagram_bytes);
+        buf.clear();
+        buf.extend_from_slice(&datagram[..n]);
+        debug_assert!(
+            buf.capacity() >= self.datagram_bytes,
+            "push reallocated a buffer"
+        );
+        self.sources[self.len] = source;
+        self.len += 1;
+        true
+    }
+
+    /// For transports that receive in place: the free buffers, from index
+    /// [`RxBatch::len`] on, each as `datagram_bytes` of uninitialised memory for the kernel
+    /// to write into. Nothing is zero-filled. The memory stays put until the batch is
+    /// dropped, so raw pointers taken from these slices stay valid across the later calls
+    /// to [`RxBatch::set_received`].
+    pub fn spare_buffers(&mut self) -> impl ExactSizeIterator<Item = &mut [MaybeUninit<u8>]> {
+        let datagram_bytes = self.datagram_bytes;
+        self.buffers[self.len..].iter_mut().map(move |buf| {
+            buf.clear();
+            &mut buf.spare_capacity_mut()[..datagram_bytes]
+        })
+    }
+
+    /// For transports that receive in place: records that the buffer at index
+    /// [`RxBatch::len`] (the first one [`RxBatch::spare_buffers`] yielded, or the next
+    /// after earlier calls) now holds a datagram of `bytes` bytes from `source`.
+    ///
+    /// # Safety
+    ///
+    /// The first `bytes` bytes of that buffer must have been written (by the kernel or
+    /// otherwise) since [`RxBatch::spare_buffers`] was called, so that they are
+    /// initialised.
+    pub unsafe fn set_received(&mut self, bytes: usize, source: Option<EndpointId>) {
+        assert!(
+            self.len < self.buffers.len(),
+            "set_received on a full batch"
+        );
+        assert!(
+            bytes <= self.datagram_bytes,
+            "datagram longer than its buffer"
+        );
+        let buf = &mut self.buffers[self.len];
+        debug_assert!(buf.capacity() >= self.datagram_bytes);
+        // SAFETY: `bytes` is within the buffer's capacity (asserted above: it is at most
+        // `datagram_bytes`, which the capacity covers since construction), and the caller
+        // guarantees that those bytes were initialised.
+        unsafe { buf.set_len(bytes) };
+        self.sources[self.len] = source;
+        self.len += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rx_push_truncates_and_keeps_capacity() {
+        let mut batch = RxBatch::new(2, 4);
+        assert!(batch.push(Some(EndpointId(1)), b"abcdef"));
+        assert!(batch.push(None, b"xy"));
+        assert!(!batch.push(None, b"z"));
+        assert_eq!(batch.get(0), (Some(EndpointId(1)), &b"abcd"[..]));
+        assert_eq!(batch.get(1), (None, &b"xy"[..]));
+    }
+
+    #[test]
+    fn rx_in_place_receive() {
+        let mut batch = RxBatch::new(3, 8);
+        assert!(batch.push(None, b"first"));
+        let spare: Vec<*mut u8> = batch
+            .spare_buffers()
+            .map(|buf| buf.as_mut_ptr().cast::<u8>())
+            .collect();
+        assert_eq!(spare.len(), 2);
+        // SAFETY: the pointer addresses 8 bytes of the second buffer's capacity, which
+        // nothing else borrows now; three of them are written.
+        unsafe { spare[0].copy_from_nonoverlapping(b"abc".as_ptr(), 3) };
+        // SAFETY: the three bytes recorded were written just above.
+        unsafe { batch.set_received(3, Some(EndpointId(5))) };
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.get(0), (None, &b"first"[..]));
+        assert_eq!(batch.get(1), (Some(EndpointId(5)), &b"abc"[..]));
+    }
+
+    #[test]
+    fn tx_open_commit_push() {
+        let mut batch = TxBatch::new(2, 4);
+        batch.open().unwrap().extend_from_slice(b"ab");
+        batch.commit(EndpointId(3));
+        batch.open().unwrap();
+        batch.commit(EndpointId(4)); // left empty: not added
+        assert_eq!(batch.len(), 1);
+        assert!(!batch.push(EndpointId(4), b"toolong"));
+        assert!(batch.push(EndpointId(4), b"cd"));
+        assert!(batch.is_full());
+        let all: Vec<_> = batch.iter().collect();
+        assert_eq!(
+            all,
+            vec![(EndpointId(3), &b"ab"[..]), (EndpointId(4), &b"cd"[..])]
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! Fuzz target for the total wire decoder (ARCHITECTURE.md, "Wire format"): any byte
+//! string must either decode or be rejected with a reason, never panic, and whatever is
+//! accepted must iterate exactly as its headers announce.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(datagram) = ferrotx_wire::decode(data) else {
+        return;
+    };
+    let mut count = 0;
+    for message in datagram.messages() {
+        assert_eq!(message.fragment.len(), message.header.fragment_len.get() as usize);
+        count += 1;
+    }
+    assert_eq!(count, datagram.message_count());
+});
