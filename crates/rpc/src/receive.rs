@@ -79,6 +79,15 @@ impl Engine {
         }
         if request_number == slot.request_number {
             match slot.state {
+                ServerState::Done if header.packet_index.get() != 0 => {
+                    // A retransmitted split request arrives as many packets, each a
+                    // duplicate. Answering every one sent the whole response once per
+                    // packet (packets² datagrams for a large message); only its first
+                    // packet is answered, one response per retransmission as for a
+                    // single-packet request.
+                    self.stats.duplicate_requests_ignored += 1;
+                    return;
+                }
                 ServerState::Done => {
                     self.stats.duplicate_requests_answered += 1;
                     self.queue_tx(p, TxOp::Response(slot_number));

@@ -19,7 +19,8 @@ pub struct Stats {
     pub retransmissions: u64,
     /// Duplicates of finished requests, answered with the saved response.
     pub duplicate_requests_answered: u64,
-    /// Duplicates of requests still being reassembled, or of older requests, ignored.
+    /// Duplicates of requests still being reassembled, or of older requests, and packets
+    /// other than the first of a retransmitted split request already answered, ignored.
     pub duplicate_requests_ignored: u64,
     /// Responses that matched no waiting request (late duplicates), dropped.
     pub stale_responses: u64,

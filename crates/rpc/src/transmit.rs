@@ -62,6 +62,9 @@ impl Engine {
                     }
                     // Answered since it was queued.
                     None => {
+                        // Its write may have been interrupted by a full batch: the packet
+                        // position belongs to it, not to the next message.
+                        peer.tx_packet = 0;
                         peer.tx_done += 1;
                         continue;
                     }
@@ -69,6 +72,8 @@ impl Engine {
                 TxOp::Response(slot) => {
                     let s = &peer.server[usize::from(slot)];
                     if s.state != ServerState::Done {
+                        // As above: do not leave a packet position to the next message.
+                        peer.tx_packet = 0;
                         peer.tx_done += 1;
                         continue;
                     }
@@ -105,8 +110,12 @@ impl Engine {
                     }
                     peer.tx_packet += 1;
                 }
-                peer.tx_packet = 0;
             }
+            // Reset here rather than only after a split message: the op at `tx_done` may
+            // have changed since a write of it was interrupted (its slot now holds a
+            // single-packet message), and a stale position would skip the first packets
+            // of the next split message.
+            peer.tx_packet = 0;
             peer.tx_done += 1;
             if !config.coalesce {
                 datagram.close(tx, stats, target);

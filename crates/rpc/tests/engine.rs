@@ -1,0 +1,1394 @@
+//! Reliability semantics of the RPC engine, through its public interface only.
+//!
+//! Two engines are wired back to back by the test itself, which decides what happens to
+//! every datagram (delivered, dropped, duplicated, reordered, replayed late) and when time
+//! passes. Datagrams are inspected with `ferrotx_wire::decode`, and forged ones are built
+//! with `start_datagram`/`push_message`.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use ferrotx_rpc::{CallerId, Config, Engine, Event, HandlerError, RpcError};
+use ferrotx_transport::TxBatch;
+use ferrotx_wire::{
+    EndpointId, FragmentInfo, MAX_MESSAGE_BYTES, MessageFields, MessageKind, Status, decode,
+    push_message, start_datagram,
+};
+use proptest::prelude::*;
+
+const CLIENT: EndpointId = EndpointId::new(0, 0);
+const SERVER: EndpointId = EndpointId::new(1, 0);
+/// A third endpoint, for misdirected and forged datagrams.
+const OTHER: EndpointId = EndpointId::new(2, 0);
+
+/// Request type of the server's echo handler (see [`answer`]).
+const ECHO: u8 = 7;
+/// Request type of a handler whose response changes with every execution.
+const COUNT: u8 = 8;
+/// Request type of a handler that always fails.
+const FAIL: u8 = 9;
+/// Request type no engine registers.
+const UNKNOWN: u8 = 200;
+
+const CALLER: CallerId = CallerId(0);
+
+/// Payloads of the requests a server's handlers executed, in order.
+type Log = Rc<RefCell<Vec<Vec<u8>>>>;
+
+/// The echo handler's response: the payload reversed and scrambled, so that a response
+/// reassembled out of order, or matched to the wrong request, does not compare equal.
+fn answer(payload: &[u8]) -> Vec<u8> {
+    payload.iter().rev().map(|b| b ^ 0x5a).collect()
+}
+
+/// `len` pseudo-random bytes from `seed` (xorshift), different at every position.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A server engine with the echo handler (logging what it executes) and a counting one.
+fn server(config: Config) -> (Engine, Log) {
+    let mut engine = Engine::new(SERVER, config);
+    let log: Log = Rc::default();
+    let echo_log = log.clone();
+    engine.register(
+        ECHO,
+        Box::new(move |request, response| {
+            echo_log.borrow_mut().push(request.payload.to_vec());
+            response.extend_from_slice(&answer(request.payload));
+            Ok(())
+        }),
+    );
+    let count_log = log.clone();
+    let mut executions = 0u32;
+    engine.register(
+        COUNT,
+        Box::new(move |request, response| {
+            count_log.borrow_mut().push(request.payload.to_vec());
+            executions += 1;
+            response.extend_from_slice(request.payload);
+            response.extend_from_slice(&executions.to_le_bytes());
+            Ok(())
+        }),
+    );
+    (engine, log)
+}
+
+fn client(config: Config) -> Engine {
+    Engine::new(CLIENT, config)
+}
+
+/// Configuration with small datagrams, so that a few KiB make a multi-packet message.
+fn small_datagrams() -> Config {
+    Config {
+        datagram_bytes: 1200,
+        ..Config::default()
+    }
+}
+
+/// Pushes one echo request per payload on `CALLER` and submits the batch.
+fn send(client: &mut Engine, now_ns: u64, payloads: &[Vec<u8>]) {
+    send_typed(client, now_ns, ECHO, payloads);
+}
+
+fn send_typed(client: &mut Engine, now_ns: u64, request_type: u8, payloads: &[Vec<u8>]) {
+    for payload in payloads {
+        client
+            .batch_push(CALLER, SERVER, request_type)
+            .extend_from_slice(payload);
+    }
+    assert!(
+        !client.submit(CALLER, now_ns),
+        "a batch of requests to send cannot be complete on submission"
+    );
+}
+
+/// Every datagram `engine` has to send, polling until nothing is left.
+fn transmit(engine: &mut Engine) -> Vec<Vec<u8>> {
+    let mut tx = TxBatch::new(16, engine.config().datagram_bytes);
+    let mut out = Vec::new();
+    loop {
+        engine.poll_transmit(&mut tx);
+        if tx.is_empty() {
+            return out;
+        }
+        for (_, datagram) in tx.iter() {
+            assert!(datagram.len() <= engine.config().datagram_bytes);
+            out.push(datagram.to_vec());
+        }
+        tx.clear();
+    }
+}
+
+fn deliver(engine: &mut Engine, now_ns: u64, from: EndpointId, datagrams: &[Vec<u8>]) {
+    for datagram in datagrams {
+        engine.handle_datagram(now_ns, Some(from), datagram);
+    }
+}
+
+/// Exchanges datagrams between the two engines, losing nothing, until both are quiet.
+fn settle(client: &mut Engine, server: &mut Engine, now_ns: u64) {
+    for _ in 0..100 {
+        let requests = transmit(client);
+        deliver(server, now_ns, client.local(), &requests);
+        let responses = transmit(server);
+        deliver(client, now_ns, server.local(), &responses);
+        if requests.is_empty() && responses.is_empty() {
+            return;
+        }
+    }
+    panic!("the engines did not settle");
+}
+
+/// Runs the retransmission scan at the engine's next timeout, moving `now_ns` there.
+fn fire_timeout(engine: &mut Engine, now_ns: &mut u64) {
+    let due = engine
+        .next_timeout_ns()
+        .expect("a request is outstanding, so a timer must be set");
+    *now_ns = (*now_ns).max(due);
+    engine.handle_timeout(*now_ns);
+}
+
+/// Runs timeouts until the engine retransmits, and returns what it sent then.
+fn next_retransmission(engine: &mut Engine, now_ns: &mut u64) -> Vec<Vec<u8>> {
+    for _ in 0..1000 {
+        fire_timeout(engine, now_ns);
+        let datagrams = transmit(engine);
+        if !datagrams.is_empty() {
+            return datagrams;
+        }
+    }
+    panic!("no retransmission after 1,000 timeouts");
+}
+
+/// Checks that `CALLER`'s batch is reported ready, once, and that request `i` was
+/// answered with `answer(payloads[i])`.
+fn assert_answered(client: &mut Engine, payloads: &[Vec<u8>]) {
+    assert_eq!(client.poll_ready(), Some(CALLER));
+    assert_eq!(
+        client.poll_ready(),
+        None,
+        "a batch was reported ready twice"
+    );
+    assert!(client.is_done(CALLER));
+    assert_eq!(client.batch_len(CALLER), payloads.len());
+    for (i, payload) in payloads.iter().enumerate() {
+        let response = client.result(CALLER, i).expect("request answered");
+        assert!(
+            response == answer(payload).as_slice(),
+            "request {i}: wrong response ({} bytes, expected {})",
+            response.len(),
+            payload.len()
+        );
+    }
+}
+
+/// What the tests look at in one message of a datagram.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Seen {
+    kind: MessageKind,
+    slot: u8,
+    request_number: u64,
+    packet_index: u16,
+    packet_count: u16,
+}
+
+fn messages(datagram: &[u8]) -> Vec<Seen> {
+    let datagram = decode(datagram).expect("the engine wrote a valid datagram");
+    datagram
+        .messages()
+        .map(|m| Seen {
+            kind: m.kind(),
+            slot: m.header.slot,
+            request_number: m.header.request_number.get(),
+            packet_index: m.header.packet_index.get(),
+            packet_count: m.header.packet_count.get(),
+        })
+        .collect()
+}
+
+/// The only message of a datagram.
+fn only_message(datagram: &[u8]) -> Seen {
+    let seen = messages(datagram);
+    assert_eq!(seen.len(), 1, "expected a datagram of one message");
+    seen[0]
+}
+
+/// Re-encodes each message of `datagram` as a datagram of its own with the same packet
+/// header, so that messages coalesced by the sender can be delivered one at a time.
+fn split(datagram: &[u8]) -> Vec<Vec<u8>> {
+    let d = decode(datagram).expect("the engine wrote a valid datagram");
+    d.messages()
+        .map(|m| {
+            let mut buf = Vec::with_capacity(datagram.len());
+            start_datagram(
+                &mut buf,
+                d.source(),
+                d.target(),
+                d.configuration(),
+                d.incarnation(),
+            );
+            let h = m.header;
+            let fields = MessageFields {
+                kind: m.kind(),
+                request_type: h.request_type,
+                status: m.status(),
+                slot: h.slot,
+                request_number: h.request_number.get(),
+            };
+            let fragment = FragmentInfo {
+                message_len: h.message_len.get(),
+                offset: h.offset.get(),
+                packet_index: h.packet_index.get(),
+                packet_count: h.packet_count.get(),
+            };
+            assert!(push_message(&mut buf, fields, fragment, m.fragment));
+            buf
+        })
+        .collect()
+}
+
+/// Header fields of a hand-made datagram.
+#[derive(Clone, Copy)]
+struct Forge {
+    source: EndpointId,
+    target: EndpointId,
+    configuration: u64,
+    incarnation: u64,
+}
+
+impl Forge {
+    /// A datagram as `source` of `Config::default()` would write it to `target`.
+    fn new(source: EndpointId, target: EndpointId) -> Self {
+        Self {
+            source,
+            target,
+            configuration: Config::default().configuration,
+            incarnation: Config::default().incarnation,
+        }
+    }
+
+    /// A datagram holding one whole message.
+    fn message(self, kind: MessageKind, slot: u8, request_number: u64, payload: &[u8]) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(2048);
+        start_datagram(
+            &mut buf,
+            self.source,
+            self.target,
+            self.configuration,
+            self.incarnation,
+        );
+        let fields = MessageFields {
+            kind,
+            request_type: ECHO,
+            status: Status::Ok,
+            slot,
+            request_number,
+        };
+        let fragment = FragmentInfo::whole(payload.len() as u32);
+        assert!(push_message(&mut buf, fields, fragment, payload));
+        buf
+    }
+}
+
+// 1. Duplicated request.
+
+#[test]
+fn duplicate_request_runs_once_and_gets_the_saved_response() {
+    let mut c = client(Config::default());
+    let (mut s, log) = server(Config::default());
+    let payload = b"increment".to_vec();
+    send_typed(&mut c, 0, COUNT, std::slice::from_ref(&payload));
+    let requests = transmit(&mut c);
+    assert_eq!(requests.len(), 1);
+
+    deliver(&mut s, 10, CLIENT, &requests);
+    let first = transmit(&mut s);
+    deliver(&mut s, 20, CLIENT, &requests);
+    let second = transmit(&mut s);
+
+    // The handler's response differs with each execution, so identical bytes show the
+    // duplicate was answered from the saved response, not by running the handler again.
+    assert_eq!(log.borrow().len(), 1, "the duplicate ran the handler again");
+    assert_eq!(s.stats().requests_executed, 1);
+    assert_eq!(s.stats().duplicate_requests_answered, 1);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first, second, "the duplicate got different response bytes");
+
+    deliver(&mut c, 30, SERVER, &first);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    let mut expected = payload.clone();
+    expected.extend_from_slice(&1u32.to_le_bytes());
+    assert_eq!(c.result(CALLER, 0), Ok(expected.as_slice()));
+    // The second copy of the response matches nothing any more.
+    deliver(&mut c, 40, SERVER, &second);
+    assert_eq!(c.stats().stale_responses, 1);
+    assert_eq!(c.stats().calls_completed, 1);
+    assert_eq!(c.poll_ready(), None);
+}
+
+// 2. Request older than the slot's latest.
+
+#[test]
+fn request_older_than_the_slots_latest_is_ignored() {
+    // One credit: both requests use slot 0.
+    let mut c = client(Config {
+        credits: 1,
+        ..Config::default()
+    });
+    let (mut s, log) = server(Config::default());
+    let old = vec![b"old".to_vec()];
+    send(&mut c, 0, &old);
+    let old_requests = transmit(&mut c);
+    deliver(&mut s, 0, CLIENT, &old_requests);
+    deliver(&mut c, 0, SERVER, &transmit(&mut s));
+    assert_answered(&mut c, &old);
+
+    let new = vec![b"new".to_vec()];
+    send(&mut c, 10, &new);
+    let new_requests = transmit(&mut c);
+    let (o, n) = (
+        only_message(&old_requests[0]),
+        only_message(&new_requests[0]),
+    );
+    assert_eq!(o.slot, n.slot, "the test needs both requests on one slot");
+    assert!(n.request_number > o.request_number);
+    deliver(&mut s, 10, CLIENT, &new_requests);
+    let new_responses = transmit(&mut s);
+
+    // The old request, replayed late, must neither run nor be answered.
+    deliver(&mut s, 20, CLIENT, &old_requests);
+    assert_eq!(s.stats().duplicate_requests_ignored, 1);
+    assert_eq!(s.stats().duplicate_requests_answered, 0);
+    assert_eq!(*log.borrow(), vec![b"old".to_vec(), b"new".to_vec()]);
+    assert!(transmit(&mut s).is_empty(), "the old request was answered");
+
+    deliver(&mut c, 20, SERVER, &new_responses);
+    assert_answered(&mut c, &new);
+}
+
+// 3. Lost request.
+
+#[test]
+fn lost_request_is_retransmitted_with_backoff_and_runs_once() {
+    let config = Config {
+        rto_min_ns: 1_000_000,
+        rto_max_ns: 100_000_000,
+        ..Config::default()
+    };
+    let rto = config.rto_min_ns;
+    let mut c = client(config);
+    let (mut s, log) = server(Config::default());
+    let payloads = vec![b"lost".to_vec()];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    let original = transmit(&mut c);
+    assert_eq!(original.len(), 1); // Lost.
+
+    // Two retransmissions, both lost too; note when each leaves.
+    let mut sent = Vec::new();
+    while sent.len() < 2 {
+        fire_timeout(&mut c, &mut now);
+        let datagrams = transmit(&mut c);
+        if !datagrams.is_empty() {
+            sent.push((now, datagrams));
+        }
+        assert!(now < 50 * rto, "no retransmission");
+    }
+    let (first_ns, second_ns) = (sent[0].0, sent[1].0);
+    assert!(first_ns >= rto, "retransmitted before the timeout");
+    assert!(
+        first_ns <= rto + rto / 2,
+        "retransmitted late: {first_ns} ns"
+    );
+    let (first_wait, second_wait) = (first_ns, second_ns - first_ns);
+    assert!(
+        second_wait >= 2 * rto && second_wait > first_wait,
+        "no backoff: waited {first_wait} ns, then {second_wait} ns"
+    );
+    assert_eq!(c.stats().retransmissions, 2);
+    for (_, datagrams) in &sent {
+        assert_eq!(only_message(&datagrams[0]), only_message(&original[0]));
+    }
+
+    // The second retransmission arrives and runs.
+    deliver(&mut s, now, CLIENT, &sent[1].1);
+    assert_eq!(log.borrow().len(), 1);
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_answered(&mut c, &payloads);
+    assert_eq!(c.outstanding(), 0);
+    assert_eq!(c.next_timeout_ns(), None);
+
+    // The copies thought lost arrive late: answered again, never run again.
+    deliver(&mut s, now, CLIENT, &original);
+    deliver(&mut s, now, CLIENT, &sent[0].1);
+    assert_eq!(log.borrow().len(), 1, "a late copy ran again");
+    assert_eq!(s.stats().duplicate_requests_answered, 2);
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_eq!(c.stats().stale_responses, 2);
+    assert_eq!(c.poll_ready(), None);
+}
+
+// 4. Lost response.
+
+#[test]
+fn lost_response_is_resent_from_the_saved_copy() {
+    let mut c = client(Config::default());
+    let (mut s, log) = server(Config::default());
+    let payloads = vec![b"once".to_vec()];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    deliver(&mut s, now, CLIENT, &transmit(&mut c));
+    let lost = transmit(&mut s);
+    assert_eq!(lost.len(), 1);
+
+    let retransmitted = next_retransmission(&mut c, &mut now);
+    deliver(&mut s, now, CLIENT, &retransmitted);
+    assert_eq!(log.borrow().len(), 1, "the retransmission ran again");
+    assert_eq!(s.stats().duplicate_requests_answered, 1);
+    let resent = transmit(&mut s);
+    assert_eq!(
+        resent, lost,
+        "the resent response differs from the saved one"
+    );
+    deliver(&mut c, now, SERVER, &resent);
+    assert_answered(&mut c, &payloads);
+}
+
+// 5. Multi-packet messages.
+
+/// `datagrams` in the order given by `order` (indexes may repeat: duplicates).
+fn reorder(datagrams: &[Vec<u8>], order: &[usize]) -> Vec<Vec<u8>> {
+    order.iter().map(|&i| datagrams[i].clone()).collect()
+}
+
+#[test]
+fn multi_packet_messages_arrive_intact_out_of_order_and_duplicated() {
+    let mut c = client(small_datagrams());
+    let (mut s, log) = server(small_datagrams());
+    let payloads = vec![pattern(5000, 1)];
+    send(&mut c, 0, &payloads);
+
+    let requests = transmit(&mut c);
+    assert_eq!(requests.len(), 5);
+    for (i, d) in requests.iter().enumerate() {
+        let m = only_message(d);
+        assert_eq!((m.packet_index, m.packet_count), (i as u16, 5));
+    }
+    // Reversed, with duplicates; the last new packet is packet 0.
+    let order = [4, 4, 3, 2, 2, 1, 1];
+    deliver(&mut s, 0, CLIENT, &reorder(&requests, &order));
+    assert!(
+        log.borrow().is_empty(),
+        "ran before the request was complete"
+    );
+    assert!(transmit(&mut s).is_empty());
+    deliver(&mut s, 0, CLIENT, &requests[..1]);
+    assert_eq!(
+        *log.borrow(),
+        payloads,
+        "the request was reassembled wrongly"
+    );
+    assert_eq!(s.stats().duplicate_requests_ignored, 3);
+
+    let responses = transmit(&mut s);
+    assert_eq!(responses.len(), 5);
+    let order = [2, 0, 2, 4, 0, 1];
+    deliver(&mut c, 0, SERVER, &reorder(&responses, &order));
+    assert_eq!(
+        c.poll_ready(),
+        None,
+        "completed before the response was complete"
+    );
+    assert_eq!(
+        c.stats().stale_responses,
+        2,
+        "duplicate packets are counted"
+    );
+    deliver(&mut c, 0, SERVER, &responses[3..4]);
+    assert_answered(&mut c, &payloads);
+    assert_eq!(s.stats().requests_executed, 1);
+}
+
+#[test]
+fn one_mebibyte_messages_with_the_default_datagram_size() {
+    let mut c = client(Config::default());
+    let (mut s, log) = server(Config::default());
+    let payloads = vec![pattern(1 << 20, 2)];
+    send(&mut c, 0, &payloads);
+
+    let requests = transmit(&mut c);
+    let count = requests.len();
+    assert_eq!(
+        count,
+        (1usize << 20).div_ceil(small_fragment(&Config::default()))
+    );
+    // Packets in a stride permutation, and every third one twice.
+    let order: Vec<usize> = (0..count)
+        .map(|i| (i * 7) % count)
+        .flat_map(|i| if i % 3 == 0 { vec![i, i] } else { vec![i] })
+        .collect();
+    assert_eq!(order.iter().collect::<BTreeSet<_>>().len(), count);
+    deliver(&mut s, 0, CLIENT, &reorder(&requests, &order));
+    assert_eq!(log.borrow().len(), 1);
+    assert!(
+        log.borrow()[0] == payloads[0],
+        "the request was reassembled wrongly"
+    );
+
+    let responses = transmit(&mut s);
+    assert_eq!(responses.len(), count);
+    let reversed: Vec<usize> = (0..count).rev().collect();
+    deliver(&mut c, 0, SERVER, &reorder(&responses, &reversed));
+    assert_answered(&mut c, &payloads);
+}
+
+/// Payload bytes per packet of a split message under `config`.
+fn small_fragment(config: &Config) -> usize {
+    config.datagram_bytes - ferrotx_wire::PACKET_HEADER_BYTES - ferrotx_wire::MESSAGE_OVERHEAD_BYTES
+}
+
+#[test]
+fn lost_packets_of_split_messages_are_filled_in_by_retransmission() {
+    let mut c = client(small_datagrams());
+    let (mut s, log) = server(small_datagrams());
+    let payloads = vec![pattern(5000, 3)];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+
+    // Packets 1 and 3 of the request are lost: nothing runs.
+    let requests = transmit(&mut c);
+    assert_eq!(requests.len(), 5);
+    deliver(&mut s, now, CLIENT, &reorder(&requests, &[0, 2, 4]));
+    assert!(log.borrow().is_empty());
+    assert!(transmit(&mut s).is_empty());
+
+    // The whole request is sent again; the missing packets complete it.
+    let again = next_retransmission(&mut c, &mut now);
+    assert_eq!(again, requests);
+    deliver(&mut s, now, CLIENT, &again);
+    assert_eq!(*log.borrow(), payloads);
+    // Packets 0 and 2 were duplicates of packets being reassembled, and packet 4 arrived
+    // after packet 3 completed the request.
+    assert_eq!(s.stats().duplicate_requests_ignored, 3);
+    assert_eq!(s.stats().duplicate_requests_answered, 0);
+
+    // Packets 0 and 4 of the response are lost: the client keeps waiting.
+    let responses = transmit(&mut s);
+    assert_eq!(responses.len(), 5);
+    deliver(&mut c, now, SERVER, &reorder(&responses, &[1, 2, 3]));
+    assert_eq!(c.poll_ready(), None);
+
+    // The client sends the request again; the server answers from the saved response.
+    let again = next_retransmission(&mut c, &mut now);
+    deliver(&mut s, now, CLIENT, &again);
+    assert_eq!(
+        log.borrow().len(),
+        1,
+        "a retransmission ran the handler again"
+    );
+    let resent = transmit(&mut s);
+    deliver(&mut c, now, SERVER, &resent);
+    assert_answered(&mut c, &payloads);
+    assert_eq!(s.stats().requests_executed, 1);
+}
+
+#[test]
+fn a_retransmitted_split_request_is_answered_once_not_once_per_packet() {
+    let mut c = client(small_datagrams());
+    let (mut s, _log) = server(small_datagrams());
+    let payloads = vec![pattern(5000, 4)];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    deliver(&mut s, now, CLIENT, &transmit(&mut c));
+    let lost = transmit(&mut s);
+    assert_eq!(lost.len(), 5);
+
+    let again = next_retransmission(&mut c, &mut now);
+    assert_eq!(again.len(), 5);
+    deliver(&mut s, now, CLIENT, &again);
+    // Each packet of the retransmission is a duplicate, but answering each with the whole
+    // response would send packets² datagrams: one copy of the response is enough.
+    let resent = transmit(&mut s);
+    assert_eq!(
+        resent.len(),
+        lost.len(),
+        "the response was sent once per request packet"
+    );
+    deliver(&mut c, now, SERVER, &resent);
+    assert_answered(&mut c, &payloads);
+}
+
+#[test]
+fn an_interrupted_write_resumes_at_the_right_packet_after_its_message_is_answered() {
+    let mut c = client(small_datagrams());
+    let (mut s, log) = server(small_datagrams());
+    let payloads = vec![pattern(5000, 6), pattern(5000, 7)];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    let requests = transmit(&mut c);
+    assert_eq!(requests.len(), 10);
+    // The first request arrives; its response is delayed. The second request is lost.
+    deliver(&mut s, now, CLIENT, &requests[..5]);
+    let delayed = transmit(&mut s);
+    assert_eq!(delayed.len(), 5);
+
+    // Both are retransmitted; the batch fills after two packets of the first.
+    for _ in 0..1000 {
+        if c.stats().retransmissions > 0 {
+            break;
+        }
+        fire_timeout(&mut c, &mut now);
+    }
+    assert_eq!(c.stats().retransmissions, 2);
+    let mut tx = TxBatch::new(2, c.config().datagram_bytes);
+    c.poll_transmit(&mut tx);
+    assert_eq!(tx.len(), 2);
+    let first: Vec<Seen> = tx.iter().map(|(_, d)| only_message(d)).collect();
+    assert!(first.iter().all(|m| m.slot == 0));
+
+    // The delayed response arrives before the rest is written: the first request needs
+    // no more packets, the second needs all of them.
+    deliver(&mut c, now, SERVER, &delayed);
+    let mut rest = Vec::new();
+    loop {
+        tx.clear();
+        c.poll_transmit(&mut tx);
+        if tx.is_empty() {
+            break;
+        }
+        rest.extend(tx.iter().map(|(_, d)| d.to_vec()));
+    }
+    let second: BTreeSet<u16> = rest
+        .iter()
+        .map(|d| only_message(d))
+        .filter(|m| m.slot == 1)
+        .map(|m| m.packet_index)
+        .collect();
+    assert_eq!(
+        second,
+        (0..5).collect(),
+        "packets of the second request were skipped"
+    );
+    deliver(&mut s, now, CLIENT, &rest);
+    assert_eq!(log.borrow().len(), 2);
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_answered(&mut c, &payloads);
+}
+
+#[test]
+fn a_split_response_still_arriving_is_not_mistaken_for_a_lost_request() {
+    let config = Config {
+        rto_min_ns: 1_000_000,
+        ..small_datagrams()
+    };
+    let rto = config.rto_min_ns;
+    let mut c = client(config);
+    let (mut s, _log) = server(small_datagrams());
+    let payloads = vec![pattern(5000, 8)];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    deliver(&mut s, now, CLIENT, &transmit(&mut c));
+    let responses = transmit(&mut s);
+    assert_eq!(responses.len(), 5);
+    // A packet every 0.8 timeouts: the whole response takes four timeouts to arrive.
+    for (i, packet) in responses.iter().enumerate() {
+        let arrival = (i as u64 + 1) * rto * 4 / 5;
+        while c.next_timeout_ns().is_some_and(|t| t <= arrival) {
+            fire_timeout(&mut c, &mut now);
+        }
+        now = arrival;
+        c.handle_datagram(now, Some(SERVER), packet);
+        assert!(
+            transmit(&mut c).is_empty(),
+            "retransmitted while the response flowed"
+        );
+    }
+    assert_eq!(c.stats().retransmissions, 0);
+    assert_answered(&mut c, &payloads);
+}
+
+// 6. Credits.
+
+#[test]
+fn credits_bound_the_requests_outstanding_on_the_wire() {
+    const CREDITS: usize = 2;
+    let mut c = client(Config {
+        credits: CREDITS as u8,
+        ..Config::default()
+    });
+    let (mut s, log) = server(Config::default());
+    let payloads: Vec<Vec<u8>> = (0..10).map(|i| pattern(16, i)).collect();
+    send(&mut c, 0, &payloads);
+
+    // Requests sent and not yet answered, by (slot, request number).
+    let mut on_wire = BTreeSet::new();
+    let mut most_on_wire = 0;
+    let mut requests_sent = 0;
+    let mut now = 0;
+    // Sends what the client has to the server, checking the bound.
+    let mut pump = |c: &mut Engine, s: &mut Engine, on_wire: &mut BTreeSet<(u8, u64)>, now: u64| {
+        for d in transmit(c) {
+            for m in messages(&d) {
+                assert_eq!(m.kind, MessageKind::Request);
+                assert!(usize::from(m.slot) < CREDITS);
+                assert!(on_wire.insert((m.slot, m.request_number)), "resent");
+                requests_sent += 1;
+            }
+            assert!(
+                on_wire.len() <= CREDITS,
+                "{} requests on the wire",
+                on_wire.len()
+            );
+            most_on_wire = most_on_wire.max(on_wire.len());
+            s.handle_datagram(now, Some(CLIENT), &d);
+        }
+    };
+    pump(&mut c, &mut s, &mut on_wire, now);
+    loop {
+        now += 1000;
+        let responses: Vec<Vec<u8>> = transmit(&mut s).iter().flat_map(|d| split(d)).collect();
+        if responses.is_empty() {
+            break;
+        }
+        // One response at a time, so that each frees one credit.
+        for r in responses {
+            let m = only_message(&r);
+            assert!(on_wire.remove(&(m.slot, m.request_number)));
+            c.handle_datagram(now, Some(SERVER), &r);
+            pump(&mut c, &mut s, &mut on_wire, now);
+        }
+    }
+    assert_eq!(requests_sent, 10);
+    assert_eq!(most_on_wire, CREDITS);
+    assert_eq!(
+        *log.borrow(),
+        payloads,
+        "requests ran out of submission order"
+    );
+    assert_answered(&mut c, &payloads);
+    assert_eq!(c.stats().retransmissions, 0);
+}
+
+// 7. Coalescing.
+
+#[test]
+fn small_requests_to_one_peer_share_a_datagram_unless_coalescing_is_off() {
+    for coalesce in [true, false] {
+        let config = Config {
+            coalesce,
+            ..Config::default()
+        };
+        let mut c = client(config.clone());
+        let (mut s, _log) = server(config);
+        let payloads: Vec<Vec<u8>> = (0..50).map(|i| pattern(24, i)).collect();
+        send(&mut c, 0, &payloads);
+        let datagrams = if coalesce { 1 } else { 50 };
+
+        let requests = transmit(&mut c);
+        assert_eq!(requests.len(), datagrams, "coalesce: {coalesce}");
+        let count: usize = requests.iter().map(|d| messages(d).len()).sum();
+        assert_eq!(count, 50);
+        assert_eq!(c.stats().datagrams_sent, datagrams as u64);
+        assert_eq!(c.stats().messages_sent, 50);
+
+        deliver(&mut s, 0, CLIENT, &requests);
+        let responses = transmit(&mut s);
+        assert_eq!(responses.len(), datagrams, "coalesce: {coalesce}");
+        deliver(&mut c, 0, SERVER, &responses);
+        assert_answered(&mut c, &payloads);
+    }
+}
+
+// 8. Incarnations.
+
+#[test]
+fn a_restarted_client_is_served_afresh_and_its_old_life_is_ignored() {
+    let (mut s, log) = server(Config::default());
+    let mut old = client(Config {
+        incarnation: 1,
+        ..Config::default()
+    });
+    let first = vec![b"first life".to_vec()];
+    send(&mut old, 0, &first);
+    let old_requests = transmit(&mut old);
+    deliver(&mut s, 0, CLIENT, &old_requests);
+    deliver(&mut old, 0, SERVER, &transmit(&mut s));
+    assert_answered(&mut old, &first);
+    drop(old);
+
+    // The process restarts; its request numbers begin again.
+    let mut new = client(Config {
+        incarnation: 2,
+        ..Config::default()
+    });
+    let second = vec![b"second life".to_vec()];
+    send(&mut new, 10, &second);
+    let new_requests = transmit(&mut new);
+    let (o, n) = (
+        only_message(&old_requests[0]),
+        only_message(&new_requests[0]),
+    );
+    assert_eq!(
+        (o.slot, o.request_number),
+        (n.slot, n.request_number),
+        "the test needs the new life to reuse the old request number"
+    );
+    deliver(&mut s, 10, CLIENT, &new_requests);
+    assert_eq!(s.stats().peer_restarts, 1);
+    assert_eq!(*log.borrow(), vec![first[0].clone(), second[0].clone()]);
+    deliver(&mut new, 10, SERVER, &transmit(&mut s));
+    assert_answered(&mut new, &second);
+
+    // A datagram of the first life, arriving late.
+    deliver(&mut s, 20, CLIENT, &old_requests);
+    assert_eq!(s.stats().stale_incarnation, 1);
+    assert_eq!(s.stats().duplicate_requests_answered, 0);
+    assert_eq!(log.borrow().len(), 2);
+    assert!(transmit(&mut s).is_empty());
+}
+
+#[test]
+fn requests_to_a_restarted_server_complete() {
+    let mut c = client(Config::default());
+    let (mut old, old_log) = server(Config::default());
+    let payloads = vec![b"before".to_vec()];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    settle(&mut c, &mut old, now);
+    assert_answered(&mut c, &payloads);
+
+    // The server restarts with no memory of the session while a request is in flight.
+    let payloads = vec![b"across".to_vec()];
+    send(&mut c, now, &payloads);
+    deliver(&mut old, now, CLIENT, &transmit(&mut c));
+    let lost_with_the_process = transmit(&mut old);
+    assert_eq!(lost_with_the_process.len(), 1);
+    drop(old);
+    let (mut new, new_log) = server(Config {
+        incarnation: 2,
+        ..Config::default()
+    });
+
+    let again = next_retransmission(&mut c, &mut now);
+    deliver(&mut new, now, CLIENT, &again);
+    assert_eq!(*new_log.borrow(), payloads);
+    deliver(&mut c, now, SERVER, &transmit(&mut new));
+    assert_answered(&mut c, &payloads);
+    assert_eq!(old_log.borrow().len(), 2);
+    // The server's new incarnation reset nothing it should not have: the next request
+    // goes through too.
+    let payloads = vec![b"after".to_vec()];
+    send(&mut c, now, &payloads);
+    settle(&mut c, &mut new, now);
+    assert_answered(&mut c, &payloads);
+    assert_eq!(c.stats().peer_restarts, 1);
+}
+
+/// A response that the server sent to the client's previous life, delayed in the
+/// network until the restarted client waits on the same slot and request number, is
+/// taken as the answer to the new request. The header carries the sender's incarnation
+/// only, so the engine cannot tell; closing this needs the target's incarnation in the
+/// packet header (a wire change) or request numbers that differ between lives.
+#[test]
+#[ignore = "known gap: needs the target's incarnation on the wire (crates/wire)"]
+fn a_response_to_a_previous_life_is_not_taken_for_the_new_one() {
+    let (mut s, _log) = server(Config::default());
+    let mut old = client(Config::default());
+    send(&mut old, 0, &[b"first life".to_vec()]);
+    deliver(&mut s, 0, CLIENT, &transmit(&mut old));
+    let delayed = transmit(&mut s);
+    drop(old);
+
+    let mut new = client(Config {
+        incarnation: 2,
+        ..Config::default()
+    });
+    let payloads = vec![b"second life".to_vec()];
+    send(&mut new, 10, &payloads);
+    let _in_flight = transmit(&mut new);
+    deliver(&mut new, 10, SERVER, &delayed);
+    assert_eq!(new.poll_ready(), None, "took the old life's response");
+}
+
+// 9. Datagrams dropped before their messages are looked at.
+
+#[test]
+fn datagrams_of_another_configuration_target_or_source_are_dropped() {
+    let (mut s, log) = server(Config::default());
+    let good = Forge::new(CLIENT, SERVER);
+    let request = |forge: Forge| forge.message(MessageKind::Request, 0, 1, b"x");
+    // The bad datagrams claim a later incarnation: if the engine looked at it before
+    // rejecting them, the good datagram would afterwards be dropped as stale.
+    let later = Forge {
+        incarnation: 5,
+        ..good
+    };
+
+    s.handle_datagram(
+        0,
+        Some(CLIENT),
+        &request(Forge {
+            configuration: 2,
+            ..later
+        }),
+    );
+    assert_eq!(s.stats().wrong_configuration, 1);
+    s.handle_datagram(
+        0,
+        Some(CLIENT),
+        &request(Forge {
+            target: OTHER,
+            ..later
+        }),
+    );
+    assert_eq!(s.stats().misdirected, 1);
+    s.handle_datagram(0, Some(OTHER), &request(later));
+    s.handle_datagram(0, None, &request(later));
+    assert_eq!(s.stats().forged_source, 2);
+    let mut garbage = request(later);
+    garbage[0] ^= 0xff;
+    s.handle_datagram(0, Some(CLIENT), &garbage);
+    assert_eq!(s.stats().decode_errors_total(), 1);
+
+    assert_eq!(s.stats().datagrams_dropped(), 5);
+    assert!(log.borrow().is_empty(), "a dropped datagram ran a handler");
+    assert_eq!(s.stats().requests_executed, 0);
+    assert!(!s.wants_transmit());
+
+    // The same request, correctly addressed, runs: the drops were for the stated reason.
+    s.handle_datagram(0, Some(CLIENT), &request(good));
+    assert_eq!(s.stats().stale_incarnation, 0);
+    assert_eq!(*log.borrow(), vec![b"x".to_vec()]);
+    assert_eq!(transmit(&mut s).len(), 1);
+    assert_eq!(s.stats().datagrams_dropped(), 5);
+}
+
+// 10. Errors.
+
+#[test]
+fn unknown_request_type_and_handler_errors_reach_the_caller() {
+    let mut c = client(Config::default());
+    let (mut s, _log) = server(Config::default());
+    s.register(
+        FAIL,
+        Box::new(|_, response| {
+            // A partial response must not leak to the caller with the error.
+            response.extend_from_slice(b"partial");
+            Err(HandlerError("no such key"))
+        }),
+    );
+    c.batch_push(CALLER, SERVER, ECHO)
+        .extend_from_slice(b"fine");
+    c.batch_push(CALLER, SERVER, UNKNOWN)
+        .extend_from_slice(b"what");
+    c.batch_push(CALLER, SERVER, FAIL).extend_from_slice(b"key");
+    assert!(!c.submit(CALLER, 0));
+    settle(&mut c, &mut s, 0);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Ok(answer(b"fine").as_slice()));
+    assert_eq!(c.result(CALLER, 1), Err(RpcError::UnknownRequestType));
+    assert_eq!(c.result(CALLER, 2), Err(RpcError::Handler));
+    assert_eq!(c.handler_error_text(CALLER, 2), b"no such key");
+}
+
+#[test]
+fn oversized_requests_fail_without_sending_anything() {
+    let mut c = client(Config::default());
+    let limit = MAX_MESSAGE_BYTES as usize;
+    c.batch_push(CALLER, SERVER, ECHO).resize(limit + 1, 0);
+    assert!(
+        c.submit(CALLER, 0),
+        "a batch that all failed is done at once"
+    );
+    assert!(c.is_done(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::TooLarge));
+    assert!(!c.wants_transmit());
+    assert!(transmit(&mut c).is_empty());
+    assert_eq!(c.outstanding(), 0);
+    assert_eq!(c.next_timeout_ns(), None);
+
+    // Next to requests that are sent, including one of exactly the limit.
+    let (mut s, log) = server(Config::default());
+    let at_limit = pattern(limit, 5);
+    c.batch_push(CALLER, SERVER, ECHO).resize(limit + 1, 0);
+    c.batch_push(CALLER, SERVER, ECHO)
+        .extend_from_slice(&at_limit);
+    assert!(!c.submit(CALLER, 0));
+    settle(&mut c, &mut s, 0);
+    assert_eq!(log.borrow().len(), 1);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::TooLarge));
+    assert!(c.result(CALLER, 1) == Ok(answer(&at_limit).as_slice()));
+}
+
+// 11. Silent peers.
+
+#[test]
+fn a_silent_peer_is_suspected_once_and_recovers_when_it_answers() {
+    let config = Config {
+        rto_min_ns: 1_000_000,
+        rto_max_ns: 4_000_000,
+        suspect_after_ns: 20_000_000,
+        ..Config::default()
+    };
+    let suspect_after = config.suspect_after_ns;
+    let mut c = client(config);
+    let (mut s, log) = server(Config::default());
+    let payloads = vec![b"anyone there".to_vec()];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    let mut last = transmit(&mut c);
+    let mut suspects = Vec::new();
+    let mut transmissions = 1;
+    while now < 5 * suspect_after {
+        fire_timeout(&mut c, &mut now);
+        let datagrams = transmit(&mut c);
+        if !datagrams.is_empty() {
+            transmissions += 1;
+            last = datagrams;
+        }
+        while let Some(event) = c.poll_event() {
+            suspects.push((now, event));
+        }
+        assert_eq!(c.poll_ready(), None, "the engine gave up on a call");
+    }
+    assert_eq!(suspects.len(), 1, "{suspects:?}");
+    let (when, event) = suspects[0];
+    assert_eq!(event, Event::Suspect(SERVER));
+    assert!(when >= suspect_after && when <= suspect_after + suspect_after / 10);
+    assert_eq!(c.stats().suspects, 1);
+    // Backoff is capped at rto_max, so retransmissions go on at least that often.
+    assert!(transmissions > (5 * suspect_after - suspect_after) / 4_000_000);
+    assert_eq!(c.outstanding(), 1);
+    assert!(!c.is_done(CALLER));
+
+    // The peer wakes up.
+    deliver(&mut s, now, CLIENT, &last);
+    assert_eq!(log.borrow().len(), 1);
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_eq!(c.poll_event(), Some(Event::Recovered(SERVER)));
+    assert_eq!(c.poll_event(), None);
+    assert_answered(&mut c, &payloads);
+    assert_eq!(c.next_timeout_ns(), None);
+}
+
+// 12. Stale and forged responses.
+
+#[test]
+fn responses_matching_no_waiting_request_are_dropped() {
+    let mut c = client(Config::default());
+    let (mut s, _log) = server(Config::default());
+    let payloads = vec![b"real".to_vec()];
+    send(&mut c, 0, &payloads);
+    let requests = transmit(&mut c);
+    let waiting = only_message(&requests[0]);
+    assert_eq!((waiting.slot, waiting.request_number), (0, 1));
+
+    let forge = Forge::new(SERVER, CLIENT);
+    let forged = [
+        (0, 2),   // the waiting slot, another request number
+        (0, 0),   // an older request number
+        (1, 1),   // a free slot
+        (200, 1), // a slot beyond the credits
+    ];
+    for (slot, request_number) in forged {
+        let d = forge.message(MessageKind::Response, slot, request_number, b"forged");
+        c.handle_datagram(0, Some(SERVER), &d);
+    }
+    assert_eq!(c.stats().stale_responses, forged.len() as u64);
+    assert_eq!(c.stats().calls_completed, 0);
+    assert_eq!(c.poll_ready(), None);
+    assert!(!c.is_done(CALLER));
+    assert_eq!(c.outstanding(), 1);
+
+    deliver(&mut s, 0, CLIENT, &requests);
+    deliver(&mut c, 0, SERVER, &transmit(&mut s));
+    assert_answered(&mut c, &payloads);
+
+    // Once answered, the slot is free: the same slot and number are stale now.
+    let d = forge.message(MessageKind::Response, 0, 1, b"forged");
+    c.handle_datagram(0, Some(SERVER), &d);
+    assert_eq!(c.stats().stale_responses, forged.len() as u64 + 1);
+    assert_eq!(c.result(CALLER, 0), Ok(answer(b"real").as_slice()));
+}
+
+// 13. Random faults.
+
+/// Endpoints of the two sides of the property test; each is client and server.
+const SIDES: [EndpointId; 2] = [EndpointId::new(0, 0), EndpointId::new(1, 0)];
+/// Batches each side issues in one run.
+const BATCHES_PER_SIDE: u64 = 8;
+
+/// What the network or the clock does next.
+#[derive(Clone, Debug)]
+enum Step {
+    /// One `poll_transmit` of a side (a batch of at most 4 datagrams) onto the network.
+    Transmit(usize),
+    /// Delivers the `pick`-th datagram in flight (modulo their number); `keep` leaves a
+    /// copy in flight, to be delivered again later.
+    Deliver { pick: usize, keep: bool },
+    /// Loses the `pick`-th datagram in flight.
+    Drop { pick: usize },
+    /// Time passes; each side's timeout runs if due.
+    Advance { ns: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..2usize).prop_map(Step::Transmit),
+        5 => (any::<usize>(), proptest::bool::weighted(0.2))
+            .prop_map(|(pick, keep)| Step::Deliver { pick, keep }),
+        1 => any::<usize>().prop_map(|pick| Step::Drop { pick }),
+        2 => (0..600_000u64).prop_map(|ns| Step::Advance { ns }),
+    ]
+}
+
+/// A batch in flight: request ids and payloads.
+type Batch = Vec<(u64, Vec<u8>)>;
+
+/// One side of the property test.
+struct Side {
+    engine: Engine,
+    /// Executions by request id.
+    executed: Rc<RefCell<BTreeMap<u64, u32>>>,
+    /// The batch each caller has in flight: request ids and payloads.
+    batches: Vec<Option<Batch>>,
+    batches_issued: u64,
+}
+
+struct World {
+    sides: [Side; 2],
+    /// Datagrams in flight, with the index of the side they are for.
+    network: Vec<(usize, Vec<u8>)>,
+    now_ns: u64,
+    next_id: u64,
+    /// Request payload lengths, used in turn.
+    sizes: Vec<usize>,
+    completed: BTreeSet<u64>,
+    tx: TxBatch,
+}
+
+impl World {
+    fn new(config: &Config, sizes: Vec<usize>) -> Self {
+        let side = |index: usize| {
+            let mut engine = Engine::new(SIDES[index], config.clone());
+            let executed: Rc<RefCell<BTreeMap<u64, u32>>> = Rc::default();
+            let log = executed.clone();
+            engine.register(
+                ECHO,
+                Box::new(move |request, response| {
+                    let id = u64::from_le_bytes(request.payload[..8].try_into().unwrap());
+                    *log.borrow_mut().entry(id).or_default() += 1;
+                    response.extend_from_slice(&answer(request.payload));
+                    Ok(())
+                }),
+            );
+            Side {
+                engine,
+                executed,
+                batches: (0..config.callers).map(|_| None).collect(),
+                batches_issued: 0,
+            }
+        };
+        Self {
+            sides: [side(0), side(1)],
+            network: Vec::new(),
+            now_ns: 0,
+            next_id: 0,
+            sizes,
+            completed: BTreeSet::new(),
+            // A small batch, so that writes of split messages are interrupted and resumed
+            // with other events in between.
+            tx: TxBatch::new(4, config.datagram_bytes),
+        }
+    }
+
+    /// Gives every idle caller a new batch, while the budget lasts.
+    fn start_batches(&mut self) {
+        for index in 0..2 {
+            let target = SIDES[1 - index];
+            let side = &mut self.sides[index];
+            for caller in 0..side.batches.len() {
+                if side.batches[caller].is_some() || side.batches_issued == BATCHES_PER_SIDE {
+                    continue;
+                }
+                side.batches_issued += 1;
+                let len = 1 + (self.next_id % 3) as usize;
+                let mut batch = Vec::new();
+                for _ in 0..len {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let mut payload = id.to_le_bytes().to_vec();
+                    let size = self.sizes[id as usize % self.sizes.len()];
+                    payload.extend_from_slice(&pattern(size, id));
+                    let caller = CallerId(caller as u16);
+                    side.engine
+                        .batch_push(caller, target, ECHO)
+                        .extend_from_slice(&payload);
+                    batch.push((id, payload));
+                }
+                assert!(!side.engine.submit(CallerId(caller as u16), self.now_ns));
+                side.batches[caller] = Some(batch);
+            }
+        }
+    }
+
+    /// Checks the responses of every completed batch.
+    fn collect(&mut self) -> Result<(), TestCaseError> {
+        for side in &mut self.sides {
+            while side.engine.poll_event().is_some() {}
+            while let Some(caller) = side.engine.poll_ready() {
+                let batch = side.batches[usize::from(caller.0)]
+                    .take()
+                    .expect("a caller without a batch was reported ready");
+                prop_assert_eq!(side.engine.batch_len(caller), batch.len());
+                for (i, (id, payload)) in batch.iter().enumerate() {
+                    let response = side.engine.result(caller, i);
+                    prop_assert!(
+                        response == Ok(answer(payload).as_slice()),
+                        "request {} got a wrong response",
+                        id
+                    );
+                    prop_assert!(self.completed.insert(*id), "request {} completed twice", id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn transmit(&mut self, index: usize) {
+        self.tx.clear();
+        self.sides[index].engine.poll_transmit(&mut self.tx);
+        for (target, datagram) in self.tx.iter() {
+            assert_eq!(target, SIDES[1 - index]);
+            self.network.push((1 - index, datagram.to_vec()));
+        }
+    }
+
+    fn deliver(&mut self, position: usize, keep: bool) {
+        let (index, datagram) = if keep {
+            self.network[position].clone()
+        } else {
+            self.network.remove(position)
+        };
+        self.sides[index]
+            .engine
+            .handle_datagram(self.now_ns, Some(SIDES[1 - index]), &datagram);
+    }
+
+    fn advance(&mut self, ns: u64) {
+        self.now_ns += ns;
+        for side in &mut self.sides {
+            if side
+                .engine
+                .next_timeout_ns()
+                .is_some_and(|t| self.now_ns >= t)
+            {
+                side.engine.handle_timeout(self.now_ns);
+            }
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.sides
+            .iter()
+            .any(|s| s.batches_issued < BATCHES_PER_SIDE || s.batches.iter().any(Option::is_some))
+    }
+
+    fn run(&mut self, steps: &[Step]) -> Result<(), TestCaseError> {
+        self.start_batches();
+        for step in steps {
+            match *step {
+                Step::Transmit(index) => self.transmit(index),
+                Step::Deliver { pick, keep } if !self.network.is_empty() => {
+                    self.deliver(pick % self.network.len(), keep)
+                }
+                Step::Drop { pick } if !self.network.is_empty() => {
+                    let position = pick % self.network.len();
+                    self.network.remove(position);
+                }
+                Step::Advance { ns } => self.advance(ns),
+                Step::Deliver { .. } | Step::Drop { .. } => {}
+            }
+            self.collect()?;
+            self.start_batches();
+        }
+        // The faults stop: everything in flight is delivered in order, and time passes,
+        // until every batch has completed.
+        let mut rounds = 0;
+        while self.busy() {
+            rounds += 1;
+            prop_assert!(
+                rounds < 10_000,
+                "calls did not complete once faults stopped"
+            );
+            for index in 0..2 {
+                loop {
+                    self.transmit(index);
+                    if self.tx.is_empty() {
+                        break;
+                    }
+                }
+            }
+            while !self.network.is_empty() {
+                self.deliver(0, false);
+            }
+            self.collect()?;
+            self.start_batches();
+            self.advance(250_000);
+        }
+        for side in &self.sides {
+            prop_assert_eq!(side.engine.outstanding(), 0);
+            prop_assert_eq!(side.engine.next_timeout_ns(), None);
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_call_completes_once_under_drops_duplicates_and_reordering(
+        credits in 1..4u8,
+        coalesce in any::<bool>(),
+        sizes in proptest::collection::vec(
+            prop_oneof![0..64usize, 0..4000usize],
+            1..8,
+        ),
+        steps in proptest::collection::vec(step(), 0..400),
+    ) {
+        let config = Config {
+            callers: 2,
+            max_batch: 3,
+            credits,
+            coalesce,
+            datagram_bytes: 1200,
+            rto_min_ns: 200_000,
+            rto_max_ns: 2_000_000,
+            suspect_after_ns: 10_000_000,
+            ..Config::default()
+        };
+        let mut world = World::new(&config, sizes);
+        world.run(&steps)?;
+        prop_assert_eq!(world.completed.len() as u64, world.next_id);
+        for (index, side) in world.sides.iter().enumerate() {
+            // Requests are made by the other side; each ran exactly once, here.
+            for (&id, &runs) in side.executed.borrow().iter() {
+                prop_assert_eq!(runs, 1, "request {} ran {} times on side {}", id, runs, index);
+            }
+        }
+        let executed: usize = world.sides.iter().map(|s| s.executed.borrow().len()).sum();
+        prop_assert_eq!(executed as u64, world.next_id);
+    }
+}
