@@ -930,7 +930,7 @@ impl Forger {
         incarnation: u64,
         issued: u64,
     ) {
-        start_datagram(&mut self.buf, source, target, configuration, incarnation);
+        start_datagram(&mut self.buf, source, target, configuration, incarnation, 0);
         self.messages.clear();
         let count = self.rng.random_range(1..=4);
         for _ in 0..count {

@@ -58,10 +58,18 @@ impl Engine {
             peer.suspect = false;
             self.push_event(Event::Recovered(source));
         }
+        // Responses addressed to an earlier life of this endpoint answer requests it no
+        // longer has, though they may carry the slot and request number of new ones.
+        let target_incarnation = datagram.target_incarnation();
+        let responses_current =
+            target_incarnation == 0 || target_incarnation == self.config.incarnation;
         for message in datagram.messages() {
             match message.kind() {
                 MessageKind::Request => self.on_request(p, source, &message),
-                MessageKind::Response => self.on_response(p, &message, now_ns),
+                MessageKind::Response if responses_current => {
+                    self.on_response(p, &message, now_ns)
+                }
+                MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
     }

@@ -41,6 +41,7 @@ impl Engine {
         } = self;
         let peer = &mut peers[p as usize];
         let target = peer.endpoint;
+        let target_incarnation = peer.incarnation;
         let fragment_bytes = config.fragment_bytes();
         let mut datagram = Datagram {
             open: false,
@@ -90,7 +91,7 @@ impl Engine {
             let message_len = payload.len() as u32;
             if payload.len() <= fragment_bytes {
                 let fragment = FragmentInfo::whole(message_len);
-                if !datagram.push(tx, stats, *local, target, config, fields, fragment, payload) {
+                if !datagram.push(tx, stats, *local, (target, target_incarnation), config, fields, fragment, payload) {
                     return false;
                 }
             } else {
@@ -105,7 +106,7 @@ impl Engine {
                         packet_count,
                     };
                     let bytes = &payload[offset..end];
-                    if !datagram.push(tx, stats, *local, target, config, fields, fragment, bytes) {
+                    if !datagram.push(tx, stats, *local, (target, target_incarnation), config, fields, fragment, bytes) {
                         return false;
                     }
                     peer.tx_packet += 1;
@@ -141,7 +142,7 @@ impl Datagram {
         tx: &mut TxBatch,
         stats: &mut crate::stats::Stats,
         local: ferrotx_wire::EndpointId,
-        target: ferrotx_wire::EndpointId,
+        (target, target_incarnation): (ferrotx_wire::EndpointId, u64),
         config: &crate::config::Config,
         fields: MessageFields,
         fragment: FragmentInfo,
@@ -152,7 +153,14 @@ impl Datagram {
                 let Some(buf) = tx.open() else {
                     return false;
                 };
-                start_datagram(buf, local, target, config.configuration, config.incarnation);
+                start_datagram(
+                    buf,
+                    local,
+                    target,
+                    config.configuration,
+                    config.incarnation,
+                    target_incarnation,
+                );
                 // Limit the datagram to the configured size even if the buffer is larger.
                 self.open = true;
             }

@@ -236,6 +236,7 @@ fn split(datagram: &[u8]) -> Vec<Vec<u8>> {
                 d.target(),
                 d.configuration(),
                 d.incarnation(),
+                d.target_incarnation(),
             );
             let h = m.header;
             let fields = MessageFields {
@@ -286,6 +287,7 @@ impl Forge {
             self.target,
             self.configuration,
             self.incarnation,
+            0,
         );
         let fields = MessageFields {
             kind,
@@ -895,12 +897,10 @@ fn requests_to_a_restarted_server_complete() {
 }
 
 /// A response that the server sent to the client's previous life, delayed in the
-/// network until the restarted client waits on the same slot and request number, is
-/// taken as the answer to the new request. The header carries the sender's incarnation
-/// only, so the engine cannot tell; closing this needs the target's incarnation in the
-/// packet header (a wire change) or request numbers that differ between lives.
+/// network until the restarted client waits on the same slot and request number, must
+/// not be taken as the answer to the new request: it carries the old life's incarnation
+/// as its target incarnation.
 #[test]
-#[ignore = "known gap: needs the target's incarnation on the wire (crates/wire)"]
 fn a_response_to_a_previous_life_is_not_taken_for_the_new_one() {
     let (mut s, _log) = server(Config::default());
     let mut old = client(Config::default());
@@ -918,6 +918,7 @@ fn a_response_to_a_previous_life_is_not_taken_for_the_new_one() {
     let _in_flight = transmit(&mut new);
     deliver(&mut new, 10, SERVER, &delayed);
     assert_eq!(new.poll_ready(), None, "took the old life's response");
+    assert_eq!(new.stats().stale_responses, 1);
 }
 
 // 9. Datagrams dropped before their messages are looked at.

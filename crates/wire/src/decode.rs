@@ -116,6 +116,11 @@ impl<'a> Datagram<'a> {
         self.header.incarnation.get()
     }
 
+    /// Incarnation of the target as the sender knows it; 0 if unknown.
+    pub fn target_incarnation(&self) -> u64 {
+        self.header.target_incarnation.get()
+    }
+
     /// Number of messages.
     pub fn message_count(&self) -> usize {
         usize::from(self.header.message_count.get())
@@ -238,7 +243,7 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut buf = Vec::with_capacity(512);
-        start_datagram(&mut buf, EndpointId(7), EndpointId(9), 3, 11);
+        start_datagram(&mut buf, EndpointId(7), EndpointId(9), 3, 11, 13);
         let request = MessageFields {
             kind: MessageKind::Request,
             request_type: 4,
@@ -275,6 +280,7 @@ mod tests {
         assert_eq!(d.target(), EndpointId(9));
         assert_eq!(d.configuration(), 3);
         assert_eq!(d.incarnation(), 11);
+        assert_eq!(d.target_incarnation(), 13);
         let m: Vec<_> = d.messages().collect();
         assert_eq!(m.len(), 2);
         assert_eq!(m[0].kind(), MessageKind::Request);

@@ -66,6 +66,7 @@ pub fn start_datagram(
     target: EndpointId,
     configuration: u64,
     incarnation: u64,
+    target_incarnation: u64,
 ) {
     assert!(buf.capacity() >= PACKET_HEADER_BYTES + MESSAGE_OVERHEAD_BYTES);
     buf.clear();
@@ -79,6 +80,7 @@ pub fn start_datagram(
         target: U32::new(target.0),
         configuration: U64::new(configuration),
         incarnation: U64::new(incarnation),
+        target_incarnation: U64::new(target_incarnation),
     };
     buf.extend_from_slice(header.as_bytes());
 }

@@ -56,7 +56,7 @@ impl std::fmt::Display for EndpointId {
     }
 }
 
-/// The fixed header at the start of every datagram (32 bytes).
+/// The fixed header at the start of every datagram (40 bytes).
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
 pub struct PacketHeader {
@@ -81,6 +81,11 @@ pub struct PacketHeader {
     /// receiver can tell a restarted peer (reset its sessions) from a late packet of the
     /// peer's previous life (drop it).
     pub incarnation: U64,
+    /// Incarnation of the target as the sender knows it (0 before it has heard from the
+    /// target). A response carries the incarnation of the client that asked, so a late
+    /// response to a client's previous life is not taken for an answer by its new life,
+    /// which reuses slots and request numbers.
+    pub target_incarnation: U64,
 }
 
 /// Whether a message is a request or a response.
@@ -156,5 +161,5 @@ impl MessageHeader {
     }
 }
 
-const _: () = assert!(size_of::<PacketHeader>() == 32);
+const _: () = assert!(size_of::<PacketHeader>() == 40);
 const _: () = assert!(size_of::<MessageHeader>() == 28);
