@@ -69,6 +69,8 @@ pub struct RpcBenchOptions {
     pub warmup_s: f64,
     /// First UDP port; endpoints use consecutive ports from here.
     pub port_base: u16,
+    /// Socket send and receive buffer size to ask the kernel for.
+    pub socket_buffer_bytes: usize,
 }
 
 impl RpcBenchOptions {
@@ -83,6 +85,14 @@ impl RpcBenchOptions {
             datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
             coalesce: self.coalesce,
             ..Config::default()
+        }
+    }
+
+    fn udp_config(&self) -> UdpConfig {
+        UdpConfig {
+            recv_buffer_bytes: self.socket_buffer_bytes,
+            send_buffer_bytes: self.socket_buffer_bytes,
+            ..UdpConfig::default()
         }
     }
 
@@ -111,6 +121,10 @@ impl RpcBenchOptions {
         );
         ensure!((0.0..1.0).contains(&self.loss), "--loss must be in [0, 1)");
         ensure!(self.duration_s > 0.0, "--duration must be positive");
+        ensure!(
+            self.socket_buffer_bytes >= 4096,
+            "--socket-buffer-kib must be at least 4"
+        );
         ensure!(
             u32::from(self.port_base) + 2 * u32::from(self.threads) <= 65_535,
             "--port-base too high for {} threads",
@@ -462,7 +476,7 @@ fn run_udp(options: &RpcBenchOptions) -> anyhow::Result<RpcBenchReport> {
         let local = EndpointId::new(CLIENT_NODE, t);
         let addr = addresses.get(local).expect("client address");
         transports.push(
-            UdpTransport::bind(local, addr, &addresses, UdpConfig::default()).with_context(
+            UdpTransport::bind(local, addr, &addresses, options.udp_config()).with_context(
                 || format!("binding client endpoint {local} at {addr}; try another --port-base"),
             )?,
         );
@@ -488,7 +502,7 @@ pub fn serve(options: &RpcBenchOptions) -> anyhow::Result<()> {
     for t in 0..options.threads {
         let local = EndpointId::new(SERVER_NODE, t);
         let addr = addresses.get(local).expect("server address");
-        let transport = UdpTransport::bind(local, addr, &addresses, UdpConfig::default())
+        let transport = UdpTransport::bind(local, addr, &addresses, options.udp_config())
             .with_context(|| {
                 format!("binding server endpoint {local} at {addr}; try another --port-base")
             })?;
@@ -650,6 +664,7 @@ pub fn idle(threads: u16, duration_s: f64, port_base: u16) -> anyhow::Result<Idl
         duration_s,
         warmup_s: 0.0,
         port_base,
+        socket_buffer_bytes: UdpConfig::default().recv_buffer_bytes,
     };
     options.check()?;
     let mut server = ServerProcess::spawn(&options)?;

@@ -80,6 +80,9 @@ struct RpcArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Socket send and receive buffers to ask the kernel for, in KiB.
+    #[arg(long, default_value_t = 8192)]
+    socket_buffer_kib: usize,
     /// First UDP port; 2 x threads consecutive ports are used. Default: chosen from the
     /// process id.
     #[arg(long)]
@@ -131,6 +134,7 @@ fn main() -> anyhow::Result<()> {
                 duration_s: args.duration,
                 warmup_s: (args.duration / 10.0).min(1.0),
                 port_base: args.port_base.unwrap_or_else(default_port_base),
+                socket_buffer_bytes: args.socket_buffer_kib.saturating_mul(1024),
             };
             let report = ferrotx_bench::rpc::run(&options)?;
             ferrotx_bench::rpc::print_table(&report);

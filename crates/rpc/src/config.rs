@@ -26,6 +26,11 @@ pub struct Config {
     /// Largest datagram written, and the size up to which messages to one destination are
     /// coalesced. At most the transport's datagram size.
     pub datagram_bytes: usize,
+    /// Request bytes allowed outstanding per session; one request is always allowed,
+    /// however large. Credits bound the number of requests, this bounds their bytes, so a
+    /// burst of large requests does not overflow the receiver's socket buffer and lose
+    /// most of its packets.
+    pub window_bytes: usize,
     /// Coalesce messages to the same destination into shared datagrams. Off sends one
     /// message per datagram (for measuring what coalescing buys).
     pub coalesce: bool,
@@ -48,6 +53,8 @@ impl Default for Config {
             max_batch: 64,
             credits: 64,
             datagram_bytes: ferrotx_transport::UDP_MAX_PAYLOAD_BYTES,
+            // Half of the 8 MiB socket buffers the UDP transport asks for.
+            window_bytes: 4 << 20,
             coalesce: true,
             // On loopback an unloaded round trip is a few microseconds and a loaded one a
             // few hundred; 1 ms keeps spurious retransmissions rare while a lost packet
@@ -66,6 +73,7 @@ impl Config {
         assert!(self.callers > 0 && self.callers <= usize::from(u16::MAX));
         assert!(self.max_batch > 0 && self.max_batch <= usize::from(u16::MAX));
         assert!(self.credits > 0);
+        assert!(self.window_bytes > 0);
         assert!(self.datagram_bytes >= MIN_DATAGRAM_BYTES);
         assert!(self.rto_min_ns > 0 && self.rto_min_ns <= self.rto_max_ns);
         assert!(self.suspect_after_ns > 0);

@@ -250,12 +250,33 @@ impl Engine {
 
     /// Puts call `index` of `caller` on a free slot of peer `p`, or in its backlog.
     fn start_call(&mut self, p: u32, caller: CallerId, index: u16, now_ns: u64) {
-        let peer = &mut self.peers[p as usize];
-        match peer.free_slots.pop() {
-            Some(slot) => {
-                self.assign_slot(p, slot, caller, index, now_ns);
+        self.peers[p as usize].backlog.push_back((caller, index));
+        self.release_backlog(p, now_ns);
+    }
+
+    /// Sends the calls waiting in peer `p`'s backlog, in order, while a slot is free and
+    /// the session's window has room for the next one's bytes.
+    pub(crate) fn release_backlog(&mut self, p: u32, now_ns: u64) {
+        let window_bytes = self.config.window_bytes;
+        loop {
+            let peer = &mut self.peers[p as usize];
+            let Some(&(caller, index)) = peer.backlog.front() else {
+                return;
+            };
+            let bytes = self.callers[usize::from(caller.0)].calls[usize::from(index)]
+                .request
+                .len();
+            // One request may always be outstanding, however large, or it could never go.
+            let fits =
+                peer.outstanding_bytes == 0 || peer.outstanding_bytes + bytes <= window_bytes;
+            if !fits {
+                return;
             }
-            None => peer.backlog.push_back((caller, index)),
+            let Some(slot) = peer.free_slots.pop() else {
+                return;
+            };
+            peer.backlog.pop_front();
+            self.assign_slot(p, slot, caller, index, now_ns);
         }
     }
 
@@ -275,6 +296,10 @@ impl Engine {
         }
         let request_number = peer.next_request_number;
         peer.next_request_number += 1;
+        let request_bytes = self.callers[usize::from(caller.0)].calls[usize::from(index)]
+            .request
+            .len();
+        peer.outstanding_bytes += request_bytes;
         let s = &mut peer.client[usize::from(slot)];
         debug_assert!(s.waiting.is_none());
         s.waiting = Some(Waiting {
@@ -285,6 +310,7 @@ impl Engine {
             sent_ns: now_ns,
             progress_ns: now_ns,
             retransmits: 0,
+            request_bytes,
         });
         s.reassembly.reset();
         if self.outstanding == 0 {

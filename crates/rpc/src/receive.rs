@@ -66,9 +66,7 @@ impl Engine {
         for message in datagram.messages() {
             match message.kind() {
                 MessageKind::Request => self.on_request(p, source, &message),
-                MessageKind::Response if responses_current => {
-                    self.on_response(p, &message, now_ns)
-                }
+                MessageKind::Response if responses_current => self.on_response(p, &message, now_ns),
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
@@ -97,6 +95,7 @@ impl Engine {
                     return;
                 }
                 ServerState::Done => {
+                    slot.resends = slot.resends.wrapping_add(1);
                     self.stats.duplicate_requests_answered += 1;
                     self.queue_tx(p, TxOp::Response(slot_number));
                     return;
@@ -111,6 +110,7 @@ impl Engine {
             slot.request_number = request_number;
             slot.state = ServerState::Receiving;
             slot.request_type = header.request_type;
+            slot.resends = 0;
             slot.reassembly.reset();
         }
         if single {
@@ -182,24 +182,18 @@ impl Engine {
                 }
             }
         }
-        // The request is answered: free the slot, learn the round trip, hand the slot to
-        // the next call waiting for a credit.
+        // The request is answered: free the slot and its window bytes, learn the round
+        // trip, hand the slot to the next calls waiting for a credit.
         client_slot.waiting = None;
         peer.free_slots.push(slot_number);
+        peer.outstanding_bytes -= waiting.request_bytes;
         self.outstanding -= 1;
         if waiting.retransmits == 0 {
             peer.rtt
                 .sample(now_ns.saturating_sub(waiting.first_sent_ns));
         }
-        let next = peer.backlog.pop_front();
         self.complete_call(waiting.caller, waiting.index, Outcome::Answered(status));
-        if let Some((caller, index)) = next {
-            let slot = self.peers[p as usize]
-                .free_slots
-                .pop()
-                .expect("a slot was just freed");
-            self.assign_slot(p, slot, caller, index, now_ns);
-        }
+        self.release_backlog(p, now_ns);
     }
 }
 

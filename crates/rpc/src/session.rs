@@ -90,6 +90,8 @@ pub(crate) struct Waiting {
     /// mistaken for a lost request.
     pub(crate) progress_ns: u64,
     pub(crate) retransmits: u32,
+    /// Length of the request, counted against the session's window while it waits.
+    pub(crate) request_bytes: usize,
 }
 
 pub(crate) struct ClientSlot {
@@ -117,6 +119,8 @@ pub(crate) struct ServerSlot {
     pub(crate) request: Vec<u8>,
     /// The saved response of the last finished request.
     pub(crate) response: Vec<u8>,
+    /// Times the saved response was sent again (for `transmit::first_packet`).
+    pub(crate) resends: u32,
     pub(crate) reassembly: Reassembly,
 }
 
@@ -129,6 +133,7 @@ impl ServerSlot {
             status: Status::Ok,
             request: Vec::new(),
             response: Vec::new(),
+            resends: 0,
             reassembly: Reassembly::new(),
         }
     }
@@ -154,6 +159,8 @@ pub(crate) struct Peer {
     pub(crate) free_slots: Vec<u8>,
     /// Calls waiting for a credit, in submission order.
     pub(crate) backlog: VecDeque<(CallerId, u16)>,
+    /// Request bytes outstanding (sent, unanswered), bounded by `Config::window_bytes`.
+    pub(crate) outstanding_bytes: usize,
     pub(crate) rtt: RttEstimator,
     /// Last time the peer was heard from, or time its first outstanding request left.
     pub(crate) last_heard_ns: u64,
@@ -187,6 +194,7 @@ impl Peer {
             // Popped from the end: slot 0 is used first.
             free_slots: (0..credits).rev().collect(),
             backlog: VecDeque::with_capacity(backlog),
+            outstanding_bytes: 0,
             rtt: RttEstimator::default(),
             last_heard_ns: 0,
             suspect: false,

@@ -48,7 +48,9 @@ impl Engine {
             capacity: config.datagram_bytes,
         };
         while peer.tx_done < peer.tx.len() {
-            let (fields, payload) = match peer.tx[peer.tx_done] {
+            // `round` counts earlier transmissions of the message: split messages start each
+            // round at another packet (see `first_packet`).
+            let (fields, payload, round) = match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => match peer.client[usize::from(slot)].waiting {
                     Some(w) => {
                         let call = &callers[usize::from(w.caller.0)].calls[usize::from(w.index)];
@@ -59,7 +61,7 @@ impl Engine {
                             slot,
                             request_number: w.request_number,
                         };
-                        (fields, call.request.as_slice())
+                        (fields, call.request.as_slice(), w.retransmits)
                     }
                     // Answered since it was queued.
                     None => {
@@ -85,28 +87,49 @@ impl Engine {
                         slot,
                         request_number: s.request_number,
                     };
-                    (fields, s.response.as_slice())
+                    (fields, s.response.as_slice(), s.resends)
                 }
             };
             let message_len = payload.len() as u32;
             if payload.len() <= fragment_bytes {
                 let fragment = FragmentInfo::whole(message_len);
-                if !datagram.push(tx, stats, *local, (target, target_incarnation), config, fields, fragment, payload) {
+                if !datagram.push(
+                    tx,
+                    stats,
+                    *local,
+                    (target, target_incarnation),
+                    config,
+                    fields,
+                    fragment,
+                    payload,
+                ) {
                     return false;
                 }
             } else {
                 let packet_count = payload.len().div_ceil(fragment_bytes) as u16;
+                let first = first_packet(round, packet_count);
                 while peer.tx_packet < packet_count {
-                    let offset = usize::from(peer.tx_packet) * fragment_bytes;
+                    let packet_index = ((u32::from(first) + u32::from(peer.tx_packet))
+                        % u32::from(packet_count)) as u16;
+                    let offset = usize::from(packet_index) * fragment_bytes;
                     let end = (offset + fragment_bytes).min(payload.len());
                     let fragment = FragmentInfo {
                         message_len,
                         offset: offset as u32,
-                        packet_index: peer.tx_packet,
+                        packet_index,
                         packet_count,
                     };
                     let bytes = &payload[offset..end];
-                    if !datagram.push(tx, stats, *local, (target, target_incarnation), config, fields, fragment, bytes) {
+                    if !datagram.push(
+                        tx,
+                        stats,
+                        *local,
+                        (target, target_incarnation),
+                        config,
+                        fields,
+                        fragment,
+                        bytes,
+                    ) {
                         return false;
                     }
                     peer.tx_packet += 1;
@@ -125,6 +148,18 @@ impl Engine {
         datagram.close(tx, stats, target);
         true
     }
+}
+
+/// The packet a transmission of a split message starts at. A first transmission starts at
+/// packet 0. A retransmission is needed when packets were lost, typically the tail of a
+/// burst that overflowed the receiver's socket buffer; sent in the same order again, the
+/// same tail would be lost again. Each round starts elsewhere instead (steps of the golden
+/// ratio spread the starts evenly), and the receiver, which ignores packets it has, keeps
+/// the ones it was missing.
+fn first_packet(round: u32, packet_count: u16) -> u16 {
+    const GOLDEN_RATIO_FRACTION: u64 = 0x9e37_79b9; // 2^32 / phi
+    let fraction = u64::from(round).wrapping_mul(GOLDEN_RATIO_FRACTION) & 0xffff_ffff;
+    ((fraction * u64::from(packet_count)) >> 32) as u16
 }
 
 /// The datagram being filled for one destination: the buffer at the end of the batch.
@@ -190,5 +225,22 @@ impl Datagram {
             stats.datagrams_sent += 1;
             self.open = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_packet;
+
+    #[test]
+    fn rounds_start_at_spread_packets() {
+        assert_eq!(first_packet(0, 17), 0);
+        let starts: Vec<u16> = (0..17).map(|r| first_packet(r, 17)).collect();
+        assert!(starts.iter().all(|&s| s < 17));
+        let mut distinct = starts.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() >= 12, "{starts:?}");
+        assert_eq!(first_packet(u32::MAX, 1), 0);
     }
 }
