@@ -68,6 +68,11 @@ impl Executor {
         id
     }
 
+    /// True if [`Executor::run`] would poll a coroutine.
+    pub fn has_work(&self) -> bool {
+        !self.shared.runnable.borrow().is_empty() || self.shared.engine().has_ready()
+    }
+
     /// Polls every coroutine that can progress: those spawned or yielded since the last
     /// round, then those whose batch completed (repeatedly, until none is left). Returns
     /// the number of polls.

@@ -70,9 +70,18 @@ impl<T: Transport> Worker<T> {
     /// everything produced in as few `send_batch` calls as the batch size allows.
     /// Returns true if anything happened.
     pub fn step(&mut self, now_ns: u64) -> bool {
-        let shared = self.executor.shared().clone();
-        shared.set_now_ns(now_ns);
+        self.executor.shared().set_now_ns(now_ns);
         let received = self.transport.recv_batch(&mut self.rx);
+        if received == 0 && !self.executor.has_work() {
+            // The common case of a polling loop: nothing arrived. Unless a timer is due or
+            // something waits to be sent, there is nothing to do.
+            let engine = self.executor.shared().engine();
+            let timer_due = engine.next_timeout_ns().is_some_and(|t| now_ns >= t);
+            if !timer_due && !engine.wants_transmit() {
+                return false;
+            }
+        }
+        let shared = self.executor.shared().clone();
         {
             let mut engine = shared.engine();
             for i in 0..received {

@@ -175,6 +175,11 @@ impl Engine {
         self.ready.pop_front()
     }
 
+    /// True if some caller's batch completed and has not been taken by `poll_ready`.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// True if `caller`'s batch has completed and not been reopened.
     pub fn is_done(&self, caller: CallerId) -> bool {
         self.callers[usize::from(caller.0)].state == BatchState::Done

@@ -119,7 +119,11 @@ pub struct RxBatch {
     sources: Vec<Option<EndpointId>>,
     len: usize,
     datagram_bytes: usize,
+    id: u64,
 }
+
+/// Source of [`RxBatch::id`].
+static NEXT_RX_BATCH_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl RxBatch {
     /// A batch of up to `max_packets` datagrams of up to `datagram_bytes` each.
@@ -132,7 +136,16 @@ impl RxBatch {
             sources: vec![None; max_packets],
             len: 0,
             datagram_bytes,
+            id: NEXT_RX_BATCH_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// A number no other batch of this process has. A batch's buffers never move or
+    /// reallocate while it lives (nothing writes past a buffer's capacity), so a transport
+    /// that prepared system-call arrays pointing at a batch's buffers may reuse them for
+    /// as long as it is given the batch with the same id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Largest datagram a buffer of this batch holds; longer ones are truncated.
@@ -197,6 +210,17 @@ impl RxBatch {
         })
     }
 
+    /// For transports that receive in place and keep pointers across calls: each buffer's
+    /// start and the bytes it can take, taken with `Vec::as_mut_ptr`, which creates no
+    /// reference to the contents, so the pointers stay usable while the batch lives (see
+    /// [`RxBatch::id`]).
+    pub fn buffer_pointers(&mut self) -> impl ExactSizeIterator<Item = (*mut u8, usize)> + '_ {
+        let datagram_bytes = self.datagram_bytes;
+        self.buffers
+            .iter_mut()
+            .map(move |buf| (buf.as_mut_ptr(), datagram_bytes))
+    }
+
     /// For transports that receive in place: records that the buffer at index
     /// [`RxBatch::len`] (the first one [`RxBatch::spare_buffers`] yielded, or the next
     /// after earlier calls) now holds a datagram of `bytes` bytes from `source`.
@@ -204,8 +228,8 @@ impl RxBatch {
     /// # Safety
     ///
     /// The first `bytes` bytes of that buffer must have been written (by the kernel or
-    /// otherwise) since [`RxBatch::spare_buffers`] was called, so that they are
-    /// initialised.
+    /// otherwise) through a pointer from [`RxBatch::spare_buffers`] or
+    /// [`RxBatch::buffer_pointers`], so that they are initialised.
     pub unsafe fn set_received(&mut self, bytes: usize, source: Option<EndpointId>) {
         assert!(
             self.len < self.buffers.len(),

@@ -83,7 +83,14 @@ pub struct UdpTransport {
     peers: HashMap<EndpointId, Peer, FixedState>,
     /// Which endpoint listens at each canonical address; the inverse of `peers`.
     endpoints: HashMap<SocketAddr, EndpointId, FixedState>,
+    /// Arrays for `sendmmsg`, refilled for every batch.
     arrays: MessageArrays,
+    /// Arrays for `recvmmsg`, prepared once per receive batch (see `recv_batch`).
+    recv_arrays: MessageArrays,
+    /// Id of the `RxBatch` that `recv_arrays` point into, 0 for none.
+    recv_prepared_for: u64,
+    /// Entries of `recv_arrays` the kernel wrote in the last call, to reset before the next.
+    recv_touched: usize,
     stats: TransportStats,
     truncated_received: u64,
     last_error: Option<i32>,
@@ -139,6 +146,9 @@ impl UdpTransport {
             peers: HashMap::with_capacity_and_hasher(peers.len(), FixedState::default()),
             endpoints: HashMap::with_capacity_and_hasher(peers.len(), FixedState::default()),
             arrays: MessageArrays::new(config.max_batch),
+            recv_arrays: MessageArrays::new(0),
+            recv_prepared_for: 0,
+            recv_touched: 0,
             stats: TransportStats::default(),
             truncated_received: 0,
             last_error: None,
@@ -238,6 +248,40 @@ impl UdpTransport {
     }
 }
 
+impl UdpTransport {
+    /// Points `recv_arrays` at the buffers of `batch`, one entry per buffer.
+    fn prepare_recv_arrays(&mut self, batch: &mut RxBatch) {
+        self.recv_arrays.reserve(batch.capacity());
+        let MessageArrays {
+            headers,
+            iovecs,
+            names,
+        } = &mut self.recv_arrays;
+        // Base pointers, as in `send_batch`.
+        let iovecs_base = iovecs.as_mut_ptr();
+        let names_base = names.as_mut_ptr();
+        let mut slots = 0;
+        for (index, (buffer, bytes)) in batch.buffer_pointers().enumerate() {
+            iovecs[index] = libc::iovec {
+                iov_base: buffer.cast::<c_void>(),
+                iov_len: bytes,
+            };
+            let header = &mut headers[index].msg_hdr;
+            header.msg_name = names_base.wrapping_add(index).cast::<c_void>();
+            header.msg_namelen = SOCKADDR_STORAGE_BYTES;
+            header.msg_iov = iovecs_base.wrapping_add(index);
+            header.msg_iovlen = 1;
+            header.msg_control = ptr::null_mut();
+            header.msg_controllen = 0;
+            header.msg_flags = 0;
+            headers[index].msg_len = 0;
+            slots += 1;
+        }
+        debug_assert_eq!(slots, batch.capacity());
+        self.recv_prepared_for = batch.id();
+    }
+}
+
 impl Transport for UdpTransport {
     fn local(&self) -> EndpointId {
         self.local
@@ -293,7 +337,16 @@ impl Transport for UdpTransport {
             // I/O vector and data pointers point into `peers`, `iovecs` and `batch`, all of
             // which outlive the call and none of which is moved or changed during it;
             // `count` does not exceed the number of those headers.
-            let sent = unsafe { libc::sendmmsg(fd, headers[next..].as_mut_ptr(), count, 0) };
+            // Called directly, as `recvmmsg` in `recv_batch`.
+            let sent = unsafe {
+                libc::syscall(
+                    libc::SYS_sendmmsg,
+                    fd,
+                    headers[next..].as_mut_ptr(),
+                    count,
+                    0 as libc::c_int,
+                )
+            };
             if sent > 0 {
                 let sent = usize::try_from(sent).expect("positive count");
                 assert!(
@@ -326,48 +379,41 @@ impl Transport for UdpTransport {
 
     fn recv_batch(&mut self, batch: &mut RxBatch) -> usize {
         batch.clear();
-        self.arrays.reserve(batch.capacity());
-        let MessageArrays {
-            headers,
-            iovecs,
-            names,
-        } = &mut self.arrays;
-        // Base pointers, as in `send_batch`.
-        let iovecs_base = iovecs.as_mut_ptr();
-        let names_base = names.as_mut_ptr();
-        let mut slots = 0;
-        for (index, buffer) in batch.spare_buffers().enumerate() {
-            iovecs[index] = libc::iovec {
-                iov_base: buffer.as_mut_ptr().cast::<c_void>(),
-                iov_len: buffer.len(),
-            };
-            let header = &mut headers[index].msg_hdr;
-            header.msg_name = names_base.wrapping_add(index).cast::<c_void>();
-            header.msg_namelen = SOCKADDR_STORAGE_BYTES;
-            header.msg_iov = iovecs_base.wrapping_add(index);
-            header.msg_iovlen = 1;
-            header.msg_control = ptr::null_mut();
-            header.msg_controllen = 0;
-            header.msg_flags = 0;
-            headers[index].msg_len = 0;
-            slots += 1;
+        let slots = batch.capacity();
+        if self.recv_prepared_for == batch.id() {
+            // A worker polls with the same batch over and over, mostly finding nothing:
+            // the arrays already point at its buffers, and the kernel changed only the
+            // lengths, name lengths and flags of the entries it filled last time.
+            for header in &mut self.recv_arrays.headers[..self.recv_touched] {
+                header.msg_hdr.msg_namelen = SOCKADDR_STORAGE_BYTES;
+                header.msg_hdr.msg_flags = 0;
+                header.msg_len = 0;
+            }
+        } else {
+            self.prepare_recv_arrays(batch);
         }
-        debug_assert_eq!(slots, batch.capacity());
+        self.recv_touched = 0;
 
         let fd = self.socket.as_raw_fd();
         let count = libc::c_uint::try_from(slots).unwrap_or(libc::c_uint::MAX);
         let received = loop {
-            // SAFETY: `headers[..slots]` are initialised message headers whose I/O vectors
-            // point at `slots` spare buffers of `batch` (each `iov_len` bytes of its
-            // capacity) and whose names point at `names`; all outlive the call and nothing
-            // else touches them during it. A null timeout is allowed.
+            // SAFETY: `recv_arrays.headers[..slots]` are initialised message headers,
+            // prepared for this very batch (same id): their I/O vectors point at its
+            // `slots` buffers (each `iov_len` bytes of capacity, which never move while the
+            // batch lives) and their names at `recv_arrays.names`; all outlive the call
+            // and nothing else touches them during it. A null timeout is allowed.
+            //
+            // The system call is made directly: glibc's wrapper is a cancellation point
+            // and brackets the call with cancellation bookkeeping, which costs a tenth of
+            // an empty poll.
             let received = unsafe {
-                libc::recvmmsg(
+                libc::syscall(
+                    libc::SYS_recvmmsg,
                     fd,
-                    headers.as_mut_ptr(),
+                    self.recv_arrays.headers.as_mut_ptr(),
                     count,
                     libc::MSG_DONTWAIT,
-                    ptr::null_mut(),
+                    ptr::null_mut::<libc::timespec>(),
                 )
             };
             if received >= 0 {
@@ -387,25 +433,28 @@ impl Transport for UdpTransport {
             received <= slots,
             "kernel received more datagrams than slots"
         );
+        self.recv_touched = received;
 
         for index in 0..received {
-            let header = &self.arrays.headers[index];
+            let header = &self.recv_arrays.headers[index];
             let bytes = header.msg_len as usize;
             assert!(
-                bytes <= self.arrays.iovecs[index].iov_len,
+                bytes <= self.recv_arrays.iovecs[index].iov_len,
                 "kernel overran a buffer"
             );
             if header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 // Kept truncated: the decoder rejects it and counts why.
                 self.truncated_received += 1;
             }
-            let source = self.endpoint_at(&self.arrays.names[index], header.msg_hdr.msg_namelen);
+            let source =
+                self.endpoint_at(&self.recv_arrays.names[index], header.msg_hdr.msg_namelen);
             if source.is_none() {
                 self.stats.unknown_sender += 1;
             }
             // SAFETY: the kernel wrote `bytes` bytes (at most the slot's `iov_len`,
-            // asserted above) into the spare buffer at this index, which is the batch's
-            // next one since slots were filled in order from an empty batch.
+            // asserted above) through the pointer from `buffer_pointers` at this index,
+            // which is the batch's next buffer since the kernel fills entries in order and
+            // the batch was cleared first.
             unsafe { batch.set_received(bytes, source) };
         }
         self.stats.datagrams_received += received as u64;
