@@ -188,6 +188,9 @@ impl Engine {
         peer.free_slots.push(slot_number);
         peer.outstanding_bytes -= waiting.request_bytes;
         self.outstanding -= 1;
+        if waiting.retransmits == 0 && waiting.first_sent_ns >= peer.backoff_since_ns {
+            peer.backoff_shift = 0;
+        }
         if waiting.retransmits == 0 {
             peer.rtt
                 .sample(now_ns.saturating_sub(waiting.first_sent_ns));

@@ -22,19 +22,20 @@ impl Engine {
             if peer.outstanding() == 0 {
                 continue;
             }
-            let base = peer.rtt.rto_ns(rto_min, rto_max);
+            // The session's backoff applies to every request, new ones included: while the
+            // peer is slower than the estimate says, requests answered in time are the
+            // fast ones, so the samples alone would keep the estimate low and every slow
+            // answer would be sent for again, loading the peer further.
+            let base = (peer.rtt.rto_ns(rto_min, rto_max) << peer.backoff_shift).min(rto_max);
             let mut expired = 0usize;
             for slot in 0..peer.client.len() {
                 let Some(w) = peer.client[slot].waiting.as_mut() else {
                     continue;
                 };
-                let call_len = self.callers[usize::from(w.caller.0)].calls[usize::from(w.index)]
-                    .request
-                    .len() as u64;
                 // Allow the time to push the request through at 1 byte per nanosecond
                 // (about 1 GB/s), so a large request is not resent while it still flows.
-                let rto =
-                    (base << w.retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max) + call_len;
+                let rto = (base << w.retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max)
+                    + w.request_bytes as u64;
                 if now_ns.saturating_sub(w.sent_ns.max(w.progress_ns)) >= rto {
                     w.sent_ns = now_ns;
                     w.retransmits += 1;
@@ -43,6 +44,10 @@ impl Engine {
                 }
             }
             if expired > 0 {
+                // TCP's backoff (RFC 6298, 5.5), per session: kept until a request sent
+                // after it is answered without retransmission (see `on_response`).
+                peer.backoff_shift = (peer.backoff_shift + 1).min(BACKOFF_DOUBLINGS_MAX);
+                peer.backoff_since_ns = now_ns;
                 self.stats.retransmissions += expired as u64;
                 if !peer.queued {
                     peer.queued = true;

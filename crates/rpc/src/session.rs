@@ -162,6 +162,12 @@ pub(crate) struct Peer {
     /// Request bytes outstanding (sent, unanswered), bounded by `Config::window_bytes`.
     pub(crate) outstanding_bytes: usize,
     pub(crate) rtt: RttEstimator,
+    /// The session's timeout is the estimate doubled this many times (see
+    /// `handle_timeout`).
+    pub(crate) backoff_shift: u32,
+    /// When the backoff last grew; a request sent since then and answered at the first
+    /// try shows the timeout fits again.
+    pub(crate) backoff_since_ns: u64,
     /// Last time the peer was heard from, or time its first outstanding request left.
     pub(crate) last_heard_ns: u64,
     pub(crate) suspect: bool,
@@ -196,6 +202,8 @@ impl Peer {
             backlog: VecDeque::with_capacity(backlog),
             outstanding_bytes: 0,
             rtt: RttEstimator::default(),
+            backoff_shift: 0,
+            backoff_since_ns: 0,
             last_heard_ns: 0,
             suspect: false,
             server: Vec::new(),

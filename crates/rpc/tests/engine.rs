@@ -1401,3 +1401,54 @@ proptest! {
         prop_assert_eq!(executed as u64, world.next_id);
     }
 }
+
+/// Time from `now_ns` until a lost request of `c`, just sent, is sent again, and what
+/// was sent then.
+fn wait_until_retransmitted(c: &mut Engine, now_ns: &mut u64) -> (u64, Vec<Vec<u8>>) {
+    let sent_ns = *now_ns;
+    let again = next_retransmission(c, now_ns);
+    assert_eq!(again.len(), 1);
+    (*now_ns - sent_ns, again)
+}
+
+/// A timeout slows the whole session, not just the request that timed out: a new request
+/// waits longer too, until one sent after the timeout is answered at its first try.
+#[test]
+fn the_session_backs_off_until_a_request_is_answered_in_time() {
+    let config = Config {
+        rto_min_ns: 1_000_000,
+        rto_max_ns: 100_000_000,
+        ..Config::default()
+    };
+    let rto = config.rto_min_ns;
+    let mut c = client(config);
+    let (mut s, _log) = server(Config::default());
+    let mut now = 0;
+
+    // A: lost once, then answered.
+    send(&mut c, now, &[b"a".to_vec()]);
+    let _lost = transmit(&mut c);
+    let (first_wait, again) = wait_until_retransmitted(&mut c, &mut now);
+    assert!(first_wait < 2 * rto, "{first_wait}");
+    deliver(&mut s, now, CLIENT, &again);
+    settle(&mut c, &mut s, now);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+
+    // B, a new request, lost: it waits twice as long, though it was never retransmitted.
+    send(&mut c, now, &[b"b".to_vec()]);
+    let _lost = transmit(&mut c);
+    let (backed_off, again) = wait_until_retransmitted(&mut c, &mut now);
+    assert!(backed_off >= 2 * rto, "no session backoff: {backed_off}");
+    deliver(&mut s, now, CLIENT, &again);
+    settle(&mut c, &mut s, now);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+
+    // C is answered at its first try, after the backoff: the timeout is back to normal.
+    send(&mut c, now, &[b"c".to_vec()]);
+    settle(&mut c, &mut s, now);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    send(&mut c, now, &[b"d".to_vec()]);
+    let _lost = transmit(&mut c);
+    let (reset, _) = wait_until_retransmitted(&mut c, &mut now);
+    assert!(reset < 2 * rto, "backoff not reset: {reset}");
+}
