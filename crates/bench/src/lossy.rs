@@ -50,8 +50,7 @@ impl<T: Transport> Transport for Lossy<T> {
                 self.kept.push(target, bytes);
             }
         }
-        self.inner.send_batch(&self.kept);
-        batch.len()
+        self.inner.send_batch(&self.kept)
     }
 
     fn recv_batch(&mut self, batch: &mut RxBatch) -> usize {

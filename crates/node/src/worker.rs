@@ -8,6 +8,11 @@ use ferrotx_transport::{RxBatch, Transport, TxBatch};
 /// batch size at which `recvmmsg`/`sendmmsg` stop getting cheaper per datagram.
 pub const BATCH_DATAGRAMS: usize = 64;
 
+/// Events a worker holds for its caller; beyond this they stay in the engine's bounded
+/// queue. Each peer is reported at most once until heard from again, so this many covers
+/// a cluster of hundreds of endpoints going silent at once.
+const EVENTS_MAX: usize = 1024;
+
 /// A worker: transport, RPC engine (inside the executor's shared state) and coroutines.
 pub struct Worker<T: Transport> {
     transport: T,
@@ -91,7 +96,12 @@ impl<T: Transport> Worker<T> {
             if engine.next_timeout_ns().is_some_and(|t| now_ns >= t) {
                 engine.handle_timeout(now_ns);
             }
-            while let Some(event) = engine.poll_event() {
+            // Events wait in the engine (which bounds them) while the worker's list is
+            // full: a caller that never drains them costs bounded memory.
+            while self.events.len() < EVENTS_MAX {
+                let Some(event) = engine.poll_event() else {
+                    break;
+                };
                 self.events.push(event);
             }
         }

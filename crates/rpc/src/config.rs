@@ -73,6 +73,10 @@ impl Default for Config {
 impl Config {
     /// Panics if the configuration is inconsistent; called by `Engine::new`.
     pub(crate) fn check(&self) {
+        assert!(
+            self.incarnation > 0,
+            "incarnation 0 means unknown on the wire"
+        );
         assert!(self.callers > 0 && self.callers <= usize::from(u16::MAX));
         assert!(self.max_batch > 0 && self.max_batch <= usize::from(u16::MAX));
         assert!(self.credits > 0);

@@ -155,6 +155,7 @@ impl Engine {
             let call = &c.calls[i];
             if call.request.len() > MAX_MESSAGE_BYTES as usize {
                 c.complete(i, Outcome::Failed(RpcError::TooLarge));
+                self.stats.calls_completed += 1;
                 continue;
             }
             let target = call.target;
@@ -162,6 +163,7 @@ impl Engine {
                 // The peer table is full; fail like an oversized request rather than
                 // waiting forever.
                 self.stats.peers_exhausted += 1;
+                self.stats.calls_completed += 1;
                 self.callers[index].complete(i, Outcome::Failed(RpcError::TooManyPeers));
                 continue;
             };
@@ -205,6 +207,7 @@ impl Engine {
             Outcome::Answered(Status::Ok) => Ok(&call.response),
             Outcome::Answered(Status::UnknownRequestType) => Err(RpcError::UnknownRequestType),
             Outcome::Answered(Status::HandlerError) => Err(RpcError::Handler),
+            Outcome::Answered(Status::TargetRestarted) => Err(RpcError::TargetRestarted),
             Outcome::Failed(e) => Err(e),
             Outcome::Pending => unreachable!("a done batch has no pending call"),
         }
@@ -325,9 +328,19 @@ impl Engine {
         self.queue_tx(p, TxOp::Request(slot));
     }
 
-    /// Queues a message for peer `p`.
+    /// Queues a message for peer `p`, unless it is queued already: however many
+    /// duplicates of a request arrive before the next transmission, its response goes out
+    /// once, so a datagram of copies cannot multiply into a flood of answers.
     pub(crate) fn queue_tx(&mut self, p: u32, op: TxOp) {
         let peer = &mut self.peers[p as usize];
+        let queued = match op {
+            TxOp::Request(slot) => &mut peer.client[usize::from(slot)].queued,
+            TxOp::Response(slot) => &mut peer.server[usize::from(slot)].queued,
+        };
+        if *queued {
+            return;
+        }
+        *queued = true;
         peer.tx.push(op);
         if !peer.queued {
             peer.queued = true;

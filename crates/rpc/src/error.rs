@@ -12,6 +12,10 @@ pub enum RpcError {
     /// The target has no handler for the request type.
     #[error("no handler for this request type at the target")]
     UnknownRequestType,
+    /// The target restarted after the request was first sent: the new incarnation did not
+    /// run it, the earlier one may have. Only the layer above can tell what happened.
+    #[error("the target restarted; the request may have run before the restart")]
+    TargetRestarted,
     /// The handler at the target rejected the request; its text is the response payload.
     #[error("the handler rejected the request")]
     Handler,

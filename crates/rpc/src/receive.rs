@@ -41,14 +41,14 @@ impl Engine {
         };
         let peer = &mut self.peers[p as usize];
         let incarnation = datagram.incarnation();
-        if incarnation < peer.incarnation {
+        // Incarnation 0 means "unknown" and no endpoint has it (`Config::check`).
+        if incarnation < peer.incarnation || incarnation == 0 {
             self.stats.stale_incarnation += 1;
             return;
         }
         if incarnation > peer.incarnation {
             if peer.incarnation != 0 {
-                // The peer restarted: its request numbers begin again.
-                peer.reset_server();
+                peer.reset_for_restart();
                 self.stats.peer_restarts += 1;
             }
             peer.incarnation = incarnation;
@@ -58,21 +58,24 @@ impl Engine {
             peer.suspect = false;
             self.push_event(Event::Recovered(source));
         }
-        // Responses addressed to an earlier life of this endpoint answer requests it no
-        // longer has, though they may carry the slot and request number of new ones.
+        // Messages addressed to an earlier life of this endpoint. Responses answer requests
+        // it no longer has, though they may carry the slot and request number of new
+        // ones: dropped. Requests may have run in that life already: not run again, but
+        // answered, so the client learns of the restart (see `on_request`). A client that
+        // has not heard from us yet says 0 and is served.
         let target_incarnation = datagram.target_incarnation();
-        let responses_current =
-            target_incarnation == 0 || target_incarnation == self.config.incarnation;
+        let responses_current = target_incarnation == self.config.incarnation;
+        let requests_current = target_incarnation == 0 || responses_current;
         for message in datagram.messages() {
             match message.kind() {
-                MessageKind::Request => self.on_request(p, source, &message),
+                MessageKind::Request => self.on_request(p, source, &message, requests_current),
                 MessageKind::Response if responses_current => self.on_response(p, &message, now_ns),
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
     }
 
-    fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>) {
+    fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>, current: bool) {
         let header = message.header;
         let slot_number = header.slot;
         let request_number = header.request_number.get();
@@ -112,6 +115,15 @@ impl Engine {
             slot.request_type = header.request_type;
             slot.resends = 0;
             slot.reassembly.reset();
+            if !current {
+                // Meant for our previous life: answered, never run (at-most-once across
+                // restarts), like any finished request, so duplicates get the same answer.
+                slot.response.clear();
+                slot.status = Status::TargetRestarted;
+                slot.state = ServerState::Done;
+                self.queue_tx(p, TxOp::Response(slot_number));
+                return;
+            }
         }
         if single {
             execute(
@@ -128,16 +140,22 @@ impl Engine {
             self.stats.inconsistent_fragments += 1;
             return;
         }
-        match reassemble(&mut slot.reassembly, &mut slot.request, message) {
-            Fragment::New { complete: false } => {}
-            Fragment::New { complete: true } => {
+        match reassemble(
+            &mut slot.reassembly,
+            &mut slot.request,
+            message,
+            &mut self.stats,
+        ) {
+            Fragment::New {
+                complete: false, ..
+            } => {}
+            Fragment::New { complete: true, .. } => {
                 let request = std::mem::take(&mut slot.request);
                 execute(&mut self.handlers, &mut self.stats, slot, source, &request);
                 slot.request = request;
                 self.queue_tx(p, TxOp::Response(slot_number));
             }
             Fragment::Duplicate => self.stats.duplicate_requests_ignored += 1,
-            Fragment::Inconsistent => self.stats.inconsistent_fragments += 1,
         }
     }
 
@@ -164,9 +182,16 @@ impl Engine {
             call.response.clear();
             call.response.extend_from_slice(message.fragment);
         } else {
-            match reassemble(&mut client_slot.reassembly, &mut call.response, message) {
-                Fragment::New { complete: true } => {}
-                Fragment::New { complete: false } => {
+            match reassemble(
+                &mut client_slot.reassembly,
+                &mut call.response,
+                message,
+                &mut self.stats,
+            ) {
+                Fragment::New { complete: true, .. } => {}
+                Fragment::New {
+                    complete: false, ..
+                } => {
                     if let Some(w) = client_slot.waiting.as_mut() {
                         w.progress_ns = now_ns;
                     }
@@ -174,10 +199,6 @@ impl Engine {
                 }
                 Fragment::Duplicate => {
                     self.stats.stale_responses += 1;
-                    return;
-                }
-                Fragment::Inconsistent => {
-                    self.stats.inconsistent_fragments += 1;
                     return;
                 }
             }
@@ -205,10 +226,16 @@ fn reassemble(
     reassembly: &mut Reassembly,
     buffer: &mut Vec<u8>,
     message: &Message<'_>,
+    stats: &mut Stats,
 ) -> Fragment {
-    let first = !reassembly.started();
     let outcome = reassembly.accept(message.header);
-    if let Fragment::New { .. } = outcome {
+    if let Fragment::New {
+        first, restarted, ..
+    } = outcome
+    {
+        if restarted {
+            stats.inconsistent_fragments += 1;
+        }
         if first {
             buffer.clear();
             buffer.resize(message.header.message_len.get() as usize, 0);

@@ -39,8 +39,12 @@ impl Engine {
                 if now_ns.saturating_sub(w.sent_ns.max(w.progress_ns)) >= rto {
                     w.sent_ns = now_ns;
                     w.retransmits += 1;
-                    peer.tx.push(TxOp::Request(slot as u8));
                     expired += 1;
+                    let client_slot = &mut peer.client[slot];
+                    if !client_slot.queued {
+                        client_slot.queued = true;
+                        peer.tx.push(TxOp::Request(slot as u8));
+                    }
                 }
             }
             if expired > 0 {

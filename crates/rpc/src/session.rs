@@ -21,12 +21,17 @@ pub(crate) struct Reassembly {
 /// What a fragment did to a reassembly.
 #[derive(PartialEq, Eq, Debug)]
 pub(crate) enum Fragment {
-    /// New data: copy it in; `complete` if it was the last missing packet.
-    New { complete: bool },
+    /// New data: copy it in. `first` if the reassembly (re)started with it, so the buffer
+    /// must be sized; `complete` if it was the last missing packet; `restarted` if it
+    /// disagreed with the packets seen before (another length or packet count), which
+    /// were dropped.
+    New {
+        first: bool,
+        complete: bool,
+        restarted: bool,
+    },
     /// A packet already received.
     Duplicate,
-    /// Disagrees with the fragments seen so far (length or packet count).
-    Inconsistent,
 }
 
 impl Reassembly {
@@ -48,20 +53,24 @@ impl Reassembly {
         self.received = 0;
     }
 
-    /// True once at least one packet of the message has arrived.
-    pub(crate) fn started(&self) -> bool {
-        self.received > 0
-    }
-
     /// Accounts for one packet of a multi-packet message (decoder-validated header).
+    ///
+    /// A packet that disagrees with the earlier ones comes from another transmission of
+    /// the message with other contents (a peer that restarted and ran the request again,
+    /// or a broken one): the reassembly starts over from it rather than rejecting it, or
+    /// it could never complete.
     pub(crate) fn accept(&mut self, header: &MessageHeader) -> Fragment {
         let count = header.packet_count.get();
         let len = header.message_len.get();
-        if self.received == 0 {
+        let restarted =
+            self.received > 0 && (self.message_len != len || self.packet_count != count);
+        if restarted {
+            self.reset();
+        }
+        let first = self.received == 0;
+        if first {
             self.message_len = len;
             self.packet_count = count;
-        } else if self.message_len != len || self.packet_count != count {
-            return Fragment::Inconsistent;
         }
         let index = usize::from(header.packet_index.get());
         let (word, bit) = (index / 64, 1u64 << (index % 64));
@@ -71,7 +80,9 @@ impl Reassembly {
         self.bitmap[word] |= bit;
         self.received += 1;
         Fragment::New {
+            first,
             complete: self.received == self.packet_count,
+            restarted,
         }
     }
 }
@@ -97,6 +108,8 @@ pub(crate) struct Waiting {
 pub(crate) struct ClientSlot {
     pub(crate) waiting: Option<Waiting>,
     pub(crate) reassembly: Reassembly,
+    /// A `TxOp::Request` for this slot is in the peer's queue.
+    pub(crate) queued: bool,
 }
 
 /// Where the server half of a slot stands.
@@ -121,6 +134,8 @@ pub(crate) struct ServerSlot {
     pub(crate) response: Vec<u8>,
     /// Times the saved response was sent again (for `transmit::first_packet`).
     pub(crate) resends: u32,
+    /// A `TxOp::Response` for this slot is in the peer's queue.
+    pub(crate) queued: bool,
     pub(crate) reassembly: Reassembly,
 }
 
@@ -134,6 +149,7 @@ impl ServerSlot {
             request: Vec::new(),
             response: Vec::new(),
             resends: 0,
+            queued: false,
             reassembly: Reassembly::new(),
         }
     }
@@ -195,6 +211,7 @@ impl Peer {
                 .map(|_| ClientSlot {
                     waiting: None,
                     reassembly: Reassembly::new(),
+                    queued: false,
                 })
                 .collect(),
             // Popped from the end: slot 0 is used first.
@@ -228,11 +245,17 @@ impl Peer {
         &mut self.server[index]
     }
 
-    /// Forgets the server half: the peer restarted, so its request numbers start again.
-    pub(crate) fn reset_server(&mut self) {
+    /// The peer restarted. Its request numbers start again, so the server half is
+    /// forgotten; responses it had begun to send us belong to its earlier life (the new
+    /// one answers retransmissions afresh), so partly reassembled responses are dropped.
+    pub(crate) fn reset_for_restart(&mut self) {
         for slot in &mut self.server {
             slot.request_number = 0;
             slot.state = ServerState::Empty;
+            slot.queued = false;
+            slot.reassembly.reset();
+        }
+        for slot in &mut self.client {
             slot.reassembly.reset();
         }
         self.tx.retain(|op| matches!(op, TxOp::Request(_)));

@@ -48,6 +48,12 @@ impl Engine {
             capacity: config.datagram_bytes,
         };
         while peer.tx_done < peer.tx.len() {
+            // The op leaves the queue now (or once its interrupted write completes, below);
+            // from then on, a new duplicate may queue it again.
+            match peer.tx[peer.tx_done] {
+                TxOp::Request(slot) => peer.client[usize::from(slot)].queued = false,
+                TxOp::Response(slot) => peer.server[usize::from(slot)].queued = false,
+            }
             // `round` counts earlier transmissions of the message: split messages start each
             // round at another packet (see `first_packet`).
             let (fields, payload, round) = match peer.tx[peer.tx_done] {

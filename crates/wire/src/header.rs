@@ -108,6 +108,9 @@ pub enum Status {
     UnknownRequestType = 1,
     /// The handler rejected the request; the payload is its error text.
     HandlerError = 2,
+    /// The request was addressed to an earlier incarnation of the target, which has
+    /// restarted since: it was not run by this one (it may have run in the earlier one).
+    TargetRestarted = 3,
 }
 
 impl Status {
@@ -117,6 +120,7 @@ impl Status {
             0 => Some(Self::Ok),
             1 => Some(Self::UnknownRequestType),
             2 => Some(Self::HandlerError),
+            3 => Some(Self::TargetRestarted),
             _ => None,
         }
     }
