@@ -18,6 +18,11 @@ use crate::stats::Stats;
 /// endpoints cover a cluster of hundreds of nodes of a dozen threads.
 pub const MAX_PEERS: usize = 4096;
 
+/// The request type the engine keeps for itself: a connect request, answered by the
+/// engine with its incarnation (see `docs/rpc.md`, "Connecting"). Handlers cannot be
+/// registered for it.
+pub const CONNECT_REQUEST_TYPE: u8 = 0;
+
 /// Pending events are bounded: each peer is suspect at most once until heard from again.
 const MAX_EVENTS: usize = MAX_PEERS;
 
@@ -44,6 +49,8 @@ pub struct Engine {
     pub(crate) tx_peers: VecDeque<u32>,
     /// Requests waiting on all peers together.
     pub(crate) outstanding: usize,
+    /// Peers we are connecting to (their incarnation unknown, requests waiting).
+    pub(crate) connecting: usize,
     pub(crate) next_scan_ns: u64,
     pub(crate) events: VecDeque<Event>,
     pub(crate) stats: Stats,
@@ -62,6 +69,7 @@ impl Engine {
             peer_index: HashMap::with_hasher(FixedState::with_seed(0)),
             tx_peers: VecDeque::new(),
             outstanding: 0,
+            connecting: 0,
             next_scan_ns: 0,
             events: VecDeque::new(),
             stats: Stats::default(),
@@ -85,8 +93,27 @@ impl Engine {
     }
 
     /// Registers the handler of `request_type`, replacing any earlier one.
+    ///
+    /// Panics for `CONNECT_REQUEST_TYPE`, which the engine keeps for itself.
     pub fn register(&mut self, request_type: u8, handler: Handler) {
+        assert_ne!(
+            request_type, CONNECT_REQUEST_TYPE,
+            "request type 0 is the engine's own"
+        );
         self.handlers[usize::from(request_type)] = Some(handler);
+    }
+
+    /// Tells the engine the incarnation of `endpoint`, as a membership layer that knows it
+    /// may, so that requests to it need no connect round trip first. Learning it from the
+    /// peer itself (the default) costs one round trip per session.
+    pub fn set_peer_incarnation(&mut self, endpoint: EndpointId, incarnation: u64) {
+        assert!(incarnation > 0, "incarnation 0 means unknown");
+        if let Some(p) = self.peer(endpoint) {
+            let peer = &mut self.peers[p as usize];
+            if peer.incarnation < incarnation {
+                peer.incarnation = incarnation;
+            }
+        }
     }
 
     /// Adds a request to `caller`'s batch and returns its payload buffer (empty) to write
@@ -237,7 +264,7 @@ impl Engine {
     /// When [`Engine::handle_timeout`] should next be called; `None` while no request is
     /// outstanding (an idle engine needs no timer).
     pub fn next_timeout_ns(&self) -> Option<u64> {
-        (self.outstanding > 0).then_some(self.next_scan_ns)
+        (self.outstanding > 0 || self.connecting > 0).then_some(self.next_scan_ns)
     }
 
     /// The index of `endpoint`'s session state, created on first contact.
@@ -265,6 +292,10 @@ impl Engine {
     /// Sends the calls waiting in peer `p`'s backlog, in order, while a slot is free and
     /// the session's window has room for the next one's bytes.
     pub(crate) fn release_backlog(&mut self, p: u32, now_ns: u64) {
+        if self.peers[p as usize].incarnation == 0 {
+            self.start_connect(p, now_ns);
+            return;
+        }
         let window_bytes = self.config.window_bytes;
         loop {
             let peer = &mut self.peers[p as usize];
@@ -285,6 +316,56 @@ impl Engine {
             };
             peer.backlog.pop_front();
             self.assign_slot(p, slot, caller, index, now_ns);
+        }
+    }
+
+    /// Sends a connect request to peer `p` unless one is in flight. Requests wait in the
+    /// backlog until the peer's answer tells its incarnation: a request must name the
+    /// incarnation it is meant for, or after a restart of the peer the new life could not
+    /// tell it from one its earlier life already ran.
+    fn start_connect(&mut self, p: u32, now_ns: u64) {
+        let peer = &mut self.peers[p as usize];
+        if peer.connect_sent_ns.is_some() {
+            return;
+        }
+        peer.connect_sent_ns = Some(now_ns);
+        peer.connect_retransmits = 0;
+        peer.last_heard_ns = now_ns;
+        if self.outstanding == 0 && self.connecting == 0 {
+            self.next_scan_ns = now_ns + self.scan_interval_ns();
+        }
+        self.connecting += 1;
+        self.queue_tx(p, TxOp::Connect);
+    }
+
+    /// Peer `p`'s incarnation has just become known: stop connecting and send what waits.
+    pub(crate) fn connected(&mut self, p: u32, now_ns: u64) {
+        debug_assert_ne!(self.peers[p as usize].incarnation, 0);
+        if self.peers[p as usize].connect_sent_ns.take().is_some() {
+            self.connecting -= 1;
+        }
+        self.release_backlog(p, now_ns);
+    }
+
+    /// Peer `p` restarted: every request outstanding to it was addressed to its earlier
+    /// life, which may or may not have run it. Sent again, it would carry the new
+    /// incarnation and could run twice, so each fails with `TargetRestarted` now.
+    /// Requests still in the backlog were never sent and go to the new life.
+    pub(crate) fn fail_outstanding(&mut self, p: u32, _now_ns: u64) {
+        for slot in 0..self.peers[p as usize].client.len() {
+            let peer = &mut self.peers[p as usize];
+            let Some(waiting) = peer.client[slot].waiting.take() else {
+                continue;
+            };
+            peer.client[slot].reassembly.reset();
+            peer.free_slots.push(slot as u8);
+            peer.outstanding_bytes -= waiting.request_bytes;
+            self.outstanding -= 1;
+            self.complete_call(
+                waiting.caller,
+                waiting.index,
+                Outcome::Failed(RpcError::TargetRestarted),
+            );
         }
     }
 
@@ -321,7 +402,7 @@ impl Engine {
             request_bytes,
         });
         s.reassembly.reset();
-        if self.outstanding == 0 {
+        if self.outstanding == 0 && self.connecting == 0 {
             self.next_scan_ns = now_ns + self.scan_interval_ns();
         }
         self.outstanding += 1;
@@ -336,6 +417,8 @@ impl Engine {
         let queued = match op {
             TxOp::Request(slot) => &mut peer.client[usize::from(slot)].queued,
             TxOp::Response(slot) => &mut peer.server[usize::from(slot)].queued,
+            TxOp::Connect => &mut peer.connect_queued,
+            TxOp::ConnectReply => &mut peer.connect_reply_queued,
         };
         if *queued {
             return;

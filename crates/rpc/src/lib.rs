@@ -36,7 +36,7 @@ mod transmit;
 
 pub use caller::CallerId;
 pub use config::Config;
-pub use engine::{Engine, Event};
+pub use engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 pub use error::{HandlerError, RpcError};
 pub use handler::{Handler, Request};
 pub use stats::Stats;

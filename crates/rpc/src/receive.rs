@@ -4,7 +4,7 @@
 use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
 
 use crate::caller::Outcome;
-use crate::engine::{Engine, Event};
+use crate::engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 use crate::handler::{Handler, Request};
 use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
 use crate::stats::Stats;
@@ -46,26 +46,29 @@ impl Engine {
             self.stats.stale_incarnation += 1;
             return;
         }
+        let learned = peer.incarnation == 0;
+        let restarted = !learned && incarnation > peer.incarnation;
         if incarnation > peer.incarnation {
-            if peer.incarnation != 0 {
-                peer.reset_for_restart();
-                self.stats.peer_restarts += 1;
-            }
             peer.incarnation = incarnation;
         }
         peer.last_heard_ns = now_ns;
-        if peer.suspect {
-            peer.suspect = false;
+        let recovered = std::mem::replace(&mut peer.suspect, false);
+        if restarted {
+            peer.reset_for_restart();
+            self.stats.peer_restarts += 1;
+            self.fail_outstanding(p, now_ns);
+        }
+        if recovered {
             self.push_event(Event::Recovered(source));
         }
-        // Messages addressed to an earlier life of this endpoint. Responses answer requests
+        // Messages must name this incarnation. Responses to an earlier life answer requests
         // it no longer has, though they may carry the slot and request number of new
-        // ones: dropped. Requests may have run in that life already: not run again, but
-        // answered, so the client learns of the restart (see `on_request`). A client that
-        // has not heard from us yet says 0 and is served.
-        let target_incarnation = datagram.target_incarnation();
-        let responses_current = target_incarnation == self.config.incarnation;
-        let requests_current = target_incarnation == 0 || responses_current;
+        // ones: dropped. Requests to an earlier life may have run in it already: not run
+        // again, but answered, so the client learns of the restart (see `on_request`).
+        // Clients connect before sending requests (connect requests are exempt), so a
+        // request naming no incarnation (0) is refused the same way.
+        let current = datagram.target_incarnation() == self.config.incarnation;
+        let (responses_current, requests_current) = (current, current);
         for message in datagram.messages() {
             match message.kind() {
                 MessageKind::Request => self.on_request(p, source, &message, requests_current),
@@ -73,10 +76,21 @@ impl Engine {
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
+        if learned {
+            // Anything from the peer tells its incarnation, a connect reply or not.
+            self.connected(p, now_ns);
+        } else if restarted {
+            self.release_backlog(p, now_ns);
+        }
     }
 
     fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>, current: bool) {
         let header = message.header;
+        if header.request_type == CONNECT_REQUEST_TYPE {
+            // The reply's packet header carries our incarnation; that is all it says.
+            self.queue_tx(p, TxOp::ConnectReply);
+            return;
+        }
         let slot_number = header.slot;
         let request_number = header.request_number.get();
         let single = header.packet_count.get() == 1;
@@ -161,6 +175,10 @@ impl Engine {
 
     fn on_response(&mut self, p: u32, message: &Message<'_>, now_ns: u64) {
         let header = message.header;
+        if header.request_type == CONNECT_REQUEST_TYPE {
+            // Its packet header told the peer's incarnation (see `handle_datagram`).
+            return;
+        }
         let slot_number = header.slot;
         let peer = &mut self.peers[p as usize];
         let waiting = match peer

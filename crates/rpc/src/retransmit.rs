@@ -11,7 +11,7 @@ impl Engine {
     /// Runs the retransmission scan if its time has come (see
     /// [`Engine::next_timeout_ns`]). Calling it early does nothing.
     pub fn handle_timeout(&mut self, now_ns: u64) {
-        if self.outstanding == 0 || now_ns < self.next_scan_ns {
+        if (self.outstanding == 0 && self.connecting == 0) || now_ns < self.next_scan_ns {
             return;
         }
         self.next_scan_ns = now_ns + self.scan_interval_ns();
@@ -19,7 +19,7 @@ impl Engine {
         let suspect_after = self.config.suspect_after_ns;
         for p in 0..self.peers.len() {
             let peer = &mut self.peers[p];
-            if peer.outstanding() == 0 {
+            if peer.outstanding() == 0 && peer.connect_sent_ns.is_none() {
                 continue;
             }
             // The session's backoff applies to every request, new ones included: while the
@@ -44,6 +44,23 @@ impl Engine {
                     if !client_slot.queued {
                         client_slot.queued = true;
                         peer.tx.push(TxOp::Request(slot as u8));
+                    }
+                }
+            }
+            if let Some(sent_ns) = peer.connect_sent_ns {
+                let rto =
+                    (base << peer.connect_retransmits.min(BACKOFF_DOUBLINGS_MAX)).min(rto_max);
+                if now_ns.saturating_sub(sent_ns) >= rto {
+                    peer.connect_sent_ns = Some(now_ns);
+                    peer.connect_retransmits += 1;
+                    self.stats.retransmissions += 1;
+                    if !peer.connect_queued {
+                        peer.connect_queued = true;
+                        peer.tx.push(TxOp::Connect);
+                        if !peer.queued {
+                            peer.queued = true;
+                            self.tx_peers.push_back(p as u32);
+                        }
                     }
                 }
             }

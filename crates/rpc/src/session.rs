@@ -162,6 +162,10 @@ pub(crate) enum TxOp {
     Request(u8),
     /// The saved response of this server slot.
     Response(u8),
+    /// A connect request: learn the peer's incarnation before sending it any request.
+    Connect,
+    /// The answer to a peer's connect request.
+    ConnectReply,
 }
 
 pub(crate) struct Peer {
@@ -190,6 +194,16 @@ pub(crate) struct Peer {
 
     // Server half: grown on demand up to 256 slots (the slot number is one byte).
     pub(crate) server: Vec<ServerSlot>,
+
+    // Connection: no request is sent before the peer's incarnation is known.
+    /// When the pending connect request was last sent; `None` when not connecting.
+    pub(crate) connect_sent_ns: Option<u64>,
+    /// Connect retransmissions so far, for backoff.
+    pub(crate) connect_retransmits: u32,
+    /// A `TxOp::Connect` is in the queue.
+    pub(crate) connect_queued: bool,
+    /// A `TxOp::ConnectReply` is in the queue.
+    pub(crate) connect_reply_queued: bool,
 
     // Transmission.
     pub(crate) tx: Vec<TxOp>,
@@ -224,6 +238,10 @@ impl Peer {
             last_heard_ns: 0,
             suspect: false,
             server: Vec::new(),
+            connect_sent_ns: None,
+            connect_retransmits: 0,
+            connect_queued: false,
+            connect_reply_queued: false,
             tx: Vec::with_capacity(usize::from(credits) * 2),
             tx_done: 0,
             tx_packet: 0,
@@ -258,7 +276,9 @@ impl Peer {
         for slot in &mut self.client {
             slot.reassembly.reset();
         }
-        self.tx.retain(|op| matches!(op, TxOp::Request(_)));
+        self.tx
+            .retain(|op| matches!(op, TxOp::Request(_) | TxOp::Connect));
+        self.connect_reply_queued = false;
         self.tx_done = 0;
         self.tx_packet = 0;
     }

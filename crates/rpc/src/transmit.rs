@@ -5,7 +5,7 @@ use ferrotx_wire::{
     FragmentInfo, MessageFields, MessageKind, Status, message_count, push_message, start_datagram,
 };
 
-use crate::engine::Engine;
+use crate::engine::{CONNECT_REQUEST_TYPE, Engine};
 use crate::session::{ServerState, TxOp};
 
 impl Engine {
@@ -53,6 +53,8 @@ impl Engine {
             match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => peer.client[usize::from(slot)].queued = false,
                 TxOp::Response(slot) => peer.server[usize::from(slot)].queued = false,
+                TxOp::Connect => peer.connect_queued = false,
+                TxOp::ConnectReply => peer.connect_reply_queued = false,
             }
             // `round` counts earlier transmissions of the message: split messages start each
             // round at another packet (see `first_packet`).
@@ -78,6 +80,20 @@ impl Engine {
                         continue;
                     }
                 },
+                TxOp::Connect | TxOp::ConnectReply => {
+                    let kind = match peer.tx[peer.tx_done] {
+                        TxOp::Connect => MessageKind::Request,
+                        _ => MessageKind::Response,
+                    };
+                    let fields = MessageFields {
+                        kind,
+                        request_type: CONNECT_REQUEST_TYPE,
+                        status: Status::Ok,
+                        slot: 0,
+                        request_number: 0,
+                    };
+                    (fields, &[][..], 0)
+                }
                 TxOp::Response(slot) => {
                     let s = &peer.server[usize::from(slot)];
                     if s.state != ServerState::Done {

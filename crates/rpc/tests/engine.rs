@@ -83,7 +83,16 @@ fn server(config: Config) -> (Engine, Log) {
     (engine, log)
 }
 
+/// A client that knows the server's first incarnation (1), as a membership layer would
+/// tell it, so that its requests go out at once; `connecting_client` learns it instead.
 fn client(config: Config) -> Engine {
+    let mut engine = Engine::new(CLIENT, config);
+    engine.set_peer_incarnation(SERVER, 1);
+    engine
+}
+
+/// A client that must learn the server's incarnation with a connect round trip.
+fn connecting_client(config: Config) -> Engine {
     Engine::new(CLIENT, config)
 }
 
@@ -196,6 +205,8 @@ fn assert_answered(client: &mut Engine, payloads: &[Vec<u8>]) {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Seen {
     kind: MessageKind,
+    request_type: u8,
+    status: Status,
     slot: u8,
     request_number: u64,
     packet_index: u16,
@@ -208,6 +219,8 @@ fn messages(datagram: &[u8]) -> Vec<Seen> {
         .messages()
         .map(|m| Seen {
             kind: m.kind(),
+            request_type: m.header.request_type,
+            status: m.status(),
             slot: m.header.slot,
             request_number: m.header.request_number.get(),
             packet_index: m.header.packet_index.get(),
@@ -265,6 +278,7 @@ struct Forge {
     target: EndpointId,
     configuration: u64,
     incarnation: u64,
+    target_incarnation: u64,
 }
 
 impl Forge {
@@ -275,6 +289,7 @@ impl Forge {
             target,
             configuration: Config::default().configuration,
             incarnation: Config::default().incarnation,
+            target_incarnation: Config::default().incarnation,
         }
     }
 
@@ -287,7 +302,7 @@ impl Forge {
             self.target,
             self.configuration,
             self.incarnation,
-            0,
+            self.target_incarnation,
         );
         let fields = MessageFields {
             kind,
@@ -1760,4 +1775,85 @@ fn random_datagrams_from_a_member_never_panic_the_engine() {
         completed > 0,
         "no call completed among the random datagrams"
     );
+}
+
+/// A client that does not know the server's incarnation connects first: its requests wait
+/// until the reply names the incarnation, and a lost connect request is sent again.
+#[test]
+fn a_client_connects_before_sending_requests() {
+    let mut c = connecting_client(Config::default());
+    let (mut s, log) = server(Config::default());
+    let payloads = vec![b"after connecting".to_vec()];
+    let mut now = 0;
+    send(&mut c, now, &payloads);
+    let first = transmit(&mut c);
+    assert_eq!(first.len(), 1);
+    let seen = messages(&first[0]);
+    assert_eq!(
+        seen.len(),
+        1,
+        "a request left before the connect was answered"
+    );
+    assert_eq!(seen[0].request_type, ferrotx_rpc::CONNECT_REQUEST_TYPE);
+    // Lost; sent again after the timeout.
+    let again = next_retransmission(&mut c, &mut now);
+    assert_eq!(
+        messages(&again[0])[0].request_type,
+        ferrotx_rpc::CONNECT_REQUEST_TYPE
+    );
+    deliver(&mut s, now, CLIENT, &again);
+    assert!(log.borrow().is_empty());
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    settle(&mut c, &mut s, now);
+    assert_answered(&mut c, &payloads);
+    assert_eq!(*log.borrow(), payloads);
+}
+
+/// Requests that name no incarnation (only connect requests may) are not run.
+#[test]
+fn a_request_naming_no_incarnation_is_refused() {
+    let (mut s, log) = server(Config::default());
+    let forged = Forge {
+        target_incarnation: 0,
+        ..Forge::new(CLIENT, SERVER)
+    };
+    s.handle_datagram(
+        0,
+        Some(CLIENT),
+        &forged.message(MessageKind::Request, 0, 1, b"x"),
+    );
+    assert!(log.borrow().is_empty());
+    let answer = transmit(&mut s);
+    assert_eq!(messages(&answer[0])[0].status, Status::TargetRestarted);
+}
+
+/// When anything from a server's new life arrives, the requests outstanding to its old
+/// life fail at once with `TargetRestarted`: sent again they would name the new life and
+/// could run twice.
+#[test]
+fn learning_of_a_restart_fails_the_requests_sent_to_the_earlier_life() {
+    let mut c = client(Config::default());
+    let (mut old, old_log) = server(Config::default());
+    let payloads = vec![b"in flight".to_vec()];
+    send(&mut c, 0, &payloads);
+    deliver(&mut old, 0, CLIENT, &transmit(&mut c));
+    assert_eq!(old_log.borrow().len(), 1);
+    drop(old); // The response is lost with the process.
+    let (_new, new_log) = server(Config {
+        incarnation: 2,
+        ..Config::default()
+    });
+    // The new life speaks first (say, its own request to the client).
+    let hello = Forge {
+        source: SERVER,
+        target: CLIENT,
+        incarnation: 2,
+        ..Forge::new(SERVER, CLIENT)
+    }
+    .message(MessageKind::Request, 0, 1, b"hello");
+    c.handle_datagram(10, Some(SERVER), &hello);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::TargetRestarted));
+    assert_eq!(c.outstanding(), 0);
+    assert!(new_log.borrow().is_empty());
 }

@@ -26,12 +26,15 @@ fn every_call_completes_once_under_faults() {
     let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
     let mut failed = Vec::new();
     let (mut calls, mut lost, mut partitioned, mut retransmissions) = (0, 0, 0, 0);
+    let (mut restarts_seen, mut refused) = (0, 0);
     for seed in base..base + seeds {
         let outcome = run(seed, &RpcWorkload::from_seed(seed));
         calls += outcome.calls;
         lost += outcome.lost;
         partitioned += outcome.partitioned;
         retransmissions += outcome.retransmissions;
+        restarts_seen += outcome.restarts_seen;
+        refused += outcome.refused;
         if !outcome.violations.is_empty() {
             eprintln!(
                 "seed {seed} FAILED: {:?}",
@@ -41,10 +44,12 @@ fn every_call_completes_once_under_faults() {
         }
     }
     println!(
-        "{seeds} seeds: {calls} calls, {lost} datagrams lost, {partitioned} cut, {retransmissions} retransmissions"
+        "{seeds} seeds: {calls} calls, {lost} datagrams lost, {partitioned} cut, \
+         {retransmissions} retransmissions, {restarts_seen} restarts noticed, \
+         {refused} calls refused by a restarted target"
     );
     assert!(
-        lost > 0 && partitioned > 0 && retransmissions > 0,
+        lost > 0 && partitioned > 0 && retransmissions > 0 && restarts_seen > 0,
         "the faults did not happen"
     );
     assert!(
