@@ -223,7 +223,7 @@ fn spawn_worker(
         let endpoints = endpoints.to_vec();
         let workload = workload.clone();
         let mut rng = ChaCha8Rng::seed_from_u64(
-            seed.wrapping_mul(1_000_003) ^ ((e as u64) << 16) ^ ((life as u64) << 40) ^ c as u64,
+            seed.wrapping_mul(1_000_003) ^ ((e as u64) << 16) ^ (life << 40) ^ c as u64,
         );
         worker.executor().spawn(move |co| async move {
             let mut counter = 0u64;
