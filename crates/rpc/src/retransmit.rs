@@ -7,6 +7,16 @@ use crate::session::TxOp;
 /// base timeout is past any sensible `rto_max_ns` anyway).
 const BACKOFF_DOUBLINGS_MAX: u32 = 10;
 
+/// The session's timeout doubles at most this often. Once is enough to end a storm of
+/// spurious retransmissions (answers slower than the timeout): under the doubled timeout
+/// requests are answered in time again and their samples lift the estimate. More hurts
+/// under real, persistent loss (a burst of large messages overflowing a small socket
+/// buffer), where few requests are answered at their first try to end the backoff: with
+/// no cap, `bench rpc --req-bytes 1048576 --coroutines 8 --batch 1 --socket-buffer-kib
+/// 208` fell from about 1,600 to 15 RPCs/s; with this cap it keeps about 1,000, while
+/// `--no-coalesce --batch 16` keeps its gain (a few hundred retransmissions, not 700,000).
+const SESSION_BACKOFF_DOUBLINGS_MAX: u32 = 1;
+
 impl Engine {
     /// Runs the retransmission scan if its time has come (see
     /// [`Engine::next_timeout_ns`]). Calling it early does nothing.
@@ -67,7 +77,7 @@ impl Engine {
             if expired > 0 {
                 // TCP's backoff (RFC 6298, 5.5), per session: kept until a request sent
                 // after it is answered without retransmission (see `on_response`).
-                peer.backoff_shift = (peer.backoff_shift + 1).min(BACKOFF_DOUBLINGS_MAX);
+                peer.backoff_shift = (peer.backoff_shift + 1).min(SESSION_BACKOFF_DOUBLINGS_MAX);
                 peer.backoff_since_ns = now_ns;
                 self.stats.retransmissions += expired as u64;
                 if !peer.queued {
