@@ -112,6 +112,10 @@ impl Engine {
                     (fields, s.response.as_slice(), s.resends)
                 }
             };
+            // A message that fits one packet could be written as the case
+            // `packet_count == 1` of the loop below, but that cost about 4% of
+            // `bench rpc --transport mem` throughput (same run, before/after), so small
+            // messages, nearly all of them, take this shorter path.
             let message_len = payload.len() as u32;
             if payload.len() <= fragment_bytes {
                 let fragment = FragmentInfo::whole(message_len);
