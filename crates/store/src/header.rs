@@ -1,0 +1,164 @@
+//! The header word of an object: lock bit, allocated bit and version in one atomic u64.
+
+use crate::error::LockError;
+use crate::sync::{AtomicU64, Ordering, fence};
+
+const LOCK_BIT: u64 = 1 << 63;
+const ALLOCATED_BIT: u64 = 1 << 62;
+const VERSION_MASK: u64 = ALLOCATED_BIT - 1;
+
+/// Largest version: 62 bits. At a billion writes per second to one object, 146 years.
+pub const VERSION_MAX: u64 = VERSION_MASK;
+
+/// A value of the header word.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct HeaderWord(u64);
+
+impl HeaderWord {
+    /// An unlocked word.
+    pub fn new(version: u64, allocated: bool) -> Self {
+        assert!(version <= VERSION_MAX, "version overflow");
+        Self(version | if allocated { ALLOCATED_BIT } else { 0 })
+    }
+
+    /// True while a transaction holds the lock.
+    pub fn locked(self) -> bool {
+        self.0 & LOCK_BIT != 0
+    }
+
+    /// True if the object exists (not absent, not deleted).
+    pub fn allocated(self) -> bool {
+        self.0 & ALLOCATED_BIT != 0
+    }
+
+    /// The version: grows by one with every published write.
+    pub fn version(self) -> u64 {
+        self.0 & VERSION_MASK
+    }
+
+    fn with_lock(self) -> Self {
+        Self(self.0 | LOCK_BIT)
+    }
+}
+
+/// The header word of one object.
+///
+/// Protocol (FaRM 4, over shared memory): a writer [`Header::try_lock`]s at the version it
+/// read, changes the value, then [`Header::publish`]es a higher version (or
+/// [`Header::unlock`]s to abort). A reader loads the header with [`Header::begin_read`],
+/// copies the value, and accepts the copy only if [`Header::end_read`] returns the same
+/// word.
+pub struct Header(AtomicU64);
+
+impl Header {
+    /// A header for an object at `version`, unlocked.
+    pub fn new(word: HeaderWord) -> Self {
+        assert!(!word.locked());
+        Self(AtomicU64::new(word.0))
+    }
+
+    /// The current word.
+    pub fn load(&self) -> HeaderWord {
+        HeaderWord(self.0.load(Ordering::Acquire))
+    }
+
+    /// Locks the object if it is unlocked at `version`.
+    pub fn try_lock(&self, version: u64) -> Result<HeaderWord, LockError> {
+        let current = self.load();
+        if current.locked() {
+            return Err(LockError::Locked);
+        }
+        if current.version() != version {
+            return Err(LockError::VersionChanged {
+                current: current.version(),
+            });
+        }
+        match self.0.compare_exchange(
+            current.0,
+            current.with_lock().0,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                // Seqlock: the lock must be visible to any reader that sees a value byte
+                // written after it (pairs with the fence in `end_read`).
+                fence(Ordering::Release);
+                Ok(current)
+            }
+            Err(now) => {
+                let now = HeaderWord(now);
+                if now.locked() {
+                    Err(LockError::Locked)
+                } else {
+                    Err(LockError::VersionChanged {
+                        current: now.version(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Unlocks without a change (an aborted transaction). Panics if not locked: only the
+    /// holder may unlock.
+    pub fn unlock(&self) {
+        let current = self.load();
+        assert!(current.locked(), "unlock of an unlocked object");
+        self.0.store(current.0 & !LOCK_BIT, Ordering::Release);
+    }
+
+    /// Publishes the value written under the lock at `version`, which must be higher than
+    /// the locked one, and unlocks.
+    pub fn publish(&self, version: u64, allocated: bool) {
+        let current = self.load();
+        assert!(current.locked(), "publish without the lock");
+        assert!(version > current.version(), "versions must grow");
+        self.0
+            .store(HeaderWord::new(version, allocated).0, Ordering::Release);
+    }
+
+    /// First half of a lock-free read: the word before the copy.
+    pub fn begin_read(&self) -> HeaderWord {
+        self.load()
+    }
+
+    /// Second half: the word after the copy. The copy is consistent if it equals the
+    /// first and is unlocked.
+    pub fn end_read(&self) -> HeaderWord {
+        fence(Ordering::Acquire);
+        HeaderWord(self.0.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(all(test, not(feature = "shuttle")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_at_the_version_read_then_publish_or_unlock() {
+        let h = Header::new(HeaderWord::new(5, true));
+        assert_eq!(h.try_lock(4), Err(LockError::VersionChanged { current: 5 }));
+        assert_eq!(h.try_lock(5).unwrap().version(), 5);
+        assert!(h.load().locked());
+        assert_eq!(h.try_lock(5), Err(LockError::Locked));
+        h.unlock();
+        assert_eq!(h.load(), HeaderWord::new(5, true));
+        h.try_lock(5).unwrap();
+        h.publish(6, false);
+        assert_eq!(h.load(), HeaderWord::new(6, false));
+        assert!(!h.load().allocated());
+    }
+
+    #[test]
+    #[should_panic(expected = "versions must grow")]
+    fn a_version_never_goes_back() {
+        let h = Header::new(HeaderWord::new(5, true));
+        h.try_lock(5).unwrap();
+        h.publish(5, true);
+    }
+
+    #[test]
+    #[should_panic(expected = "unlock of an unlocked object")]
+    fn only_a_locked_object_unlocks() {
+        Header::new(HeaderWord::new(1, true)).unlock();
+    }
+}

@@ -1,0 +1,287 @@
+//! A partition: one hash index per table, shared by a node's worker threads.
+
+use foldhash::fast::FixedState;
+
+use crate::error::{LockError, ReadError, StoreError};
+use crate::key::Key;
+use crate::object::{Object, ReadOutcome};
+use crate::table::{TableId, TableSpec};
+
+/// A partition's number within the cluster's partition map.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct PartitionId(pub u32);
+
+/// Index of one table: key to object. Lookups take no lock (`papaya`'s epoch-protected
+/// reads); objects are never removed while the partition lives, so a deleted key keeps a
+/// not-allocated object whose version orders the delete against later inserts.
+type Index = papaya::HashMap<Key, Object, FixedState>;
+
+/// One partition of every table.
+pub struct Partition {
+    id: PartitionId,
+    tables: Vec<(TableSpec, Index)>,
+}
+
+impl Partition {
+    /// An empty partition of the tables of `schema`.
+    pub fn new(id: PartitionId, schema: &[TableSpec]) -> Self {
+        let tables = schema
+            .iter()
+            .map(|spec| {
+                let index = papaya::HashMap::builder()
+                    .hasher(FixedState::with_seed(u64::from(id.0)))
+                    .build();
+                (spec.clone(), index)
+            })
+            .collect();
+        Self { id, tables }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> PartitionId {
+        self.id
+    }
+
+    fn table(&self, table: TableId) -> Result<&(TableSpec, Index), StoreError> {
+        self.tables
+            .iter()
+            .find(|(spec, _)| spec.id == table)
+            .ok_or(StoreError::UnknownTable(table))
+    }
+
+    /// Lock-free read of `key` into `out`. A key with no object reads as absent at
+    /// version 0.
+    pub fn read(
+        &self,
+        table: TableId,
+        key: &Key,
+        out: &mut Vec<u8>,
+    ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
+        let (_, index) = self.table(table)?;
+        let index = index.pin();
+        Ok(match index.get(key) {
+            Some(object) => object.read(out),
+            None => {
+                out.clear();
+                Ok(ReadOutcome {
+                    version: 0,
+                    present: false,
+                })
+            }
+        })
+    }
+
+    /// True if `key` is unlocked at `version` (0: never had an object).
+    pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
+        let (_, index) = self.table(table)?;
+        let index = index.pin();
+        Ok(match index.get(key) {
+            Some(object) => object.validate(version),
+            None => version == 0,
+        })
+    }
+
+    /// Locks `key` at `version`, creating its placeholder if the key never had an object
+    /// (for an insert at version 0).
+    pub fn lock(
+        &self,
+        table: TableId,
+        key: &Key,
+        version: u64,
+    ) -> Result<Result<(), LockError>, StoreError> {
+        let (spec, index) = self.table(table)?;
+        let index = index.pin();
+        let object = match index.get(key) {
+            Some(object) => object,
+            None if version == 0 => {
+                index.get_or_insert_with(*key, || Object::absent(spec.initial_capacity()))
+            }
+            None => return Ok(Err(LockError::VersionChanged { current: 0 })),
+        };
+        Ok(object.try_lock(version))
+    }
+
+    /// Checks that `value` fits `table`, without changing anything: a transaction checks
+    /// its writes before it starts to commit.
+    pub fn check_value(&self, table: TableId, value: &[u8]) -> Result<(), StoreError> {
+        self.table(table)?.0.check_value(value)
+    }
+
+    /// Installs `value` (`None`: deletes) in the locked object of `key` and unlocks it;
+    /// returns the new version. Panics if the key is not locked: only the lock holder may
+    /// install.
+    pub fn install(
+        &self,
+        table: TableId,
+        key: &Key,
+        value: Option<&[u8]>,
+    ) -> Result<u64, StoreError> {
+        let (spec, index) = self.table(table)?;
+        if let Some(value) = value {
+            spec.check_value(value)?;
+        }
+        let index = index.pin();
+        let object = index
+            .get(key)
+            .expect("install into a key that was never locked");
+        Ok(object.install(value))
+    }
+
+    /// Unlocks the locked `key` without a change. Panics if it is not locked.
+    pub fn unlock(&self, table: TableId, key: &Key) -> Result<(), StoreError> {
+        let (_, index) = self.table(table)?;
+        let index = index.pin();
+        index
+            .get(key)
+            .expect("unlock of a key that was never locked")
+            .unlock();
+        Ok(())
+    }
+
+    /// Stores `value` at version 1 if `key` has no object: for loading data before any
+    /// transaction runs. Returns false (and changes nothing) if the key has an object.
+    pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
+        let (spec, index) = self.table(table)?;
+        spec.check_value(value)?;
+        let index = index.pin();
+        let mut inserted = false;
+        index.get_or_insert_with(key, || {
+            inserted = true;
+            Object::new(1, value, spec.initial_capacity())
+        });
+        Ok(inserted)
+    }
+
+    /// Number of keys of `table` whose object exists (not absent, not deleted). Walks
+    /// the whole table: for statistics and tests, not the hot path.
+    pub fn count_present(&self, table: TableId) -> Result<usize, StoreError> {
+        let (_, index) = self.table(table)?;
+        let index = index.pin();
+        Ok(index
+            .iter()
+            .filter(|(_, object)| object.header().allocated())
+            .count())
+    }
+}
+
+#[cfg(all(test, not(feature = "shuttle")))]
+mod tests {
+    use super::*;
+
+    fn partition() -> Partition {
+        Partition::new(
+            PartitionId(3),
+            &[
+                TableSpec::fixed(1, "accounts", 8),
+                TableSpec::variable(2, "blobs", 1 << 20),
+            ],
+        )
+    }
+
+    const ACCOUNTS: TableId = TableId(1);
+    const BLOBS: TableId = TableId(2);
+
+    #[test]
+    fn insert_update_delete_through_locks() {
+        let p = partition();
+        let key = Key::from(42);
+        let mut out = Vec::new();
+        assert_eq!(
+            p.read(ACCOUNTS, &key, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 0,
+                present: false
+            }))
+        );
+        assert_eq!(p.validate(ACCOUNTS, &key, 0), Ok(true));
+        // Insert: lock at version 0.
+        assert_eq!(p.lock(ACCOUNTS, &key, 0), Ok(Ok(())));
+        assert_eq!(p.validate(ACCOUNTS, &key, 0), Ok(false));
+        assert_eq!(
+            p.install(ACCOUNTS, &key, Some(&100u64.to_le_bytes())),
+            Ok(1)
+        );
+        assert_eq!(
+            p.read(ACCOUNTS, &key, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 1,
+                present: true
+            }))
+        );
+        assert_eq!(out, 100u64.to_le_bytes());
+        // A lock at a stale version fails and changes nothing.
+        assert_eq!(
+            p.lock(ACCOUNTS, &key, 0),
+            Ok(Err(LockError::VersionChanged { current: 1 }))
+        );
+        // Delete.
+        assert_eq!(p.lock(ACCOUNTS, &key, 1), Ok(Ok(())));
+        assert_eq!(p.install(ACCOUNTS, &key, None), Ok(2));
+        assert_eq!(
+            p.read(ACCOUNTS, &key, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 2,
+                present: false
+            }))
+        );
+        assert_eq!(p.count_present(ACCOUNTS), Ok(0));
+        // A lock of a key with no object at a version other than 0 fails.
+        assert_eq!(
+            p.lock(ACCOUNTS, &Key::from(7), 3),
+            Ok(Err(LockError::VersionChanged { current: 0 }))
+        );
+    }
+
+    #[test]
+    fn bad_input_is_an_error_and_changes_nothing() {
+        let p = partition();
+        let key = Key::from(1);
+        assert!(p.load(ACCOUNTS, key, &5u64.to_le_bytes()).unwrap());
+        assert!(!p.load(ACCOUNTS, key, &6u64.to_le_bytes()).unwrap());
+        assert_eq!(
+            p.read(TableId(9), &key, &mut Vec::new()),
+            Err(StoreError::UnknownTable(TableId(9)))
+        );
+        assert_eq!(p.lock(ACCOUNTS, &key, 1), Ok(Ok(())));
+        assert_eq!(
+            p.install(ACCOUNTS, &key, Some(b"short")),
+            Err(StoreError::WrongValueSize {
+                len: 5,
+                expected: 8
+            })
+        );
+        // Still locked at version 1 with the old value: the caller aborts.
+        p.unlock(ACCOUNTS, &key).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(
+            p.read(ACCOUNTS, &key, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 1,
+                present: true
+            }))
+        );
+        assert_eq!(out, 5u64.to_le_bytes());
+        assert_eq!(
+            p.check_value(BLOBS, &vec![0; (1 << 20) + 1]),
+            Err(StoreError::ValueTooLarge {
+                len: (1 << 20) + 1,
+                max: 1 << 20
+            })
+        );
+        assert_eq!(p.check_value(BLOBS, &vec![0; 1 << 20]), Ok(()));
+    }
+
+    #[test]
+    fn variable_values_grow_and_shrink() {
+        let p = partition();
+        let key = Key::from_bytes(b"blob").unwrap();
+        let mut out = Vec::new();
+        for (version, len) in [(1, 10usize), (2, 100_000), (3, 3), (4, 1 << 20)] {
+            p.lock(BLOBS, &key, version - 1).unwrap().unwrap();
+            let value: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            assert_eq!(p.install(BLOBS, &key, Some(&value)), Ok(version));
+            p.read(BLOBS, &key, &mut out).unwrap().unwrap();
+            assert_eq!(out, value);
+        }
+    }
+}
