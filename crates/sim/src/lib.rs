@@ -7,6 +7,7 @@
 
 mod network;
 pub mod rpc_workload;
+pub mod serializability;
 mod simulator;
 
 pub use network::{Faults, SimNetwork, SimTransport};

@@ -1,0 +1,449 @@
+//! A checker of strict serializability for histories whose version order is known.
+//!
+//! In ferrotx every committed write of a key installs the next version of that key, and
+//! every read returns the version it saw, so the order of each key's versions is known
+//! exactly (Adya's "recoverable" version order, as Elle recovers it from list appends).
+//! The checker builds the dependency graph of the committed transactions directly:
+//!
+//! - `ww`: the writer of version v of a key to the writer of its next version;
+//! - `wr`: the writer of version v to each transaction that read v;
+//! - `rw` (anti-dependency): each reader of v to the writer of the next version;
+//! - `rt` (real time): T1 to T2 when T1 ended before T2 started.
+//!
+//! A cycle means no serial order agrees with what the transactions saw and with real time:
+//! not strictly serializable. Each cycle found is reported with its transactions and edge
+//! kinds and named after Adya: G0 (write cycles), G1c (write and read dependencies),
+//! G-single (exactly one anti-dependency), G2 (several); "-realtime" when it needs a
+//! real-time edge. Reads of versions no committed transaction wrote are G1a/G1b.
+//!
+//! Real-time edges are not added pairwise (quadratic): every start and end is an event
+//! node on one chain ordered by time, a transaction points to its end event and its start
+//! event points to it, so T1 reaches T2 through the chain exactly when T1 ended before T2
+//! started.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+
+/// One transaction of a history.
+#[derive(Clone, Debug)]
+pub struct TxnRecord<K> {
+    /// Unique id, for reports.
+    pub id: u64,
+    /// When the client started it.
+    pub start_ns: u64,
+    /// When the client learned its outcome.
+    pub end_ns: u64,
+    /// True if it was reported committed.
+    pub committed: bool,
+    /// Versions read from the store (not the transaction's own writes).
+    pub reads: Vec<(K, u64)>,
+    /// Versions installed by its writes (only meaningful when committed).
+    pub writes: Vec<(K, u64)>,
+}
+
+/// Kinds of dependency edges.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Edge {
+    /// Write-write.
+    Ww,
+    /// Write-read.
+    Wr,
+    /// Read-write (anti-dependency).
+    Rw,
+    /// Real time.
+    Rt,
+}
+
+/// Something the history shows that strict serializability forbids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// A committed transaction read a version that no committed transaction wrote (and
+    /// that is not an initial version).
+    ReadOfUnwrittenVersion {
+        /// The reader.
+        reader: u64,
+        /// The key, formatted.
+        key: String,
+        /// The version read.
+        version: u64,
+    },
+    /// Two committed transactions installed the same version of a key.
+    DuplicateVersion {
+        /// The key, formatted.
+        key: String,
+        /// The version.
+        version: u64,
+        /// The two writers.
+        writers: (u64, u64),
+    },
+    /// A dependency cycle.
+    Cycle {
+        /// Adya's name for it.
+        anomaly: String,
+        /// The transactions of the cycle, in order, each with the kind of the edge to the
+        /// next.
+        steps: Vec<(u64, Edge)>,
+    },
+}
+
+enum Node {
+    Txn(usize),
+    Event,
+}
+
+/// Checks a history. `initial` says which versions of which keys existed before the
+/// history (loaded data); version 0 (no object) always exists.
+pub fn check<K: Ord + Clone + Debug>(
+    history: &[TxnRecord<K>],
+    initial: impl Fn(&K, u64) -> bool,
+) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let committed: Vec<&TxnRecord<K>> = history.iter().filter(|t| t.committed).collect();
+
+    // Who installed each version of each key.
+    let mut writer: BTreeMap<(&K, u64), usize> = BTreeMap::new();
+    for (i, t) in committed.iter().enumerate() {
+        for (key, version) in &t.writes {
+            if let Some(&other) = writer.get(&(key, *version)) {
+                violations.push(Violation::DuplicateVersion {
+                    key: format!("{key:?}"),
+                    version: *version,
+                    writers: (committed[other].id, t.id),
+                });
+            } else {
+                writer.insert((key, *version), i);
+            }
+        }
+    }
+
+    // Nodes: one per committed transaction, then two events per transaction.
+    let n = committed.len();
+    let mut nodes: Vec<Node> = (0..n).map(Node::Txn).collect();
+    let mut edges: Vec<Vec<(usize, Edge)>> = vec![Vec::new(); n];
+    let add = |edges: &mut Vec<Vec<(usize, Edge)>>, from: usize, to: usize, kind: Edge| {
+        if from != to {
+            edges[from].push((to, kind));
+        }
+    };
+
+    // ww: consecutive committed versions of each key.
+    let mut versions: BTreeMap<&K, BTreeSet<u64>> = BTreeMap::new();
+    for &(key, version) in writer.keys() {
+        versions.entry(key).or_default().insert(version);
+    }
+    let next_writer = |key: &K, version: u64| -> Option<usize> {
+        let set = versions.get(key)?;
+        let next = *set.range(version + 1..).next()?;
+        writer.get(&(key, next)).copied()
+    };
+    for (&(key, version), &w) in &writer {
+        if let Some(next) = next_writer(key, version) {
+            add(&mut edges, w, next, Edge::Ww);
+        }
+    }
+    // wr and rw.
+    for (i, t) in committed.iter().enumerate() {
+        for (key, version) in &t.reads {
+            match writer.get(&(key, *version)) {
+                Some(&w) => add(&mut edges, w, i, Edge::Wr),
+                None if *version == 0 || initial(key, *version) => {}
+                None => violations.push(Violation::ReadOfUnwrittenVersion {
+                    reader: t.id,
+                    key: format!("{key:?}"),
+                    version: *version,
+                }),
+            }
+            if let Some(next) = next_writer(key, *version) {
+                add(&mut edges, i, next, Edge::Rw);
+            }
+        }
+    }
+    // rt: the event chain. At equal times starts come first, so that only a strictly
+    // earlier end precedes a start.
+    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(2 * n);
+    for (i, t) in committed.iter().enumerate() {
+        events.push((t.start_ns, 0, i));
+        events.push((t.end_ns, 1, i));
+    }
+    events.sort_unstable();
+    let first_event = nodes.len();
+    for (e, &(_, kind, i)) in events.iter().enumerate() {
+        let node = first_event + e;
+        nodes.push(Node::Event);
+        edges.push(Vec::new());
+        if kind == 0 {
+            edges[node].push((i, Edge::Rt));
+        } else {
+            edges[i].push((node, Edge::Rt));
+        }
+        if e > 0 {
+            edges[node - 1].push((node, Edge::Rt));
+        }
+    }
+
+    for component in strongly_connected(&edges) {
+        let txns: Vec<usize> = component
+            .iter()
+            .copied()
+            .filter(|&v| matches!(nodes[v], Node::Txn(_)))
+            .collect();
+        if txns.len() < 2 {
+            continue;
+        }
+        let steps = cycle_in(&edges, &nodes, &component, txns[0]);
+        violations.push(Violation::Cycle {
+            anomaly: name(&steps),
+            steps: steps
+                .iter()
+                .map(|&(t, kind)| (committed[t].id, kind))
+                .collect(),
+        });
+    }
+    violations
+}
+
+/// Adya's name for a cycle with these edge kinds.
+fn name(steps: &[(usize, Edge)]) -> String {
+    let count = |kind| steps.iter().filter(|(_, k)| *k == kind).count();
+    let base = match (count(Edge::Rw), count(Edge::Wr)) {
+        (0, 0) => "G0",
+        (0, _) => "G1c",
+        (1, _) => "G-single",
+        _ => "G2",
+    };
+    if count(Edge::Rt) > 0 {
+        format!("{base}-realtime")
+    } else {
+        base.to_owned()
+    }
+}
+
+/// Tarjan's algorithm, iterative; returns the components.
+fn strongly_connected(edges: &[Vec<(usize, Edge)>]) -> Vec<Vec<usize>> {
+    let n = edges.len();
+    let (mut index, mut low, mut on_stack) = (vec![usize::MAX; n], vec![0; n], vec![false; n]);
+    let (mut stack, mut components, mut next) = (Vec::new(), Vec::new(), 0);
+    for root in 0..n {
+        if index[root] != usize::MAX {
+            continue;
+        }
+        let mut work = vec![(root, 0usize)];
+        while let Some(&mut (v, ref mut child)) = work.last_mut() {
+            if *child == 0 && index[v] == usize::MAX {
+                index[v] = next;
+                low[v] = next;
+                next += 1;
+                stack.push(v);
+                on_stack[v] = true;
+            }
+            if let Some(&(w, _)) = edges[v].get(*child) {
+                *child += 1;
+                if index[w] == usize::MAX {
+                    work.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
+                }
+                continue;
+            }
+            work.pop();
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                components.push(component);
+            }
+        }
+    }
+    components
+}
+
+/// A cycle through `start` inside `component`, as transactions and the kind of the first
+/// edge leaving each (event nodes folded into a real-time step).
+fn cycle_in(
+    edges: &[Vec<(usize, Edge)>],
+    nodes: &[Node],
+    component: &[usize],
+    start: usize,
+) -> Vec<(usize, Edge)> {
+    let inside: BTreeSet<usize> = component.iter().copied().collect();
+    // Breadth-first search from `start` back to `start` within the component.
+    let mut previous: BTreeMap<usize, (usize, Edge)> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    'search: while let Some(v) = queue.pop_front() {
+        for &(w, kind) in &edges[v] {
+            if !inside.contains(&w) || previous.contains_key(&w) {
+                continue;
+            }
+            previous.insert(w, (v, kind));
+            if w == start {
+                break 'search;
+            }
+            queue.push_back(w);
+        }
+    }
+    let mut path = Vec::new();
+    let mut v = start;
+    loop {
+        let (from, kind) = previous[&v];
+        path.push((from, kind));
+        v = from;
+        if v == start {
+            break;
+        }
+    }
+    path.reverse();
+    // Fold event nodes: an edge into an event chain is a real-time step of the
+    // transaction before it.
+    let mut steps: Vec<(usize, Edge)> = Vec::new();
+    for (node, kind) in path {
+        match nodes[node] {
+            Node::Txn(t) => steps.push((t, kind)),
+            Node::Event => {}
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(
+        id: u64,
+        span: (u64, u64),
+        reads: &[(&'static str, u64)],
+        writes: &[(&'static str, u64)],
+    ) -> TxnRecord<&'static str> {
+        TxnRecord {
+            id,
+            start_ns: span.0,
+            end_ns: span.1,
+            committed: true,
+            reads: reads.to_vec(),
+            writes: writes.to_vec(),
+        }
+    }
+
+    fn initial(_: &&str, version: u64) -> bool {
+        version == 1
+    }
+
+    fn anomalies(history: &[TxnRecord<&'static str>]) -> Vec<String> {
+        check(history, initial)
+            .into_iter()
+            .map(|v| match v {
+                Violation::Cycle { anomaly, .. } => anomaly,
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_serial_history_passes() {
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (20, 30), &[("x", 2), ("y", 1)], &[("y", 2)]),
+            txn(3, (40, 50), &[("x", 2), ("y", 2)], &[]),
+        ];
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn overlapping_transactions_may_see_older_versions() {
+        // T2 overlaps T1, so it may serialize before it and read x@1.
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (5, 15), &[("x", 1)], &[]),
+        ];
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn lost_update_is_g_single() {
+        // Both read x@1; T2 overwrote T1's write without seeing it.
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (0, 10), &[("x", 1)], &[("x", 3)]),
+        ];
+        assert_eq!(anomalies(&h), ["G-single"]);
+    }
+
+    #[test]
+    fn write_skew_is_g2() {
+        let h = [
+            txn(1, (0, 10), &[("x", 1), ("y", 1)], &[("x", 2)]),
+            txn(2, (0, 10), &[("x", 1), ("y", 1)], &[("y", 2)]),
+        ];
+        assert_eq!(anomalies(&h), ["G2"]);
+    }
+
+    #[test]
+    fn a_stale_read_after_an_acknowledged_write_is_a_real_time_anomaly() {
+        // T1 committed x@2 before T2 started, yet T2 read x@1.
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (20, 30), &[("x", 1)], &[]),
+        ];
+        assert_eq!(anomalies(&h), ["G-single-realtime"]);
+    }
+
+    #[test]
+    fn a_read_of_an_aborted_write_is_reported() {
+        let mut aborted = txn(1, (0, 10), &[("x", 1)], &[("x", 2)]);
+        aborted.committed = false;
+        let h = [aborted, txn(2, (20, 30), &[("x", 2)], &[])];
+        assert!(matches!(
+            check(&h, initial)[..],
+            [Violation::ReadOfUnwrittenVersion {
+                reader: 2,
+                version: 2,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn two_writers_of_one_version_are_reported() {
+        let h = [
+            txn(1, (0, 10), &[], &[("x", 2)]),
+            txn(2, (20, 30), &[], &[("x", 2)]),
+        ];
+        assert!(matches!(
+            check(&h, initial)[..],
+            [Violation::DuplicateVersion { version: 2, .. }]
+        ));
+    }
+
+    #[test]
+    fn circular_information_flow_is_g1c() {
+        // T1 reads T2's write of y and T2 reads T1's write of x.
+        let h = [
+            txn(1, (0, 10), &[("y", 2)], &[("x", 2)]),
+            txn(2, (0, 10), &[("x", 2)], &[("y", 2)]),
+        ];
+        assert_eq!(anomalies(&h), ["G1c"]);
+    }
+
+    #[test]
+    fn a_long_serial_chain_with_real_time_order_passes() {
+        let h: Vec<_> = (0..2000u64)
+            .map(|i| TxnRecord {
+                id: i,
+                start_ns: i * 10,
+                end_ns: i * 10 + 5,
+                committed: true,
+                reads: vec![("x", i + 1)],
+                writes: vec![("x", i + 2)],
+            })
+            .collect();
+        assert!(check(&h, initial).is_empty());
+    }
+}
