@@ -1,0 +1,7 @@
+//! Transactions: FaRM's commit protocol (lock, validate, commit-backup, commit-primary,
+//! truncate) carried by ferrotx RPCs. See docs/transactions.md for the design.
+//!
+//! This crate is being built: so far it holds the protocol's messages (`messages`),
+//! encoded and decoded totally (any bytes decode or are refused with a reason).
+
+pub mod messages;

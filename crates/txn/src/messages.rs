@@ -1,0 +1,386 @@
+//! The messages of the commit protocol and their encoding.
+//!
+//! Little-endian, length-prefixed, no padding. Decoding is total: a message either decodes
+//! whole or is refused with a [`DecodeError`]; a participant answers a refused message
+//! with an error and changes nothing.
+
+use ferrotx_store::{Key, TableId};
+
+/// RPC request types of the protocol (the RPC engine keeps type 0 for itself).
+pub mod request_type {
+    /// Read one object from its primary.
+    pub const READ: u8 = 10;
+    /// Lock written objects at a primary (FaRM's LOCK record).
+    pub const LOCK: u8 = 11;
+    /// Validate objects read but not written.
+    pub const VALIDATE: u8 = 12;
+    /// Append a transaction's writes to the coordinator's log at a backup.
+    pub const COMMIT_BACKUP: u8 = 13;
+    /// Install a locked transaction's writes at a primary and unlock.
+    pub const COMMIT_PRIMARY: u8 = 14;
+    /// Release a transaction's locks at a primary.
+    pub const ABORT: u8 = 15;
+}
+
+/// A transaction id: configuration, coordinator node and thread, and a counter that grows
+/// per coordinator thread.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct TxId {
+    /// Configuration the transaction started in.
+    pub configuration: u64,
+    /// Coordinator node.
+    pub node: u16,
+    /// Coordinator thread.
+    pub thread: u16,
+    /// Per-coordinator-thread counter.
+    pub counter: u64,
+}
+
+/// Why bytes are not a message.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The bytes end inside a field.
+    #[error("message truncated")]
+    Truncated,
+    /// Bytes are left after the message.
+    #[error("bytes after the end of the message")]
+    TrailingBytes,
+    /// A key longer than the store allows.
+    #[error("key too long")]
+    KeyTooLong,
+    /// A field holds a value no message uses.
+    #[error("invalid field value")]
+    Invalid,
+}
+
+/// A written object: table, key, the version the transaction read, and its new value
+/// (`None` deletes it).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Write {
+    /// Table.
+    pub table: TableId,
+    /// Key.
+    pub key: Key,
+    /// Version read (0 for a key with no object).
+    pub version: u64,
+    /// New value, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// An object read but not written: table, key and the version read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ReadItem {
+    /// Table.
+    pub table: TableId,
+    /// Key.
+    pub key: Key,
+    /// Version read.
+    pub version: u64,
+}
+
+/// LOCK and COMMIT-BACKUP carry the same record (FaRM table 1): the transaction, the
+/// partitions it writes (for recovery), and its writes at the destination.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LockRecord {
+    /// The transaction.
+    pub tx: TxId,
+    /// Every partition the transaction writes.
+    pub partitions: Vec<u32>,
+    /// Its writes to objects of the destination's partitions.
+    pub writes: Vec<Write>,
+    /// The coordinator's truncation mark: every transaction of this coordinator thread
+    /// with a counter up to this one has committed everywhere (0: none yet).
+    pub truncate_up_to: u64,
+}
+
+/// Appends bytes.
+pub struct Writer<'a>(pub &'a mut Vec<u8>);
+
+impl Writer<'_> {
+    /// A u8.
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    /// A u16.
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A u32.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A u64.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Bytes with a u32 length.
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    /// A key: its length in one byte, then its bytes.
+    pub fn key(&mut self, key: &Key) -> &mut Self {
+        let bytes = key.as_bytes();
+        self.u8(bytes.len() as u8);
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// A transaction id.
+    pub fn tx(&mut self, tx: &TxId) -> &mut Self {
+        self.u64(tx.configuration).u16(tx.node).u16(tx.thread).u64(tx.counter)
+    }
+}
+
+/// Reads fields from bytes, refusing anything out of bounds.
+pub struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    /// A u8.
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    /// A u16.
+    pub fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    /// A u32.
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    /// A u64.
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    /// Bytes with a u32 length.
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = self.u32()? as usize;
+        self.take(len)
+    }
+    /// A key.
+    pub fn key(&mut self) -> Result<Key, DecodeError> {
+        let len = usize::from(self.u8()?);
+        Key::from_bytes(self.take(len)?).map_err(|_| DecodeError::KeyTooLong)
+    }
+    /// A transaction id.
+    pub fn tx(&mut self) -> Result<TxId, DecodeError> {
+        Ok(TxId {
+            configuration: self.u64()?,
+            node: self.u16()?,
+            thread: self.u16()?,
+            counter: self.u64()?,
+        })
+    }
+    /// Succeeds only if every byte was read.
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        if self.0.is_empty() { Ok(()) } else { Err(DecodeError::TrailingBytes) }
+    }
+}
+
+/// Most items in one message: bounds what a decoder allocates for a forged count.
+pub const ITEMS_MAX: usize = 4096;
+
+fn count(reader: &mut Reader<'_>) -> Result<usize, DecodeError> {
+    let n = usize::from(reader.u16()?);
+    if n > ITEMS_MAX {
+        return Err(DecodeError::Invalid);
+    }
+    Ok(n)
+}
+
+impl LockRecord {
+    /// Encodes the record.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer(out);
+        w.tx(&self.tx).u64(self.truncate_up_to).u16(self.partitions.len() as u16);
+        for &p in &self.partitions {
+            w.u32(p);
+        }
+        w.u16(self.writes.len() as u16);
+        for write in &self.writes {
+            w.u16(write.table.0).key(&write.key).u64(write.version);
+            match &write.value {
+                Some(value) => {
+                    w.u8(1).bytes(value);
+                }
+                None => {
+                    w.u8(0);
+                }
+            }
+        }
+    }
+
+    /// Decodes a record.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader(bytes);
+        let tx = r.tx()?;
+        let truncate_up_to = r.u64()?;
+        let partitions = (0..count(&mut r)?).map(|_| r.u32()).collect::<Result<_, _>>()?;
+        let n = count(&mut r)?;
+        let mut writes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let table = TableId(r.u16()?);
+            let key = r.key()?;
+            let version = r.u64()?;
+            let value = match r.u8()? {
+                0 => None,
+                1 => Some(r.bytes()?.to_vec()),
+                _ => return Err(DecodeError::Invalid),
+            };
+            writes.push(Write { table, key, version, value });
+        }
+        r.finish()?;
+        Ok(Self { tx, partitions, writes, truncate_up_to })
+    }
+}
+
+/// Encodes a VALIDATE request.
+pub fn encode_validate(items: &[ReadItem], out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    w.u16(items.len() as u16);
+    for item in items {
+        w.u16(item.table.0).key(&item.key).u64(item.version);
+    }
+}
+
+/// Decodes a VALIDATE request.
+pub fn decode_validate(bytes: &[u8]) -> Result<Vec<ReadItem>, DecodeError> {
+    let mut r = Reader(bytes);
+    let n = count(&mut r)?;
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        items.push(ReadItem { table: TableId(r.u16()?), key: r.key()?, version: r.u64()? });
+    }
+    r.finish()?;
+    Ok(items)
+}
+
+/// Encodes a READ request.
+pub fn encode_read(table: TableId, key: &Key, out: &mut Vec<u8>) {
+    Writer(out).u16(table.0).key(key);
+}
+
+/// Decodes a READ request.
+pub fn decode_read(bytes: &[u8]) -> Result<(TableId, Key), DecodeError> {
+    let mut r = Reader(bytes);
+    let read = (TableId(r.u16()?), r.key()?);
+    r.finish()?;
+    Ok(read)
+}
+
+/// Outcome of a READ, first byte of its response.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum ReadStatus {
+    /// The object exists: version and value follow.
+    Present = 0,
+    /// No object (absent or deleted): the version follows.
+    Absent = 1,
+    /// Locked by a committing transaction.
+    Locked = 2,
+    /// Written nonstop during every attempt to copy it.
+    Contended = 3,
+    /// The request named an unknown table or a partition this node is not primary for.
+    Refused = 4,
+}
+
+/// Encodes a READ response.
+pub fn encode_read_response(status: ReadStatus, version: u64, value: &[u8], out: &mut Vec<u8>) {
+    Writer(out).u8(status as u8).u64(version);
+    out.extend_from_slice(value);
+}
+
+/// Decodes a READ response: status, version and value.
+pub fn decode_read_response(bytes: &[u8]) -> Result<(ReadStatus, u64, &[u8]), DecodeError> {
+    let mut r = Reader(bytes);
+    let status = match r.u8()? {
+        0 => ReadStatus::Present,
+        1 => ReadStatus::Absent,
+        2 => ReadStatus::Locked,
+        3 => ReadStatus::Contended,
+        4 => ReadStatus::Refused,
+        _ => return Err(DecodeError::Invalid),
+    };
+    let version = r.u64()?;
+    Ok((status, version, r.0))
+}
+
+/// Encodes a COMMIT-PRIMARY or ABORT request: the transaction.
+pub fn encode_tx(tx: &TxId, out: &mut Vec<u8>) {
+    Writer(out).tx(tx);
+}
+
+/// Decodes a COMMIT-PRIMARY or ABORT request.
+pub fn decode_tx(bytes: &[u8]) -> Result<TxId, DecodeError> {
+    let mut r = Reader(bytes);
+    let tx = r.tx()?;
+    r.finish()?;
+    Ok(tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record() -> LockRecord {
+        LockRecord {
+            tx: TxId { configuration: 3, node: 1, thread: 2, counter: 99 },
+            partitions: vec![4, 7],
+            writes: vec![
+                Write { table: TableId(1), key: Key::from(5), version: 8, value: Some(b"v".to_vec()) },
+                Write {
+                    table: TableId(2),
+                    key: Key::from_bytes(b"k").unwrap(),
+                    version: 0,
+                    value: None,
+                },
+            ],
+            truncate_up_to: 97,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let mut buf = Vec::new();
+        record().encode(&mut buf);
+        assert_eq!(LockRecord::decode(&buf), Ok(record()));
+        for len in 0..buf.len() {
+            assert!(LockRecord::decode(&buf[..len]).is_err(), "prefix {len} accepted");
+        }
+        buf.push(0);
+        assert_eq!(LockRecord::decode(&buf), Err(DecodeError::TrailingBytes));
+
+        let items = [ReadItem { table: TableId(1), key: Key::from(2), version: 3 }];
+        let mut buf = Vec::new();
+        encode_validate(&items, &mut buf);
+        assert_eq!(decode_validate(&buf).unwrap(), items);
+
+        let mut buf = Vec::new();
+        encode_read_response(ReadStatus::Present, 4, b"val", &mut buf);
+        assert_eq!(decode_read_response(&buf), Ok((ReadStatus::Present, 4, &b"val"[..])));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = LockRecord::decode(&bytes);
+            let _ = decode_validate(&bytes);
+            let _ = decode_read(&bytes);
+            let _ = decode_read_response(&bytes);
+            let _ = decode_tx(&bytes);
+        }
+    }
+}
