@@ -96,6 +96,31 @@ impl Object {
         version
     }
 
+    /// Brings a backup's copy up to `version` with `value` (`None`: deleted), unless it
+    /// already is at `version` or later: backups apply logged writes of different
+    /// coordinators in any order, and versions order them. Spins while another apply
+    /// holds the lock (applies are short and only backups' copies are applied to).
+    /// Returns true if it changed the object.
+    pub fn apply(&self, version: u64, value: Option<&[u8]>) -> bool {
+        loop {
+            let word = self.header.load();
+            if word.version() >= version {
+                return false;
+            }
+            if word.locked() {
+                std::hint::spin_loop();
+                continue;
+            }
+            if self.header.try_lock(word.version()).is_ok() {
+                if let Some(value) = value {
+                    self.value.write(value);
+                }
+                self.header.publish(version, value.is_some());
+                return true;
+            }
+        }
+    }
+
     /// Releases the lock without a change (abort).
     pub fn unlock(&self) {
         self.header.unlock();

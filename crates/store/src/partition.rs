@@ -138,6 +138,24 @@ impl Partition {
         Ok(())
     }
 
+    /// Brings this (backup) copy of `key` to `version` with `value` (`None`: deleted)
+    /// unless it is there already; see `Object::apply`. Returns true if it changed.
+    pub fn apply(
+        &self,
+        table: TableId,
+        key: &Key,
+        version: u64,
+        value: Option<&[u8]>,
+    ) -> Result<bool, StoreError> {
+        let (spec, index) = self.table(table)?;
+        if let Some(value) = value {
+            spec.check_value(value)?;
+        }
+        let index = index.pin();
+        let object = index.get_or_insert_with(*key, || Object::absent(spec.initial_capacity()));
+        Ok(object.apply(version, value))
+    }
+
     /// Stores `value` at version 1 if `key` has no object: for loading data before any
     /// transaction runs. Returns false (and changes nothing) if the key has an object.
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
@@ -283,5 +301,36 @@ mod tests {
             p.read(BLOBS, &key, &mut out).unwrap().unwrap();
             assert_eq!(out, value);
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "shuttle")))]
+mod apply_tests {
+    use super::*;
+
+    #[test]
+    fn backups_apply_the_newest_version_whatever_the_order() {
+        let p = Partition::new(PartitionId(0), &[TableSpec::fixed(1, "t", 1)]);
+        let (t, k) = (TableId(1), Key::from(1));
+        assert_eq!(p.apply(t, &k, 3, Some(b"c")), Ok(true));
+        assert_eq!(p.apply(t, &k, 2, Some(b"b")), Ok(false));
+        assert_eq!(p.apply(t, &k, 3, Some(b"c")), Ok(false));
+        let mut out = Vec::new();
+        assert_eq!(
+            p.read(t, &k, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 3,
+                present: true
+            }))
+        );
+        assert_eq!(out, b"c");
+        assert_eq!(p.apply(t, &k, 4, None), Ok(true));
+        assert_eq!(
+            p.read(t, &k, &mut out),
+            Ok(Ok(ReadOutcome {
+                version: 4,
+                present: false
+            }))
+        );
     }
 }

@@ -2,6 +2,8 @@
 //! truncate) carried by ferrotx RPCs. See docs/transactions.md for the design.
 //!
 //! This crate is being built: so far it holds the protocol's messages (`messages`),
-//! encoded and decoded totally (any bytes decode or are refused with a reason).
+//! encoded and decoded totally (any bytes decode or are refused with a reason), and the
+//! participant side (`participant`): what primaries and backups do with them.
 
 pub mod messages;
+pub mod participant;

@@ -57,6 +57,8 @@ pub enum DecodeError {
 /// (`None` deletes it).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Write {
+    /// Partition of the key, as the coordinator placed it.
+    pub partition: u32,
     /// Table.
     pub table: TableId,
     /// Key.
@@ -70,6 +72,8 @@ pub struct Write {
 /// An object read but not written: table, key and the version read.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ReadItem {
+    /// Partition of the key.
+    pub partition: u32,
     /// Table.
     pub table: TableId,
     /// Key.
@@ -132,7 +136,10 @@ impl Writer<'_> {
     }
     /// A transaction id.
     pub fn tx(&mut self, tx: &TxId) -> &mut Self {
-        self.u64(tx.configuration).u16(tx.node).u16(tx.thread).u64(tx.counter)
+        self.u64(tx.configuration)
+            .u16(tx.node)
+            .u16(tx.thread)
+            .u64(tx.counter)
     }
 }
 
@@ -154,15 +161,21 @@ impl<'a> Reader<'a> {
     }
     /// A u16.
     pub fn u16(&mut self) -> Result<u16, DecodeError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     /// A u32.
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     /// A u64.
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     /// Bytes with a u32 length.
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
@@ -185,7 +198,11 @@ impl<'a> Reader<'a> {
     }
     /// Succeeds only if every byte was read.
     pub fn finish(&self) -> Result<(), DecodeError> {
-        if self.0.is_empty() { Ok(()) } else { Err(DecodeError::TrailingBytes) }
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes)
+        }
     }
 }
 
@@ -204,13 +221,18 @@ impl LockRecord {
     /// Encodes the record.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = Writer(out);
-        w.tx(&self.tx).u64(self.truncate_up_to).u16(self.partitions.len() as u16);
+        w.tx(&self.tx)
+            .u64(self.truncate_up_to)
+            .u16(self.partitions.len() as u16);
         for &p in &self.partitions {
             w.u32(p);
         }
         w.u16(self.writes.len() as u16);
         for write in &self.writes {
-            w.u16(write.table.0).key(&write.key).u64(write.version);
+            w.u32(write.partition)
+                .u16(write.table.0)
+                .key(&write.key)
+                .u64(write.version);
             match &write.value {
                 Some(value) => {
                     w.u8(1).bytes(value);
@@ -227,10 +249,13 @@ impl LockRecord {
         let mut r = Reader(bytes);
         let tx = r.tx()?;
         let truncate_up_to = r.u64()?;
-        let partitions = (0..count(&mut r)?).map(|_| r.u32()).collect::<Result<_, _>>()?;
+        let partitions = (0..count(&mut r)?)
+            .map(|_| r.u32())
+            .collect::<Result<_, _>>()?;
         let n = count(&mut r)?;
         let mut writes = Vec::with_capacity(n);
         for _ in 0..n {
+            let partition = r.u32()?;
             let table = TableId(r.u16()?);
             let key = r.key()?;
             let version = r.u64()?;
@@ -239,10 +264,21 @@ impl LockRecord {
                 1 => Some(r.bytes()?.to_vec()),
                 _ => return Err(DecodeError::Invalid),
             };
-            writes.push(Write { table, key, version, value });
+            writes.push(Write {
+                partition,
+                table,
+                key,
+                version,
+                value,
+            });
         }
         r.finish()?;
-        Ok(Self { tx, partitions, writes, truncate_up_to })
+        Ok(Self {
+            tx,
+            partitions,
+            writes,
+            truncate_up_to,
+        })
     }
 }
 
@@ -251,7 +287,10 @@ pub fn encode_validate(items: &[ReadItem], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u16(items.len() as u16);
     for item in items {
-        w.u16(item.table.0).key(&item.key).u64(item.version);
+        w.u32(item.partition)
+            .u16(item.table.0)
+            .key(&item.key)
+            .u64(item.version);
     }
 }
 
@@ -261,21 +300,26 @@ pub fn decode_validate(bytes: &[u8]) -> Result<Vec<ReadItem>, DecodeError> {
     let n = count(&mut r)?;
     let mut items = Vec::with_capacity(n);
     for _ in 0..n {
-        items.push(ReadItem { table: TableId(r.u16()?), key: r.key()?, version: r.u64()? });
+        items.push(ReadItem {
+            partition: r.u32()?,
+            table: TableId(r.u16()?),
+            key: r.key()?,
+            version: r.u64()?,
+        });
     }
     r.finish()?;
     Ok(items)
 }
 
 /// Encodes a READ request.
-pub fn encode_read(table: TableId, key: &Key, out: &mut Vec<u8>) {
-    Writer(out).u16(table.0).key(key);
+pub fn encode_read(partition: u32, table: TableId, key: &Key, out: &mut Vec<u8>) {
+    Writer(out).u32(partition).u16(table.0).key(key);
 }
 
-/// Decodes a READ request.
-pub fn decode_read(bytes: &[u8]) -> Result<(TableId, Key), DecodeError> {
+/// Decodes a READ request: partition, table, key.
+pub fn decode_read(bytes: &[u8]) -> Result<(u32, TableId, Key), DecodeError> {
     let mut r = Reader(bytes);
-    let read = (TableId(r.u16()?), r.key()?);
+    let read = (r.u32()?, TableId(r.u16()?), r.key()?);
     r.finish()?;
     Ok(read)
 }
@@ -337,11 +381,23 @@ mod tests {
 
     fn record() -> LockRecord {
         LockRecord {
-            tx: TxId { configuration: 3, node: 1, thread: 2, counter: 99 },
+            tx: TxId {
+                configuration: 3,
+                node: 1,
+                thread: 2,
+                counter: 99,
+            },
             partitions: vec![4, 7],
             writes: vec![
-                Write { table: TableId(1), key: Key::from(5), version: 8, value: Some(b"v".to_vec()) },
                 Write {
+                    partition: 4,
+                    table: TableId(1),
+                    key: Key::from(5),
+                    version: 8,
+                    value: Some(b"v".to_vec()),
+                },
+                Write {
+                    partition: 7,
                     table: TableId(2),
                     key: Key::from_bytes(b"k").unwrap(),
                     version: 0,
@@ -358,19 +414,30 @@ mod tests {
         record().encode(&mut buf);
         assert_eq!(LockRecord::decode(&buf), Ok(record()));
         for len in 0..buf.len() {
-            assert!(LockRecord::decode(&buf[..len]).is_err(), "prefix {len} accepted");
+            assert!(
+                LockRecord::decode(&buf[..len]).is_err(),
+                "prefix {len} accepted"
+            );
         }
         buf.push(0);
         assert_eq!(LockRecord::decode(&buf), Err(DecodeError::TrailingBytes));
 
-        let items = [ReadItem { table: TableId(1), key: Key::from(2), version: 3 }];
+        let items = [ReadItem {
+            partition: 1,
+            table: TableId(1),
+            key: Key::from(2),
+            version: 3,
+        }];
         let mut buf = Vec::new();
         encode_validate(&items, &mut buf);
         assert_eq!(decode_validate(&buf).unwrap(), items);
 
         let mut buf = Vec::new();
         encode_read_response(ReadStatus::Present, 4, b"val", &mut buf);
-        assert_eq!(decode_read_response(&buf), Ok((ReadStatus::Present, 4, &b"val"[..])));
+        assert_eq!(
+            decode_read_response(&buf),
+            Ok((ReadStatus::Present, 4, &b"val"[..]))
+        );
     }
 
     proptest! {

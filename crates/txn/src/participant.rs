@@ -1,0 +1,330 @@
+//! The participant side of the protocol: what a node does as primary and as backup when
+//! coordinators' messages arrive. One `Participant` per worker thread (coordinator thread
+//! t talks to participant thread t of every node); the partitions are shared by the
+//! node's threads.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ferrotx_rpc::{Engine, HandlerError};
+use ferrotx_store::Partition;
+use foldhash::fast::FixedState;
+use hashbrown::HashMap;
+
+use crate::messages::{
+    LockRecord, ReadStatus, TxId, Write, decode_read, decode_tx, decode_validate,
+    encode_read_response, request_type,
+};
+
+/// Records a backup keeps per coordinator thread before they are truncated. The
+/// coordinator reserves a record before it starts committing (it never has more than this
+/// many transactions committing but not yet truncated), so a commit never waits for space;
+/// 1,024 covers 20 coroutines with several transactions each in flight.
+pub const LOG_RECORDS_MAX: usize = 1024;
+
+/// What a node is for a partition.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    /// Its primary: reads, locks, validation and installs go here.
+    Primary,
+    /// One of its backups: commit-backup records are logged here and applied on truncation.
+    Backup,
+}
+
+/// The partitions a node hosts, shared by its worker threads.
+pub struct NodeStore {
+    partitions: HashMap<u32, (Role, Arc<Partition>), FixedState>,
+}
+
+impl Default for NodeStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NodeStore {
+    /// A node hosting nothing yet.
+    pub fn new() -> Self {
+        Self {
+            partitions: HashMap::with_hasher(FixedState::with_seed(0)),
+        }
+    }
+
+    /// Hosts `partition` in `role`.
+    pub fn host(&mut self, role: Role, partition: Arc<Partition>) {
+        self.partitions.insert(partition.id().0, (role, partition));
+    }
+
+    /// The partition `id` if hosted in `role`.
+    pub fn get(&self, id: u32, role: Role) -> Option<&Partition> {
+        match self.partitions.get(&id) {
+            Some((r, partition)) if *r == role => Some(partition),
+            _ => None,
+        }
+    }
+}
+
+/// Counters of one participant.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ParticipantStats {
+    /// LOCK requests that took every lock.
+    pub locks_granted: u64,
+    /// LOCK requests refused (a version changed, an object locked, a bad write).
+    pub locks_refused: u64,
+    /// Transactions installed by COMMIT-PRIMARY.
+    pub commits: u64,
+    /// Transactions whose locks were released by ABORT.
+    pub aborts: u64,
+    /// Records appended to backup logs.
+    pub records_logged: u64,
+    /// Records applied to backup copies at truncation.
+    pub records_applied: u64,
+}
+
+/// One coordinator thread's log at this backup: its records, by counter.
+#[derive(Default)]
+struct BackupLog {
+    records: BTreeMap<u64, LockRecord>,
+    /// Every record up to this counter has been applied and freed.
+    truncated_up_to: u64,
+}
+
+/// The participant state of one worker thread.
+pub struct Participant {
+    store: Arc<NodeStore>,
+    /// Writes of transactions locked at this primary, until COMMIT-PRIMARY or ABORT.
+    locked: HashMap<TxId, Vec<Write>, FixedState>,
+    /// Backup logs, by coordinator (node, thread).
+    logs: HashMap<(u16, u16), BackupLog, FixedState>,
+    scratch: Vec<u8>,
+    stats: ParticipantStats,
+}
+
+/// A participant's handler of one request type, as `register` installs them.
+pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
+
+const MALFORMED: HandlerError = HandlerError("malformed message");
+const NOT_HOSTED: HandlerError = HandlerError("partition not hosted in that role here");
+
+impl Participant {
+    /// A participant over the partitions of `store`.
+    pub fn new(store: Arc<NodeStore>) -> Self {
+        Self {
+            store,
+            locked: HashMap::with_hasher(FixedState::with_seed(0)),
+            logs: HashMap::with_hasher(FixedState::with_seed(0)),
+            scratch: Vec::new(),
+            stats: ParticipantStats::default(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ParticipantStats {
+        self.stats
+    }
+
+    /// Transactions locked here and not yet committed or aborted.
+    pub fn locked_transactions(&self) -> usize {
+        self.locked.len()
+    }
+
+    /// Registers this participant's handlers on `engine`.
+    pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
+        let handlers: [(u8, ParticipantHandler); 6] = [
+            (request_type::READ, Self::read),
+            (request_type::LOCK, Self::lock),
+            (request_type::VALIDATE, Self::validate),
+            (request_type::COMMIT_BACKUP, Self::commit_backup),
+            (request_type::COMMIT_PRIMARY, Self::commit_primary),
+            (request_type::ABORT, Self::abort),
+        ];
+        for (request_type, handler) in handlers {
+            let participant = participant.clone();
+            engine.register(
+                request_type,
+                Box::new(move |request, response| {
+                    handler(&mut participant.borrow_mut(), request.payload, response)
+                }),
+            );
+        }
+    }
+
+    /// READ: the object's value and version from this primary.
+    pub fn read(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let (partition, table, key) = decode_read(payload).map_err(|_| MALFORMED)?;
+        let Some(partition) = self.store.get(partition, Role::Primary) else {
+            encode_read_response(ReadStatus::Refused, 0, &[], response);
+            return Ok(());
+        };
+        let (status, version) = match partition.read(table, &key, &mut self.scratch) {
+            Err(_) => (ReadStatus::Refused, 0),
+            Ok(Ok(outcome)) if outcome.present => (ReadStatus::Present, outcome.version),
+            Ok(Ok(outcome)) => (ReadStatus::Absent, outcome.version),
+            Ok(Err(ferrotx_store::ReadError::Locked)) => (ReadStatus::Locked, 0),
+            Ok(Err(ferrotx_store::ReadError::Contended)) => (ReadStatus::Contended, 0),
+        };
+        let value = if status == ReadStatus::Present {
+            &self.scratch[..]
+        } else {
+            &[]
+        };
+        encode_read_response(status, version, value, response);
+        Ok(())
+    }
+
+    /// LOCK (FaRM 4 step 1): lock every written object at the version read, or none.
+    /// Answers 1 if all were locked, 0 if not.
+    pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let record = LockRecord::decode(payload).map_err(|_| MALFORMED)?;
+        let mut taken = 0;
+        let granted = record.writes.iter().all(|write| {
+            let Some(partition) = self.store.get(write.partition, Role::Primary) else {
+                return false;
+            };
+            // A value the table cannot hold fails the lock, so nothing is installed.
+            if write
+                .value
+                .as_ref()
+                .is_some_and(|v| partition.check_value(write.table, v).is_err())
+            {
+                return false;
+            }
+            let locked = matches!(
+                partition.lock(write.table, &write.key, write.version),
+                Ok(Ok(()))
+            );
+            taken += usize::from(locked);
+            locked
+        });
+        if !granted {
+            for write in &record.writes[..taken] {
+                self.partition_of(write, Role::Primary)
+                    .unlock(write.table, &write.key)
+                    .expect("locked above");
+            }
+            self.stats.locks_refused += 1;
+            response.push(0);
+            return Ok(());
+        }
+        self.stats.locks_granted += 1;
+        self.locked.insert(record.tx, record.writes);
+        response.push(1);
+        Ok(())
+    }
+
+    /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.
+    pub fn validate(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let items = decode_validate(payload).map_err(|_| MALFORMED)?;
+        let valid = items.iter().all(|item| {
+            self.store
+                .get(item.partition, Role::Primary)
+                .is_some_and(|p| p.validate(item.table, &item.key, item.version) == Ok(true))
+        });
+        response.push(u8::from(valid));
+        Ok(())
+    }
+
+    /// COMMIT-BACKUP (step 3): append the record to its coordinator's log here, then
+    /// apply and free the records its truncation mark covers (step 5).
+    pub fn commit_backup(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let record = LockRecord::decode(payload).map_err(|_| MALFORMED)?;
+        if record
+            .writes
+            .iter()
+            .any(|w| self.store.get(w.partition, Role::Backup).is_none())
+        {
+            return Err(NOT_HOSTED);
+        }
+        let coordinator = (record.tx.node, record.tx.thread);
+        let mark = record.truncate_up_to;
+        let log = self.logs.entry(coordinator).or_default();
+        if record.tx.counter > log.truncated_up_to {
+            if log.records.len() >= LOG_RECORDS_MAX {
+                return Err(HandlerError(
+                    "backup log full: the coordinator did not reserve space",
+                ));
+            }
+            log.records.insert(record.tx.counter, record);
+            self.stats.records_logged += 1;
+        }
+        self.truncate(coordinator, mark);
+        response.push(1);
+        Ok(())
+    }
+
+    /// Applies and frees the records of `coordinator` up to counter `mark`.
+    fn truncate(&mut self, coordinator: (u16, u16), mark: u64) {
+        let Some(log) = self.logs.get_mut(&coordinator) else {
+            return;
+        };
+        if mark <= log.truncated_up_to {
+            return;
+        }
+        let rest = log.records.split_off(&(mark + 1));
+        let applied = std::mem::replace(&mut log.records, rest);
+        log.truncated_up_to = mark;
+        for (_, record) in applied {
+            for write in &record.writes {
+                let partition = self
+                    .store
+                    .get(write.partition, Role::Backup)
+                    .expect("checked when logged");
+                partition
+                    .apply(
+                        write.table,
+                        &write.key,
+                        write.version + 1,
+                        write.value.as_deref(),
+                    )
+                    .expect("checked by the primary's lock");
+            }
+            self.stats.records_applied += 1;
+        }
+    }
+
+    /// COMMIT-PRIMARY (step 4): install the locked transaction's writes and unlock.
+    pub fn commit_primary(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
+        if let Some(writes) = self.locked.remove(&tx) {
+            for write in &writes {
+                self.partition_of(write, Role::Primary)
+                    .install(write.table, &write.key, write.value.as_deref())
+                    .expect("checked when locked");
+            }
+            self.stats.commits += 1;
+        }
+        response.push(1);
+        Ok(())
+    }
+
+    /// ABORT: release the transaction's locks here.
+    pub fn abort(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
+        if let Some(writes) = self.locked.remove(&tx) {
+            for write in &writes {
+                self.partition_of(write, Role::Primary)
+                    .unlock(write.table, &write.key)
+                    .expect("locked");
+            }
+            self.stats.aborts += 1;
+        }
+        response.push(1);
+        Ok(())
+    }
+
+    fn partition_of(&self, write: &Write, role: Role) -> &Partition {
+        self.store
+            .get(write.partition, role)
+            .expect("checked when the record arrived")
+    }
+}

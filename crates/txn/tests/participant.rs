@@ -1,0 +1,282 @@
+//! The participant's handlers, called directly with encoded messages.
+
+use std::sync::Arc;
+
+use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
+use ferrotx_txn::messages::{
+    LockRecord, ReadItem, ReadStatus, TxId, Write, decode_read_response, encode_read, encode_tx,
+    encode_validate,
+};
+use ferrotx_txn::participant::{NodeStore, Participant, ParticipantHandler, Role};
+
+const TABLE: TableId = TableId(1);
+const PRIMARY: u32 = 0;
+const BACKUP: u32 = 1;
+
+fn node() -> (Participant, Arc<Partition>, Arc<Partition>) {
+    let schema = [TableSpec::fixed(1, "accounts", 8)];
+    let primary = Arc::new(Partition::new(PartitionId(PRIMARY), &schema));
+    let backup = Arc::new(Partition::new(PartitionId(BACKUP), &schema));
+    let mut store = NodeStore::new();
+    store.host(Role::Primary, primary.clone());
+    store.host(Role::Backup, backup.clone());
+    (Participant::new(Arc::new(store)), primary, backup)
+}
+
+fn tx(counter: u64) -> TxId {
+    TxId {
+        configuration: 1,
+        node: 2,
+        thread: 0,
+        counter,
+    }
+}
+
+fn write(partition: u32, key: u64, version: u64, value: u64) -> Write {
+    Write {
+        partition,
+        table: TABLE,
+        key: Key::from(key),
+        version,
+        value: Some(value.to_le_bytes().to_vec()),
+    }
+}
+
+fn record(counter: u64, writes: Vec<Write>, truncate_up_to: u64) -> Vec<u8> {
+    let mut buf = Vec::new();
+    LockRecord {
+        tx: tx(counter),
+        partitions: vec![PRIMARY],
+        writes,
+        truncate_up_to,
+    }
+    .encode(&mut buf);
+    buf
+}
+
+fn call(handler: ParticipantHandler, participant: &mut Participant, payload: &[u8]) -> Vec<u8> {
+    let mut response = Vec::new();
+    handler(participant, payload, &mut response).expect("handled");
+    response
+}
+
+fn read(participant: &mut Participant, partition: u32, key: u64) -> (ReadStatus, u64, Vec<u8>) {
+    let mut request = Vec::new();
+    encode_read(partition, TABLE, &Key::from(key), &mut request);
+    let response = call(Participant::read, participant, &request);
+    let (status, version, value) = decode_read_response(&response).unwrap();
+    (status, version, value.to_vec())
+}
+
+fn tx_message(counter: u64) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_tx(&tx(counter), &mut buf);
+    buf
+}
+
+#[test]
+fn lock_then_commit_installs_and_unlocks() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    // Insert key 2 (version 0) and update key 1 (version 1) in one transaction.
+    let lock = record(
+        1,
+        vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 2, 0, 20)],
+        0,
+    );
+    assert_eq!(call(Participant::lock, &mut p, &lock), [1]);
+    assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Locked);
+    assert_eq!(p.locked_transactions(), 1);
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(1)),
+        [1]
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 1),
+        (ReadStatus::Present, 2, 11u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 2),
+        (ReadStatus::Present, 1, 20u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(p.locked_transactions(), 0);
+    assert_eq!(p.stats().commits, 1);
+}
+
+#[test]
+fn a_failed_lock_takes_no_lock_and_abort_releases() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    assert!(
+        primary
+            .load(TABLE, Key::from(2), &20u64.to_le_bytes())
+            .unwrap()
+    );
+    // Key 2 was read at a stale version: nothing stays locked, key 1 included.
+    let stale = record(
+        1,
+        vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 2, 7, 21)],
+        0,
+    );
+    assert_eq!(call(Participant::lock, &mut p, &stale), [0]);
+    assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
+    // A value of the wrong size fails the lock too.
+    let mut bad = write(PRIMARY, 1, 1, 0);
+    bad.value = Some(vec![1, 2, 3]);
+    assert_eq!(
+        call(Participant::lock, &mut p, &record(2, vec![bad], 0)),
+        [0]
+    );
+    // A granted lock, then ABORT: the object is unlocked and unchanged.
+    assert_eq!(
+        call(
+            Participant::lock,
+            &mut p,
+            &record(3, vec![write(PRIMARY, 1, 1, 11)], 0)
+        ),
+        [1]
+    );
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(3)), [1]);
+    assert_eq!(
+        read(&mut p, PRIMARY, 1),
+        (ReadStatus::Present, 1, 10u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(p.stats().locks_refused, 2);
+    assert_eq!(p.stats().aborts, 1);
+}
+
+#[test]
+fn validation_fails_on_a_changed_or_locked_object() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    let validate = |version| {
+        let mut buf = Vec::new();
+        encode_validate(
+            &[ReadItem {
+                partition: PRIMARY,
+                table: TABLE,
+                key: Key::from(1),
+                version,
+            }],
+            &mut buf,
+        );
+        buf
+    };
+    assert_eq!(call(Participant::validate, &mut p, &validate(1)), [1]);
+    assert_eq!(call(Participant::validate, &mut p, &validate(0)), [0]);
+    assert_eq!(
+        call(
+            Participant::lock,
+            &mut p,
+            &record(1, vec![write(PRIMARY, 1, 1, 11)], 0)
+        ),
+        [1]
+    );
+    assert_eq!(
+        call(Participant::validate, &mut p, &validate(1)),
+        [0],
+        "locked object validated"
+    );
+}
+
+#[test]
+fn backups_apply_logged_writes_when_truncated() {
+    let (mut p, _, backup) = node();
+    let mut out = Vec::new();
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(1, vec![write(BACKUP, 5, 0, 50)], 0)
+        ),
+        [1]
+    );
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(2, vec![write(BACKUP, 5, 1, 51)], 0)
+        ),
+        [1]
+    );
+    // Logged, not applied yet.
+    assert!(
+        !backup
+            .read(TABLE, &Key::from(5), &mut out)
+            .unwrap()
+            .unwrap()
+            .present
+    );
+    // The next record carries the mark 2: both earlier records are applied, in order.
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(3, vec![write(BACKUP, 6, 0, 60)], 2)
+        ),
+        [1]
+    );
+    let outcome = backup
+        .read(TABLE, &Key::from(5), &mut out)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (outcome.version, out.clone()),
+        (2, 51u64.to_le_bytes().to_vec())
+    );
+    assert!(
+        !backup
+            .read(TABLE, &Key::from(6), &mut out)
+            .unwrap()
+            .unwrap()
+            .present
+    );
+    assert_eq!(p.stats().records_applied, 2);
+    // A record of a truncated transaction (a late duplicate) is not logged again.
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(1, vec![write(BACKUP, 5, 0, 50)], 2)
+        ),
+        [1]
+    );
+    assert_eq!(p.stats().records_logged, 3);
+}
+
+#[test]
+fn messages_for_partitions_not_hosted_in_that_role_are_refused() {
+    let (mut p, _, _) = node();
+    // Locking at a backup partition: refused, not an error.
+    assert_eq!(
+        call(
+            Participant::lock,
+            &mut p,
+            &record(1, vec![write(BACKUP, 1, 0, 1)], 0)
+        ),
+        [0]
+    );
+    assert_eq!(read(&mut p, BACKUP, 1).0, ReadStatus::Refused);
+    let mut response = Vec::new();
+    assert!(
+        Participant::commit_backup(
+            &mut p,
+            &record(2, vec![write(PRIMARY, 1, 0, 1)], 0),
+            &mut response
+        )
+        .is_err()
+    );
+    assert!(Participant::lock(&mut p, b"garbage", &mut response).is_err());
+}
