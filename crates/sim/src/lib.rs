@@ -9,6 +9,7 @@ mod network;
 pub mod rpc_workload;
 pub mod serializability;
 mod simulator;
+pub mod txn_workload;
 
 pub use network::{Faults, SimNetwork, SimTransport};
 pub use simulator::Simulator;

@@ -20,6 +20,9 @@ pub mod request_type {
     pub const COMMIT_PRIMARY: u8 = 14;
     /// Release a transaction's locks at a primary.
     pub const ABORT: u8 = 15;
+    /// A coordinator's truncation mark on its own, for when no commit-backup carries it
+    /// (an idle coordinator flushing its last transactions to the backups' copies).
+    pub const TRUNCATE: u8 = 16;
 }
 
 /// A transaction id: configuration, coordinator node and thread, and a counter that grows
@@ -359,6 +362,19 @@ pub fn decode_read_response(bytes: &[u8]) -> Result<(ReadStatus, u64, &[u8]), De
     };
     let version = r.u64()?;
     Ok((status, version, r.0))
+}
+
+/// Encodes a TRUNCATE request: the coordinator (node, thread) and its mark.
+pub fn encode_truncate(node: u16, thread: u16, mark: u64, out: &mut Vec<u8>) {
+    Writer(out).u16(node).u16(thread).u64(mark);
+}
+
+/// Decodes a TRUNCATE request.
+pub fn decode_truncate(bytes: &[u8]) -> Result<(u16, u16, u64), DecodeError> {
+    let mut r = Reader(bytes);
+    let t = (r.u16()?, r.u16()?, r.u64()?);
+    r.finish()?;
+    Ok(t)
 }
 
 /// Encodes a COMMIT-PRIMARY or ABORT request: the transaction.

@@ -14,7 +14,7 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use crate::messages::{
-    LockRecord, ReadStatus, TxId, Write, decode_read, decode_tx, decode_validate,
+    LockRecord, ReadStatus, TxId, Write, decode_read, decode_truncate, decode_tx, decode_validate,
     encode_read_response, request_type,
 };
 
@@ -132,7 +132,8 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 6] = [
+        let handlers: [(u8, ParticipantHandler); 7] = [
+            (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
             (request_type::VALIDATE, Self::validate),
@@ -254,6 +255,18 @@ impl Participant {
             self.stats.records_logged += 1;
         }
         self.truncate(coordinator, mark);
+        response.push(1);
+        Ok(())
+    }
+
+    /// TRUNCATE: a coordinator's mark on its own.
+    pub fn truncate_message(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let (node, thread, mark) = decode_truncate(payload).map_err(|_| MALFORMED)?;
+        self.truncate((node, thread), mark);
         response.push(1);
         Ok(())
     }

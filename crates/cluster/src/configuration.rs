@@ -1,0 +1,440 @@
+//! A configuration: the members of a cluster, its endpoints and its partition map.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use ferrotx_store::PartitionId;
+use ferrotx_transport::AddressBook;
+use ferrotx_wire::EndpointId;
+
+use crate::error::ConfigError;
+use crate::key_hash::hash_partition_key;
+use crate::limits::{CONFIGURATION_ID_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};
+use crate::member::{Member, check_members};
+use crate::partition_map::PartitionMap;
+use crate::ports::check_addresses;
+
+/// Id of a configuration made by [`Configuration::local`]: the first configuration, the
+/// same as the RPC engine's default (`ferrotx_rpc::Config::default().configuration`).
+pub const LOCAL_CONFIGURATION_ID: u64 = 1;
+
+/// A static cluster configuration: FaRM's ⟨id, members, failure domains⟩ (section 3; its
+/// configuration manager will come with leases), with the partition map that FaRM's CM
+/// keeps beside it (its mapping of regions to replicas).
+///
+/// Every datagram carries the configuration id, and a node drops datagrams of another
+/// configuration (the RPC engine counts them), so all nodes of a running cluster must be
+/// given the same configuration. Construction checks it whole; once built it is valid
+/// and does not change (a reconfiguration makes a new one with a higher id).
+///
+/// Every node runs `threads_per_node` worker threads; thread `t` of node `n` is the RPC
+/// endpoint `EndpointId::new(n, t)`, on the host of member `n`, at UDP port
+/// `rpc_port_base + t`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Configuration {
+    id: u64,
+    threads_per_node: u16,
+    /// In node id order.
+    members: Vec<Member>,
+    partitions: PartitionMap,
+}
+
+impl Configuration {
+    /// A configuration whose partition map is computed by [`PartitionMap::place`].
+    pub fn new(
+        id: u64,
+        threads_per_node: u16,
+        replicas: u8,
+        members: Vec<Member>,
+        partition_count: u32,
+    ) -> Result<Self, ConfigError> {
+        let members = check_common(id, threads_per_node, members)?;
+        let partitions = PartitionMap::place(&members, partition_count, replicas)?;
+        Ok(Self {
+            id,
+            threads_per_node,
+            members,
+            partitions,
+        })
+    }
+
+    /// A configuration with a partition map given by the caller (for example the map of
+    /// a previous configuration, changed by a reconfiguration). Every node of the map must
+    /// be a member.
+    pub fn with_partition_map(
+        id: u64,
+        threads_per_node: u16,
+        members: Vec<Member>,
+        partitions: PartitionMap,
+    ) -> Result<Self, ConfigError> {
+        let members = check_common(id, threads_per_node, members)?;
+        let assignments = partitions.iter().map(|(_, r)| r.clone()).collect();
+        let partitions = PartitionMap::from_assignments(
+            &members,
+            partitions.replicas_per_partition(),
+            assignments,
+        )?;
+        Ok(Self {
+            id,
+            threads_per_node,
+            members,
+            partitions,
+        })
+    }
+
+    /// A cluster of `nodes` nodes on this machine (127.0.0.1), each node its own failure
+    /// domain (`node-0`, `node-1`, ...), with `partitions_per_node` times `nodes`
+    /// partitions of `replicas` replicas, and id [`LOCAL_CONFIGURATION_ID`].
+    ///
+    /// Ports, from `port_base`, with `T = threads_per_node`: thread `t` of node `n` at
+    /// `port_base + n * T + t` (the layout of `AddressBook::loopback`, which this
+    /// configuration's [`Self::address_book`] equals), then node `n`'s RESP port at
+    /// `port_base + nodes * T + n`. So the cluster uses `nodes * (T + 1)` consecutive
+    /// ports.
+    pub fn local(
+        nodes: u16,
+        replicas: u8,
+        threads_per_node: u16,
+        partitions_per_node: u32,
+        port_base: u16,
+    ) -> Result<Self, ConfigError> {
+        let rpc_ports = u32::from(nodes) * u32::from(threads_per_node);
+        let ports = rpc_ports + u32::from(nodes);
+        if u32::from(port_base) + ports > u32::from(u16::MAX) + 1 {
+            return Err(ConfigError::LocalPortOverflow { port_base, ports });
+        }
+        let port = |offset: u32| {
+            u16::try_from(u32::from(port_base) + offset).expect("port range checked above")
+        };
+        let members = (0..nodes)
+            .map(|node| Member {
+                node,
+                failure_domain: format!("node-{node}"),
+                host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                rpc_port_base: port(u32::from(node) * u32::from(threads_per_node)),
+                resp_port: Some(port(rpc_ports + u32::from(node))),
+            })
+            .collect();
+        let partition_count = u32::from(nodes).checked_mul(partitions_per_node).ok_or(
+            ConfigError::TooManyPartitions {
+                count: u32::MAX,
+                max: PARTITIONS_MAX,
+            },
+        )?;
+        Self::new(
+            LOCAL_CONFIGURATION_ID,
+            threads_per_node,
+            replicas,
+            members,
+            partition_count,
+        )
+    }
+
+    /// Its id, carried by every datagram.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Worker threads (RPC endpoints) of every node.
+    pub fn threads_per_node(&self) -> u16 {
+        self.threads_per_node
+    }
+
+    /// Replicas of each partition (f + 1).
+    pub fn replicas(&self) -> u8 {
+        self.partitions.replicas_per_partition()
+    }
+
+    /// The members, in node id order.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// The member with node id `node`, if any.
+    pub fn member(&self, node: u16) -> Option<&Member> {
+        self.members
+            .binary_search_by_key(&node, |member| member.node)
+            .ok()
+            .map(|index| &self.members[index])
+    }
+
+    /// The partition map.
+    pub fn partitions(&self) -> &PartitionMap {
+        &self.partitions
+    }
+
+    /// The partition of a key whose hash is `key_hash`; see [`PartitionMap::partition_of`].
+    pub fn partition_of(&self, key_hash: u64) -> PartitionId {
+        self.partitions.partition_of(key_hash)
+    }
+
+    /// The partition of a row whose partition key (its locality hint, or else its whole
+    /// key) is `partition_key`; see [`hash_partition_key`].
+    pub fn partition_of_key(&self, partition_key: &[u8]) -> PartitionId {
+        self.partition_of(hash_partition_key(partition_key))
+    }
+
+    /// Every endpoint of the cluster, in endpoint order (by node, then thread).
+    pub fn endpoints(&self) -> impl Iterator<Item = EndpointId> + '_ {
+        self.members.iter().flat_map(move |member| {
+            (0..self.threads_per_node).map(move |thread| EndpointId::new(member.node, thread))
+        })
+    }
+
+    /// The UDP address of `endpoint`, or `None` if it is not an endpoint of the cluster.
+    pub fn endpoint_addr(&self, endpoint: EndpointId) -> Option<SocketAddr> {
+        if endpoint.thread() >= self.threads_per_node {
+            return None;
+        }
+        let member = self.member(endpoint.node())?;
+        Some(member.rpc_addr(endpoint.thread()))
+    }
+
+    /// The address of every endpoint, for the transport.
+    pub fn address_book(&self) -> AddressBook {
+        self.endpoints()
+            .map(|endpoint| {
+                let addr = self.endpoint_addr(endpoint).expect("endpoints are members");
+                (endpoint, addr)
+            })
+            .collect()
+    }
+}
+
+/// Checks the id, the thread count and the members, and returns the members in node id
+/// order.
+fn check_common(
+    id: u64,
+    threads_per_node: u16,
+    mut members: Vec<Member>,
+) -> Result<Vec<Member>, ConfigError> {
+    if id > CONFIGURATION_ID_MAX {
+        return Err(ConfigError::IdTooLarge {
+            id,
+            max: CONFIGURATION_ID_MAX,
+        });
+    }
+    if threads_per_node == 0 {
+        return Err(ConfigError::ZeroThreads);
+    }
+    if threads_per_node > THREADS_PER_NODE_MAX {
+        return Err(ConfigError::TooManyThreads {
+            threads: threads_per_node,
+            max: THREADS_PER_NODE_MAX,
+        });
+    }
+    check_members(&members)?;
+    check_addresses(&members, threads_per_node)?;
+    members.sort_by_key(|member| member.node);
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::MEMBERS_MAX;
+    use crate::testing::{member, members_in};
+
+    #[test]
+    fn local_cluster_layout() {
+        let config = Configuration::local(3, 2, 4, 5, 40_000).unwrap();
+        assert_eq!(config.id(), LOCAL_CONFIGURATION_ID);
+        assert_eq!(config.threads_per_node(), 4);
+        assert_eq!(config.replicas(), 2);
+        assert_eq!(config.partitions().partition_count(), 15);
+        assert_eq!(config.members().len(), 3);
+        let node = config.member(2).unwrap();
+        assert_eq!(node.failure_domain, "node-2");
+        assert_eq!(node.rpc_port_base, 40_008);
+        // RESP ports after all the RPC ports.
+        assert_eq!(node.resp_addr(), Some("127.0.0.1:40014".parse().unwrap()));
+        assert_eq!(config.member(3), None);
+        // The same layout as the transport's loopback book.
+        assert_eq!(config.address_book(), AddressBook::loopback(40_000, 3, 4));
+        for node in 0..3 {
+            assert_eq!(config.partitions().primaries_on(node).count(), 5);
+            assert_eq!(config.partitions().backups_on(node).count(), 5);
+        }
+        // The whole range up to the last port.
+        let config = Configuration::local(2, 1, 2, 1, u16::MAX - 5).unwrap();
+        assert_eq!(config.member(1).unwrap().resp_port, Some(u16::MAX));
+    }
+
+    #[test]
+    fn local_cluster_errors() {
+        assert!(matches!(
+            Configuration::local(2, 1, 2, 1, u16::MAX - 4),
+            Err(ConfigError::LocalPortOverflow {
+                port_base: 65_531,
+                ports: 6
+            })
+        ));
+        assert!(matches!(
+            Configuration::local(0, 1, 2, 1, 7000),
+            Err(ConfigError::NoMembers)
+        ));
+        assert!(matches!(
+            Configuration::local(2, 3, 2, 1, 7000),
+            Err(ConfigError::TooManyReplicas {
+                replicas: 3,
+                nodes: 2
+            })
+        ));
+        assert!(matches!(
+            Configuration::local(2, 1, 0, 1, 7000),
+            Err(ConfigError::ZeroThreads)
+        ));
+        assert!(matches!(
+            Configuration::local(2, 1, 1, 0, 7000),
+            Err(ConfigError::ZeroPartitions)
+        ));
+        assert!(matches!(
+            Configuration::local(2, 1, 1, u32::MAX, 7000),
+            Err(ConfigError::TooManyPartitions { .. })
+        ));
+        assert!(matches!(
+            Configuration::local(2, 1, 1, 1, 0),
+            Err(ConfigError::PortZero { node: 0 })
+        ));
+    }
+
+    #[test]
+    fn endpoints_and_addresses() {
+        let mut members = members_in(&["a", "b"]);
+        members[1].node = 9;
+        members[1].rpc_port_base = 9000;
+        let config = Configuration::new(4, 3, 2, members, 4).unwrap();
+        let endpoints: Vec<EndpointId> = config.endpoints().collect();
+        assert_eq!(
+            endpoints,
+            [
+                EndpointId::new(0, 0),
+                EndpointId::new(0, 1),
+                EndpointId::new(0, 2),
+                EndpointId::new(9, 0),
+                EndpointId::new(9, 1),
+                EndpointId::new(9, 2),
+            ]
+        );
+        assert_eq!(
+            config.endpoint_addr(EndpointId::new(9, 2)),
+            Some("127.0.0.2:9002".parse().unwrap())
+        );
+        assert_eq!(config.endpoint_addr(EndpointId::new(9, 3)), None);
+        assert_eq!(config.endpoint_addr(EndpointId::new(1, 0)), None);
+        let book = config.address_book();
+        assert_eq!(book.len(), 6);
+        for endpoint in endpoints {
+            assert_eq!(book.get(endpoint), config.endpoint_addr(endpoint));
+        }
+    }
+
+    #[test]
+    fn members_are_kept_in_node_order() {
+        let mut members = members_in(&["a", "b", "c"]);
+        members.reverse();
+        let config = Configuration::new(1, 1, 2, members.clone(), 6).unwrap();
+        let nodes: Vec<u16> = config.members().iter().map(|m| m.node).collect();
+        assert_eq!(nodes, [0, 1, 2]);
+        members.reverse();
+        assert_eq!(Configuration::new(1, 1, 2, members, 6).unwrap(), config);
+    }
+
+    #[test]
+    fn partition_of_key_hashes_the_partition_key() {
+        let config = Configuration::local(3, 1, 1, 4, 7000).unwrap();
+        let key = 77u64.to_be_bytes();
+        assert_eq!(
+            config.partition_of_key(&key),
+            config.partition_of(hash_partition_key(&key))
+        );
+    }
+
+    #[test]
+    fn with_partition_map_checks_the_map_against_the_members() {
+        let members = members_in(&["a", "b", "c"]);
+        let map = PartitionMap::place(&members, 3, 2).unwrap();
+        let config = Configuration::with_partition_map(2, 1, members.clone(), map.clone()).unwrap();
+        assert_eq!(config.partitions(), &map);
+        // Node 2 left, but the map still places partitions on it.
+        assert!(matches!(
+            Configuration::with_partition_map(3, 1, members[..2].to_vec(), map),
+            Err(ConfigError::UnknownNode { node: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn every_check_has_its_error() {
+        let new = |id, threads, replicas, members: Vec<Member>, count| {
+            Configuration::new(id, threads, replicas, members, count).unwrap_err()
+        };
+        let three = || members_in(&["a", "b", "c"]);
+        assert!(matches!(
+            new(CONFIGURATION_ID_MAX + 1, 1, 1, three(), 3),
+            ConfigError::IdTooLarge { .. }
+        ));
+        assert!(matches!(new(1, 0, 1, three(), 3), ConfigError::ZeroThreads));
+        assert!(matches!(
+            new(1, THREADS_PER_NODE_MAX + 1, 1, three(), 3),
+            ConfigError::TooManyThreads { .. }
+        ));
+        assert!(matches!(new(1, 1, 1, vec![], 3), ConfigError::NoMembers));
+        let many: Vec<Member> = (0..=MEMBERS_MAX)
+            .map(|n| member(u16::try_from(n).unwrap(), "a"))
+            .collect();
+        assert!(matches!(
+            new(1, 1, 1, many, 3),
+            ConfigError::TooManyMembers {
+                count: 1025,
+                max: 1024
+            }
+        ));
+        let mut twice = three();
+        twice[2].node = 0;
+        assert!(matches!(
+            new(1, 1, 1, twice, 3),
+            ConfigError::DuplicateNode { node: 0 }
+        ));
+        let mut unnamed = three();
+        unnamed[1].failure_domain.clear();
+        assert!(matches!(
+            new(1, 1, 1, unnamed, 3),
+            ConfigError::EmptyFailureDomain { node: 1 }
+        ));
+        assert!(matches!(
+            new(1, 1, 0, three(), 3),
+            ConfigError::ZeroReplicas
+        ));
+        assert!(matches!(
+            new(1, 1, 4, three(), 3),
+            ConfigError::TooManyReplicas {
+                replicas: 4,
+                nodes: 3
+            }
+        ));
+        assert!(matches!(
+            new(1, 1, 1, three(), 0),
+            ConfigError::ZeroPartitions
+        ));
+        assert!(matches!(
+            new(1, 1, 1, three(), PARTITIONS_MAX + 1),
+            ConfigError::TooManyPartitions { .. }
+        ));
+        let mut overflowing = three();
+        overflowing[1].rpc_port_base = u16::MAX;
+        assert!(matches!(
+            new(1, 2, 1, overflowing, 3),
+            ConfigError::PortOverflow { node: 1, .. }
+        ));
+        let mut shared_host = three();
+        shared_host[1].host = shared_host[0].host;
+        assert!(matches!(
+            new(1, 2, 1, shared_host, 3),
+            ConfigError::PortClash {
+                port: 7000,
+                first: 0,
+                second: 1,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,150 @@
+//! Checks of the members' addresses: every endpoint reachable, no two sharing a port.
+
+use std::net::IpAddr;
+
+use crate::error::ConfigError;
+use crate::member::Member;
+
+/// Checks that each member's host is a real address, that its ports are fixed and fit
+/// below 65,536 for `threads` RPC endpoints, and that no port of a host is used twice
+/// (two members on one host, or a RESP port among RPC ports).
+pub(crate) fn check_addresses(members: &[Member], threads: u16) -> Result<(), ConfigError> {
+    debug_assert!(threads > 0, "threads checked before addresses");
+    // Inclusive port ranges: each member's RPC range, and its RESP port if any.
+    let mut ranges: Vec<(IpAddr, u16, u16, u16)> = Vec::with_capacity(members.len() * 2);
+    for member in members {
+        if member.host.is_unspecified() {
+            return Err(ConfigError::UnspecifiedHost {
+                node: member.node,
+                host: member.host,
+            });
+        }
+        if member.rpc_port_base == 0 || member.resp_port == Some(0) {
+            return Err(ConfigError::PortZero { node: member.node });
+        }
+        let rpc_port_last =
+            member
+                .rpc_port_base
+                .checked_add(threads - 1)
+                .ok_or(ConfigError::PortOverflow {
+                    node: member.node,
+                    rpc_port_base: member.rpc_port_base,
+                    threads,
+                })?;
+        ranges.push((
+            member.host,
+            member.rpc_port_base,
+            rpc_port_last,
+            member.node,
+        ));
+        if let Some(port) = member.resp_port {
+            ranges.push((member.host, port, port, member.node));
+        }
+    }
+    // Sorted by host then first port, the ranges of a host overlap exactly when one starts
+    // at or before the end of the range before it (no earlier range reaches further, or
+    // it would have overlapped that one already).
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        let (host, _, previous_last, previous_node) = pair[0];
+        let (next_host, next_first, _, next_node) = pair[1];
+        if host == next_host && next_first <= previous_last {
+            return Err(ConfigError::PortClash {
+                host,
+                port: next_first,
+                first: previous_node.min(next_node),
+                second: previous_node.max(next_node),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::testing::member;
+
+    fn on(node: u16, host: [u8; 4], rpc_port_base: u16, resp_port: Option<u16>) -> Member {
+        Member {
+            host: IpAddr::V4(Ipv4Addr::from(host)),
+            rpc_port_base,
+            resp_port,
+            ..member(node, "a")
+        }
+    }
+
+    #[test]
+    fn members_sharing_a_host_need_disjoint_ports() {
+        let host = [127, 0, 0, 1];
+        // Adjacent ranges are fine: 7000-7003, 7004-7007, RESP 7008 and 6379.
+        let members = [on(0, host, 7000, Some(7008)), on(1, host, 7004, Some(6379))];
+        check_addresses(&members, 4).unwrap();
+        // The same ports on another host are fine too.
+        let members = [on(0, host, 7000, None), on(1, [127, 0, 0, 2], 7000, None)];
+        check_addresses(&members, 4).unwrap();
+
+        let clash = |members: &[Member]| match check_addresses(members, 4) {
+            Err(ConfigError::PortClash {
+                port,
+                first,
+                second,
+                ..
+            }) => (port, first, second),
+            other => panic!("expected a clash, got {other:?}"),
+        };
+        assert_eq!(
+            clash(&[on(0, host, 7000, None), on(1, host, 7003, None)]),
+            (7003, 0, 1)
+        );
+        assert_eq!(
+            clash(&[on(5, host, 7010, None), on(2, host, 7000, Some(7012))]),
+            (7012, 2, 5)
+        );
+        // A RESP port among its own RPC ports.
+        assert_eq!(clash(&[on(3, host, 7000, Some(7002))]), (7002, 3, 3));
+        // Two equal RESP ports.
+        assert_eq!(
+            clash(&[on(0, host, 7000, Some(6379)), on(1, host, 8000, Some(6379))]),
+            (6379, 0, 1)
+        );
+        // A range inside a longer one that started before the range between them.
+        let members = [
+            on(0, host, 7000, Some(7100)),
+            on(1, host, 7004, None),
+            on(2, host, 7050, None),
+        ];
+        check_addresses(&members, 4).unwrap();
+        assert_eq!(
+            clash(&[on(0, host, 7000, Some(6000)), on(1, host, 5999, None)]),
+            (6000, 0, 1)
+        );
+    }
+
+    #[test]
+    fn ports_must_be_fixed_and_fit() {
+        assert!(matches!(
+            check_addresses(&[on(1, [127, 0, 0, 1], 0, None)], 4),
+            Err(ConfigError::PortZero { node: 1 })
+        ));
+        assert!(matches!(
+            check_addresses(&[on(1, [127, 0, 0, 1], 7000, Some(0))], 4),
+            Err(ConfigError::PortZero { node: 1 })
+        ));
+        check_addresses(&[on(1, [127, 0, 0, 1], u16::MAX - 3, None)], 4).unwrap();
+        assert!(matches!(
+            check_addresses(&[on(1, [127, 0, 0, 1], u16::MAX - 2, None)], 4),
+            Err(ConfigError::PortOverflow {
+                node: 1,
+                rpc_port_base: 65_533,
+                threads: 4
+            })
+        ));
+        assert!(matches!(
+            check_addresses(&[on(2, [0, 0, 0, 0], 7000, None)], 4),
+            Err(ConfigError::UnspecifiedHost { node: 2, .. })
+        ));
+    }
+}

@@ -1,0 +1,368 @@
+//! The TOML form of a configuration; the format is described in the crate documentation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::configuration::Configuration;
+use crate::error::ConfigError;
+use crate::member::Member;
+use crate::partition_map::{PartitionMap, Replicas};
+
+/// The whole file.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigurationFile {
+    id: u64,
+    threads_per_node: u16,
+    replicas: u8,
+    partition_count: u32,
+    #[serde(rename = "member", default)]
+    members: Vec<Member>,
+    #[serde(rename = "partition", default, skip_serializing_if = "Vec::is_empty")]
+    partitions: Vec<PartitionEntry>,
+}
+
+/// One `[[partition]]` entry.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionEntry {
+    id: u32,
+    primary: u16,
+    backups: Vec<u16>,
+}
+
+/// First line of the text [`Configuration::to_toml_string`] writes.
+const HEADER: &str = "# ferrotx cluster configuration (see crates/cluster/config/example.toml)\n";
+
+impl Configuration {
+    /// Parses and checks a configuration in TOML (format in the [crate] documentation and
+    /// in `crates/cluster/config/example.toml`).
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let file: ConfigurationFile = toml::from_str(text)?;
+        if file.partitions.is_empty() {
+            return Self::new(
+                file.id,
+                file.threads_per_node,
+                file.replicas,
+                file.members,
+                file.partition_count,
+            );
+        }
+        if file.partitions.len() != file.partition_count as usize {
+            return Err(ConfigError::PartitionCountMismatch {
+                listed: file.partitions.len(),
+                expected: file.partition_count,
+            });
+        }
+        let mut assignments = Vec::with_capacity(file.partitions.len());
+        for (position, entry) in file.partitions.into_iter().enumerate() {
+            if entry.id as usize != position {
+                return Err(ConfigError::PartitionOutOfOrder {
+                    position,
+                    id: entry.id,
+                });
+            }
+            assignments.push(Replicas {
+                primary: entry.primary,
+                backups: entry.backups,
+            });
+        }
+        let partitions = PartitionMap::from_assignments(&file.members, file.replicas, assignments)?;
+        Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)
+    }
+
+    /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
+    /// configuration. The partition map is written only if it is not the one
+    /// [`PartitionMap::place`] computes from the members.
+    pub fn to_toml_string(&self) -> String {
+        let placed = PartitionMap::place(
+            self.members(),
+            self.partitions().partition_count(),
+            self.replicas(),
+        )
+        .expect("a valid configuration's members can be placed");
+        let partitions = if placed == *self.partitions() {
+            Vec::new()
+        } else {
+            self.partitions()
+                .iter()
+                .map(|(partition, replicas)| PartitionEntry {
+                    id: partition.0,
+                    primary: replicas.primary,
+                    backups: replicas.backups.clone(),
+                })
+                .collect()
+        };
+        let file = ConfigurationFile {
+            id: self.id(),
+            threads_per_node: self.threads_per_node(),
+            replicas: self.replicas(),
+            partition_count: self.partitions().partition_count(),
+            members: self.members().to_vec(),
+            partitions,
+        };
+        let body = toml::to_string(&file).expect("a valid configuration is representable in TOML");
+        format!("{HEADER}{body}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use ferrotx_store::PartitionId;
+
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../config/example.toml");
+
+    /// A small valid file, with `extra` appended.
+    fn file(extra: &str) -> String {
+        format!(
+            "id = 7\nthreads_per_node = 2\nreplicas = 2\npartition_count = 3\n\
+             [[member]]\nnode = 0\nfailure_domain = \"a\"\nhost = \"127.0.0.1\"\n\
+             rpc_port_base = 7000\n\
+             [[member]]\nnode = 1\nfailure_domain = \"b\"\nhost = \"127.0.0.1\"\n\
+             rpc_port_base = 7002\nresp_port = 6379\n{extra}"
+        )
+    }
+
+    fn parse_error(text: &str) -> ConfigError {
+        Configuration::from_toml_str(text).unwrap_err()
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let config = Configuration::from_toml_str(EXAMPLE).unwrap();
+        assert_eq!(config.id(), 1);
+        assert_eq!(config.threads_per_node(), 4);
+        assert_eq!(config.replicas(), 3);
+        assert_eq!(config.members().len(), 6);
+        assert_eq!(config.partitions().partition_count(), 24);
+        assert_eq!(config.address_book().len(), 24);
+        let domain = |node: u16| config.member(node).unwrap().failure_domain.clone();
+        for (_, replicas) in config.partitions().iter() {
+            let racks: BTreeSet<String> = replicas.nodes().map(domain).collect();
+            assert_eq!(racks.len(), 3, "{replicas:?}");
+        }
+        for member in config.members() {
+            assert_eq!(config.partitions().primaries_on(member.node).count(), 4);
+            assert_eq!(config.partitions().backups_on(member.node).count(), 8);
+            assert_eq!(member.resp_port, Some(6379));
+        }
+        assert_eq!(
+            Configuration::from_toml_str(&config.to_toml_string()).unwrap(),
+            config
+        );
+    }
+
+    #[test]
+    fn round_trips() {
+        let local = Configuration::local(4, 3, 2, 3, 9000).unwrap();
+        let text = local.to_toml_string();
+        assert!(text.starts_with(HEADER));
+        assert!(
+            !text.contains("[[partition]]"),
+            "a placed map is not written:\n{text}"
+        );
+        assert_eq!(Configuration::from_toml_str(&text).unwrap(), local);
+
+        let small = Configuration::from_toml_str(&file("")).unwrap();
+        assert_eq!(small.member(0).unwrap().resp_port, None);
+        assert_eq!(small.member(1).unwrap().resp_port, Some(6379));
+        assert_eq!(
+            Configuration::from_toml_str(&small.to_toml_string()).unwrap(),
+            small
+        );
+
+        // A map that is not the placement's is written out, and read back as it is.
+        let members = small.members().to_vec();
+        let moved = PartitionMap::from_assignments(
+            &members,
+            2,
+            (0..3)
+                .map(|_| Replicas {
+                    primary: 1,
+                    backups: vec![0],
+                })
+                .collect(),
+        )
+        .unwrap();
+        let moved = Configuration::with_partition_map(8, 2, members, moved).unwrap();
+        let text = moved.to_toml_string();
+        assert_eq!(text.matches("[[partition]]").count(), 3, "{text}");
+        let read = Configuration::from_toml_str(&text).unwrap();
+        assert_eq!(read, moved);
+        assert_eq!(read.partitions().primary(PartitionId(0)), 1);
+    }
+
+    #[test]
+    fn an_explicit_map_equal_to_the_placement_reads_the_same() {
+        let placed = Configuration::from_toml_str(&file("")).unwrap();
+        let mut explicit = String::new();
+        for (partition, replicas) in placed.partitions().iter() {
+            explicit += &format!(
+                "[[partition]]\nid = {}\nprimary = {}\nbackups = {:?}\n",
+                partition.0, replicas.primary, replicas.backups
+            );
+        }
+        assert_eq!(
+            Configuration::from_toml_str(&file(&explicit)).unwrap(),
+            placed
+        );
+    }
+
+    #[test]
+    fn unknown_and_missing_fields_are_errors() {
+        for (text, expected) in [
+            (file("colour = \"blue\"\n"), "unknown field `colour`"),
+            (
+                file(
+                    "[[member]]\nnode = 2\nfailure_domain = \"c\"\nhost = \"127.0.0.2\"\nrpc_port = 7000\n",
+                ),
+                "unknown field `rpc_port`",
+            ),
+            (
+                file("[[partition]]\nid = 0\nprimary = 0\nbackups = [1]\nweight = 2\n"),
+                "unknown field `weight`",
+            ),
+            (
+                file("").replace("replicas = 2\n", ""),
+                "missing field `replicas`",
+            ),
+            (
+                file("").replace(
+                    "host = \"127.0.0.1\"\nrpc_port_base = 7000",
+                    "host = \"localhost\"\nrpc_port_base = 7000",
+                ),
+                "invalid IP address",
+            ),
+            (
+                file("").replace("replicas = 2", "replicas = 300"),
+                "replicas",
+            ),
+            (file("").replace("id = 7", "id = -1"), "id"),
+            (file("").replace("id = 7", "id = \"seven\""), "id"),
+            ("id = [".to_owned(), "line 1"),
+        ] {
+            let error = parse_error(&text);
+            assert!(matches!(error, ConfigError::Parse(_)), "{error:?}");
+            let message = error.to_string();
+            assert!(message.contains(expected), "{expected:?} not in: {message}");
+        }
+    }
+
+    #[test]
+    fn checks_apply_to_files() {
+        let no_members = "id = 1\nthreads_per_node = 1\nreplicas = 1\npartition_count = 1\n";
+        assert!(matches!(parse_error(no_members), ConfigError::NoMembers));
+        let edit = |from: &str, to: &str| parse_error(&file("").replacen(from, to, 1));
+        assert!(matches!(
+            edit("replicas = 2", "replicas = 0"),
+            ConfigError::ZeroReplicas
+        ));
+        assert!(matches!(
+            edit("replicas = 2", "replicas = 3"),
+            ConfigError::TooManyReplicas {
+                replicas: 3,
+                nodes: 2
+            }
+        ));
+        assert!(matches!(
+            edit("threads_per_node = 2", "threads_per_node = 0"),
+            ConfigError::ZeroThreads
+        ));
+        assert!(matches!(
+            edit("partition_count = 3", "partition_count = 0"),
+            ConfigError::ZeroPartitions
+        ));
+        assert!(matches!(
+            edit("node = 1", "node = 0"),
+            ConfigError::DuplicateNode { node: 0 }
+        ));
+        assert!(matches!(
+            edit("failure_domain = \"b\"", "failure_domain = \"\""),
+            ConfigError::EmptyFailureDomain { node: 1 }
+        ));
+        assert!(matches!(
+            edit("rpc_port_base = 7002", "rpc_port_base = 65535"),
+            ConfigError::PortOverflow {
+                node: 1,
+                rpc_port_base: 65_535,
+                threads: 2
+            }
+        ));
+        assert!(matches!(
+            edit("rpc_port_base = 7002", "rpc_port_base = 7001"),
+            ConfigError::PortClash {
+                port: 7001,
+                first: 0,
+                second: 1,
+                ..
+            }
+        ));
+        assert!(matches!(
+            edit("host = \"127.0.0.1\"", "host = \"0.0.0.0\""),
+            ConfigError::UnspecifiedHost { node: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn explicit_maps_in_files_are_checked() {
+        let entry = |id: u32, primary: u16, backups: &str| {
+            format!("[[partition]]\nid = {id}\nprimary = {primary}\nbackups = {backups}\n")
+        };
+        let map = |entries: &[String]| parse_error(&file(&entries.concat()));
+        assert!(matches!(
+            map(&[entry(0, 0, "[1]"), entry(1, 1, "[0]")]),
+            ConfigError::PartitionCountMismatch {
+                listed: 2,
+                expected: 3
+            }
+        ));
+        assert!(matches!(
+            map(&[entry(0, 0, "[1]"), entry(2, 1, "[0]"), entry(1, 1, "[0]")]),
+            ConfigError::PartitionOutOfOrder { position: 1, id: 2 }
+        ));
+        assert!(matches!(
+            map(&[entry(0, 0, "[1]"), entry(1, 1, "[]"), entry(2, 1, "[0]")]),
+            ConfigError::WrongReplicaCount {
+                partition: 1,
+                count: 1,
+                expected: 2
+            }
+        ));
+        assert!(matches!(
+            map(&[entry(0, 0, "[1]"), entry(1, 1, "[0]"), entry(2, 5, "[0]")]),
+            ConfigError::UnknownNode {
+                partition: 2,
+                node: 5
+            }
+        ));
+        assert!(matches!(
+            map(&[entry(0, 0, "[0]"), entry(1, 1, "[0]"), entry(2, 1, "[0]")]),
+            ConfigError::RepeatedNode {
+                partition: 0,
+                node: 0
+            }
+        ));
+    }
+
+    #[test]
+    fn messages_name_what_to_fix() {
+        let message = |text: String| parse_error(&text).to_string();
+        assert_eq!(
+            message(file("").replace("replicas = 2", "replicas = 3")),
+            "`replicas` is 3 but the cluster has only 2 members: each replica of a partition \
+             needs its own node, so lower `replicas` or add members"
+        );
+        assert_eq!(
+            message(file("").replace("node = 1", "node = 0")),
+            "node 0 is listed twice: give every member its own `node` id"
+        );
+        assert_eq!(
+            message(file("").replace("rpc_port_base = 7002", "rpc_port_base = 65535")),
+            "node 1 needs 2 RPC ports (one per thread) from port 65535, which passes port \
+             65535: lower its `rpc_port_base`"
+        );
+    }
+}

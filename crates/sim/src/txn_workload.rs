@@ -1,0 +1,360 @@
+//! Bank transfers and audits over a simulated cluster, checked for strict
+//! serializability (with `serializability::check`), conservation of money, and replicas
+//! equal to their primaries once quiet.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ferrotx_node::Worker;
+use ferrotx_rpc::{Config, Engine};
+use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
+use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
+use ferrotx_txn::participant::{NodeStore, Participant, Role};
+use ferrotx_wire::EndpointId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::network::{Faults, SimNetwork};
+use crate::serializability::{TxnRecord, Violation, check};
+use crate::simulator::Simulator;
+
+const ACCOUNTS: TableId = TableId(1);
+const INITIAL_BALANCE: u64 = 100;
+
+/// Shape of the bank workload.
+#[derive(Clone, Debug)]
+pub struct BankWorkload {
+    /// Nodes.
+    pub nodes: u16,
+    /// Copies of each partition (f + 1).
+    pub replicas: u16,
+    /// Worker threads per node.
+    pub threads: u16,
+    /// Coroutines per thread.
+    pub coroutines: usize,
+    /// Transactions per coroutine.
+    pub transactions: usize,
+    /// Accounts (keys).
+    pub accounts: u64,
+    /// Partitions.
+    pub partitions: u32,
+    /// Network faults.
+    pub faults: Faults,
+    /// Share of transactions that are audits (read every account).
+    pub audit_share: f64,
+}
+
+impl BankWorkload {
+    /// The CI workload with faults from `seed`: 3 nodes, 3 replicas (f = 2), 2 threads, 3
+    /// coroutines each, few accounts (so transactions conflict), loss up to 5%,
+    /// duplication up to 5%, delays of 1 to 200 us.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xba4c);
+        Self {
+            nodes: 3,
+            replicas: 3,
+            threads: 2,
+            coroutines: 3,
+            transactions: 8,
+            accounts: rng.random_range(3..10),
+            partitions: 6,
+            faults: Faults {
+                loss: rng.random_range(0.0..0.05),
+                duplicate: rng.random_range(0.0..0.05),
+                delay_min_ns: 1_000,
+                delay_max_ns: rng.random_range(1_000..200_000),
+            },
+            audit_share: 0.2,
+        }
+    }
+}
+
+/// Placement of the simulated cluster: partition p on node p % nodes, backed up on the
+/// next nodes.
+struct SimPlacement {
+    partitions: u32,
+    nodes: u16,
+    backups: Vec<Vec<u16>>,
+}
+
+impl SimPlacement {
+    fn new(nodes: u16, replicas: u16, partitions: u32) -> Self {
+        let backups = (0..partitions)
+            .map(|p| (1..replicas).map(|i| ((p as u16) + i) % nodes).collect())
+            .collect();
+        Self {
+            partitions,
+            nodes,
+            backups,
+        }
+    }
+}
+
+impl Placement for SimPlacement {
+    fn partition_of(&self, _table: TableId, key: &Key) -> u32 {
+        // FNV-1a: stable, so every process places keys alike.
+        let hash = key
+            .as_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        (hash % u64::from(self.partitions)) as u32
+    }
+
+    fn primary(&self, partition: u32) -> u16 {
+        (partition % u32::from(self.nodes)) as u16
+    }
+
+    fn backups(&self, partition: u32) -> &[u16] {
+        &self.backups[partition as usize]
+    }
+}
+
+/// What a run did and found.
+#[derive(Debug, Default)]
+pub struct BankOutcome {
+    /// Transactions committed.
+    pub committed: u64,
+    /// Transactions aborted.
+    pub aborted: u64,
+    /// Aborts by reason.
+    pub abort_reasons: std::collections::BTreeMap<String, u64>,
+    /// Everything wrong; empty when correct.
+    pub violations: Vec<String>,
+}
+
+#[derive(Default)]
+struct History {
+    records: Vec<TxnRecord<u64>>,
+    violations: Vec<String>,
+    abort_reasons: std::collections::BTreeMap<String, u64>,
+}
+
+/// Runs the bank workload from `seed` and checks it.
+pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
+    let network = SimNetwork::new(seed, workload.faults.clone());
+    let mut sim = Simulator::new(network.clone());
+    let schema: Arc<[TableSpec]> = Arc::from(vec![TableSpec::fixed(1, "accounts", 8)]);
+    let placement = Arc::new(SimPlacement::new(
+        workload.nodes,
+        workload.replicas,
+        workload.partitions,
+    ));
+    // Every node's partitions, loaded with the initial balances on every replica.
+    let mut stores: Vec<NodeStore> = (0..workload.nodes).map(|_| NodeStore::new()).collect();
+    let mut replicas: Vec<Vec<(u16, Arc<Partition>)>> = Vec::new();
+    for p in 0..workload.partitions {
+        let mut copies = Vec::new();
+        let primary = placement.primary(p);
+        for (node, role) in std::iter::once((primary, Role::Primary))
+            .chain(placement.backups(p).iter().map(|&b| (b, Role::Backup)))
+        {
+            let partition = Arc::new(Partition::new(PartitionId(p), &schema));
+            for account in 0..workload.accounts {
+                let key = Key::from(account);
+                if placement.partition_of(ACCOUNTS, &key) == p {
+                    partition
+                        .load(ACCOUNTS, key, &INITIAL_BALANCE.to_le_bytes())
+                        .expect("load");
+                }
+            }
+            stores[usize::from(node)].host(role, partition.clone());
+            copies.push((node, partition));
+        }
+        replicas.push(copies);
+    }
+    let stores: Vec<Arc<NodeStore>> = stores.into_iter().map(Arc::new).collect();
+    let history = Rc::new(RefCell::new(History::default()));
+    let all_nodes: Vec<u16> = (0..workload.nodes).collect();
+
+    for node in 0..workload.nodes {
+        for thread in 0..workload.threads {
+            let local = EndpointId::new(node, thread);
+            let mut engine = Engine::new(
+                local,
+                Config {
+                    callers: workload.coroutines,
+                    datagram_bytes: 1_400,
+                    rto_min_ns: 200_000,
+                    suspect_after_ns: 5_000_000,
+                    ..Config::default()
+                },
+            );
+            let participant = Rc::new(RefCell::new(Participant::new(
+                stores[usize::from(node)].clone(),
+            )));
+            Participant::register(&participant, &mut engine);
+            let coordinator = Rc::new(Coordinator::new(
+                local,
+                1,
+                participant,
+                placement.clone(),
+                schema.clone(),
+            ));
+            let mut worker = Worker::new(SimNetwork::endpoint(&network, local), engine);
+            for c in 0..workload.coroutines {
+                let coordinator = coordinator.clone();
+                let history = history.clone();
+                let workload = workload.clone();
+                let all_nodes = all_nodes.clone();
+                let mut rng =
+                    ChaCha8Rng::seed_from_u64(seed ^ (u64::from(local.0) << 20) ^ c as u64);
+                worker.executor().spawn(move |co| async move {
+                    for _ in 0..workload.transactions {
+                        let audit = rng.random_bool(workload.audit_share);
+                        let from = rng.random_range(0..workload.accounts);
+                        let to =
+                            (from + rng.random_range(1..workload.accounts)) % workload.accounts;
+                        let amount = rng.random_range(1..=60u64);
+                        let start_ns = co.now_ns();
+                        let mut tx = coordinator.begin(&co);
+                        let result: Result<Option<u64>, Abort> = async {
+                            if audit {
+                                let mut total = 0;
+                                for account in 0..workload.accounts {
+                                    let value = tx.read(ACCOUNTS, Key::from(account)).await?;
+                                    total += balance(value);
+                                }
+                                return Ok(Some(total));
+                            }
+                            let a = balance(tx.read(ACCOUNTS, Key::from(from)).await?);
+                            let b = balance(tx.read(ACCOUNTS, Key::from(to)).await?);
+                            if a >= amount {
+                                tx.write(
+                                    ACCOUNTS,
+                                    Key::from(from),
+                                    Some((a - amount).to_le_bytes().to_vec()),
+                                )
+                                .await?;
+                                tx.write(
+                                    ACCOUNTS,
+                                    Key::from(to),
+                                    Some((b + amount).to_le_bytes().to_vec()),
+                                )
+                                .await?;
+                            }
+                            Ok(None)
+                        }
+                        .await;
+                        let reads: Vec<(u64, u64)> = tx
+                            .reads()
+                            .iter()
+                            .map(|r| (key_id(&r.key), r.version))
+                            .collect();
+                        let writes: Vec<(u64, u64)> = tx
+                            .writes()
+                            .iter()
+                            .map(|w| (key_id(&w.key), w.version + 1))
+                            .collect();
+                        let id = (u64::from(tx.id().node) << 48)
+                            | (u64::from(tx.id().thread) << 32)
+                            | tx.id().counter;
+                        let committed = match result {
+                            Ok(audit_total) => {
+                                let outcome = tx.commit().await;
+                                if let (Ok(()), Some(total)) = (outcome, audit_total) {
+                                    let expected = INITIAL_BALANCE * workload.accounts;
+                                    if total != expected {
+                                        history.borrow_mut().violations.push(format!(
+                                            "audit {id:#x} saw a total of {total}, not {expected}"
+                                        ));
+                                    }
+                                }
+                                if let Err(abort) = outcome {
+                                    *history
+                                        .borrow_mut()
+                                        .abort_reasons
+                                        .entry(format!("{abort:?}"))
+                                        .or_default() += 1;
+                                }
+                                outcome.is_ok()
+                            }
+                            Err(abort) => {
+                                *history
+                                    .borrow_mut()
+                                    .abort_reasons
+                                    .entry(format!("execution {abort:?}"))
+                                    .or_default() += 1;
+                                false
+                            }
+                        };
+                        history.borrow_mut().records.push(TxnRecord {
+                            id,
+                            start_ns,
+                            end_ns: co.now_ns(),
+                            committed,
+                            reads,
+                            writes,
+                        });
+                    }
+                    coordinator.flush_truncation(&co, &all_nodes).await;
+                });
+            }
+            sim.workers.push(worker);
+        }
+    }
+    sim.run_until(60_000_000_000);
+
+    let history = history.borrow();
+    let mut outcome = BankOutcome {
+        committed: history.records.iter().filter(|r| r.committed).count() as u64,
+        aborted: history.records.iter().filter(|r| !r.committed).count() as u64,
+        violations: history.violations.clone(),
+        abort_reasons: history.abort_reasons.clone(),
+    };
+    let unfinished: usize = sim.workers.iter_mut().map(|w| w.executor().live()).sum();
+    if unfinished > 0 {
+        outcome
+            .violations
+            .push(format!("{unfinished} coroutines never finished"));
+    }
+    for v in check(&history.records, |_, version| version == 1) {
+        outcome.violations.push(match v {
+            Violation::Cycle { anomaly, steps } => format!("{anomaly}: {steps:?}"),
+            other => format!("{other:?}"),
+        });
+    }
+    // Money is conserved, no balance is negative, and every backup equals its primary.
+    let mut total = 0;
+    let mut out = Vec::new();
+    let mut copy = Vec::new();
+    for account in 0..workload.accounts {
+        let key = Key::from(account);
+        let p = placement.partition_of(ACCOUNTS, &key) as usize;
+        let primary = &replicas[p][0].1;
+        let seen = primary
+            .read(ACCOUNTS, &key, &mut out)
+            .expect("table")
+            .expect("quiet");
+        total += balance(Some(out.clone()));
+        for (node, backup) in &replicas[p][1..] {
+            let copy_seen = backup
+                .read(ACCOUNTS, &key, &mut copy)
+                .expect("table")
+                .expect("quiet");
+            if copy_seen != seen || copy != out {
+                outcome.violations.push(format!(
+                    "account {account}: backup on node {node} at {copy_seen:?}, primary at {seen:?}"
+                ));
+            }
+        }
+    }
+    if total != INITIAL_BALANCE * workload.accounts {
+        outcome
+            .violations
+            .push(format!("money not conserved: {total}"));
+    }
+    outcome
+}
+
+fn balance(value: Option<Vec<u8>>) -> u64 {
+    value.map_or(0, |v| {
+        u64::from_le_bytes(v[..8].try_into().expect("8-byte balance"))
+    })
+}
+
+fn key_id(key: &Key) -> u64 {
+    u64::from_be_bytes(key.as_bytes().try_into().expect("account keys are u64"))
+}
