@@ -6,8 +6,12 @@
 //! the real clock on the current thread: it busy-polls while there is work, spins briefly
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
+mod local_cluster;
+mod placement;
 mod runtime;
 mod worker;
 
+pub use local_cluster::LocalCluster;
+pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};
 pub use worker::{BATCH_DATAGRAMS, Worker};

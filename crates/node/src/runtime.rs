@@ -33,7 +33,7 @@ pub fn run<T: Transport>(
     worker: &mut Worker<T>,
     epoch: Instant,
     idle: Idle,
-    mut keep_running: impl FnMut(&Worker<T>) -> bool,
+    mut keep_running: impl FnMut(&mut Worker<T>) -> bool,
 ) {
     let spin_ns = idle.spin.as_nanos() as u64;
     let mut idle_since_ns: Option<u64> = None;
