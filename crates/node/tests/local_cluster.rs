@@ -138,3 +138,50 @@ fn transfers_conserve_money_and_replicas_agree() {
     );
     cluster.stop();
 }
+
+/// A transaction whose commit-backup record would not fit one message is refused before
+/// it locks anything, even when each of its lock messages would fit.
+#[test]
+fn a_transaction_too_large_for_a_backup_is_refused_before_locking() {
+    const BLOBS: TableId = TableId(2);
+    let config = Configuration::local(3, 3, 1, 2, 42_000).unwrap();
+    let cluster = LocalCluster::start(config, vec![TableSpec::variable(2, "blobs", 1 << 20)]);
+    // Two keys whose partitions have different primaries: with 3 replicas on 3 nodes, a
+    // third node backs up both.
+    let primary_of = |key: u64| {
+        let partition = cluster.partition_of(BLOBS, &Key::from(key));
+        cluster.config().partitions().primary(partition)
+    };
+    let first = 0;
+    let second = (1..1000)
+        .find(|&k| primary_of(k) != primary_of(first))
+        .unwrap();
+    let node = cluster.nodes()[0];
+    let outcome = cluster
+        .spawn(
+            node,
+            0,
+            move |co, coordinator: Rc<Coordinator>| async move {
+                let big = vec![7u8; 700 << 10];
+                let mut tx = coordinator.begin(&co);
+                tx.write(BLOBS, Key::from(first), Some(big.clone()))
+                    .await
+                    .unwrap();
+                tx.write(BLOBS, Key::from(second), Some(big)).await.unwrap();
+                let refused = tx.commit().await;
+                // Nothing was left locked: a smaller transaction on the same keys commits.
+                let mut tx = coordinator.begin(&co);
+                tx.write(BLOBS, Key::from(first), Some(vec![1; 10]))
+                    .await
+                    .unwrap();
+                tx.write(BLOBS, Key::from(second), Some(vec![2; 10]))
+                    .await
+                    .unwrap();
+                (refused, tx.commit().await)
+            },
+        )
+        .recv()
+        .unwrap();
+    assert_eq!(outcome, (Err(Abort::TooLarge), Ok(())));
+    cluster.stop();
+}

@@ -31,7 +31,10 @@ pub struct TxnRecord<K> {
     pub id: u64,
     /// When the client started it.
     pub start_ns: u64,
-    /// When the client learned its outcome.
+    /// When the client learned its outcome. Real-time order is strict: T1 precedes T2 only
+    /// if `T1.end_ns < T2.start_ns`, and equal times count as concurrent, so a recorder
+    /// whose clock can stand still between two events (simulated time within one loop
+    /// iteration) must use a counter of events instead, or real-time anomalies go unseen.
     pub end_ns: u64,
     /// True if it was reported committed.
     pub committed: bool,
@@ -391,6 +394,22 @@ mod tests {
         let h = [
             txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
             txn(2, (20, 30), &[("x", 1)], &[]),
+        ];
+        assert_eq!(anomalies(&h), ["G-single-realtime"]);
+    }
+
+    #[test]
+    fn equal_times_count_as_concurrent() {
+        // T2 starts at the instant T1 ends: concurrent, so reading the old version is
+        // allowed. One tick later it is not.
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (10, 12), &[("x", 1)], &[]),
+        ];
+        assert!(check(&h, initial).is_empty());
+        let h = [
+            txn(1, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(2, (11, 12), &[("x", 1)], &[]),
         ];
         assert_eq!(anomalies(&h), ["G-single-realtime"]);
     }

@@ -45,6 +45,9 @@ pub enum Abort {
     /// The transaction's writes do not fit one message of the commit protocol.
     #[error("refused: the transaction is larger than the commit log allows")]
     TooLarge,
+    /// The transaction already aborted; begin a new one.
+    #[error("the transaction already aborted")]
+    Finished,
     /// A participant refused a message (a bug or a configuration mismatch).
     #[error("aborted: a participant refused the protocol")]
     Protocol,
@@ -191,7 +194,8 @@ impl Coordinator {
 }
 
 /// A transaction in a coroutine. Reads see the transaction's own writes; writes are
-/// buffered until [`Txn::commit`].
+/// buffered until [`Txn::commit`]. Dropping it uncommitted abandons it (nothing is locked
+/// before `commit`).
 pub struct Txn<'a> {
     coordinator: &'a Coordinator,
     co: &'a Co,
@@ -202,6 +206,14 @@ pub struct Txn<'a> {
     values: Vec<Option<Vec<u8>>>,
     writes: Vec<Write>,
     finished: bool,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // An abandoned transaction must still count as finished, or this thread's
+        // truncation mark would stop at it and the backups' logs would fill.
+        self.finish();
+    }
 }
 
 impl Txn<'_> {
@@ -223,6 +235,9 @@ impl Txn<'_> {
     /// Reads `key` of `table`: the transaction's own write if any, else the value at its
     /// primary (`None` if absent).
     pub async fn read(&mut self, table: TableId, key: Key) -> Result<Option<Vec<u8>>, Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
         if let Some(w) = self
             .writes
             .iter()
@@ -288,6 +303,9 @@ impl Txn<'_> {
         key: Key,
         value: Option<Vec<u8>>,
     ) -> Result<(), Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
         // Bad input is refused before anything happens (the transaction stays usable).
         let spec = self.coordinator.spec(table)?;
         if let Some(value) = &value {
@@ -342,6 +360,9 @@ impl Txn<'_> {
     /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4).
     /// Truncation (step 5) rides on later commit-backup messages.
     pub async fn commit(mut self) -> Result<(), Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
         let result = self.commit_inner().await;
         self.finish();
         result
@@ -405,14 +426,24 @@ impl Txn<'_> {
                 .collect::<Vec<_>>()
         };
 
-        // 1. LOCK at every written primary.
+        // Every message of the commit is built, and checked against the limits, before the
+        // first lock is taken: a refusal after LOCK would leave locks behind.
         let locks = by_node(&|p| vec![placement.primary(p)]);
-        if locks
-            .iter()
-            .any(|(_, m)| m.len() > ferrotx_wire::MAX_MESSAGE_BYTES as usize)
+        let backups = by_node(&|p| placement.backups(p).to_vec());
+        let too_large = |messages: &[(u16, Vec<u8>)]| {
+            messages
+                .iter()
+                .any(|(_, m)| m.len() > ferrotx_wire::MAX_MESSAGE_BYTES as usize)
+        };
+        let writes_per_message_max = self.writes.len();
+        if too_large(&locks)
+            || too_large(&backups)
+            || writes_per_message_max > crate::messages::ITEMS_MAX
         {
             return Err(Abort::TooLarge);
         }
+
+        // 1. LOCK at every written primary.
         let answers = coordinator
             .round(self.co, request_type::LOCK, Participant::lock, &locks)
             .await;
@@ -431,7 +462,6 @@ impl Txn<'_> {
             return Err(Abort::Conflict);
         }
         // 3. COMMIT-BACKUP at every backup of a written partition.
-        let backups = by_node(&|p| placement.backups(p).to_vec());
         let answers = coordinator
             .round(
                 self.co,

@@ -243,7 +243,8 @@ impl Participant {
             return Err(NOT_HOSTED);
         }
         let coordinator = (record.tx.node, record.tx.thread);
-        let mark = record.truncate_up_to;
+        // The record's own mark may free the space it needs.
+        self.truncate(coordinator, record.truncate_up_to);
         let log = self.logs.entry(coordinator).or_default();
         if record.tx.counter > log.truncated_up_to {
             if log.records.len() >= LOG_RECORDS_MAX {
@@ -254,7 +255,6 @@ impl Participant {
             log.records.insert(record.tx.counter, record);
             self.stats.records_logged += 1;
         }
-        self.truncate(coordinator, mark);
         response.push(1);
         Ok(())
     }
