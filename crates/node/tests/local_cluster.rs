@@ -185,3 +185,54 @@ fn a_transaction_too_large_for_a_backup_is_refused_before_locking() {
     assert_eq!(outcome, (Err(Abort::TooLarge), Ok(())));
     cluster.stop();
 }
+
+/// A transaction abandoned without commit still counts as finished: the coordinator's
+/// truncation mark moves past it and backups apply the transactions after it.
+#[test]
+fn an_abandoned_transaction_does_not_stall_truncation() {
+    let config = Configuration::local(3, 3, 1, 1, 43_000).unwrap();
+    let cluster = LocalCluster::start(config, vec![TableSpec::fixed(1, "accounts", 8)]);
+    for account in 0..4 {
+        assert!(
+            cluster
+                .load(ACCOUNTS, Key::from(account), &INITIAL.to_le_bytes())
+                .unwrap()
+        );
+    }
+    let nodes = cluster.nodes();
+    let node = nodes[0];
+    cluster
+        .spawn(
+            node,
+            0,
+            move |co, coordinator: Rc<Coordinator>| async move {
+                {
+                    let mut abandoned = coordinator.begin(&co);
+                    let refused = abandoned
+                        .write(TableId(9), Key::from(0), Some(vec![0; 8]))
+                        .await;
+                    assert!(refused.is_err());
+                }
+                for account in 0..4u64 {
+                    let mut tx = coordinator.begin(&co);
+                    tx.write(
+                        ACCOUNTS,
+                        Key::from(account),
+                        Some((account * 10).to_le_bytes().to_vec()),
+                    )
+                    .await
+                    .unwrap();
+                    tx.commit().await.unwrap();
+                }
+                coordinator.flush_truncation(&co, &nodes).await;
+            },
+        )
+        .recv()
+        .unwrap();
+    assert!(
+        cluster
+            .replicas_differ(ACCOUNTS, (0..4).map(Key::from))
+            .is_empty()
+    );
+    cluster.stop();
+}
