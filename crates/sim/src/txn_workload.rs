@@ -43,12 +43,15 @@ pub struct BankWorkload {
     pub faults: Faults,
     /// Share of transactions that are audits (read every account).
     pub audit_share: f64,
+    /// A partition between node 0 and the others, from and to these times (it heals).
+    pub partition_ns: Option<(u64, u64)>,
 }
 
 impl BankWorkload {
     /// The CI workload with faults from `seed`: 3 nodes, 3 replicas (f = 2), 2 threads, 3
     /// coroutines each, few accounts (so transactions conflict), loss up to 5%,
-    /// duplication up to 5%, delays of 1 to 200 us.
+    /// duplication up to 5%, delays of 1 to 200 us, and in half the seeds a partition of
+    /// node 0 from the others for up to 20 ms, which then heals.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xba4c);
         Self {
@@ -66,6 +69,10 @@ impl BankWorkload {
                 delay_max_ns: rng.random_range(1_000..200_000),
             },
             audit_share: 0.2,
+            partition_ns: rng.random_bool(0.5).then(|| {
+                let start = rng.random_range(0..2_000_000);
+                (start, start + rng.random_range(0..20_000_000))
+            }),
         }
     }
 }
@@ -119,6 +126,8 @@ pub struct BankOutcome {
     pub committed: u64,
     /// Transactions aborted.
     pub aborted: u64,
+    /// Datagrams cut by the partition.
+    pub partitioned: u64,
     /// Aborts by reason.
     pub abort_reasons: std::collections::BTreeMap<String, u64>,
     /// Everything wrong; empty when correct.
@@ -315,6 +324,13 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             sim.workers.push(worker);
         }
     }
+    if let Some((start, end)) = workload.partition_ns {
+        sim.run_until(start);
+        let others: Vec<u16> = (1..workload.nodes).collect();
+        network.borrow_mut().partition(&[0], &others);
+        sim.run_until(end);
+        network.borrow_mut().heal();
+    }
     sim.run_until(60_000_000_000);
 
     let history = history.borrow();
@@ -323,6 +339,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
         aborted: history.records.iter().filter(|r| !r.committed).count() as u64,
         violations: history.violations.clone(),
         abort_reasons: history.abort_reasons.clone(),
+        partitioned: network.borrow().counters.partitioned,
     };
     let unfinished: usize = sim.workers.iter_mut().map(|w| w.executor().live()).sum();
     if unfinished > 0 {

@@ -1,6 +1,6 @@
 //! Bank transfers and audits on a simulated 3-node cluster with f = 2, under loss,
-//! duplication, delay and reordering; every history is checked for strict
-//! serializability, conservation of money and replica equality.
+//! duplication, delay, reordering and partitions that heal; every history is checked for
+//! strict serializability, conservation of money, lost writes and replica equality.
 //!
 //! `FERROTX_SIM_SEEDS=N` (default 1,000) and `FERROTX_SIM_SEED_BASE`; replay one seed with
 //! `FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test txn_seeds -- --nocapture`.
@@ -25,12 +25,13 @@ fn bank_histories_are_strictly_serializable() {
     }
     let seeds = env_u64("FERROTX_SIM_SEEDS").unwrap_or(1000);
     let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
-    let (mut committed, mut aborted) = (0, 0);
+    let (mut committed, mut aborted, mut partitioned) = (0, 0, 0);
     let mut failed = Vec::new();
     for seed in base..base + seeds {
         let outcome = run(seed, &BankWorkload::from_seed(seed));
         committed += outcome.committed;
         aborted += outcome.aborted;
+        partitioned += outcome.partitioned;
         if !outcome.violations.is_empty() {
             eprintln!(
                 "seed {seed} FAILED: {:?}",
@@ -39,11 +40,14 @@ fn bank_histories_are_strictly_serializable() {
             failed.push(seed);
         }
     }
-    println!("{seeds} seeds: {committed} committed, {aborted} aborted");
+    println!(
+        "{seeds} seeds: {committed} committed, {aborted} aborted, {partitioned} datagrams cut"
+    );
     assert!(
         committed > 0 && aborted > 0,
         "no contention: the workload tests little"
     );
+    assert!(partitioned > 0, "the partitions cut nothing");
     assert!(
         failed.is_empty(),
         "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=<seed>"
