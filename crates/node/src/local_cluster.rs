@@ -95,9 +95,11 @@ impl LocalCluster {
                     let participant = Rc::new(RefCell::new(Participant::new(store)));
                     Participant::register(&participant, &mut engine);
                     let placement: Arc<dyn Placement> = Arc::new(ClusterPlacement(config.clone()));
+                    let incarnation = engine.config().incarnation;
                     let coordinator = Rc::new(Coordinator::new(
                         local,
                         config.id(),
+                        incarnation,
                         participant,
                         placement,
                         schema,

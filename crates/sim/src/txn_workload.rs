@@ -200,9 +200,11 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                 stores[usize::from(node)].clone(),
             )));
             Participant::register(&participant, &mut engine);
+            let incarnation = engine.config().incarnation;
             let coordinator = Rc::new(Coordinator::new(
                 local,
                 1,
+                incarnation,
                 participant,
                 placement.clone(),
                 schema.clone(),

@@ -74,6 +74,7 @@ impl Truncation {
 pub struct Coordinator {
     local: EndpointId,
     configuration: u64,
+    incarnation: u64,
     participant: Rc<RefCell<Participant>>,
     placement: Arc<dyn Placement>,
     schema: Arc<[TableSpec]>,
@@ -88,6 +89,7 @@ impl Coordinator {
     pub fn new(
         local: EndpointId,
         configuration: u64,
+        incarnation: u64,
         participant: Rc<RefCell<Participant>>,
         placement: Arc<dyn Placement>,
         schema: Arc<[TableSpec]>,
@@ -95,6 +97,7 @@ impl Coordinator {
         Self {
             local,
             configuration,
+            incarnation,
             participant,
             placement,
             schema,
@@ -114,6 +117,7 @@ impl Coordinator {
                 configuration: self.configuration,
                 node: self.local.node(),
                 thread: self.local.thread(),
+                incarnation: self.incarnation,
                 counter,
             },
             reads: Vec::new(),
@@ -133,8 +137,7 @@ impl Coordinator {
     pub async fn flush_truncation(&self, co: &Co, nodes: &[u16]) {
         let mut message = Vec::new();
         encode_truncate(
-            self.local.node(),
-            self.local.thread(),
+            (self.local.node(), self.local.thread(), self.incarnation),
             self.truncation_mark(),
             &mut message,
         );

@@ -25,8 +25,10 @@ pub mod request_type {
     pub const TRUNCATE: u8 = 16;
 }
 
-/// A transaction id: configuration, coordinator node and thread, and a counter that grows
-/// per coordinator thread.
+/// A transaction id: configuration, coordinator node, thread and incarnation, and a
+/// counter that grows per coordinator thread. The incarnation (the RPC engine's, which
+/// grows with each start of the process) keeps a restarted coordinator's counters, which
+/// start again at 1, from meeting its earlier life's in logs and lock tables.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct TxId {
     /// Configuration the transaction started in.
@@ -35,6 +37,8 @@ pub struct TxId {
     pub node: u16,
     /// Coordinator thread.
     pub thread: u16,
+    /// Incarnation of the coordinator's process.
+    pub incarnation: u64,
     /// Per-coordinator-thread counter.
     pub counter: u64,
 }
@@ -142,6 +146,7 @@ impl Writer<'_> {
         self.u64(tx.configuration)
             .u16(tx.node)
             .u16(tx.thread)
+            .u64(tx.incarnation)
             .u64(tx.counter)
     }
 }
@@ -196,6 +201,7 @@ impl<'a> Reader<'a> {
             configuration: self.u64()?,
             node: self.u16()?,
             thread: self.u16()?,
+            incarnation: self.u64()?,
             counter: self.u64()?,
         })
     }
@@ -364,15 +370,22 @@ pub fn decode_read_response(bytes: &[u8]) -> Result<(ReadStatus, u64, &[u8]), De
     Ok((status, version, r.0))
 }
 
-/// Encodes a TRUNCATE request: the coordinator (node, thread) and its mark.
-pub fn encode_truncate(node: u16, thread: u16, mark: u64, out: &mut Vec<u8>) {
-    Writer(out).u16(node).u16(thread).u64(mark);
+/// A coordinator thread in one life of its process: the key of its logs at backups.
+pub type CoordinatorId = (u16, u16, u64);
+
+/// Encodes a TRUNCATE request: the coordinator and its mark.
+pub fn encode_truncate(coordinator: CoordinatorId, mark: u64, out: &mut Vec<u8>) {
+    Writer(out)
+        .u16(coordinator.0)
+        .u16(coordinator.1)
+        .u64(coordinator.2)
+        .u64(mark);
 }
 
-/// Decodes a TRUNCATE request.
-pub fn decode_truncate(bytes: &[u8]) -> Result<(u16, u16, u64), DecodeError> {
+/// Decodes a TRUNCATE request: the coordinator and its mark.
+pub fn decode_truncate(bytes: &[u8]) -> Result<(CoordinatorId, u64), DecodeError> {
     let mut r = Reader(bytes);
-    let t = (r.u16()?, r.u16()?, r.u64()?);
+    let t = ((r.u16()?, r.u16()?, r.u64()?), r.u64()?);
     r.finish()?;
     Ok(t)
 }
@@ -401,6 +414,7 @@ mod tests {
                 configuration: 3,
                 node: 1,
                 thread: 2,
+                incarnation: 5,
                 counter: 99,
             },
             partitions: vec![4, 7],

@@ -14,8 +14,8 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use crate::messages::{
-    LockRecord, ReadStatus, TxId, Write, decode_read, decode_truncate, decode_tx, decode_validate,
-    encode_read_response, request_type,
+    CoordinatorId, LockRecord, ReadStatus, TxId, Write, decode_read, decode_truncate, decode_tx,
+    decode_validate, encode_read_response, request_type,
 };
 
 /// Records a backup keeps per coordinator thread before they are truncated. The
@@ -96,8 +96,8 @@ pub struct Participant {
     store: Arc<NodeStore>,
     /// Writes of transactions locked at this primary, until COMMIT-PRIMARY or ABORT.
     locked: HashMap<TxId, Vec<Write>, FixedState>,
-    /// Backup logs, by coordinator (node, thread).
-    logs: HashMap<(u16, u16), BackupLog, FixedState>,
+    /// Backup logs, by coordinator (node, thread, incarnation).
+    logs: HashMap<CoordinatorId, BackupLog, FixedState>,
     scratch: Vec<u8>,
     stats: ParticipantStats,
 }
@@ -242,7 +242,7 @@ impl Participant {
         {
             return Err(NOT_HOSTED);
         }
-        let coordinator = (record.tx.node, record.tx.thread);
+        let coordinator = (record.tx.node, record.tx.thread, record.tx.incarnation);
         // The record's own mark may free the space it needs.
         self.truncate(coordinator, record.truncate_up_to);
         let log = self.logs.entry(coordinator).or_default();
@@ -265,14 +265,14 @@ impl Participant {
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let (node, thread, mark) = decode_truncate(payload).map_err(|_| MALFORMED)?;
-        self.truncate((node, thread), mark);
+        let (coordinator, mark) = decode_truncate(payload).map_err(|_| MALFORMED)?;
+        self.truncate(coordinator, mark);
         response.push(1);
         Ok(())
     }
 
     /// Applies and frees the records of `coordinator` up to counter `mark`.
-    fn truncate(&mut self, coordinator: (u16, u16), mark: u64) {
+    fn truncate(&mut self, coordinator: CoordinatorId, mark: u64) {
         let Some(log) = self.logs.get_mut(&coordinator) else {
             return;
         };

@@ -28,6 +28,7 @@ fn tx(counter: u64) -> TxId {
         configuration: 1,
         node: 2,
         thread: 0,
+        incarnation: 1,
         counter,
     }
 }
@@ -279,4 +280,56 @@ fn messages_for_partitions_not_hosted_in_that_role_are_refused() {
         .is_err()
     );
     assert!(Participant::lock(&mut p, b"garbage", &mut response).is_err());
+}
+
+/// A restarted coordinator's counters start again at 1; its records go to a log of its
+/// own and are not mistaken for its earlier life's already truncated ones.
+#[test]
+fn a_restarted_coordinator_logs_afresh() {
+    let (mut p, _, backup) = node();
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(1, vec![write(BACKUP, 5, 0, 50)], 0)
+        ),
+        [1]
+    );
+    assert_eq!(
+        call(
+            Participant::commit_backup,
+            &mut p,
+            &record(2, vec![write(BACKUP, 6, 0, 60)], 1)
+        ),
+        [1]
+    );
+    // The new life's transaction 1, then its mark 1.
+    let mut buf = Vec::new();
+    LockRecord {
+        tx: TxId {
+            incarnation: 2,
+            ..tx(1)
+        },
+        partitions: vec![PRIMARY],
+        writes: vec![write(BACKUP, 7, 0, 70)],
+        truncate_up_to: 0,
+    }
+    .encode(&mut buf);
+    assert_eq!(call(Participant::commit_backup, &mut p, &buf), [1]);
+    assert_eq!(
+        p.stats().records_logged,
+        3,
+        "the new life's record was dropped"
+    );
+    let mut flush = Vec::new();
+    ferrotx_txn::messages::encode_truncate((2, 0, 2), 1, &mut flush);
+    assert_eq!(call(Participant::truncate_message, &mut p, &flush), [1]);
+    let mut out = Vec::new();
+    assert!(
+        backup
+            .read(TABLE, &Key::from(7), &mut out)
+            .unwrap()
+            .unwrap()
+            .present
+    );
 }
