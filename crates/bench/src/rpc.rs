@@ -326,12 +326,6 @@ fn client_thread<T: Transport + Send + 'static>(
             w.coroutines_live() > 0 && !stop.load(Ordering::Relaxed)
         });
         let stats = *worker.executor().shared().engine().stats();
-        if std::env::var_os("FERROTX_DEBUG_STATS").is_some() {
-            eprintln!(
-                "client stats: {stats:?} transport {:?}",
-                worker.transport().stats()
-            );
-        }
         let (window_rpcs, issued) = counts.get();
         let histogram = histogram.borrow().clone();
         ClientResult {

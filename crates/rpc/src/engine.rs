@@ -351,7 +351,7 @@ impl Engine {
     /// life, which may or may not have run it. Sent again, it would carry the new
     /// incarnation and could run twice, so each fails with `TargetRestarted` now.
     /// Requests still in the backlog were never sent and go to the new life.
-    pub(crate) fn fail_outstanding(&mut self, p: u32, _now_ns: u64) {
+    pub(crate) fn fail_outstanding(&mut self, p: u32) {
         for slot in 0..self.peers[p as usize].client.len() {
             let peer = &mut self.peers[p as usize];
             let Some(waiting) = peer.client[slot].waiting.take() else {

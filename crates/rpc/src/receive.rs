@@ -56,7 +56,7 @@ impl Engine {
         if restarted {
             peer.reset_for_restart();
             self.stats.peer_restarts += 1;
-            self.fail_outstanding(p, now_ns);
+            self.fail_outstanding(p);
         }
         if recovered {
             self.push_event(Event::Recovered(source));

@@ -1,7 +1,5 @@
 //! Reusable batches of packet buffers.
 
-use std::mem::MaybeUninit;
-
 use ferrotx_wire::EndpointId;
 
 /// Datagrams to send, each with its target. Buffers keep their capacity between batches.
@@ -112,7 +110,7 @@ impl TxBatch {
 ///
 /// Buffers are allocated once, at construction, and never zero-filled: a transport that
 /// receives in place hands their spare capacity to the kernel through
-/// [`RxBatch::spare_buffers`] and then records each datagram with
+/// [`RxBatch::buffer_pointers`] and then records each datagram with
 /// [`RxBatch::set_received`], in order. Transports that copy use [`RxBatch::push`].
 pub struct RxBatch {
     buffers: Vec<Vec<u8>>,
@@ -197,19 +195,6 @@ impl RxBatch {
         true
     }
 
-    /// For transports that receive in place: the free buffers, from index
-    /// [`RxBatch::len`] on, each as `datagram_bytes` of uninitialised memory for the kernel
-    /// to write into. Nothing is zero-filled. The memory stays put until the batch is
-    /// dropped, so raw pointers taken from these slices stay valid across the later calls
-    /// to [`RxBatch::set_received`].
-    pub fn spare_buffers(&mut self) -> impl ExactSizeIterator<Item = &mut [MaybeUninit<u8>]> {
-        let datagram_bytes = self.datagram_bytes;
-        self.buffers[self.len..].iter_mut().map(move |buf| {
-            buf.clear();
-            &mut buf.spare_capacity_mut()[..datagram_bytes]
-        })
-    }
-
     /// For transports that receive in place and keep pointers across calls: each buffer's
     /// start and the bytes it can take, taken with `Vec::as_mut_ptr`, which creates no
     /// reference to the contents, so the pointers stay usable while the batch lives (see
@@ -222,14 +207,13 @@ impl RxBatch {
     }
 
     /// For transports that receive in place: records that the buffer at index
-    /// [`RxBatch::len`] (the first one [`RxBatch::spare_buffers`] yielded, or the next
-    /// after earlier calls) now holds a datagram of `bytes` bytes from `source`.
+    /// [`RxBatch::len`] now holds a datagram of `bytes` bytes from `source`.
     ///
     /// # Safety
     ///
     /// The first `bytes` bytes of that buffer must have been written (by the kernel or
-    /// otherwise) through a pointer from [`RxBatch::spare_buffers`] or
-    /// [`RxBatch::buffer_pointers`], so that they are initialised.
+    /// otherwise) through a pointer from [`RxBatch::buffer_pointers`], so that they are
+    /// initialised.
     pub unsafe fn set_received(&mut self, bytes: usize, source: Option<EndpointId>) {
         assert!(
             self.len < self.buffers.len(),
@@ -269,8 +253,9 @@ mod tests {
         let mut batch = RxBatch::new(3, 8);
         assert!(batch.push(None, b"first"));
         let spare: Vec<*mut u8> = batch
-            .spare_buffers()
-            .map(|buf| buf.as_mut_ptr().cast::<u8>())
+            .buffer_pointers()
+            .skip(1)
+            .map(|(ptr, _)| ptr)
             .collect();
         assert_eq!(spare.len(), 2);
         // SAFETY: the pointer addresses 8 bytes of the second buffer's capacity, which
