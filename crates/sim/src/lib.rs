@@ -7,6 +7,7 @@
 
 mod network;
 pub mod rpc_workload;
+pub mod seeds;
 pub mod serializability;
 mod simulator;
 pub mod txn_workload;

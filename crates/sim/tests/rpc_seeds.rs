@@ -5,29 +5,25 @@
 //! `FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test rpc_seeds -- --nocapture`.
 
 use ferrotx_sim::rpc_workload::{RpcWorkload, run};
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number"))
-    })
-}
+use ferrotx_sim::seeds::{self, SeedPlan};
 
 #[test]
 fn every_call_completes_once_under_faults() {
-    if let Some(seed) = env_u64("FERROTX_SIM_SEED") {
-        let workload = RpcWorkload::from_seed(seed);
-        let outcome = run(seed, &workload);
-        println!("seed {seed}: {workload:#?}\n{outcome:#?}");
-        assert!(outcome.violations.is_empty());
-        return;
-    }
-    let seeds = env_u64("FERROTX_SIM_SEEDS").unwrap_or(1000);
-    let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
+    let range = match seeds::from_env() {
+        SeedPlan::Replay(seed) => {
+            let workload = RpcWorkload::from_seed(seed);
+            let outcome = run(seed, &workload);
+            println!("seed {seed}: {workload:#?}\n{outcome:#?}");
+            assert!(outcome.violations.is_empty());
+            return;
+        }
+        SeedPlan::Sweep(range) => range,
+    };
+    let seeds = range.end - range.start;
     let mut failed = Vec::new();
     let (mut calls, mut lost, mut partitioned, mut retransmissions) = (0, 0, 0, 0);
     let (mut restarts_seen, mut refused) = (0, 0);
-    for seed in base..base + seeds {
+    for seed in range {
         let outcome = run(seed, &RpcWorkload::from_seed(seed));
         calls += outcome.calls;
         lost += outcome.lost;
@@ -35,13 +31,7 @@ fn every_call_completes_once_under_faults() {
         retransmissions += outcome.retransmissions;
         restarts_seen += outcome.restarts_seen;
         refused += outcome.refused;
-        if !outcome.violations.is_empty() {
-            eprintln!(
-                "seed {seed} FAILED: {:?}",
-                &outcome.violations[..outcome.violations.len().min(5)]
-            );
-            failed.push(seed);
-        }
+        seeds::note_failure(seed, &outcome.violations, &mut failed);
     }
     println!(
         "{seeds} seeds: {calls} calls, {lost} datagrams lost, {partitioned} cut, \

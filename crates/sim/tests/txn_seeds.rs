@@ -5,40 +5,30 @@
 //! `FERROTX_SIM_SEEDS=N` (default 1,000) and `FERROTX_SIM_SEED_BASE`; replay one seed with
 //! `FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test txn_seeds -- --nocapture`.
 
+use ferrotx_sim::seeds::{self, SeedPlan};
 use ferrotx_sim::txn_workload::{BankWorkload, run};
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number"))
-    })
-}
 
 #[test]
 fn bank_histories_are_strictly_serializable() {
-    if let Some(seed) = env_u64("FERROTX_SIM_SEED") {
-        let workload = BankWorkload::from_seed(seed);
-        let outcome = run(seed, &workload);
-        println!("seed {seed}: {workload:#?}\n{outcome:#?}");
-        assert!(outcome.violations.is_empty());
-        return;
-    }
-    let seeds = env_u64("FERROTX_SIM_SEEDS").unwrap_or(1000);
-    let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
+    let range = match seeds::from_env() {
+        SeedPlan::Replay(seed) => {
+            let workload = BankWorkload::from_seed(seed);
+            let outcome = run(seed, &workload);
+            println!("seed {seed}: {workload:#?}\n{outcome:#?}");
+            assert!(outcome.violations.is_empty());
+            return;
+        }
+        SeedPlan::Sweep(range) => range,
+    };
+    let seeds = range.end - range.start;
     let (mut committed, mut aborted, mut partitioned) = (0, 0, 0);
     let mut failed = Vec::new();
-    for seed in base..base + seeds {
+    for seed in range {
         let outcome = run(seed, &BankWorkload::from_seed(seed));
         committed += outcome.committed;
         aborted += outcome.aborted;
         partitioned += outcome.partitioned;
-        if !outcome.violations.is_empty() {
-            eprintln!(
-                "seed {seed} FAILED: {:?}",
-                &outcome.violations[..outcome.violations.len().min(3)]
-            );
-            failed.push(seed);
-        }
+        seeds::note_failure(seed, &outcome.violations, &mut failed);
     }
     println!(
         "{seeds} seeds: {committed} committed, {aborted} aborted, {partitioned} datagrams cut"
