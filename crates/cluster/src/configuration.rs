@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use ferrotx_store::PartitionId;
+use ferrotx_store::{PartitionId, TableSpec, VALUE_BYTES_MAX};
 use ferrotx_transport::AddressBook;
 use ferrotx_wire::EndpointId;
 
@@ -36,6 +36,14 @@ pub struct Configuration {
     /// In node id order.
     members: Vec<Member>,
     partitions: PartitionMap,
+    /// The schema: every node hosts these tables in each of its partitions.
+    tables: Vec<TableSpec>,
+}
+
+/// The tables of a configuration that names none: table 1, `kv`, values of any size up
+/// to 1 MiB (what the Redis-protocol front end stores).
+pub fn default_tables() -> Vec<TableSpec> {
+    vec![TableSpec::variable(1, "kv", VALUE_BYTES_MAX)]
 }
 
 impl Configuration {
@@ -54,6 +62,7 @@ impl Configuration {
             threads_per_node,
             members,
             partitions,
+            tables: default_tables(),
         })
     }
 
@@ -78,6 +87,7 @@ impl Configuration {
             threads_per_node,
             members,
             partitions,
+            tables: default_tables(),
         })
     }
 
@@ -127,6 +137,36 @@ impl Configuration {
             members,
             partition_count,
         )
+    }
+
+    /// The same configuration with the schema `tables` instead: at least one table, ids
+    /// and names unique.
+    pub fn with_tables(mut self, tables: Vec<TableSpec>) -> Result<Self, ConfigError> {
+        if tables.is_empty() {
+            return Err(ConfigError::NoTables);
+        }
+        for (i, table) in tables.iter().enumerate() {
+            if table.name.is_empty() {
+                return Err(ConfigError::EmptyTableName { id: table.id.0 });
+            }
+            if let Some(other) = tables[..i].iter().find(|t| t.id == table.id) {
+                return Err(ConfigError::DuplicateTable {
+                    what: format!("id {} ({} and {})", table.id.0, other.name, table.name),
+                });
+            }
+            if tables[..i].iter().any(|t| t.name == table.name) {
+                return Err(ConfigError::DuplicateTable {
+                    what: format!("name {:?}", table.name),
+                });
+            }
+        }
+        self.tables = tables;
+        Ok(self)
+    }
+
+    /// The schema: the tables of every partition.
+    pub fn tables(&self) -> &[TableSpec] {
+        &self.tables
     }
 
     /// Its id, carried by every datagram.

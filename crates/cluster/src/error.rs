@@ -196,4 +196,31 @@ pub enum ConfigError {
         /// The node named twice.
         node: u16,
     },
+    /// The configuration lists `[[table]]` entries but none is valid, or an empty list.
+    #[error("the schema has no table: list at least one `[[table]]`, or none for the default")]
+    NoTables,
+    /// Two tables share an id or a name.
+    #[error("two tables share the {what}: give each table its own id and name")]
+    DuplicateTable {
+        /// What they share.
+        what: String,
+    },
+    /// A table has an empty name.
+    #[error("table {id} has an empty name")]
+    EmptyTableName {
+        /// Its id.
+        id: u16,
+    },
+    /// A table entry gives both or neither of `value_bytes` and `max_value_bytes`, or a
+    /// size over the limit.
+    #[error(
+        "table {name:?}: give exactly one of `value_bytes` (fixed size) and \
+         `max_value_bytes` (variable size), at most {max}"
+    )]
+    TableValueSize {
+        /// The table.
+        name: String,
+        /// The largest value size allowed.
+        max: usize,
+    },
 }

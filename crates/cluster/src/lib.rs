@@ -82,7 +82,7 @@ mod placement;
 mod ports;
 mod toml_format;
 
-pub use configuration::{Configuration, LOCAL_CONFIGURATION_ID};
+pub use configuration::{Configuration, LOCAL_CONFIGURATION_ID, default_tables};
 pub use error::ConfigError;
 pub use key_hash::hash_partition_key;
 pub use limits::{CONFIGURATION_ID_MAX, MEMBERS_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};

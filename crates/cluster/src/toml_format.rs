@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::configuration::Configuration;
+use ferrotx_store::{TableSpec, VALUE_BYTES_MAX, ValueSize};
+
+use crate::configuration::{Configuration, default_tables};
 use crate::error::ConfigError;
 use crate::member::Member;
 use crate::partition_map::{PartitionMap, Replicas};
@@ -19,6 +21,50 @@ struct ConfigurationFile {
     members: Vec<Member>,
     #[serde(rename = "partition", default, skip_serializing_if = "Vec::is_empty")]
     partitions: Vec<PartitionEntry>,
+    #[serde(rename = "table", default, skip_serializing_if = "Vec::is_empty")]
+    tables: Vec<TableEntry>,
+}
+
+/// One `[[table]]` entry: exactly one of `value_bytes` (every value has this size, the
+/// fast path) and `max_value_bytes` (values of any size up to it).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableEntry {
+    id: u16,
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_value_bytes: Option<usize>,
+}
+
+impl TableEntry {
+    fn to_spec(&self) -> Result<TableSpec, ConfigError> {
+        let bad = || ConfigError::TableValueSize {
+            name: self.name.clone(),
+            max: VALUE_BYTES_MAX,
+        };
+        match (self.value_bytes, self.max_value_bytes) {
+            (Some(n), None) if n <= VALUE_BYTES_MAX => Ok(TableSpec::fixed(self.id, &self.name, n)),
+            (None, Some(n)) if n <= VALUE_BYTES_MAX => {
+                Ok(TableSpec::variable(self.id, &self.name, n))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    fn from_spec(spec: &TableSpec) -> Self {
+        let (value_bytes, max_value_bytes) = match spec.value_size {
+            ValueSize::Fixed(n) => (Some(n), None),
+            ValueSize::Variable(n) => (None, Some(n)),
+        };
+        Self {
+            id: spec.id.0,
+            name: spec.name.clone(),
+            value_bytes,
+            max_value_bytes,
+        }
+    }
 }
 
 /// One `[[partition]]` entry.
@@ -38,6 +84,14 @@ impl Configuration {
     /// in `crates/cluster/config/example.toml`).
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let file: ConfigurationFile = toml::from_str(text)?;
+        let tables = if file.tables.is_empty() {
+            default_tables()
+        } else {
+            file.tables
+                .iter()
+                .map(TableEntry::to_spec)
+                .collect::<Result<_, _>>()?
+        };
         if file.partitions.is_empty() {
             return Self::new(
                 file.id,
@@ -45,7 +99,8 @@ impl Configuration {
                 file.replicas,
                 file.members,
                 file.partition_count,
-            );
+            )?
+            .with_tables(tables);
         }
         if file.partitions.len() != file.partition_count as usize {
             return Err(ConfigError::PartitionCountMismatch {
@@ -67,7 +122,8 @@ impl Configuration {
             });
         }
         let partitions = PartitionMap::from_assignments(&file.members, file.replicas, assignments)?;
-        Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)
+        Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)?
+            .with_tables(tables)
     }
 
     /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
@@ -99,6 +155,11 @@ impl Configuration {
             partition_count: self.partitions().partition_count(),
             members: self.members().to_vec(),
             partitions,
+            tables: if self.tables() == default_tables().as_slice() {
+                Vec::new()
+            } else {
+                self.tables().iter().map(TableEntry::from_spec).collect()
+            },
         };
         let body = toml::to_string(&file).expect("a valid configuration is representable in TOML");
         format!("{HEADER}{body}")
@@ -128,6 +189,56 @@ mod tests {
 
     fn parse_error(text: &str) -> ConfigError {
         Configuration::from_toml_str(text).unwrap_err()
+    }
+
+    #[test]
+    fn tables_default_parse_and_round_trip() {
+        let config = Configuration::from_toml_str(&file("")).unwrap();
+        assert_eq!(config.tables(), default_tables().as_slice());
+        let text = file(
+            "[[table]]\nid = 3\nname = \"accounts\"\nvalue_bytes = 8\n\
+             [[table]]\nid = 4\nname = \"blobs\"\nmax_value_bytes = 4096\n",
+        );
+        let config = Configuration::from_toml_str(&text).unwrap();
+        assert_eq!(
+            config.tables(),
+            &[
+                TableSpec::fixed(3, "accounts", 8),
+                TableSpec::variable(4, "blobs", 4096)
+            ]
+        );
+        let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
+        assert_eq!(again, config);
+    }
+
+    #[test]
+    fn bad_tables_are_refused_with_the_reason() {
+        let both = file("[[table]]\nid = 3\nname = \"t\"\nvalue_bytes = 8\nmax_value_bytes = 9\n");
+        assert!(matches!(
+            parse_error(&both),
+            ConfigError::TableValueSize { .. }
+        ));
+        let neither = file("[[table]]\nid = 3\nname = \"t\"\n");
+        assert!(matches!(
+            parse_error(&neither),
+            ConfigError::TableValueSize { .. }
+        ));
+        let huge = file("[[table]]\nid = 3\nname = \"t\"\nmax_value_bytes = 2000000\n");
+        assert!(matches!(
+            parse_error(&huge),
+            ConfigError::TableValueSize { .. }
+        ));
+        let twice = file(
+            "[[table]]\nid = 3\nname = \"t\"\nvalue_bytes = 8\n\
+             [[table]]\nid = 3\nname = \"u\"\nvalue_bytes = 8\n",
+        );
+        let error = parse_error(&twice);
+        assert!(error.to_string().contains("id 3"), "{error}");
+        let empty = file("[[table]]\nid = 3\nname = \"\"\nvalue_bytes = 8\n");
+        assert!(matches!(
+            parse_error(&empty),
+            ConfigError::EmptyTableName { id: 3 }
+        ));
     }
 
     #[test]
