@@ -7,11 +7,13 @@
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
 mod local_cluster;
+mod node;
 mod placement;
 mod runtime;
 mod worker;
 
 pub use local_cluster::LocalCluster;
+pub use node::{Node, NodeOptions, WorkerReport, incarnation_from_clock};
 pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};
 pub use worker::{BATCH_DATAGRAMS, Worker};

@@ -1,33 +1,22 @@
 //! A whole cluster inside one process, over in-process queues: for tests, examples and
 //! embedding.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use ferrotx_cluster::Configuration;
-use ferrotx_exec::{Co, Executor};
-use ferrotx_rpc::{Config, Engine};
+use ferrotx_exec::Co;
 use ferrotx_store::{Key, Partition, PartitionId, ReadOutcome, StoreError, TableId, TableSpec};
 use ferrotx_transport::mem::MemNetwork;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
-use ferrotx_txn::participant::{NodeStore, Participant, Role};
+use ferrotx_txn::participant::Role;
 use ferrotx_wire::EndpointId;
 
+use crate::node::{Node, NodeOptions};
 use crate::placement::ClusterPlacement;
-use crate::runtime::{Idle, run};
-use crate::worker::Worker;
-
-/// Coroutine slots per worker thread (FaSST: about 20 hide the network's latency).
-const COROUTINES_PER_THREAD: usize = 20;
-
-/// Work handed to a worker thread: spawn a coroutine there.
-type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
 
 /// Every node of a configuration, each worker thread an OS thread of this process, talking
 /// over in-process queues. Data is loaded with [`LocalCluster::load`] before transactions
@@ -35,97 +24,66 @@ type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
 pub struct LocalCluster {
     config: Arc<Configuration>,
     placement: ClusterPlacement,
-    /// Every copy of every partition: index 0 the primary, then the backups.
-    copies: Vec<Vec<(u16, Arc<Partition>)>>,
-    spawners: Vec<(EndpointId, mpsc::Sender<Spawn>)>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    nodes: Vec<Node>,
 }
 
 impl LocalCluster {
     /// Starts every node of `config` with the tables of `schema`.
+    ///
+    /// # Panics
+    ///
+    /// If `schema` is not a valid schema (empty, or ids or names repeated).
     pub fn start(config: Configuration, schema: Vec<TableSpec>) -> Self {
-        let config = Arc::new(config);
-        let schema: Arc<[TableSpec]> = Arc::from(schema);
-        let mut stores: Vec<NodeStore> =
-            config.members().iter().map(|_| NodeStore::new()).collect();
-        let node_index = |node: u16| {
-            config
-                .members()
-                .iter()
-                .position(|m| m.node == node)
-                .expect("a member of the configuration")
-        };
-        let mut copies = Vec::new();
-        for (id, replicas) in config.partitions().iter() {
-            let mut these = Vec::new();
-            for (i, node) in replicas.nodes().enumerate() {
-                let role = if i == 0 { Role::Primary } else { Role::Backup };
-                let partition = Arc::new(Partition::new(id, &schema));
-                stores[node_index(node)].host(role, partition.clone());
-                these.push((node, partition));
-            }
-            copies.push(these);
-        }
-        let stores: Vec<Arc<NodeStore>> = stores.into_iter().map(Arc::new).collect();
+        Self::start_with(config, schema, &NodeOptions::default())
+    }
+
+    /// Starts every node of `config` with the tables of `schema` and `options`.
+    pub fn start_with(
+        config: Configuration,
+        schema: Vec<TableSpec>,
+        options: &NodeOptions,
+    ) -> Self {
+        let config = Arc::new(config.with_tables(schema).expect("a valid schema"));
         let network = MemNetwork::new();
-        let stop = Arc::new(AtomicBool::new(false));
         let epoch = Instant::now();
-        let mut spawners = Vec::new();
-        let mut threads = Vec::new();
-        for (index, member) in config.members().iter().enumerate() {
-            for thread in 0..config.threads_per_node() {
-                let local = EndpointId::new(member.node, thread);
-                let (sender, receiver) = mpsc::channel::<Spawn>();
-                spawners.push((local, sender));
-                let transport = network.endpoint(local);
-                let store = stores[index].clone();
-                let config = config.clone();
-                let schema = schema.clone();
-                let stop = stop.clone();
-                threads.push(std::thread::spawn(move || {
-                    let mut engine = Engine::new(
-                        local,
-                        Config {
-                            configuration: config.id(),
-                            callers: COROUTINES_PER_THREAD,
-                            ..Config::default()
-                        },
-                    );
-                    let participant = Rc::new(RefCell::new(Participant::new(store)));
-                    Participant::register(&participant, &mut engine);
-                    let placement: Arc<dyn Placement> = Arc::new(ClusterPlacement(config.clone()));
-                    let incarnation = engine.config().incarnation;
-                    let coordinator = Rc::new(Coordinator::new(
-                        local,
-                        config.id(),
-                        incarnation,
-                        participant,
-                        placement,
-                        schema,
-                    ));
-                    let mut worker = Worker::new(transport, engine);
-                    run(&mut worker, epoch, Idle::default(), |worker| {
-                        while worker.executor().free_slots() > 0 {
-                            match receiver.try_recv() {
-                                Ok(spawn) => spawn(worker.executor(), &coordinator),
-                                Err(_) => break,
-                            }
-                        }
-                        !stop.load(Ordering::Relaxed)
-                    });
-                }));
-            }
-        }
+        let nodes = config
+            .members()
+            .iter()
+            .map(|member| {
+                let transports = (0..config.threads_per_node())
+                    .map(|t| network.endpoint(EndpointId::new(member.node, t)))
+                    .collect();
+                Node::start(config.clone(), member.node, transports, options, epoch)
+            })
+            .collect();
         let placement = ClusterPlacement(config.clone());
         Self {
             config,
             placement,
-            copies,
-            spawners,
-            stop,
-            threads,
+            nodes,
         }
+    }
+
+    fn node(&self, node: u16) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.id() == node)
+            .unwrap_or_else(|| panic!("no node {node} in this cluster"))
+    }
+
+    /// Every copy of `partition`, the primary first.
+    fn copies_of(&self, partition: PartitionId) -> Vec<(u16, &Partition)> {
+        self.config
+            .partitions()
+            .replicas(partition)
+            .nodes()
+            .enumerate()
+            .map(|(i, node)| {
+                let role = if i == 0 { Role::Primary } else { Role::Backup };
+                let copy = self.node(node).copy(partition, role).expect("hosted");
+                (node, copy)
+            })
+            .collect()
     }
 
     /// The configuration.
@@ -136,9 +94,9 @@ impl LocalCluster {
     /// Stores `value` under `key` on every copy of its partition, at version 1. For
     /// loading before transactions run; returns false if the key exists.
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
-        let partition = self.placement.partition_of(table, &key);
+        let partition = self.partition_of(table, &key);
         let mut inserted = true;
-        for (_, copy) in &self.copies[partition as usize] {
+        for (_, copy) in self.copies_of(partition) {
             inserted &= copy.load(table, key, value)?;
         }
         Ok(inserted)
@@ -153,21 +111,7 @@ impl LocalCluster {
         Fut: Future<Output = R> + 'static,
         R: Send + 'static,
     {
-        let (sender, receiver) = mpsc::channel();
-        let endpoint = EndpointId::new(node, thread);
-        let (_, spawner) = self
-            .spawners
-            .iter()
-            .find(|(e, _)| *e == endpoint)
-            .unwrap_or_else(|| panic!("no worker {endpoint} in this cluster"));
-        let spawn: Spawn = Box::new(move |executor, coordinator| {
-            let coordinator = coordinator.clone();
-            executor.spawn(move |co| async move {
-                let _ = sender.send(body(co, coordinator).await);
-            });
-        });
-        spawner.send(spawn).expect("worker thread running");
-        receiver
+        self.node(node).spawn(thread, body)
     }
 
     /// Reads `key` at its primary, outside any transaction (for checks).
@@ -177,8 +121,8 @@ impl LocalCluster {
         key: &Key,
         out: &mut Vec<u8>,
     ) -> Option<ReadOutcome> {
-        let partition = self.placement.partition_of(table, key);
-        let (_, primary) = &self.copies[partition as usize][0];
+        let partition = self.partition_of(table, key);
+        let (_, primary) = self.copies_of(partition)[0];
         primary.read(table, key, out).ok()?.ok()
     }
 
@@ -193,17 +137,17 @@ impl LocalCluster {
         let mut differ = Vec::new();
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for key in keys {
-            let partition = self.placement.partition_of(table, &key);
-            let copies = &self.copies[partition as usize];
+            let copies = self.copies_of(self.partition_of(table, &key));
             let primary = copies[0]
                 .1
                 .read(table, &key, &mut a)
                 .ok()
                 .and_then(|r| r.ok());
             for (node, backup) in &copies[1..] {
+                let node = *node;
                 let copy = backup.read(table, &key, &mut b).ok().and_then(|r| r.ok());
                 if copy != primary || a != b {
-                    differ.push((key, *node));
+                    differ.push((key, node));
                 }
             }
         }
@@ -220,11 +164,15 @@ impl LocalCluster {
         self.config.members().iter().map(|m| m.node).collect()
     }
 
+    /// The running node `node`.
+    pub fn node_handle(&self, node: u16) -> &Node {
+        self.node(node)
+    }
+
     /// Stops every worker thread and waits for them.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            thread.join().expect("worker thread panicked");
+    pub fn stop(self) {
+        for node in self.nodes {
+            node.stop();
         }
     }
 }

@@ -1,0 +1,294 @@
+//! One node of a cluster: its partitions, and one worker thread per RPC endpoint, each with
+//! its transport, RPC engine, participant and coordinator.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use ferrotx_cluster::Configuration;
+use ferrotx_exec::{Co, Executor};
+use ferrotx_rpc::{Config, Engine, Stats};
+use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId};
+use ferrotx_transport::udp::{UdpConfig, UdpTransport};
+use ferrotx_transport::{Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
+use ferrotx_txn::coordinator::{Coordinator, Placement};
+use ferrotx_txn::participant::{NodeStore, Participant, ParticipantStats, Role};
+use ferrotx_wire::EndpointId;
+
+use crate::placement::ClusterPlacement;
+use crate::runtime::{Idle, run};
+use crate::worker::Worker;
+
+/// Work handed to a worker thread: spawn a coroutine there.
+type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
+
+/// How a node runs.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// Coroutine slots per worker thread (FaSST: about 20 hide the network's latency).
+    pub coroutines: usize,
+    /// How idle workers wait.
+    pub idle: Idle,
+    /// This start's incarnation, carried by every datagram: it must grow with each start
+    /// of the node's process (the wall clock in microseconds does).
+    pub incarnation: u64,
+    /// Socket settings over UDP.
+    pub udp: UdpConfig,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        Self {
+            coroutines: 20,
+            idle: Idle::default(),
+            incarnation: incarnation_from_clock(),
+            udp: UdpConfig::default(),
+        }
+    }
+}
+
+/// Microseconds since the Unix epoch (at least 1): grows from one start to the next.
+pub fn incarnation_from_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// What one worker thread did, reported when the node stops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerReport {
+    /// Its RPC engine's counters.
+    pub rpc: Stats,
+    /// Its participant's counters.
+    pub participant: ParticipantStats,
+}
+
+/// A running node. Data is loaded with [`Node::load`] before transactions run;
+/// transactions are coroutines started on a worker thread with [`Node::spawn`].
+pub struct Node {
+    node: u16,
+    config: Arc<Configuration>,
+    placement: ClusterPlacement,
+    /// The copies this node hosts: partition, role, data.
+    copies: Vec<(PartitionId, Role, Arc<Partition>)>,
+    spawners: Vec<mpsc::Sender<Spawn>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<WorkerReport>>,
+}
+
+impl Node {
+    /// Starts node `node` of `config` over `transports`, one per worker thread in thread
+    /// order, with time measured from `epoch`.
+    pub fn start<T: Transport + Send + 'static>(
+        config: Arc<Configuration>,
+        node: u16,
+        transports: Vec<T>,
+        options: &NodeOptions,
+        epoch: Instant,
+    ) -> Self {
+        assert!(config.member(node).is_some(), "node {node} is not a member");
+        assert_eq!(transports.len(), usize::from(config.threads_per_node()));
+        let schema: Arc<[_]> = Arc::from(config.tables().to_vec());
+        let mut store = NodeStore::new();
+        let mut copies = Vec::new();
+        for (id, replicas) in config.partitions().iter() {
+            for (i, replica) in replicas.nodes().enumerate() {
+                if replica == node {
+                    let role = if i == 0 { Role::Primary } else { Role::Backup };
+                    let partition = Arc::new(Partition::new(id, &schema));
+                    store.host(role, partition.clone());
+                    copies.push((id, role, partition));
+                }
+            }
+        }
+        let store = Arc::new(store);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut spawners = Vec::new();
+        let mut threads = Vec::new();
+        for (thread, transport) in transports.into_iter().enumerate() {
+            let local = EndpointId::new(node, thread as u16);
+            assert_eq!(transport.local(), local, "transports in thread order");
+            let (sender, receiver) = mpsc::channel::<Spawn>();
+            spawners.push(sender);
+            let store = store.clone();
+            let config = config.clone();
+            let schema = schema.clone();
+            let stop = stop.clone();
+            let options = options.clone();
+            let name = format!("ferrotx-{local}");
+            let spawn = std::thread::Builder::new().name(name).spawn(move || {
+                let mut engine = Engine::new(
+                    local,
+                    Config {
+                        configuration: config.id(),
+                        incarnation: options.incarnation,
+                        callers: options.coroutines,
+                        datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
+                        ..Config::default()
+                    },
+                );
+                let participant = Rc::new(RefCell::new(Participant::new(store)));
+                Participant::register(&participant, &mut engine);
+                let placement: Arc<dyn Placement> = Arc::new(ClusterPlacement(config.clone()));
+                let coordinator = Rc::new(Coordinator::new(
+                    local,
+                    config.id(),
+                    options.incarnation,
+                    participant.clone(),
+                    placement,
+                    schema,
+                ));
+                let mut worker = Worker::new(transport, engine);
+                run(&mut worker, epoch, options.idle, |worker| {
+                    while worker.executor().free_slots() > 0 {
+                        match receiver.try_recv() {
+                            Ok(spawn) => spawn(worker.executor(), &coordinator),
+                            Err(_) => break,
+                        }
+                    }
+                    !stop.load(Ordering::Relaxed)
+                });
+                let rpc = *worker.executor().shared().engine().stats();
+                let participant = participant.borrow().stats();
+                WorkerReport { rpc, participant }
+            });
+            threads.push(spawn.expect("starting a worker thread"));
+        }
+        let placement = ClusterPlacement(config.clone());
+        Self {
+            node,
+            config,
+            placement,
+            copies,
+            spawners,
+            stop,
+            threads,
+        }
+    }
+
+    /// Starts node `node` of `config` over UDP, each worker thread on its address in the
+    /// configuration.
+    pub fn start_udp(
+        config: Arc<Configuration>,
+        node: u16,
+        options: &NodeOptions,
+    ) -> Result<Self, TransportError> {
+        let book = config.address_book();
+        let mut transports = Vec::new();
+        for thread in 0..config.threads_per_node() {
+            let local = EndpointId::new(node, thread);
+            let addr = config
+                .endpoint_addr(local)
+                .unwrap_or_else(|| panic!("node {node} is not a member"));
+            transports.push(UdpTransport::bind(local, addr, &book, options.udp)?);
+        }
+        Ok(Self::start(
+            config,
+            node,
+            transports,
+            options,
+            Instant::now(),
+        ))
+    }
+
+    /// Its node id.
+    pub fn id(&self) -> u16 {
+        self.node
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Arc<Configuration> {
+        &self.config
+    }
+
+    /// The partition of `key` of `table`.
+    pub fn partition_of(&self, table: TableId, key: &Key) -> PartitionId {
+        PartitionId(self.placement.partition_of(table, key))
+    }
+
+    /// Stores `value` under `key` in this node's copies of its partition, at version 1.
+    /// For loading before transactions run: every node loads the same data, each keeping
+    /// the keys of the partitions it hosts. Returns whether this node hosts the key (and
+    /// it was absent).
+    pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
+        let partition = self.partition_of(table, &key);
+        let mut stored = false;
+        for (_, _, copy) in self.copies.iter().filter(|(id, _, _)| *id == partition) {
+            stored = copy.load(table, key, value)?;
+        }
+        Ok(stored)
+    }
+
+    /// The copies of partitions this node hosts, with its role for each.
+    pub fn copies(&self) -> impl Iterator<Item = (PartitionId, Role, &Partition)> + '_ {
+        self.copies.iter().map(|(id, role, p)| (*id, *role, &**p))
+    }
+
+    /// This node's copy of `partition` in `role`, if it hosts one.
+    pub fn copy(&self, partition: PartitionId, role: Role) -> Option<&Partition> {
+        self.copies
+            .iter()
+            .find(|(id, r, _)| *id == partition && *r == role)
+            .map(|(_, _, p)| &**p)
+    }
+
+    /// Starts `body` as a coroutine on worker thread `thread`, with that thread's
+    /// coordinator; its result arrives on the returned channel. The worker starts it when
+    /// it has a free coroutine slot.
+    pub fn spawn<F, Fut, R>(&self, thread: u16, body: F) -> mpsc::Receiver<R>
+    where
+        F: FnOnce(Co, Rc<Coordinator>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        let (sender, receiver) = mpsc::channel();
+        let spawner = self
+            .spawners
+            .get(usize::from(thread))
+            .unwrap_or_else(|| panic!("no worker thread {thread} on node {}", self.node));
+        let spawn: Spawn = Box::new(move |executor, coordinator| {
+            let coordinator = coordinator.clone();
+            executor.spawn(move |co| async move {
+                let _ = sender.send(body(co, coordinator).await);
+            });
+        });
+        spawner.send(spawn).expect("worker thread running");
+        receiver
+    }
+
+    /// Asks every worker thread to stop, without waiting.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a worker thread has ended (stopped, or panicked).
+    pub fn any_worker_ended(&self) -> bool {
+        self.threads.iter().any(JoinHandle::is_finished)
+    }
+
+    /// Stops every worker thread, waits for them, and returns what each did (in thread
+    /// order). Coroutines still running are dropped.
+    pub fn stop(mut self) -> Vec<WorkerReport> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .drain(..)
+            .map(|t| t.join().expect("worker thread panicked"))
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
