@@ -16,6 +16,14 @@ pub enum StoreError {
         /// The limit.
         max: usize,
     },
+    /// A key shorter than its table's partition key (`TableSpec::with_partition_key`).
+    #[error("key of {len} bytes is shorter than the table's partition key of {min}")]
+    KeyShorterThanPartitionKey {
+        /// Bytes given.
+        len: usize,
+        /// The partition key's length.
+        min: usize,
+    },
     /// A value longer than its table allows.
     #[error("value of {len} bytes is longer than the table's limit of {max}")]
     ValueTooLarge {

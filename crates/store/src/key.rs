@@ -36,6 +36,21 @@ impl Key {
     }
 }
 
+impl Key {
+    /// The 16 big-endian bytes of `partition` then `row`: with a table whose partition key
+    /// is 8 bytes (`TableSpec::with_partition_key(8)`), the rows of one `partition` share
+    /// a partition.
+    pub fn from_pair(partition: u64, row: u64) -> Self {
+        let mut bytes = [0; KEY_BYTES_MAX];
+        bytes[..8].copy_from_slice(&partition.to_be_bytes());
+        bytes[8..].copy_from_slice(&row.to_be_bytes());
+        Self {
+            len: KEY_BYTES_MAX as u8,
+            bytes,
+        }
+    }
+}
+
 impl From<u64> for Key {
     /// The 8 big-endian bytes of `id` (so keys sort as their numbers).
     fn from(id: u64) -> Self {
@@ -72,5 +87,8 @@ mod tests {
             Key::from_bytes(b"a\0").unwrap()
         );
         assert!(Key::from(1) < Key::from(256));
+        let pair = Key::from_pair(3, 4);
+        assert_eq!(&pair.as_bytes()[..8], &3u64.to_be_bytes());
+        assert_eq!(&pair.as_bytes()[8..], &4u64.to_be_bytes());
     }
 }

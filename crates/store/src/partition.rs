@@ -160,6 +160,7 @@ impl Partition {
     /// transaction runs. Returns false (and changes nothing) if the key has an object.
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
         let (spec, index) = self.table(table)?;
+        spec.check_key(&key)?;
         spec.check_value(value)?;
         let index = index.pin();
         let mut inserted = false;
