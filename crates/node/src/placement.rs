@@ -6,13 +6,21 @@ use ferrotx_cluster::Configuration;
 use ferrotx_store::{Key, PartitionId, TableId};
 use ferrotx_txn::coordinator::Placement;
 
-/// Keys go to partitions by the configuration's stable hash of the key's bytes; the
-/// partition map says which nodes hold each.
+/// Keys go to partitions by the configuration's stable hash of their partition key: the
+/// whole key, or its first bytes for a table with a locality hint
+/// (`TableSpec::with_partition_key` in the configuration's schema), so that rows sharing
+/// that prefix share a partition. The partition map says which nodes hold each.
 pub struct ClusterPlacement(pub Arc<Configuration>);
 
 impl Placement for ClusterPlacement {
-    fn partition_of(&self, _table: TableId, key: &Key) -> u32 {
-        self.0.partition_of_key(key.as_bytes()).0
+    fn partition_of(&self, table: TableId, key: &Key) -> u32 {
+        let partition_key = match self.0.tables().iter().find(|t| t.id == table) {
+            Some(spec) => spec.partition_key(key),
+            // Not in the schema: the coordinator refuses such keys before placing them;
+            // anything else (loading, checks) places them by the whole key.
+            None => key.as_bytes(),
+        };
+        self.0.partition_of_key(partition_key).0
     }
 
     fn primary(&self, partition: u32) -> u16 {
@@ -21,5 +29,46 @@ impl Placement for ClusterPlacement {
 
     fn backups(&self, partition: u32) -> &[u16] {
         &self.0.partitions().replicas(PartitionId(partition)).backups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotx_store::TableSpec;
+
+    #[test]
+    fn rows_sharing_a_partition_key_share_a_partition() {
+        let config = Configuration::local(3, 3, 1, 12, 7000)
+            .unwrap()
+            .with_tables(vec![
+                TableSpec::fixed(1, "plain", 8),
+                TableSpec::fixed(2, "grouped", 8).with_partition_key(8),
+            ])
+            .unwrap();
+        let placement = ClusterPlacement(Arc::new(config));
+        let (plain, grouped) = (TableId(1), TableId(2));
+        for group in 0..50u64 {
+            let first = placement.partition_of(grouped, &Key::from_pair(group, 0));
+            for row in 1..20 {
+                assert_eq!(
+                    placement.partition_of(grouped, &Key::from_pair(group, row)),
+                    first
+                );
+            }
+            // The group's partition is its partition key's, as the whole key is placed
+            // in a table without the hint.
+            assert_eq!(first, placement.partition_of(plain, &Key::from(group)));
+        }
+        // Without the hint the same keys spread over the partitions.
+        let spread: std::collections::BTreeSet<u32> = (0..20)
+            .map(|row| placement.partition_of(plain, &Key::from_pair(0, row)))
+            .collect();
+        assert!(spread.len() > 1);
+        // Groups spread too.
+        let groups: std::collections::BTreeSet<u32> = (0..50)
+            .map(|group| placement.partition_of(grouped, &Key::from_pair(group, 0)))
+            .collect();
+        assert!(groups.len() > 1);
     }
 }
