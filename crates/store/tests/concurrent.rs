@@ -17,8 +17,9 @@ fn readers_see_only_whole_published_values() {
     const WORDS: usize = 64;
     let object = Arc::new(Object::new(1, &value(1, WORDS), WORDS * 8));
     let stop = Arc::new(AtomicBool::new(false));
+    let published = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (object, stop) = (object.clone(), stop.clone());
+        let (object, stop, published) = (object.clone(), stop.clone(), published.clone());
         std::thread::spawn(move || {
             let mut writes = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -30,6 +31,7 @@ fn readers_see_only_whole_published_values() {
                         version + 1
                     );
                     writes += 1;
+                    published.store(writes, Ordering::Relaxed);
                 }
             }
             writes
@@ -37,7 +39,15 @@ fn readers_see_only_whole_published_values() {
     };
     let mut out = Vec::new();
     let (mut consistent, mut locked) = (0u64, 0u64);
-    for _ in 0..200_000 {
+    // At least 200,000 reads, and on a loaded machine (the writer thread not yet
+    // scheduled) on until the writer has published and a read was consistent.
+    let start = std::time::Instant::now();
+    let mut reads = 0;
+    while reads < 200_000
+        || ((published.load(Ordering::Relaxed) == 0 || consistent == 0)
+            && start.elapsed() < std::time::Duration::from_secs(20))
+    {
+        reads += 1;
         match object.read(&mut out) {
             Ok(outcome) => {
                 assert_eq!(out.len(), WORDS * 8);
