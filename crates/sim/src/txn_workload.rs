@@ -1,6 +1,7 @@
-//! Bank transfers and audits over a simulated cluster, checked for strict
-//! serializability (with `serializability::check`), conservation of money, no lost
-//! acknowledged write, and replicas equal to their primaries once quiet.
+//! Bank transfers, audits (read-only transactions) and single-key lock-free reads over a
+//! simulated cluster, checked for strict serializability (with `serializability::check`),
+//! conservation of money, no lost acknowledged write, replicas equal to their primaries
+//! once quiet, and backup logs within the coordinators' reservations.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -10,7 +11,7 @@ use ferrotx_node::Worker;
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
-use ferrotx_txn::participant::{NodeStore, Participant, Role};
+use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
 use ferrotx_wire::EndpointId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -41,17 +42,24 @@ pub struct BankWorkload {
     pub partitions: u32,
     /// Network faults.
     pub faults: Faults,
-    /// Share of transactions that are audits (read every account).
+    /// Share of transactions that are audits (read-only transactions reading every
+    /// account).
     pub audit_share: f64,
+    /// Share of transactions that are single-key lock-free reads of one account.
+    pub read_one_share: f64,
     /// A partition between node 0 and the others, from and to these times (it heals).
     pub partition_ns: Option<(u64, u64)>,
+    /// Records each coordinator thread may keep in a backup's log: small values make
+    /// commits wait for log space (and explicit truncation) often.
+    pub log_records: usize,
 }
 
 impl BankWorkload {
     /// The CI workload with faults from `seed`: 3 nodes, 3 replicas (f = 2), 2 threads, 3
     /// coroutines each, few accounts (so transactions conflict), loss up to 5%,
-    /// duplication up to 5%, delays of 1 to 200 us, and in half the seeds a partition of
-    /// node 0 from the others for up to 20 ms, which then heals.
+    /// duplication up to 5%, delays of 1 to 200 us, in half the seeds a partition of node
+    /// 0 from the others for up to 20 ms, which then heals, and in a third of them backup
+    /// logs of 2 to 6 records, so that commits wait for log space.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xba4c);
         Self {
@@ -69,10 +77,16 @@ impl BankWorkload {
                 delay_max_ns: rng.random_range(1_000..200_000),
             },
             audit_share: 0.2,
+            read_one_share: 0.2,
             partition_ns: rng.random_bool(0.5).then(|| {
                 let start = rng.random_range(0..2_000_000);
                 (start, start + rng.random_range(0..20_000_000))
             }),
+            log_records: if rng.random_bool(1.0 / 3.0) {
+                rng.random_range(2..=6)
+            } else {
+                LOG_RECORDS_MAX
+            },
         }
     }
 }
@@ -126,6 +140,12 @@ pub struct BankOutcome {
     pub committed: u64,
     /// Transactions aborted.
     pub aborted: u64,
+    /// Single-key lock-free reads that returned (counted in `committed` too).
+    pub single_reads: u64,
+    /// Commits that waited for log space at a backup.
+    pub log_space_waits: u64,
+    /// Most records one coordinator thread's log held at any backup.
+    pub log_records_high_water: u64,
     /// Datagrams cut by the partition.
     pub partitioned: u64,
     /// Aborts by reason.
@@ -182,6 +202,8 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
     // from the checker.
     let clock = Rc::new(std::cell::Cell::new(0u64));
     let all_nodes: Vec<u16> = (0..workload.nodes).collect();
+    let mut participants = Vec::new();
+    let mut coordinators = Vec::new();
 
     for node in 0..workload.nodes {
         for thread in 0..workload.threads {
@@ -201,14 +223,19 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             )));
             Participant::register(&participant, &mut engine);
             let incarnation = engine.config().incarnation;
-            let coordinator = Rc::new(Coordinator::new(
-                local,
-                1,
-                incarnation,
-                participant,
-                placement.clone(),
-                schema.clone(),
-            ));
+            participants.push(participant.clone());
+            let coordinator = Rc::new(
+                Coordinator::new(
+                    local,
+                    1,
+                    incarnation,
+                    participant,
+                    placement.clone(),
+                    schema.clone(),
+                )
+                .with_log_records_max(workload.log_records),
+            );
+            coordinators.push(coordinator.clone());
             let mut worker = Worker::new(SimNetwork::endpoint(&network, local), engine);
             for c in 0..workload.coroutines {
                 let coordinator = coordinator.clone();
@@ -223,16 +250,69 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                 let mut rng =
                     ChaCha8Rng::seed_from_u64(seed ^ (u64::from(local.0) << 20) ^ c as u64);
                 worker.executor().spawn(move |co| async move {
-                    for _ in 0..workload.transactions {
-                        let audit = rng.random_bool(workload.audit_share);
+                    for i in 0..workload.transactions {
+                        let id = (u64::from(local.node()) << 48)
+                            | (u64::from(local.thread()) << 32)
+                            | ((c as u64) << 16)
+                            | i as u64;
+                        let kind = rng.random_range(0.0..1.0);
+                        if kind < workload.read_one_share {
+                            // A single-key lock-free read: a one-read transaction in the
+                            // history, with its real-time bounds.
+                            let account = rng.random_range(0..workload.accounts);
+                            let start_ns = tick();
+                            let mut value = Vec::new();
+                            let read = coordinator
+                                .read_one_with_version(
+                                    &co,
+                                    ACCOUNTS,
+                                    Key::from(account),
+                                    &mut value,
+                                )
+                                .await;
+                            let end_ns = tick();
+                            let mut history = history.borrow_mut();
+                            let reads = match read {
+                                Ok(outcome) => vec![(account, outcome.version)],
+                                Err(abort) => {
+                                    *history
+                                        .abort_reasons
+                                        .entry(format!("read_one {abort:?}"))
+                                        .or_default() += 1;
+                                    Vec::new()
+                                }
+                            };
+                            history.records.push(TxnRecord {
+                                id,
+                                start_ns,
+                                end_ns,
+                                committed: read.is_ok(),
+                                reads,
+                                writes: Vec::new(),
+                            });
+                            continue;
+                        }
+                        let audit = kind < workload.read_one_share + workload.audit_share;
                         let from = rng.random_range(0..workload.accounts);
                         let to =
                             (from + rng.random_range(1..workload.accounts)) % workload.accounts;
                         let amount = rng.random_range(1..=60u64);
                         let start_ns = tick();
-                        let mut tx = coordinator.begin(&co);
+                        let mut tx = if audit {
+                            coordinator.begin_read_only(&co)
+                        } else {
+                            coordinator.begin(&co)
+                        };
                         let result: Result<Option<u64>, Abort> = async {
                             if audit {
+                                // A write is refused and leaves the transaction usable.
+                                let refused =
+                                    tx.write(ACCOUNTS, Key::from(from), Some(vec![0; 8])).await;
+                                if refused != Err(Abort::ReadOnly) {
+                                    history.borrow_mut().violations.push(format!(
+                                        "a write in a read-only transaction: {refused:?}"
+                                    ));
+                                }
                                 let mut total = 0;
                                 for account in 0..workload.accounts {
                                     let value = tx.read(ACCOUNTS, Key::from(account)).await?;
@@ -279,9 +359,6 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                             .iter()
                             .map(|w| (key_id(&w.key), w.version + 1))
                             .collect();
-                        let id = (u64::from(tx.id().node) << 48)
-                            | (u64::from(tx.id().thread) << 32)
-                            | tx.id().counter;
                         let committed = match result {
                             Ok(audit_total) => {
                                 let outcome = tx.commit().await;
@@ -339,10 +416,25 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
     let mut outcome = BankOutcome {
         committed: history.records.iter().filter(|r| r.committed).count() as u64,
         aborted: history.records.iter().filter(|r| !r.committed).count() as u64,
+        single_reads: coordinators.iter().map(|c| c.stats().single_reads).sum(),
+        log_space_waits: coordinators.iter().map(|c| c.stats().log_space_waits).sum(),
+        log_records_high_water: 0,
         violations: history.violations.clone(),
         abort_reasons: history.abort_reasons.clone(),
         partitioned: network.borrow().counters.partitioned,
     };
+    // No backup log ever held more records of one coordinator thread than it reserved.
+    outcome.log_records_high_water = participants
+        .iter()
+        .map(|p| p.borrow().stats().log_records_high_water)
+        .max()
+        .unwrap_or(0);
+    if outcome.log_records_high_water > workload.log_records as u64 {
+        outcome.violations.push(format!(
+            "a backup log held {} records, over the reservation limit of {}",
+            outcome.log_records_high_water, workload.log_records
+        ));
+    }
     let unfinished: usize = sim.workers.iter_mut().map(|w| w.executor().live()).sum();
     if unfinished > 0 {
         outcome

@@ -6,14 +6,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use ferrotx_exec::Co;
-use ferrotx_store::{Key, StoreError, TableId, TableSpec};
+use ferrotx_store::{Key, ReadError, ReadOutcome, StoreError, TableId, TableSpec};
 use ferrotx_wire::EndpointId;
 
 use crate::messages::{
     LockRecord, ReadItem, ReadStatus, TxId, Write, decode_read_response, encode_read,
     encode_truncate, encode_tx, encode_validate, request_type,
 };
-use crate::participant::{Participant, ParticipantHandler};
+use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant, ParticipantHandler, Role};
 
 /// Where keys live: the partition of a key and the nodes of a partition.
 pub trait Placement {
@@ -30,7 +30,17 @@ pub trait Placement {
 /// the new version; many mean contention, and aborting frees the coroutine.
 const LOCKED_READ_ATTEMPTS_MAX: usize = 32;
 
-/// Why a transaction did not commit.
+/// Attempts at reserving log space before a commit gives up with [`Abort::LogFull`].
+/// Each attempt after the first sends the full backups an explicit TRUNCATE (a round trip
+/// that frees what finished meanwhile) or, if they are all on this node, yields.
+const LOG_SPACE_ATTEMPTS_MAX: usize = 64;
+
+/// Why a transaction did not commit, or why an operation was refused.
+///
+/// The refusals of bad input ([`Abort::Refused`], [`Abort::ReadOnly`],
+/// [`Abort::KeyExists`], [`Abort::TooLarge`]) change nothing: the store is untouched, and
+/// a transaction refused an operation during execution stays usable (a refused commit
+/// has ended it).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
 pub enum Abort {
     /// An object read or written changed, or was locked, before the commit point.
@@ -39,14 +49,24 @@ pub enum Abort {
     /// An object stayed locked through every read attempt.
     #[error("aborted: an object stayed locked")]
     Locked,
-    /// Bad input: unknown table, a value that does not fit; nothing was changed.
+    /// Bad input: unknown table, a key or value that does not fit; nothing was changed.
     #[error("refused: {0}")]
     Refused(StoreError),
+    /// A write, insert or delete in a read-only transaction; nothing was changed.
+    #[error("refused: a write in a read-only transaction")]
+    ReadOnly,
+    /// An insert of a key that exists; nothing was changed.
+    #[error("refused: insert of a key that exists")]
+    KeyExists,
     /// The transaction's writes do not fit one message of the commit protocol.
     #[error("refused: the transaction is larger than the commit log allows")]
     TooLarge,
-    /// The transaction already aborted; begin a new one.
-    #[error("the transaction already aborted")]
+    /// A backup's log of this coordinator thread stayed full: earlier transactions of the
+    /// thread are still committing (a peer unreachable). Nothing was locked.
+    #[error("aborted: no log space at a backup (earlier commits of this thread are stuck)")]
+    LogFull,
+    /// The transaction already ended; begin a new one.
+    #[error("the transaction already ended")]
     Finished,
     /// A participant refused a message (a bug or a configuration mismatch).
     #[error("aborted: a participant refused the protocol")]
@@ -70,16 +90,131 @@ impl Truncation {
     }
 }
 
+/// This coordinator thread's records in one backup's log, as far as it knows.
+#[derive(Default)]
+struct BackupLog {
+    /// Highest truncation mark the backup acknowledged: it holds no record up to it.
+    acked_mark: u64,
+    /// Counters of the records reserved there and not covered by `acked_mark`, ascending
+    /// (counters are taken in reservation order).
+    records: Vec<u64>,
+}
+
+/// Log space reservation (FaRM 4, "reservations"): the backup's log of this coordinator
+/// thread holds at most `limit` records, so the coordinator counts, per backup node, the
+/// records it may have there, and starts a commit only when every backup of the
+/// transaction has room. A record counts from its reservation (before LOCK) until the
+/// backup acknowledges a message carrying a truncation mark that covers it (the backup
+/// applies a message's mark before appending its record, and only ever raises its mark),
+/// or until its transaction aborts before COMMIT-BACKUP was sent. The count is an upper
+/// bound of what the log holds, so the backup never refuses a record for lack of space.
+struct LogSpace {
+    limit: usize,
+    /// By node id.
+    backups: Vec<BackupLog>,
+}
+
+impl LogSpace {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            backups: Vec::new(),
+        }
+    }
+
+    fn backup(&mut self, node: u16) -> &mut BackupLog {
+        let i = usize::from(node);
+        if self.backups.len() <= i {
+            self.backups.resize_with(i + 1, BackupLog::default);
+        }
+        &mut self.backups[i]
+    }
+
+    fn held(&self, node: u16) -> usize {
+        self.backups
+            .get(usize::from(node))
+            .map_or(0, |b| b.records.len())
+    }
+
+    /// The nodes of `nodes` whose log has no room for one more record.
+    fn full<'a>(&'a self, nodes: &'a [u16]) -> impl Iterator<Item = u16> + 'a {
+        nodes
+            .iter()
+            .copied()
+            .filter(|&n| self.held(n) >= self.limit)
+    }
+
+    /// Reserves a record of transaction `counter` at each of `nodes` if all have room.
+    fn try_reserve(&mut self, nodes: &[u16], counter: u64) -> bool {
+        if self.full(nodes).next().is_some() {
+            return false;
+        }
+        for &node in nodes {
+            let records = &mut self.backup(node).records;
+            debug_assert!(records.last().is_none_or(|&c| c < counter));
+            records.push(counter);
+        }
+        true
+    }
+
+    /// Returns the reservations of `counter` at `nodes`: its record was never sent.
+    fn release(&mut self, nodes: &[u16], counter: u64) {
+        for &node in nodes {
+            let records = &mut self.backup(node).records;
+            if let Ok(i) = records.binary_search(&counter) {
+                records.remove(i);
+            }
+        }
+    }
+
+    /// `node` acknowledged a message carrying truncation mark `mark`.
+    fn acknowledged(&mut self, node: u16, mark: u64) {
+        let backup = self.backup(node);
+        if mark > backup.acked_mark {
+            backup.acked_mark = mark;
+            let covered = backup.records.partition_point(|&c| c <= mark);
+            backup.records.drain(..covered);
+        }
+    }
+}
+
+/// Counters of one coordinator thread.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct CoordinatorStats {
+    /// Transactions committed (read-write and read-only).
+    pub committed: u64,
+    /// Transactions that ended without committing (conflicts, refusals at commit,
+    /// abandoned ones).
+    pub aborted: u64,
+    /// Single-key lock-free reads ([`Coordinator::read_one`]) that returned a value or
+    /// absence.
+    pub single_reads: u64,
+    /// LOCK messages sent (one per written primary of a committing transaction).
+    pub lock_messages: u64,
+    /// COMMIT-BACKUP messages sent (one per backup node of a committing transaction).
+    pub commit_backup_messages: u64,
+    /// Explicit TRUNCATE messages sent (flushes and log-space waits).
+    pub truncate_messages: u64,
+    /// Commits that found a backup's log full and had to wait.
+    pub log_space_waits: u64,
+    /// Commits refused with [`Abort::LogFull`] after waiting.
+    pub log_full_aborts: u64,
+}
+
 /// The coordinator of one worker thread, shared by its coroutines.
 pub struct Coordinator {
     local: EndpointId,
     configuration: u64,
     incarnation: u64,
     participant: Rc<RefCell<Participant>>,
+    /// The node's partitions, for reads at a local primary without RPC.
+    store: Arc<NodeStore>,
     placement: Arc<dyn Placement>,
     schema: Arc<[TableSpec]>,
     next_counter: Cell<u64>,
     truncation: RefCell<Truncation>,
+    log_space: RefCell<LogSpace>,
+    stats: Cell<CoordinatorStats>,
 }
 
 impl Coordinator {
@@ -94,37 +229,117 @@ impl Coordinator {
         placement: Arc<dyn Placement>,
         schema: Arc<[TableSpec]>,
     ) -> Self {
+        let store = participant.borrow().store().clone();
         Self {
             local,
             configuration,
             incarnation,
             participant,
+            store,
             placement,
             schema,
             next_counter: Cell::new(1),
             truncation: RefCell::new(Truncation::default()),
+            log_space: RefCell::new(LogSpace::new(LOG_RECORDS_MAX)),
+            stats: Cell::new(CoordinatorStats::default()),
         }
     }
 
-    /// Begins a transaction.
+    /// The same coordinator keeping at most `records` records in each backup's log
+    /// instead of [`LOG_RECORDS_MAX`] (tests use a small log to exercise waiting for
+    /// space). Panics unless 1 <= `records` <= `LOG_RECORDS_MAX`.
+    pub fn with_log_records_max(self, records: usize) -> Self {
+        assert!(
+            (1..=LOG_RECORDS_MAX).contains(&records),
+            "a coordinator's log holds 1 to LOG_RECORDS_MAX records"
+        );
+        self.log_space.borrow_mut().limit = records;
+        self
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> CoordinatorStats {
+        self.stats.get()
+    }
+
+    fn count(&self, update: impl FnOnce(&mut CoordinatorStats)) {
+        let mut stats = self.stats.get();
+        update(&mut stats);
+        self.stats.set(stats);
+    }
+
+    /// Begins a read-write transaction. It takes no transaction id and reserves nothing
+    /// until it commits.
     pub fn begin<'a>(&'a self, co: &'a Co) -> Txn<'a> {
-        let counter = self.next_counter.get();
-        self.next_counter.set(counter + 1);
+        self.begin_with(co, false)
+    }
+
+    /// Begins a read-only transaction: writes, inserts and deletes are refused with
+    /// [`Abort::ReadOnly`] (changing nothing), and its commit only validates the reads.
+    pub fn begin_read_only<'a>(&'a self, co: &'a Co) -> Txn<'a> {
+        self.begin_with(co, true)
+    }
+
+    fn begin_with<'a>(&'a self, co: &'a Co, read_only: bool) -> Txn<'a> {
         Txn {
             coordinator: self,
             co,
-            tx: TxId {
-                configuration: self.configuration,
-                node: self.local.node(),
-                thread: self.local.thread(),
-                incarnation: self.incarnation,
-                counter,
-            },
+            tx: None,
+            read_only,
             reads: Vec::new(),
             values: Vec::new(),
             writes: Vec::new(),
             finished: false,
         }
+    }
+
+    /// Single-key lock-free read: the committed value of `key` of `table` (`None` if
+    /// absent), read at its primary, with no transaction (no id, no validation, nothing
+    /// to truncate). Linearizable: the primary installs a transaction's writes before the
+    /// transaction is reported committed and keeps them locked until then, and a locked
+    /// object is read again rather than returned, so the read returns the latest
+    /// committed value at the moment it runs at the primary.
+    pub async fn read_one(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+    ) -> Result<Option<Vec<u8>>, Abort> {
+        let mut value = Vec::new();
+        let present = self.read_one_into(co, table, key, &mut value).await?;
+        Ok(present.then_some(value))
+    }
+
+    /// [`Coordinator::read_one`] into the caller's buffer (cleared first): returns true
+    /// if the key is present. Allocates nothing once `out` has room for the value.
+    pub async fn read_one_into(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Abort> {
+        Ok(self
+            .read_one_with_version(co, table, key, out)
+            .await?
+            .present)
+    }
+
+    /// [`Coordinator::read_one_into`] that also returns the version read (for histories).
+    pub async fn read_one_with_version(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+        out: &mut Vec<u8>,
+    ) -> Result<ReadOutcome, Abort> {
+        self.check_key(table, &key)?;
+        let partition = self.placement.partition_of(table, &key);
+        let outcome = self
+            .read_at_primary(co, partition, table, &key, out)
+            .await?;
+        self.count(|s| s.single_reads += 1);
+        Ok(outcome)
     }
 
     /// The current truncation mark.
@@ -135,20 +350,60 @@ impl Coordinator {
     /// Sends this coordinator's truncation mark to `nodes`, so their backup copies apply
     /// every finished transaction (normally the mark rides on later commits).
     pub async fn flush_truncation(&self, co: &Co, nodes: &[u16]) {
+        self.send_truncate(co, nodes, self.truncation_mark()).await;
+    }
+
+    /// Sends TRUNCATE with `mark` to `nodes` and records their acknowledgements.
+    async fn send_truncate(&self, co: &Co, nodes: &[u16], mark: u64) {
         let mut message = Vec::new();
         encode_truncate(
             (self.local.node(), self.local.thread(), self.incarnation),
-            self.truncation_mark(),
+            mark,
             &mut message,
         );
         let messages: Vec<(u16, Vec<u8>)> = nodes.iter().map(|&n| (n, message.clone())).collect();
-        self.round(
-            co,
-            request_type::TRUNCATE,
-            Participant::truncate_message,
-            &messages,
-        )
-        .await;
+        self.count(|s| s.truncate_messages += nodes.len() as u64);
+        let answers = self
+            .round(
+                co,
+                request_type::TRUNCATE,
+                Participant::truncate_message,
+                &messages,
+            )
+            .await;
+        let mut space = self.log_space.borrow_mut();
+        for (node, answer) in answers {
+            if answer.as_deref() == Some(&[1]) {
+                space.acknowledged(node, mark);
+            }
+        }
+    }
+
+    /// Reserves a record at each of `backups` for a transaction about to commit, waiting
+    /// while one of their logs is full; returns the transaction's counter, taken with the
+    /// reservation (a waiting commit holds no counter, so it never holds the truncation
+    /// mark back).
+    async fn reserve_log_space(&self, co: &Co, backups: &[u16]) -> Result<u64, Abort> {
+        for attempt in 0..LOG_SPACE_ATTEMPTS_MAX {
+            let counter = self.next_counter.get();
+            if self.log_space.borrow_mut().try_reserve(backups, counter) {
+                self.next_counter.set(counter + 1);
+                return Ok(counter);
+            }
+            if attempt == 0 {
+                self.count(|s| s.log_space_waits += 1);
+            }
+            // Free what finished: an explicit TRUNCATE to the full backups (FaRM uses its
+            // reservations of truncate records the same way). A remote one is also the
+            // wait: a round trip during which this thread's earlier commits progress.
+            let full: Vec<u16> = self.log_space.borrow().full(backups).collect();
+            self.send_truncate(co, &full, self.truncation_mark()).await;
+            if full.iter().all(|&n| n == self.local.node()) {
+                co.yield_now().await;
+            }
+        }
+        self.count(|s| s.log_full_aborts += 1);
+        Err(Abort::LogFull)
     }
 
     fn spec(&self, table: TableId) -> Result<&TableSpec, Abort> {
@@ -158,8 +413,71 @@ impl Coordinator {
             .ok_or(Abort::Refused(StoreError::UnknownTable(table)))
     }
 
+    /// Checks that `table` exists and `key` may be one of its keys.
+    fn check_key(&self, table: TableId, key: &Key) -> Result<&TableSpec, Abort> {
+        let spec = self.spec(table)?;
+        spec.check_key(key).map_err(Abort::Refused)?;
+        Ok(spec)
+    }
+
     fn endpoint(&self, node: u16) -> EndpointId {
         EndpointId::new(node, self.local.thread())
+    }
+
+    /// Reads `key` at the primary of `partition` into `out`: in memory if the primary is
+    /// this node, else one READ RPC, written straight into the engine's batch (no
+    /// allocation). A locked (or contended) object is read again after a yield, up to
+    /// [`LOCKED_READ_ATTEMPTS_MAX`] times: its holder may already be reported committed,
+    /// so the old value must not be returned.
+    async fn read_at_primary(
+        &self,
+        co: &Co,
+        partition: u32,
+        table: TableId,
+        key: &Key,
+        out: &mut Vec<u8>,
+    ) -> Result<ReadOutcome, Abort> {
+        let primary = self.placement.primary(partition);
+        for _ in 0..LOCKED_READ_ATTEMPTS_MAX {
+            let read: Result<ReadOutcome, ReadError> = if primary == self.local.node() {
+                let Some(copy) = self.store.get(partition, Role::Primary) else {
+                    return Err(Abort::Protocol);
+                };
+                copy.read(table, key, out).map_err(|_| Abort::Protocol)?
+            } else {
+                co.push_with(self.endpoint(primary), request_type::READ, |buf| {
+                    encode_read(partition, table, key, buf);
+                });
+                co.call().await;
+                co.result(0, |response| {
+                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let (status, version, value) =
+                        decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
+                    out.clear();
+                    Ok(match status {
+                        ReadStatus::Present => {
+                            out.extend_from_slice(value);
+                            Ok(ReadOutcome {
+                                version,
+                                present: true,
+                            })
+                        }
+                        ReadStatus::Absent => Ok(ReadOutcome {
+                            version,
+                            present: false,
+                        }),
+                        ReadStatus::Locked => Err(ReadError::Locked),
+                        ReadStatus::Contended => Err(ReadError::Contended),
+                        ReadStatus::Refused => return Err(Abort::Protocol),
+                    })
+                })?
+            };
+            match read {
+                Ok(outcome) => return Ok(outcome),
+                Err(ReadError::Locked | ReadError::Contended) => co.yield_now().await,
+            }
+        }
+        Err(Abort::Locked)
     }
 
     /// Sends one message per node: the local one is handled here and now by this
@@ -202,7 +520,9 @@ impl Coordinator {
 pub struct Txn<'a> {
     coordinator: &'a Coordinator,
     co: &'a Co,
-    tx: TxId,
+    /// Its id, taken when the commit starts (with the log space reservation).
+    tx: Option<TxId>,
+    read_only: bool,
     /// Objects read from the store, with the version seen.
     reads: Vec<ReadItem>,
     /// Values read, parallel to `reads` (`None`: absent), so repeated reads agree.
@@ -213,16 +533,16 @@ pub struct Txn<'a> {
 
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
-        // An abandoned transaction must still count as finished, or this thread's
-        // truncation mark would stop at it and the backups' logs would fill.
-        self.finish();
+        // A transaction dropped during its commit must still count as finished, or this
+        // thread's truncation mark would stop at it and the backups' logs would fill.
+        self.finish(false);
     }
 }
 
 impl Txn<'_> {
-    /// Its id.
-    pub fn id(&self) -> TxId {
-        self.tx
+    /// True for a transaction begun with [`Coordinator::begin_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Objects read from the store so far, with versions (for histories).
@@ -236,7 +556,8 @@ impl Txn<'_> {
     }
 
     /// Reads `key` of `table`: the transaction's own write if any, else the value at its
-    /// primary (`None` if absent).
+    /// primary (`None` if absent). Bad input (an unknown table, a key shorter than the
+    /// table's partition key) is refused and leaves the transaction usable.
     pub async fn read(&mut self, table: TableId, key: Key) -> Result<Option<Vec<u8>>, Abort> {
         if self.finished {
             return Err(Abort::Finished);
@@ -256,47 +577,41 @@ impl Txn<'_> {
             return Ok(self.values[i].clone());
         }
         let coordinator = self.coordinator;
-        if let Err(abort) = coordinator.spec(table) {
-            return Err(self.abort_execution(abort).await);
-        }
+        coordinator.check_key(table, &key)?;
         let partition = coordinator.placement.partition_of(table, &key);
-        let primary = coordinator.placement.primary(partition);
-        let mut request = Vec::new();
-        encode_read(partition, table, &key, &mut request);
-        for _ in 0..LOCKED_READ_ATTEMPTS_MAX {
-            let response = coordinator
-                .round(
-                    self.co,
-                    request_type::READ,
-                    Participant::read,
-                    &[(primary, request.clone())],
-                )
-                .await;
-            let Some(Some(bytes)) = response.into_iter().next().map(|(_, r)| r) else {
-                return Err(self.abort_execution(Abort::Protocol).await);
-            };
-            let Ok((status, version, value)) = decode_read_response(&bytes) else {
-                return Err(self.abort_execution(Abort::Protocol).await);
-            };
-            let value = match status {
-                ReadStatus::Present => Some(value.to_vec()),
-                ReadStatus::Absent => None,
-                ReadStatus::Locked | ReadStatus::Contended => {
-                    self.co.yield_now().await;
-                    continue;
-                }
-                ReadStatus::Refused => return Err(self.abort_execution(Abort::Protocol).await),
-            };
-            self.reads.push(ReadItem {
-                partition,
-                table,
-                key,
-                version,
-            });
-            self.values.push(value.clone());
-            return Ok(value);
+        let mut value = Vec::new();
+        let outcome = match coordinator
+            .read_at_primary(self.co, partition, table, &key, &mut value)
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(abort) => return Err(self.abort_execution(abort)),
+        };
+        let value = outcome.present.then_some(value);
+        self.reads.push(ReadItem {
+            partition,
+            table,
+            key,
+            version: outcome.version,
+        });
+        self.values.push(value.clone());
+        Ok(value)
+    }
+
+    /// Refuses a write that cannot be done, before anything happens (the transaction
+    /// stays usable).
+    fn check_write(&self, table: TableId, key: &Key, value: Option<&[u8]>) -> Result<(), Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
         }
-        Err(self.abort_execution(Abort::Locked).await)
+        if self.read_only {
+            return Err(Abort::ReadOnly);
+        }
+        let spec = self.coordinator.check_key(table, key)?;
+        if let Some(value) = value {
+            spec.check_value(value).map_err(Abort::Refused)?;
+        }
+        Ok(())
     }
 
     /// Writes `value` to `key` (inserting it if absent); `None` deletes it.
@@ -306,14 +621,7 @@ impl Txn<'_> {
         key: Key,
         value: Option<Vec<u8>>,
     ) -> Result<(), Abort> {
-        if self.finished {
-            return Err(Abort::Finished);
-        }
-        // Bad input is refused before anything happens (the transaction stays usable).
-        let spec = self.coordinator.spec(table)?;
-        if let Some(value) = &value {
-            spec.check_value(value).map_err(Abort::Refused)?;
-        }
+        self.check_write(table, &key, value.as_deref())?;
         let version = match self
             .writes
             .iter_mut()
@@ -344,30 +652,56 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Inserts `value` under `key`, which must be absent: if it exists (in the store or
+    /// by this transaction's own write), refuses with [`Abort::KeyExists`] and changes
+    /// nothing (the transaction stays usable, and its read of the key is validated at
+    /// commit like any other).
+    pub async fn insert(&mut self, table: TableId, key: Key, value: Vec<u8>) -> Result<(), Abort> {
+        self.check_write(table, &key, Some(&value))?;
+        if self.read(table, key).await?.is_some() {
+            return Err(Abort::KeyExists);
+        }
+        self.write(table, key, Some(value)).await
+    }
+
+    /// Deletes `key` (a write of `None`; deleting an absent key is allowed).
+    pub async fn delete(&mut self, table: TableId, key: Key) -> Result<(), Abort> {
+        self.write(table, key, None).await
+    }
+
     /// Aborts during execution: nothing is locked yet, so nothing to release.
-    async fn abort_execution(&mut self, abort: Abort) -> Abort {
-        self.finish();
+    fn abort_execution(&mut self, abort: Abort) -> Abort {
+        self.finish(false);
         abort
     }
 
-    fn finish(&mut self) {
-        if !self.finished {
-            self.finished = true;
-            self.coordinator
-                .truncation
-                .borrow_mut()
-                .finish(self.tx.counter);
+    /// Ends the transaction: counts it, and its id (if it took one) as done for
+    /// truncation.
+    fn finish(&mut self, committed: bool) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let coordinator = self.coordinator;
+        if committed {
+            coordinator.count(|s| s.committed += 1);
+        } else {
+            coordinator.count(|s| s.aborted += 1);
+        }
+        if let Some(tx) = self.tx {
+            coordinator.truncation.borrow_mut().finish(tx.counter);
         }
     }
 
-    /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4).
-    /// Truncation (step 5) rides on later commit-backup messages.
+    /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4), after
+    /// reserving log space at the backups. Truncation (step 5) rides on later
+    /// commit-backup messages. A read-only transaction only validates its reads.
     pub async fn commit(mut self) -> Result<(), Abort> {
         if self.finished {
             return Err(Abort::Finished);
         }
         let result = self.commit_inner().await;
-        self.finish();
+        self.finish(result.is_ok());
         result
     }
 
@@ -399,11 +733,55 @@ impl Txn<'_> {
         let mut partitions: Vec<u32> = self.writes.iter().map(|w| w.partition).collect();
         partitions.sort_unstable();
         partitions.dedup();
-        let mark = coordinator.truncation.borrow().mark;
+        let mut primaries: Vec<u16> = partitions.iter().map(|&p| placement.primary(p)).collect();
+        primaries.sort_unstable();
+        primaries.dedup();
+        let mut backups: Vec<u16> = partitions
+            .iter()
+            .flat_map(|&p| placement.backups(p).iter().copied())
+            .collect();
+        backups.sort_unstable();
+        backups.dedup();
+        let at_primary = |node: u16| move |w: &&Write| placement.primary(w.partition) == node;
+        let at_backup =
+            |node: u16| move |w: &&Write| placement.backups(w.partition).contains(&node);
+
+        // Every message of the commit is checked against the limits before anything is
+        // reserved or locked: a refusal after LOCK would leave locks behind.
+        let too_large = |len: usize| len > ferrotx_wire::MAX_MESSAGE_BYTES as usize;
+        if self.writes.len() > crate::messages::ITEMS_MAX
+            || partitions.len() > crate::messages::ITEMS_MAX
+            || primaries.iter().any(|&n| {
+                too_large(LockRecord::encoded_len(
+                    partitions.len(),
+                    self.writes.iter().filter(at_primary(n)),
+                ))
+            })
+            || backups.iter().any(|&n| {
+                too_large(LockRecord::encoded_len(
+                    partitions.len(),
+                    self.writes.iter().filter(at_backup(n)),
+                ))
+            })
+        {
+            return Err(Abort::TooLarge);
+        }
+
+        // Log space at every backup, and with it the transaction's id.
+        let counter = coordinator.reserve_log_space(self.co, &backups).await?;
+        let tx = TxId {
+            configuration: coordinator.configuration,
+            node: coordinator.local.node(),
+            thread: coordinator.local.thread(),
+            incarnation: coordinator.incarnation,
+            counter,
+        };
+        self.tx = Some(tx);
+        let mark = coordinator.truncation_mark();
         let record_for = |writes: Vec<Write>| {
             let mut buf = Vec::new();
             LockRecord {
-                tx: self.tx,
+                tx,
                 partitions: partitions.clone(),
                 writes,
                 truncate_up_to: mark,
@@ -411,42 +789,31 @@ impl Txn<'_> {
             .encode(&mut buf);
             buf
         };
-        let by_node = |node_of: &dyn Fn(u32) -> Vec<u16>| {
-            let mut nodes: Vec<u16> = partitions.iter().flat_map(|&p| node_of(p)).collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            nodes
-                .into_iter()
-                .map(|node| {
-                    let writes: Vec<Write> = self
-                        .writes
-                        .iter()
-                        .filter(|w| node_of(w.partition).contains(&node))
-                        .cloned()
-                        .collect();
-                    (node, record_for(writes))
-                })
-                .collect::<Vec<_>>()
+        let locks: Vec<(u16, Vec<u8>)> = primaries
+            .iter()
+            .map(|&n| {
+                let writes = self.writes.iter().filter(at_primary(n)).cloned().collect();
+                (n, record_for(writes))
+            })
+            .collect();
+        let logs: Vec<(u16, Vec<u8>)> = backups
+            .iter()
+            .map(|&n| {
+                let writes = self.writes.iter().filter(at_backup(n)).cloned().collect();
+                (n, record_for(writes))
+            })
+            .collect();
+        let abort = |abort: Abort| {
+            // No record was sent: the reservations are free again.
+            coordinator
+                .log_space
+                .borrow_mut()
+                .release(&backups, counter);
+            abort
         };
-
-        // Every message of the commit is built, and checked against the limits, before the
-        // first lock is taken: a refusal after LOCK would leave locks behind.
-        let locks = by_node(&|p| vec![placement.primary(p)]);
-        let backups = by_node(&|p| placement.backups(p).to_vec());
-        let too_large = |messages: &[(u16, Vec<u8>)]| {
-            messages
-                .iter()
-                .any(|(_, m)| m.len() > ferrotx_wire::MAX_MESSAGE_BYTES as usize)
-        };
-        let writes_per_message_max = self.writes.len();
-        if too_large(&locks)
-            || too_large(&backups)
-            || writes_per_message_max > crate::messages::ITEMS_MAX
-        {
-            return Err(Abort::TooLarge);
-        }
 
         // 1. LOCK at every written primary.
+        coordinator.count(|s| s.lock_messages += locks.len() as u64);
         let answers = coordinator
             .round(self.co, request_type::LOCK, Participant::lock, &locks)
             .await;
@@ -457,30 +824,37 @@ impl Txn<'_> {
             .collect();
         if locked.len() < locks.len() {
             self.release(&locked).await;
-            return Err(Abort::Conflict);
+            return Err(abort(Abort::Conflict));
         }
         // 2. VALIDATE what was read but not written.
         if !read_only.is_empty() && !self.validate(&read_only).await {
             self.release(&locked).await;
-            return Err(Abort::Conflict);
+            return Err(abort(Abort::Conflict));
         }
         // 3. COMMIT-BACKUP at every backup of a written partition.
+        coordinator.count(|s| s.commit_backup_messages += logs.len() as u64);
         let answers = coordinator
             .round(
                 self.co,
                 request_type::COMMIT_BACKUP,
                 Participant::commit_backup,
-                &backups,
+                &logs,
             )
             .await;
         assert!(
             answers.iter().all(|(_, r)| r.as_deref() == Some(&[1])),
             "a backup refused a commit record: the configuration is inconsistent"
         );
+        {
+            let mut space = coordinator.log_space.borrow_mut();
+            for &(node, _) in &answers {
+                space.acknowledged(node, mark);
+            }
+        }
         // 4. COMMIT-PRIMARY. Reported once the primaries acknowledged (FaRM reports at the
         // first; with batches the coroutine resumes when all have).
         let mut message = Vec::new();
-        encode_tx(&self.tx, &mut message);
+        encode_tx(&tx, &mut message);
         let commits: Vec<(u16, Vec<u8>)> = locked.iter().map(|&n| (n, message.clone())).collect();
         coordinator
             .round(
@@ -528,11 +902,99 @@ impl Txn<'_> {
 
     /// Releases the locks taken at `nodes` (ABORT).
     async fn release(&self, nodes: &[u16]) {
+        let Some(tx) = self.tx else { return };
         let mut message = Vec::new();
-        encode_tx(&self.tx, &mut message);
+        encode_tx(&tx, &mut message);
         let aborts: Vec<(u16, Vec<u8>)> = nodes.iter().map(|&n| (n, message.clone())).collect();
         self.coordinator
             .round(self.co, request_type::ABORT, Participant::abort, &aborts)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_truncation_mark_covers_only_finished_prefixes() {
+        let mut t = Truncation::default();
+        t.finish(2);
+        assert_eq!(t.mark, 0);
+        t.finish(1);
+        assert_eq!(t.mark, 2);
+        t.finish(4);
+        t.finish(3);
+        assert_eq!(t.mark, 4);
+        assert!(t.done_above_mark.is_empty());
+    }
+
+    #[test]
+    fn log_space_is_reserved_per_backup_and_freed_by_acknowledged_marks() {
+        let mut space = LogSpace::new(2);
+        // Transaction 1 logs at nodes 1 and 2, transaction 2 at node 1 only.
+        assert!(space.try_reserve(&[1, 2], 1));
+        assert!(space.try_reserve(&[1], 2));
+        // Node 1 is full: a third transaction there waits, nothing is reserved for it.
+        assert_eq!(space.full(&[1, 2]).collect::<Vec<_>>(), vec![1]);
+        assert!(!space.try_reserve(&[2, 1], 3));
+        assert_eq!((space.held(1), space.held(2)), (2, 1));
+        // A mark that covers nothing there frees nothing; acknowledgements are per node.
+        space.acknowledged(1, 0);
+        space.acknowledged(2, 1);
+        assert_eq!((space.held(1), space.held(2)), (2, 0));
+        // Node 1 acknowledges mark 1: transaction 1's record there is gone.
+        space.acknowledged(1, 1);
+        assert!(space.try_reserve(&[1, 2], 3));
+        assert_eq!((space.held(1), space.held(2)), (2, 1));
+        // An older mark arriving late changes nothing.
+        space.acknowledged(1, 0);
+        assert_eq!(space.held(1), 2);
+        // Transaction 3 aborts before COMMIT-BACKUP: its reservations are returned.
+        space.release(&[1, 2], 3);
+        assert_eq!((space.held(1), space.held(2)), (1, 0));
+        // A mark covering everything empties the node.
+        space.acknowledged(1, 10);
+        assert_eq!(space.held(1), 0);
+        // No backups (a single replica): always room.
+        assert!(space.try_reserve(&[], 4));
+    }
+
+    #[test]
+    fn a_full_log_never_admits_more_than_its_limit() {
+        // Random reservations, releases and acknowledgements: the count per node never
+        // exceeds the limit and always covers every record not yet acknowledged.
+        let mut space = LogSpace::new(3);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut logged: Vec<(u16, u64)> = Vec::new();
+        let mut marks = [0u64; 4];
+        for counter in 1..2000u64 {
+            let nodes: Vec<u16> = (0..4u16).filter(|_| next() % 2 == 0).collect();
+            if space.try_reserve(&nodes, counter) {
+                if next() % 4 == 0 {
+                    space.release(&nodes, counter);
+                } else {
+                    logged.extend(nodes.iter().map(|&n| (n, counter)));
+                }
+            }
+            let node = (next() % 4) as u16;
+            let mark = counter.saturating_sub(next() % 8);
+            space.acknowledged(node, mark);
+            marks[usize::from(node)] = marks[usize::from(node)].max(mark);
+            for n in 0..4u16 {
+                let outstanding = logged
+                    .iter()
+                    .filter(|&&(m, c)| m == n && c > marks[usize::from(n)])
+                    .count();
+                assert!(space.held(n) <= 3);
+                assert_eq!(space.held(n), outstanding);
+            }
+        }
     }
 }

@@ -226,7 +226,35 @@ fn count(reader: &mut Reader<'_>) -> Result<usize, DecodeError> {
     Ok(n)
 }
 
+/// Bytes of a record before its partitions and writes: transaction id (28), mark (8) and
+/// the two counts (2 each).
+const RECORD_HEADER_BYTES: usize = 28 + 8 + 2 + 2;
+
+impl Write {
+    /// Bytes of its encoding in a record.
+    pub fn encoded_len(&self) -> usize {
+        4 + 2
+            + 1
+            + self.key.as_bytes().len()
+            + 8
+            + 1
+            + self.value.as_ref().map_or(0, |v| 4 + v.len())
+    }
+}
+
 impl LockRecord {
+    /// The length of the encoding of a record of `partitions` partitions and `writes`,
+    /// computed without encoding it: the coordinator checks its messages against the
+    /// limits before it takes a transaction id or reserves log space.
+    pub fn encoded_len<'a>(
+        partitions: usize,
+        writes: impl IntoIterator<Item = &'a Write>,
+    ) -> usize {
+        RECORD_HEADER_BYTES
+            + 4 * partitions
+            + writes.into_iter().map(Write::encoded_len).sum::<usize>()
+    }
+
     /// Encodes the record.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = Writer(out);
@@ -443,6 +471,10 @@ mod tests {
         let mut buf = Vec::new();
         record().encode(&mut buf);
         assert_eq!(LockRecord::decode(&buf), Ok(record()));
+        assert_eq!(
+            LockRecord::encoded_len(record().partitions.len(), &record().writes),
+            buf.len()
+        );
         for len in 0..buf.len() {
             assert!(
                 LockRecord::decode(&buf[..len]).is_err(),

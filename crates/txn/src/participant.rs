@@ -19,9 +19,10 @@ use crate::messages::{
 };
 
 /// Records a backup keeps per coordinator thread before they are truncated. The
-/// coordinator reserves a record before it starts committing (it never has more than this
-/// many transactions committing but not yet truncated), so a commit never waits for space;
-/// 1,024 covers 20 coroutines with several transactions each in flight.
+/// coordinator reserves a record at each backup of a transaction before it starts
+/// committing, and counts it until that backup acknowledged a truncation mark covering
+/// it, so no log ever holds more (docs/transactions.md, "Log space"). 1,024 covers 20
+/// coroutines with many transactions each between two truncations.
 pub const LOG_RECORDS_MAX: usize = 1024;
 
 /// What a node is for a partition.
@@ -81,6 +82,8 @@ pub struct ParticipantStats {
     pub records_logged: u64,
     /// Records applied to backup copies at truncation.
     pub records_applied: u64,
+    /// Most records any one coordinator thread's log held here at once.
+    pub log_records_high_water: u64,
 }
 
 /// One coordinator thread's log at this backup: its records, by counter.
@@ -123,6 +126,11 @@ impl Participant {
     /// Counters so far.
     pub fn stats(&self) -> ParticipantStats {
         self.stats
+    }
+
+    /// The partitions of this node.
+    pub fn store(&self) -> &Arc<NodeStore> {
+        &self.store
     }
 
     /// Transactions locked here and not yet committed or aborted.
@@ -254,6 +262,10 @@ impl Participant {
             }
             log.records.insert(record.tx.counter, record);
             self.stats.records_logged += 1;
+            self.stats.log_records_high_water = self
+                .stats
+                .log_records_high_water
+                .max(log.records.len() as u64);
         }
         response.push(1);
         Ok(())
