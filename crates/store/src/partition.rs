@@ -16,6 +16,23 @@ pub struct PartitionId(pub u32);
 /// not-allocated object whose version orders the delete against later inserts.
 type Index = papaya::HashMap<Key, Object, FixedState>;
 
+/// The object of `key`, inserting an absent placeholder if there is none.
+///
+/// Inserts go through `try_insert`, never papaya's `get_or_insert_with`/`try_insert_with`:
+/// with those (papaya 0.2.5) the table did not grow as it filled, so probe sequences
+/// grew long, and a lookup among 1 M keys took 1.5-2 us instead of 80 ns (measured in a
+/// stand-alone loop of random gets, both ways).
+fn insert_absent<'g>(
+    index: &'g papaya::HashMapRef<'_, Key, Object, FixedState, papaya::LocalGuard<'_>>,
+    key: &Key,
+    spec: &TableSpec,
+) -> &'g Object {
+    match index.try_insert(*key, Object::absent(spec.initial_capacity())) {
+        Ok(object) => object,
+        Err(existing) => existing.current,
+    }
+}
+
 /// One partition of every table.
 pub struct Partition {
     id: PartitionId,
@@ -93,9 +110,7 @@ impl Partition {
         let index = index.pin();
         let object = match index.get(key) {
             Some(object) => object,
-            None if version == 0 => {
-                index.get_or_insert_with(*key, || Object::absent(spec.initial_capacity()))
-            }
+            None if version == 0 => insert_absent(&index, key, spec),
             None => return Ok(Err(LockError::VersionChanged { current: 0 })),
         };
         Ok(object.try_lock(version))
@@ -152,7 +167,10 @@ impl Partition {
             spec.check_value(value)?;
         }
         let index = index.pin();
-        let object = index.get_or_insert_with(*key, || Object::absent(spec.initial_capacity()));
+        let object = match index.get(key) {
+            Some(object) => object,
+            None => insert_absent(&index, key, spec),
+        };
         Ok(object.apply(version, value))
     }
 
@@ -163,12 +181,11 @@ impl Partition {
         spec.check_key(&key)?;
         spec.check_value(value)?;
         let index = index.pin();
-        let mut inserted = false;
-        index.get_or_insert_with(key, || {
-            inserted = true;
-            Object::new(1, value, spec.initial_capacity())
-        });
-        Ok(inserted)
+        if index.get(&key).is_some() {
+            return Ok(false);
+        }
+        let object = Object::new(1, value, spec.initial_capacity());
+        Ok(index.try_insert(key, object).is_ok())
     }
 
     /// Number of keys of `table` whose object exists (not absent, not deleted). Walks
