@@ -3,5 +3,9 @@
 //! table and JSON.
 
 pub mod cpu;
+pub mod driver;
+pub mod kv;
 pub mod lossy;
+pub mod processes;
 pub mod rpc;
+pub mod workload;

@@ -1,11 +1,15 @@
-//! The `ferrotx` command line. It parses arguments and calls into the library crates; it
-//! has no logic of its own.
+//! The `ferrotx` command line. It parses arguments and calls into the library crates;
+//! `processes` starts and stops node processes.
+
+mod processes;
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use ferrotx_bench::kv::ClusterBenchOptions;
 use ferrotx_bench::rpc::{RpcBenchOptions, TransportKind};
+use ferrotx_bench::workload::{BankWorkload, KvWorkload, Workload};
 
 #[derive(Parser)]
 #[command(
@@ -20,13 +24,66 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run one node of a cluster until Ctrl-C (SIGINT) or SIGTERM.
+    Node(NodeArgs),
+    /// Run a cluster.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
 }
 
+#[derive(Args)]
+struct NodeArgs {
+    /// The cluster configuration (TOML; see crates/cluster/config/example.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// This node's id in the configuration.
+    #[arg(long)]
+    id: u16,
+    /// Run a benchmark workload driven over stdin (set by `bench kv`; not for direct use).
+    #[arg(long, hide = true)]
+    drive: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Start a cluster of node processes on this machine (loopback) and run it until
+    /// Ctrl-C, or until a node dies.
+    Local(LocalArgs),
+}
+
+#[derive(Args)]
+struct LocalArgs {
+    /// Node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Copies of each partition (f + 1; at most --nodes).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Worker threads per node.
+    #[arg(long, default_value_t = 1)]
+    threads: u16,
+    /// Partitions per node.
+    #[arg(long, default_value_t = 4)]
+    partitions_per_node: u32,
+    /// First port: the cluster uses nodes x (threads + 1) consecutive ports from here.
+    #[arg(long, default_value_t = 7000)]
+    port_base: u16,
+    /// Write the generated configuration here (default: a temporary file).
+    #[arg(long)]
+    config_out: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Bench {
+    /// Transactions over a cluster of node processes (YCSB-like): throughput, latency,
+    /// RPCs per commit; the data is checked at the end.
+    Kv(KvArgs),
+    /// Bank transfers over a cluster of node processes; money must be conserved and
+    /// replicas equal at the end.
+    Bank(BankArgs),
     /// RPC throughput and latency between a server and a client process on loopback.
     Rpc(RpcArgs),
     /// CPU used by an idle node (RPC server threads with no traffic).
@@ -89,6 +146,105 @@ struct RpcArgs {
     port_base: Option<u16>,
 }
 
+/// The cluster and run settings shared by `bench kv` and `bench bank`.
+#[derive(Args)]
+struct ClusterRunArgs {
+    /// Node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Copies of each partition (f + 1; at most --nodes).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Worker threads per node.
+    #[arg(long, default_value_t = 1)]
+    threads: u16,
+    /// Workload coroutines per worker thread.
+    #[arg(long, default_value_t = 20)]
+    coroutines: usize,
+    /// Partitions per node.
+    #[arg(long, default_value_t = 4)]
+    partitions_per_node: u32,
+    /// Measured seconds (after a warm-up of a tenth of it, at most 1 s).
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Seed of the workload's random numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Microseconds an idle worker polls before sleeping in the kernel.
+    #[arg(long, default_value_t = 200)]
+    spin_us: u64,
+    /// First UDP port. Default: chosen from the process id.
+    #[arg(long)]
+    port_base: Option<u16>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct KvArgs {
+    /// Keys per transaction.
+    #[arg(long, default_value_t = 1)]
+    keys_per_txn: usize,
+    /// Share of a transaction's keys that are read-modify-written, 0..1 (0 with one key:
+    /// single-key lock-free reads).
+    #[arg(long, default_value_t = 1.0)]
+    write_share: f64,
+    /// Keys in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    key_count: u64,
+    /// Bytes of every value (at least 8).
+    #[arg(long, default_value_t = 32)]
+    value_bytes: usize,
+    /// Zipf exponent of key popularity (0 = uniform; YCSB uses 0.99).
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    #[command(flatten)]
+    run: ClusterRunArgs,
+}
+
+#[derive(Args)]
+struct BankArgs {
+    /// Accounts.
+    #[arg(long, default_value_t = 1000)]
+    accounts: u64,
+    /// Balance of every account at the start.
+    #[arg(long, default_value_t = 1000)]
+    initial_balance: u64,
+    #[command(flatten)]
+    run: ClusterRunArgs,
+}
+
+impl ClusterRunArgs {
+    fn options(&self, workload: Workload) -> ClusterBenchOptions {
+        ClusterBenchOptions {
+            workload,
+            nodes: self.nodes,
+            replicas: self.replicas,
+            threads: self.threads,
+            coroutines: self.coroutines,
+            partitions_per_node: self.partitions_per_node,
+            duration_s: self.duration,
+            warmup_s: (self.duration / 10.0).min(1.0),
+            port_base: self.port_base.unwrap_or_else(default_port_base),
+            seed: self.seed,
+            spin_us: self.spin_us,
+        }
+    }
+}
+
+fn run_cluster_bench(options: &ClusterBenchOptions, json: &Option<PathBuf>) -> anyhow::Result<()> {
+    let report = ferrotx_bench::kv::run(options)?;
+    ferrotx_bench::kv::print_table(&report);
+    write_json(json, &report)?;
+    anyhow::ensure!(
+        report.checks.ok,
+        "the data is wrong at the end: {:?}",
+        report.checks
+    );
+    Ok(())
+}
+
 #[derive(Args)]
 struct IdleArgs {
     /// Seconds to measure.
@@ -118,6 +274,34 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Node(args) => processes::node(&args.config, args.id, args.drive.as_deref())?,
+        Command::Cluster(ClusterCommand::Local(args)) => processes::cluster_local(
+            &processes::LocalCluster {
+                nodes: args.nodes,
+                replicas: args.replicas,
+                threads: args.threads,
+                partitions_per_node: args.partitions_per_node,
+                port_base: args.port_base,
+            },
+            args.config_out.as_deref(),
+        )?,
+        Command::Bench(Bench::Kv(args)) => {
+            let workload = Workload::Kv(KvWorkload {
+                keys_per_txn: args.keys_per_txn,
+                write_share: args.write_share,
+                key_count: args.key_count,
+                value_bytes: args.value_bytes,
+                zipf: args.zipf,
+            });
+            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+        }
+        Command::Bench(Bench::Bank(args)) => {
+            let workload = Workload::Bank(BankWorkload {
+                accounts: args.accounts,
+                initial_balance: args.initial_balance,
+            });
+            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+        }
         Command::Bench(Bench::Rpc(args)) => {
             let options = RpcBenchOptions {
                 transport: match args.transport {

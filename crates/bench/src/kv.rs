@@ -1,0 +1,278 @@
+//! `ferrotx bench kv` and `ferrotx bench bank`: a cluster of node processes on loopback
+//! over UDP, every node running workload coroutines on every worker thread (FaSST's
+//! symmetric model: clients are coroutines inside the nodes), measured over a window after
+//! a warm-up, then checked once quiet.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use ferrotx_cluster::Configuration;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::{CheckResult, DriveOptions, NodeTotals, RunResult, new_histogram};
+use crate::processes::ProcessCluster;
+use crate::rpc::Latency;
+use crate::workload::Workload;
+
+/// Settings of a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterBenchOptions {
+    /// The workload.
+    pub workload: Workload,
+    /// Node processes.
+    pub nodes: u16,
+    /// Copies of each partition (f + 1).
+    pub replicas: u8,
+    /// Worker threads per node.
+    pub threads: u16,
+    /// Workload coroutines per worker thread.
+    pub coroutines: usize,
+    /// Partitions per node.
+    pub partitions_per_node: u32,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Seconds run before measuring.
+    pub warmup_s: f64,
+    /// First UDP port of the cluster.
+    pub port_base: u16,
+    /// Seed of the workload's random numbers.
+    pub seed: u64,
+    /// How long an idle worker polls before it sleeps, in microseconds.
+    pub spin_us: u64,
+}
+
+impl ClusterBenchOptions {
+    fn check(&self) -> anyhow::Result<Configuration> {
+        self.workload.check()?;
+        ensure!(self.nodes >= 1, "--nodes must be at least 1");
+        ensure!(
+            self.replicas >= 1 && u16::from(self.replicas) <= self.nodes,
+            "--replicas must be in 1..=--nodes"
+        );
+        ensure!(self.threads >= 1, "--threads must be at least 1");
+        ensure!(
+            (1..=254).contains(&self.coroutines),
+            "--coroutines must be in 1..=254"
+        );
+        ensure!(self.duration_s > 0.0, "--duration must be positive");
+        let config = Configuration::local(
+            self.nodes,
+            self.replicas,
+            self.threads,
+            self.partitions_per_node,
+            self.port_base,
+        )?
+        .with_tables(self.workload.schema())?;
+        Ok(config)
+    }
+}
+
+/// Whether the data was right at the end.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Checks {
+    /// Every backup copy equals its primary.
+    pub replicas_equal: bool,
+    /// Copies that differ from their primary.
+    pub replicas_differing: usize,
+    /// Sum over keys of the first 8 bytes of the value at the primary.
+    pub primary_sum: u128,
+    /// What that sum must be: the money at the start (bank), or the number of committed
+    /// read-modify-writes (kv), so a lost or doubled write shows.
+    pub primary_sum_expected: u128,
+    /// Largest balance or counter: a negative balance would wrap to a huge number.
+    pub primary_max: u64,
+    /// Keys absent or still locked at their primary.
+    pub primary_missing: u64,
+    /// Transactions refused as bad input or by a participant.
+    pub errors: u64,
+    /// Everything above holds.
+    pub ok: bool,
+}
+
+/// The result of a run, as written to `--json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterBenchReport {
+    /// The settings.
+    pub options: ClusterBenchOptions,
+    /// Transactions committed inside the window (single-key reads count as transactions).
+    pub committed: u64,
+    /// Transactions aborted inside the window.
+    pub aborted: u64,
+    /// Length of the window.
+    pub duration_s: f64,
+    /// `committed / duration_s`.
+    pub throughput_per_s: f64,
+    /// User plus system CPU seconds of all node processes over the window.
+    pub cpu_s: f64,
+    /// `committed / cpu_s`.
+    pub throughput_per_cpu_s: f64,
+    /// Latency of a committed transaction, from its start to its commit being reported.
+    pub latency_us: Latency,
+    /// `aborted / (committed + aborted)` in the window.
+    pub abort_rate: f64,
+    /// RPCs (request and response over the network) per committed transaction, over the
+    /// whole run; partitions of the coordinator's own node are reached without RPC.
+    pub rpcs_per_commit: f64,
+    /// Datagrams sent per committed transaction, over the whole run.
+    pub datagrams_per_commit: f64,
+    /// Requests retransmitted over the whole run.
+    pub retransmissions: u64,
+    /// Committed over the whole run.
+    pub committed_total: u64,
+    /// The checks of the data.
+    pub checks: Checks,
+}
+
+/// Runs the benchmark: starts the node processes, runs the workload, checks the data.
+pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> {
+    let config = options.check()?;
+    let drive = DriveOptions {
+        workload: options.workload.clone(),
+        coroutines: options.coroutines,
+        seed: options.seed,
+        spin_us: options.spin_us,
+    };
+    let mut cluster = ProcessCluster::start(&config, &drive)?;
+    cluster.command("run")?;
+    std::thread::sleep(Duration::from_secs_f64(options.warmup_s));
+    cluster.command("window-start")?;
+    std::thread::sleep(Duration::from_secs_f64(options.duration_s));
+    cluster.command("window-end")?;
+    let runs: Vec<RunResult> = cluster.command_json("stop")?;
+    let checks: Vec<CheckResult> = cluster.command_json("check")?;
+    let totals: Vec<NodeTotals> = cluster.exit()?;
+    Ok(report(options, &runs, &checks, &totals))
+}
+
+fn report(
+    options: &ClusterBenchOptions,
+    runs: &[RunResult],
+    checks: &[CheckResult],
+    totals: &[NodeTotals],
+) -> ClusterBenchReport {
+    let mut histogram = new_histogram();
+    for run in runs {
+        for &(ns, count) in &run.latency_ns {
+            let _ = histogram.record_n(ns, count);
+        }
+    }
+    let sum = |f: fn(&RunResult) -> u64| runs.iter().map(f).sum::<u64>();
+    let committed = sum(|r| r.window_committed);
+    let aborted = sum(|r| r.window_aborted);
+    let committed_total = sum(|r| r.committed);
+    let errors = sum(|r| r.errors);
+    let cpu_s: f64 = runs.iter().map(|r| r.cpu_s).sum();
+    let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
+    let per_commit = |n: u64| n as f64 / committed_total.max(1) as f64;
+
+    // Replicas: every copy of a partition has the same digest.
+    let mut copies: Vec<(u32, bool, u64)> = checks
+        .iter()
+        .flat_map(|c| c.copies.iter().map(|d| (d.partition, d.primary, d.digest)))
+        .collect();
+    copies.sort_unstable_by_key(|&(p, primary, _)| (p, !primary));
+    let mut replicas_differing = 0;
+    for group in copies.chunk_by(|a, b| a.0 == b.0) {
+        let primary = group[0].2;
+        replicas_differing += group[1..].iter().filter(|c| c.2 != primary).count();
+    }
+    let primary_sum = checks.iter().map(|c| c.primary_sum).sum();
+    let primary_max = checks.iter().map(|c| c.primary_max).max().unwrap_or(0);
+    let primary_missing = checks.iter().map(|c| c.primary_missing).sum();
+    let primary_sum_expected = match &options.workload {
+        Workload::Bank(bank) => u128::from(bank.accounts) * u128::from(bank.initial_balance),
+        Workload::Kv(kv) => u128::from(committed_total) * kv.writes_per_txn() as u128,
+    };
+    let max_allowed = match &options.workload {
+        Workload::Bank(bank) => bank.accounts.saturating_mul(bank.initial_balance),
+        Workload::Kv(_) => committed_total,
+    };
+    let ok = replicas_differing == 0
+        && primary_sum == primary_sum_expected
+        && primary_max <= max_allowed
+        && primary_missing == 0
+        && errors == 0;
+    ClusterBenchReport {
+        options: options.clone(),
+        committed,
+        aborted,
+        duration_s: options.duration_s,
+        throughput_per_s: committed as f64 / options.duration_s,
+        cpu_s,
+        throughput_per_cpu_s: if cpu_s > 0.0 {
+            committed as f64 / cpu_s
+        } else {
+            0.0
+        },
+        latency_us: Latency {
+            p50: us(0.5),
+            p99: us(0.99),
+            p999: us(0.999),
+        },
+        abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
+        rpcs_per_commit: per_commit(totals.iter().map(|t| t.rpcs).sum()),
+        datagrams_per_commit: per_commit(totals.iter().map(|t| t.datagrams_sent).sum()),
+        retransmissions: totals.iter().map(|t| t.retransmissions).sum(),
+        committed_total,
+        checks: Checks {
+            replicas_equal: replicas_differing == 0,
+            replicas_differing,
+            primary_sum,
+            primary_sum_expected,
+            primary_max,
+            primary_missing,
+            errors,
+            ok,
+        },
+    }
+}
+
+/// Prints the report as a few lines for people.
+pub fn print_table(report: &ClusterBenchReport) {
+    let o = &report.options;
+    let what = match &o.workload {
+        Workload::Kv(kv) => format!(
+            "kv: {} keys/txn, write share {}, {} keys of {} B, zipf {}",
+            kv.keys_per_txn, kv.write_share, kv.key_count, kv.value_bytes, kv.zipf
+        ),
+        Workload::Bank(bank) => format!(
+            "bank: transfers between {} accounts of {}",
+            bank.accounts, bank.initial_balance
+        ),
+    };
+    println!("{what}");
+    println!(
+        "cluster: {} node processes x {} threads x {} coroutines, {} replicas, UDP loopback",
+        o.nodes, o.threads, o.coroutines, o.replicas
+    );
+    println!(
+        "  committed {} in {:.1} s = {:.0} txn/s, aborted {} ({:.1}%)",
+        report.committed,
+        report.duration_s,
+        report.throughput_per_s,
+        report.aborted,
+        report.abort_rate * 100.0
+    );
+    println!(
+        "  cpu {:.2} s (all nodes) = {:.0} txn per cpu-s",
+        report.cpu_s, report.throughput_per_cpu_s
+    );
+    println!(
+        "  latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+        report.latency_us.p50, report.latency_us.p99, report.latency_us.p999
+    );
+    println!(
+        "  {:.2} RPCs and {:.2} datagrams per commit, {} retransmissions",
+        report.rpcs_per_commit, report.datagrams_per_commit, report.retransmissions
+    );
+    let c = &report.checks;
+    println!(
+        "  checks: {}; replicas equal: {}; sum {} (expected {}); missing {}; errors {}",
+        if c.ok { "passed" } else { "FAILED" },
+        c.replicas_equal,
+        c.primary_sum,
+        c.primary_sum_expected,
+        c.primary_missing,
+        c.errors
+    );
+}

@@ -1,0 +1,144 @@
+//! A cluster of node processes on loopback, each started as `ferrotx node --config FILE
+//! --id N` from this executable, driven over their stdin and stdout (see [`crate::driver`]).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use anyhow::{Context, bail, ensure};
+use ferrotx_cluster::Configuration;
+
+use crate::driver::DriveOptions;
+
+/// One node process.
+struct NodeProcess {
+    node: u16,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// Node processes of one configuration, stopped (killed if need be) when dropped.
+pub struct ProcessCluster {
+    nodes: Vec<NodeProcess>,
+    dir: PathBuf,
+}
+
+impl ProcessCluster {
+    /// Writes `config` to a temporary file and starts one process per member, each
+    /// driven with `drive`; returns once every node has loaded its data.
+    pub fn start(config: &Configuration, drive: &DriveOptions) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("finding this executable to start nodes")?;
+        let dir = std::env::temp_dir().join(format!(
+            "ferrotx-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("cluster.toml");
+        std::fs::write(&path, config.to_toml_string())
+            .with_context(|| format!("writing {}", path.display()))?;
+        let drive = serde_json::to_string(drive)?;
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            dir,
+        };
+        for member in config.members() {
+            let mut child = Command::new(&exe)
+                .arg("node")
+                .arg("--config")
+                .arg(&path)
+                .arg("--id")
+                .arg(member.node.to_string())
+                .arg("--drive")
+                .arg(&drive)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .with_context(|| format!("starting node {}", member.node))?;
+            let stdin = child.stdin.take().expect("piped stdin");
+            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            cluster.nodes.push(NodeProcess {
+                node: member.node,
+                child,
+                stdin,
+                stdout,
+            });
+        }
+        for line in cluster.read_all()? {
+            ensure!(line == "ready", "a node did not start: {line}");
+        }
+        Ok(cluster)
+    }
+
+    /// Process ids of the nodes, in node order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().map(|n| n.child.id()).collect()
+    }
+
+    /// Sends `command` to every node, then reads one answer line from each, in node order.
+    pub fn command(&mut self, command: &str) -> anyhow::Result<Vec<String>> {
+        for node in &mut self.nodes {
+            writeln!(node.stdin, "{command}")
+                .and_then(|()| node.stdin.flush())
+                .with_context(|| format!("node {} is gone (sending {command:?})", node.node))?;
+        }
+        self.read_all()
+    }
+
+    /// Like [`Self::command`], parsing each answer as JSON.
+    pub fn command_json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        command: &str,
+    ) -> anyhow::Result<Vec<T>> {
+        self.command(command)?
+            .iter()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .with_context(|| format!("parsing a node's answer to {command:?}: {line}"))
+            })
+            .collect()
+    }
+
+    fn read_all(&mut self) -> anyhow::Result<Vec<String>> {
+        let mut lines = Vec::new();
+        for node in &mut self.nodes {
+            let mut line = String::new();
+            node.stdout
+                .read_line(&mut line)
+                .with_context(|| format!("reading from node {}", node.node))?;
+            if line.is_empty() {
+                let status = node.child.wait().ok();
+                bail!("node {} exited early ({status:?})", node.node);
+            }
+            lines.push(line.trim().to_owned());
+        }
+        Ok(lines)
+    }
+
+    /// Tells every node to exit and waits for them; returns their last answers.
+    pub fn exit<T: serde::de::DeserializeOwned>(mut self) -> anyhow::Result<Vec<T>> {
+        let totals = self.command_json("exit")?;
+        for node in &mut self.nodes {
+            let status = node.child.wait()?;
+            ensure!(status.success(), "node {} exited with {status}", node.node);
+        }
+        Ok(totals)
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if node.child.try_wait().ok().flatten().is_none() {
+                let _ = node.child.kill();
+                let _ = node.child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
