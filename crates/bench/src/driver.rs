@@ -42,6 +42,8 @@ pub struct DriveOptions {
     pub seed: u64,
     /// How long an idle worker polls before it sleeps in the kernel, in microseconds.
     pub spin_us: u64,
+    /// Whether a polling worker yields its core to other runnable threads.
+    pub yield_while_polling: bool,
 }
 
 /// Latency histogram bounds: 1 ns to 60 s, 3 significant digits.
@@ -171,7 +173,8 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
         coroutines: drive.coroutines + 1,
         idle: ferrotx_node::Idle {
             spin: Duration::from_micros(drive.spin_us),
-            ..ferrotx_node::Idle::default()
+            yield_while_polling: drive.yield_while_polling,
+            ..NodeOptions::default().idle
         },
         ..NodeOptions::default()
     };
@@ -302,7 +305,7 @@ async fn coroutine(
                     let _ = histogram.record((co.now_ns() - start).max(1));
                 }
             }
-            Err(Abort::Conflict | Abort::Locked) => {
+            Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {
                 run.aborted += 1;
                 run.window_aborted += u64::from(window);
             }

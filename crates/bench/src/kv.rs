@@ -39,6 +39,8 @@ pub struct ClusterBenchOptions {
     pub seed: u64,
     /// How long an idle worker polls before it sleeps, in microseconds.
     pub spin_us: u64,
+    /// Whether a polling worker yields its core to other runnable threads.
+    pub yield_while_polling: bool,
 }
 
 impl ClusterBenchOptions {
@@ -131,6 +133,7 @@ pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> 
         coroutines: options.coroutines,
         seed: options.seed,
         spin_us: options.spin_us,
+        yield_while_polling: options.yield_while_polling,
     };
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     cluster.command("run")?;

@@ -194,7 +194,19 @@ impl Runner {
     async fn kv(&mut self, co: &Co, coordinator: &Rc<Coordinator>, kv: &KvWorkload) -> Outcome {
         self.pick_distinct(kv.keys_per_txn);
         let writes = kv.writes_per_txn();
-        let mut txn = coordinator.begin(co);
+        if kv.single_reads() {
+            // Single-key lock-free read: one READ at the primary, no transaction.
+            let key = Key::from(self.ids[0]);
+            coordinator
+                .read_one_into(co, TABLE, key, &mut self.value)
+                .await?;
+            return Ok(());
+        }
+        let mut txn = if writes == 0 {
+            coordinator.begin_read_only(co)
+        } else {
+            coordinator.begin(co)
+        };
         for (i, &id) in self.ids.iter().enumerate() {
             let value = txn.read(TABLE, Key::from(id)).await?;
             if i < writes {

@@ -173,6 +173,10 @@ struct ClusterRunArgs {
     /// Microseconds an idle worker polls before sleeping in the kernel.
     #[arg(long, default_value_t = 200)]
     spin_us: u64,
+    /// While polling, spin instead of yielding the core to other runnable threads
+    /// (yielding is much faster when node processes outnumber cores).
+    #[arg(long)]
+    spin_poll: bool,
     /// First UDP port. Default: chosen from the process id.
     #[arg(long)]
     port_base: Option<u16>,
@@ -229,6 +233,7 @@ impl ClusterRunArgs {
             port_base: self.port_base.unwrap_or_else(default_port_base),
             seed: self.seed,
             spin_us: self.spin_us,
+            yield_while_polling: !self.spin_poll,
         }
     }
 }

@@ -45,7 +45,12 @@ impl Default for NodeOptions {
     fn default() -> Self {
         Self {
             coroutines: 20,
-            idle: Idle::default(),
+            // A cluster's nodes often share cores with each other (a local cluster) or
+            // with clients: polling yields to them (see `Idle::yield_while_polling`).
+            idle: Idle {
+                yield_while_polling: true,
+                ..Idle::default()
+            },
             incarnation: incarnation_from_clock(),
             udp: UdpConfig::default(),
         }

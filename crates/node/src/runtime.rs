@@ -15,6 +15,10 @@ pub struct Idle {
     pub spin: Duration,
     /// Longest sleep, so a stop request is noticed in time.
     pub sleep_max: Duration,
+    /// While polling, give the core to any other runnable thread (`sched_yield`) instead
+    /// of spinning: with more busy workers than cores (three node processes on two cores)
+    /// a spinning worker otherwise holds a core that a peer needs to answer it.
+    pub yield_while_polling: bool,
 }
 
 impl Default for Idle {
@@ -22,6 +26,7 @@ impl Default for Idle {
         Self {
             spin: Duration::from_micros(200),
             sleep_max: Duration::from_millis(100),
+            yield_while_polling: false,
         }
     }
 }
@@ -45,7 +50,11 @@ pub fn run<T: Transport>(
         }
         let since = *idle_since_ns.get_or_insert(now_ns);
         if now_ns - since < spin_ns {
-            std::hint::spin_loop();
+            if idle.yield_while_polling {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         let timeout = match worker.next_timeout_ns() {
