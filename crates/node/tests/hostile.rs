@@ -86,10 +86,11 @@ const SENT_ENOUGH_TO_COUNT: u64 = 100;
 /// Safety net: a run still going after this is stopped and fails. A healthy run takes
 /// about a second.
 const RUN_LIMIT: Duration = Duration::from_secs(20);
-/// Workers spin briefly, then sleep: three busy threads share two cores in CI.
+/// Workers poll briefly, yielding, then sleep: three busy threads share two cores in CI.
 const IDLE: Idle = Idle {
     spin: Duration::from_micros(50),
     sleep_max: Duration::from_millis(10),
+    yield_while_polling: true,
 };
 
 /// Payload bytes of the fragments of the split messages the sprayer forges.
