@@ -44,6 +44,9 @@ pub struct DriveOptions {
     pub spin_us: u64,
     /// Whether a polling worker yields its core to other runnable threads.
     pub yield_while_polling: bool,
+    /// Nodes that run workload coroutines: those with ids below this (the others only
+    /// serve).
+    pub client_nodes: u16,
 }
 
 /// Latency histogram bounds: 1 ns to 60 s, 3 significant digits.
@@ -199,7 +202,12 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
             "run" => {
-                for thread in 0..config.threads_per_node() {
+                let clients = if id < drive.client_nodes {
+                    config.threads_per_node()
+                } else {
+                    0
+                };
+                for thread in 0..clients {
                     for index in 0..drive.coroutines {
                         let seed = drive.seed
                             ^ (u64::from(id) << 48)

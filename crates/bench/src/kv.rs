@@ -41,6 +41,8 @@ pub struct ClusterBenchOptions {
     pub spin_us: u64,
     /// Whether a polling worker yields its core to other runnable threads.
     pub yield_while_polling: bool,
+    /// Nodes that run workload coroutines (the first ones); the others only serve.
+    pub client_nodes: u16,
 }
 
 impl ClusterBenchOptions {
@@ -52,6 +54,10 @@ impl ClusterBenchOptions {
             "--replicas must be in 1..=--nodes"
         );
         ensure!(self.threads >= 1, "--threads must be at least 1");
+        ensure!(
+            (1..=self.nodes).contains(&self.client_nodes),
+            "--client-nodes must be in 1..=--nodes"
+        );
         ensure!(
             (1..=254).contains(&self.coroutines),
             "--coroutines must be in 1..=254"
@@ -134,6 +140,7 @@ pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> 
         seed: options.seed,
         spin_us: options.spin_us,
         yield_while_polling: options.yield_while_polling,
+        client_nodes: options.client_nodes,
     };
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     cluster.command("run")?;
@@ -245,8 +252,9 @@ pub fn print_table(report: &ClusterBenchReport) {
     };
     println!("{what}");
     println!(
-        "cluster: {} node processes x {} threads x {} coroutines, {} replicas, UDP loopback",
-        o.nodes, o.threads, o.coroutines, o.replicas
+        "cluster: {} node processes x {} threads x {} coroutines (on {} of them), {} replicas, \
+         UDP loopback",
+        o.nodes, o.threads, o.coroutines, o.client_nodes, o.replicas
     );
     println!(
         "  committed {} in {:.1} s = {:.0} txn/s, aborted {} ({:.1}%)",

@@ -161,6 +161,10 @@ struct ClusterRunArgs {
     /// Workload coroutines per worker thread.
     #[arg(long, default_value_t = 20)]
     coroutines: usize,
+    /// Nodes that run workload coroutines (the first ones; default all); the others
+    /// only serve.
+    #[arg(long)]
+    client_nodes: Option<u16>,
     /// Partitions per node.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u32,
@@ -234,6 +238,7 @@ impl ClusterRunArgs {
             seed: self.seed,
             spin_us: self.spin_us,
             yield_while_polling: !self.spin_poll,
+            client_nodes: self.client_nodes.unwrap_or(self.nodes),
         }
     }
 }
