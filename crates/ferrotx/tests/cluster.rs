@@ -1,0 +1,333 @@
+//! Clusters of node processes over UDP on loopback: `bench bank`, `bench kv`, `node` and
+//! `cluster local`, run as a user would.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn ferrotx() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ferrotx"))
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "ferrotx-cluster-test-{}-{name}",
+        std::process::id()
+    ))
+}
+
+/// A port range of its own for each test, so tests running at once do not collide.
+fn port_base(test: u16) -> String {
+    (30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000).to_string()
+}
+
+/// Runs `ferrotx bench <what>` with `args` and returns its JSON report.
+fn bench(what: &str, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = temp_path(name);
+    let output = ferrotx()
+        .args(["bench", what, "--json"])
+        .arg(&json)
+        .args(args)
+        .output()
+        .expect("run ferrotx");
+    assert!(
+        output.status.success(),
+        "ferrotx bench {what} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
+    let _ = std::fs::remove_file(json);
+    report
+}
+
+fn number(report: &serde_json::Value, key: &str) -> f64 {
+    report[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+}
+
+fn checks_passed(report: &serde_json::Value) {
+    let checks = &report["checks"];
+    assert_eq!(checks["ok"], true, "{checks}");
+    assert_eq!(checks["replicas_equal"], true, "{checks}");
+    assert_eq!(
+        checks["primary_sum"], checks["primary_sum_expected"],
+        "{checks}"
+    );
+    assert_eq!(checks["errors"], 0, "{checks}");
+    assert_eq!(checks["primary_missing"], 0, "{checks}");
+}
+
+#[test]
+fn bank_transfers_from_every_node_conserve_money_and_replicas_agree() {
+    // Three node processes, two worker threads each, every node transferring between
+    // few accounts (so transactions conflict), three copies of every partition.
+    let r = bench(
+        "bank",
+        "bank",
+        &[
+            "--duration",
+            "2",
+            "--accounts",
+            "50",
+            "--threads",
+            "2",
+            "--coroutines",
+            "8",
+            "--port-base",
+            &port_base(1),
+        ],
+    );
+    checks_passed(&r);
+    assert!(number(&r, "committed") > 100.0, "{r}");
+    assert!(number(&r, "committed_total") >= number(&r, "committed"));
+    // Few accounts and many coroutines: some transfers conflict and abort.
+    assert!(number(&r, "aborted") > 0.0, "{r}");
+    // 50 accounts of 1,000 at the start, all still there; none went below zero (a
+    // negative balance would wrap to a huge number).
+    assert_eq!(r["checks"]["primary_sum"], 50_000);
+    assert!(number(&r["checks"], "primary_max") <= 50_000.0);
+}
+
+#[test]
+fn bench_kv_reports_every_field_and_loses_no_write() {
+    let r = bench(
+        "kv",
+        "kv",
+        &[
+            "--duration",
+            "1",
+            "--key-count",
+            "10000",
+            "--keys-per-txn",
+            "4",
+            "--write-share",
+            "0.5",
+            "--zipf",
+            "0.99",
+            "--port-base",
+            &port_base(2),
+        ],
+    );
+    for key in [
+        "committed",
+        "aborted",
+        "duration_s",
+        "throughput_per_s",
+        "cpu_s",
+        "throughput_per_cpu_s",
+        "rpcs_per_commit",
+        "datagrams_per_commit",
+    ] {
+        number(&r, key);
+    }
+    for key in ["p50", "p99", "p999"] {
+        assert!(r["latency_us"][key].as_f64().is_some(), "latency_us.{key}");
+    }
+    assert!(number(&r, "committed") > 0.0, "{r}");
+    assert!(number(&r, "cpu_s") > 0.0, "{r}");
+    // Every committed transaction added 1 to the counters of its 2 written keys: the sum
+    // of all counters at the primaries shows a lost or doubled write.
+    checks_passed(&r);
+    assert_eq!(
+        number(&r["checks"], "primary_sum"),
+        2.0 * number(&r, "committed_total")
+    );
+}
+
+#[test]
+fn one_key_read_modify_write_uses_the_minimum_of_rpcs() {
+    let r = bench(
+        "kv",
+        "rmw",
+        &[
+            "--duration",
+            "1",
+            "--key-count",
+            "100000",
+            "--port-base",
+            &port_base(3),
+        ],
+    );
+    checks_passed(&r);
+    // 3 nodes, f = 2. The coordinator's own node is the primary a third of the time (no
+    // RPC to read, lock or commit it, two remote backups) and a backup otherwise (read,
+    // lock and commit the primary over RPC, one remote backup): on average
+    // 2/3 + 2/3 + (1/3 * 2 + 2/3 * 1) + 2/3 = 3.33 RPCs; truncation rides on them.
+    let rpcs = number(&r, "rpcs_per_commit");
+    assert!((3.2..3.5).contains(&rpcs), "{rpcs} RPCs per commit: {r}");
+}
+
+#[test]
+fn single_key_reads_take_one_rpc_at_most() {
+    let r = bench(
+        "kv",
+        "reads",
+        &[
+            "--duration",
+            "1",
+            "--key-count",
+            "100000",
+            "--write-share",
+            "0",
+            "--port-base",
+            &port_base(4),
+        ],
+    );
+    checks_passed(&r);
+    assert_eq!(number(&r, "aborted"), 0.0);
+    // A read at a remote primary is one RPC; two primaries in three are remote.
+    let rpcs = number(&r, "rpcs_per_commit");
+    assert!((0.6..0.72).contains(&rpcs), "{rpcs}: {r}");
+}
+
+#[test]
+fn bad_bench_flags_get_a_clear_error() {
+    for (args, needle) in [
+        (vec!["kv", "--write-share", "1.5"], "--write-share"),
+        (vec!["kv", "--keys-per-txn", "0"], "--keys-per-txn"),
+        (vec!["kv", "--value-bytes", "4"], "--value-bytes"),
+        (vec!["kv", "--replicas", "4"], "--replicas"),
+        (vec!["bank", "--accounts", "1"], "--accounts"),
+    ] {
+        let output = ferrotx()
+            .arg("bench")
+            .args(&args)
+            .output()
+            .expect("run ferrotx");
+        assert!(!output.status.success(), "{args:?} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_node_refuses_a_bad_configuration_or_id() {
+    let output = ferrotx()
+        .args(["node", "--config", "/nonexistent/cluster.toml", "--id", "0"])
+        .output()
+        .expect("run ferrotx");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/cluster.toml"), "{stderr}");
+
+    let path = temp_path("example.toml");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cluster/config/example.toml"
+        ),
+        &path,
+    )
+    .unwrap();
+    let output = ferrotx()
+        .args(["node", "--config"])
+        .arg(&path)
+        .args(["--id", "9"])
+        .output()
+        .expect("run ferrotx");
+    let _ = std::fs::remove_file(&path);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("node 9 is not a member"), "{stderr}");
+}
+
+/// Starts `ferrotx cluster local` and waits until it says how to stop it.
+fn start_local_cluster(test: u16) -> (std::process::Child, Vec<String>) {
+    let mut child = ferrotx()
+        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+        .args(["--port-base", &port_base(test)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferrotx cluster local");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended: {lines:?}");
+        lines.push(line.trim().to_owned());
+        if line.contains("Ctrl-C stops the cluster") {
+            break;
+        }
+    }
+    // Keep reading in the background so the cluster never blocks on a full pipe.
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        rest
+    });
+    drop(rest);
+    (child, lines)
+}
+
+fn wait_with_deadline(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pid_of_node(lines: &[String], node: u16) -> String {
+    let line = lines
+        .iter()
+        .find(|l| l.contains(&format!("node {node} (")))
+        .unwrap_or_else(|| panic!("node {node} not listed: {lines:?}"));
+    line.split_whitespace().nth(1).unwrap().to_owned()
+}
+
+#[test]
+fn a_local_cluster_stops_cleanly_on_ctrl_c() {
+    let (mut child, lines) = start_local_cluster(5);
+    for node in 0..3 {
+        pid_of_node(&lines, node);
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("primary of partitions")),
+        "{lines:?}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = wait_with_deadline(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_local_cluster_stops_when_a_node_dies() {
+    let (mut child, lines) = start_local_cluster(6);
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = pid_of_node(&lines, 1);
+    let status = Command::new("kill")
+        .args(["-KILL", &victim])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = wait_with_deadline(&mut child, Duration::from_secs(10));
+    assert!(
+        !status.success(),
+        "the cluster should fail when a node dies"
+    );
+    // The other nodes were stopped too.
+    for node in [0, 2] {
+        let pid = pid_of_node(&lines, node);
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        assert!(!alive, "node {node} (pid {pid}) still runs");
+    }
+}
