@@ -165,7 +165,12 @@ fn check(node: &Node, workload: &Workload) -> CheckResult {
 /// What one coroutine measured.
 struct CoroutineResult {
     run: RunResult,
-    histogram: Histogram<u64>,
+}
+
+thread_local! {
+    /// Latencies of the workload coroutines of this worker thread: one histogram per
+    /// thread, not per coroutine, keeps the counters in cache.
+    static LATENCIES: std::cell::RefCell<Histogram<u64>> = std::cell::RefCell::new(new_histogram());
 }
 
 /// Main of a driven node process: node `id` of `config`, running `drive`.
@@ -246,7 +251,15 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                     run.committed += c.run.committed;
                     run.aborted += c.run.aborted;
                     run.errors += c.run.errors;
-                    histogram.add(&c.histogram).expect("same bounds");
+                }
+                for thread in 0..config.threads_per_node() {
+                    let taken = node.spawn(thread, |_, _| async {
+                        LATENCIES.with(|h| std::mem::replace(&mut *h.borrow_mut(), new_histogram()))
+                    });
+                    let taken = taken
+                        .recv_timeout(Duration::from_secs(60))
+                        .context("collecting latencies")?;
+                    histogram.add(&taken).expect("same bounds");
                 }
                 run.latency_ns = histogram
                     .iter_recorded()
@@ -300,7 +313,6 @@ async fn coroutine(
     stop: Arc<AtomicBool>,
 ) -> CoroutineResult {
     let mut run = RunResult::default();
-    let mut histogram = new_histogram();
     while !stop.load(Ordering::Relaxed) {
         let start = co.now_ns();
         let outcome = runner.run_one(&co, &coordinator).await;
@@ -310,7 +322,8 @@ async fn coroutine(
                 run.committed += 1;
                 if window {
                     run.window_committed += 1;
-                    let _ = histogram.record((co.now_ns() - start).max(1));
+                    let latency = (co.now_ns() - start).max(1);
+                    LATENCIES.with(|h| h.borrow_mut().record(latency).ok());
                 }
             }
             Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {
@@ -323,5 +336,5 @@ async fn coroutine(
         // touched only local partitions and never waited.
         co.yield_now().await;
     }
-    CoroutineResult { run, histogram }
+    CoroutineResult { run }
 }

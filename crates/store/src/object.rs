@@ -2,6 +2,7 @@
 
 use crate::error::{LockError, ReadError};
 use crate::header::{Header, HeaderWord};
+use crate::table::ValueSize;
 use crate::value::ValueCell;
 
 /// Attempts of a lock-free read before it reports contention. Each attempt fails only if
@@ -19,6 +20,15 @@ pub struct ReadOutcome {
     pub present: bool,
 }
 
+/// Bytes to reserve for a new object's value: a fixed size whole, a variable size as it
+/// comes.
+fn initial_capacity(size: ValueSize) -> usize {
+    match size {
+        ValueSize::Fixed(n) => n,
+        ValueSize::Variable(_) => 0,
+    }
+}
+
 /// One object of a table.
 pub struct Object {
     header: Header,
@@ -26,9 +36,9 @@ pub struct Object {
 }
 
 impl Object {
-    /// An object holding `value` at `version`.
-    pub fn new(version: u64, value: &[u8], capacity_bytes: usize) -> Self {
-        let cell = ValueCell::new(capacity_bytes.max(value.len()));
+    /// An object of a table whose values are of `size`, holding `value` at `version`.
+    pub fn new(version: u64, value: &[u8], size: ValueSize) -> Self {
+        let cell = ValueCell::new(size, initial_capacity(size).max(value.len()));
         cell.write(value);
         Self {
             header: Header::new(HeaderWord::new(version, true)),
@@ -37,10 +47,10 @@ impl Object {
     }
 
     /// The placeholder of an absent key, at version 0, so it can be locked for an insert.
-    pub fn absent(capacity_bytes: usize) -> Self {
+    pub fn absent(size: ValueSize) -> Self {
         Self {
             header: Header::new(HeaderWord::new(0, false)),
-            value: ValueCell::new(capacity_bytes),
+            value: ValueCell::new(size, initial_capacity(size)),
         }
     }
 
@@ -133,7 +143,7 @@ mod tests {
 
     #[test]
     fn read_lock_install_delete() {
-        let object = Object::new(1, b"hello", 0);
+        let object = Object::new(1, b"hello", ValueSize::Variable(1 << 20));
         let mut out = Vec::new();
         assert_eq!(
             object.read(&mut out),
@@ -174,7 +184,7 @@ mod tests {
 
     #[test]
     fn an_absent_key_can_be_locked_for_an_insert() {
-        let object = Object::absent(8);
+        let object = Object::absent(ValueSize::Fixed(8));
         let mut out = vec![1];
         assert_eq!(
             object.read(&mut out),
@@ -192,7 +202,7 @@ mod tests {
 
     #[test]
     fn an_aborted_lock_changes_nothing() {
-        let object = Object::new(9, b"same", 4);
+        let object = Object::new(9, b"same", ValueSize::Fixed(4));
         object.try_lock(9).unwrap();
         object.unlock();
         let mut out = Vec::new();

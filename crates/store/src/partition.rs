@@ -27,7 +27,7 @@ fn insert_absent<'g>(
     key: &Key,
     spec: &TableSpec,
 ) -> &'g Object {
-    match index.try_insert(*key, Object::absent(spec.initial_capacity())) {
+    match index.try_insert(*key, Object::absent(spec.value_size)) {
         Ok(object) => object,
         Err(existing) => existing.current,
     }
@@ -184,7 +184,7 @@ impl Partition {
         if index.get(&key).is_some() {
             return Ok(false);
         }
-        let object = Object::new(1, value, spec.initial_capacity());
+        let object = Object::new(1, value, spec.value_size);
         Ok(index.try_insert(key, object).is_ok())
     }
 

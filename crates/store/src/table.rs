@@ -108,14 +108,6 @@ impl TableSpec {
             _ => Ok(()),
         }
     }
-
-    /// Bytes to reserve for a new object's value.
-    pub(crate) fn initial_capacity(&self) -> usize {
-        match self.value_size {
-            ValueSize::Fixed(n) => n,
-            ValueSize::Variable(_) => 0,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ferrotx_store::{Key, Object, Partition, PartitionId, ReadError, TableId, TableSpec};
+use ferrotx_store::{
+    Key, Object, Partition, PartitionId, ReadError, TableId, TableSpec, ValueSize,
+};
 
 /// A value whose every 8-byte word is `n`: a torn copy shows as unequal words.
 fn value(n: u64, words: usize) -> Vec<u8> {
@@ -15,7 +17,11 @@ fn value(n: u64, words: usize) -> Vec<u8> {
 #[test]
 fn readers_see_only_whole_published_values() {
     const WORDS: usize = 64;
-    let object = Arc::new(Object::new(1, &value(1, WORDS), WORDS * 8));
+    let object = Arc::new(Object::new(
+        1,
+        &value(1, WORDS),
+        ValueSize::Fixed(WORDS * 8),
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let published = Arc::new(AtomicU64::new(0));
     let writer = {

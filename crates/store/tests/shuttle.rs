@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use ferrotx_store::{Object, ReadError};
+use ferrotx_store::{Object, ReadError, ValueSize};
 
 fn value(n: u64, words: usize) -> Vec<u8> {
     (0..words).flat_map(|_| n.to_le_bytes()).collect()
@@ -17,7 +17,11 @@ fn a_reader_never_accepts_a_torn_value() {
     shuttle::check_random(
         || {
             const WORDS: usize = 3;
-            let object = Arc::new(Object::new(1, &value(1, WORDS), WORDS * 8));
+            let object = Arc::new(Object::new(
+                1,
+                &value(1, WORDS),
+                ValueSize::Fixed(WORDS * 8),
+            ));
             let writers: Vec<_> = (0..2)
                 .map(|_| {
                     let object = object.clone();
@@ -59,7 +63,7 @@ fn a_reader_never_accepts_a_torn_value() {
 fn a_lock_is_held_by_one_writer_at_a_time() {
     shuttle::check_random(
         || {
-            let object = Arc::new(Object::new(1, &0u64.to_le_bytes(), 8));
+            let object = Arc::new(Object::new(1, &0u64.to_le_bytes(), ValueSize::Fixed(8)));
             let threads: Vec<_> = (0..3)
                 .map(|_| {
                     let object = object.clone();
