@@ -223,4 +223,12 @@ pub enum ConfigError {
         /// The largest value size allowed.
         max: usize,
     },
+    /// A table's `partition_key_bytes` is out of range.
+    #[error("table {name:?}: `partition_key_bytes` must be 1 to {max} (the longest key)")]
+    PartitionKeyBytes {
+        /// The table.
+        name: String,
+        /// The longest key.
+        max: usize,
+    },
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use ferrotx_store::{TableSpec, VALUE_BYTES_MAX, ValueSize};
+use ferrotx_store::{KEY_BYTES_MAX, TableSpec, VALUE_BYTES_MAX, ValueSize};
 
 use crate::configuration::{Configuration, default_tables};
 use crate::error::ConfigError;
@@ -36,6 +36,10 @@ struct TableEntry {
     value_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_value_bytes: Option<usize>,
+    /// Keys are placed by their first this many bytes (a locality hint: rows sharing
+    /// them share a partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partition_key_bytes: Option<u8>,
 }
 
 impl TableEntry {
@@ -44,12 +48,20 @@ impl TableEntry {
             name: self.name.clone(),
             max: VALUE_BYTES_MAX,
         };
-        match (self.value_bytes, self.max_value_bytes) {
-            (Some(n), None) if n <= VALUE_BYTES_MAX => Ok(TableSpec::fixed(self.id, &self.name, n)),
-            (None, Some(n)) if n <= VALUE_BYTES_MAX => {
-                Ok(TableSpec::variable(self.id, &self.name, n))
+        let spec = match (self.value_bytes, self.max_value_bytes) {
+            (Some(n), None) if n <= VALUE_BYTES_MAX => TableSpec::fixed(self.id, &self.name, n),
+            (None, Some(n)) if n <= VALUE_BYTES_MAX => TableSpec::variable(self.id, &self.name, n),
+            _ => return Err(bad()),
+        };
+        match self.partition_key_bytes {
+            None => Ok(spec),
+            Some(n) if (1..=KEY_BYTES_MAX).contains(&usize::from(n)) => {
+                Ok(spec.with_partition_key(usize::from(n)))
             }
-            _ => Err(bad()),
+            Some(_) => Err(ConfigError::PartitionKeyBytes {
+                name: self.name.clone(),
+                max: KEY_BYTES_MAX,
+            }),
         }
     }
 
@@ -63,6 +75,7 @@ impl TableEntry {
             name: spec.name.clone(),
             value_bytes,
             max_value_bytes,
+            partition_key_bytes: spec.partition_key_bytes,
         }
     }
 }
@@ -197,14 +210,15 @@ mod tests {
         assert_eq!(config.tables(), default_tables().as_slice());
         let text = file(
             "[[table]]\nid = 3\nname = \"accounts\"\nvalue_bytes = 8\n\
-             [[table]]\nid = 4\nname = \"blobs\"\nmax_value_bytes = 4096\n",
+             [[table]]\nid = 4\nname = \"blobs\"\nmax_value_bytes = 4096\n\
+             partition_key_bytes = 8\n",
         );
         let config = Configuration::from_toml_str(&text).unwrap();
         assert_eq!(
             config.tables(),
             &[
                 TableSpec::fixed(3, "accounts", 8),
-                TableSpec::variable(4, "blobs", 4096)
+                TableSpec::variable(4, "blobs", 4096).with_partition_key(8)
             ]
         );
         let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
@@ -234,6 +248,12 @@ mod tests {
         );
         let error = parse_error(&twice);
         assert!(error.to_string().contains("id 3"), "{error}");
+        let hint =
+            file("[[table]]\nid = 3\nname = \"t\"\nvalue_bytes = 8\npartition_key_bytes = 17\n");
+        assert!(matches!(
+            parse_error(&hint),
+            ConfigError::PartitionKeyBytes { .. }
+        ));
         let empty = file("[[table]]\nid = 3\nname = \"\"\nvalue_bytes = 8\n");
         assert!(matches!(
             parse_error(&empty),
