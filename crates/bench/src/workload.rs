@@ -153,6 +153,7 @@ pub struct Runner {
     chooser: KeyChooser,
     rng: ChaCha8Rng,
     ids: Vec<u64>,
+    keys: Vec<Key>,
     value: Vec<u8>,
 }
 
@@ -168,6 +169,7 @@ impl Runner {
             chooser,
             rng,
             ids: Vec::new(),
+            keys: Vec::new(),
             value: Vec::new(),
         }
     }
@@ -207,8 +209,11 @@ impl Runner {
         } else {
             coordinator.begin(co)
         };
-        for (i, &id) in self.ids.iter().enumerate() {
-            let value = txn.read(TABLE, Key::from(id)).await?;
+        // Every key in one batch of reads (one round trip to each remote primary).
+        self.keys.clear();
+        self.keys.extend(self.ids.iter().map(|&id| Key::from(id)));
+        let values = txn.read_many(TABLE, &self.keys).await?;
+        for (i, (&id, value)) in self.ids.iter().zip(values).enumerate() {
             if i < writes {
                 // Read-modify-write: bump the counter in the value's first 8 bytes.
                 self.value.clear();
@@ -233,8 +238,9 @@ impl Runner {
             v.map(|b| u64::from_le_bytes(b[..8].try_into().expect("8-byte balance")))
                 .unwrap_or(0)
         };
-        let from_balance = balance(txn.read(TABLE, from).await?);
-        let to_balance = balance(txn.read(TABLE, to).await?);
+        let mut both = txn.read_many(TABLE, &[from, to]).await?.into_iter();
+        let from_balance = balance(both.next().expect("two values"));
+        let to_balance = balance(both.next().expect("two values"));
         if from_balance < amount {
             // Not enough money: commit the reads only (a read-only transaction).
             return txn.commit().await;

@@ -745,3 +745,72 @@ fn more_open_transactions_than_the_log_holds_all_commit() {
     );
     cluster.stop();
 }
+
+/// `read_many` returns what reading the keys one by one would: own writes, earlier reads,
+/// absent keys, keys at local and remote primaries, a repeated key; and its reads are
+/// validated at commit like any other.
+#[test]
+fn read_many_reads_like_reads_one_by_one() {
+    let config = Configuration::local(3, 3, 1, 6, 49_000).unwrap();
+    let cluster = LocalCluster::start(config, schema());
+    for account in 0..12 {
+        assert!(
+            cluster
+                .load(ACCOUNTS, Key::from(account), &(100 + account).to_le_bytes())
+                .unwrap()
+        );
+    }
+    let node = cluster.nodes()[0];
+    // Both local and remote primaries among the keys read.
+    let primaries: Vec<u16> = (0..12)
+        .map(|a| primary_of(&cluster, ACCOUNTS, &Key::from(a)))
+        .collect();
+    assert!(primaries.contains(&node) && primaries.iter().any(|&p| p != node));
+    let outcomes = cluster
+        .spawn(node, 0, |co, coordinator: Rc<Coordinator>| async move {
+            let mut txn = coordinator.begin(&co);
+            txn.write(ACCOUNTS, Key::from(3), Some(7u64.to_le_bytes().to_vec()))
+                .await
+                .unwrap();
+            txn.read(ACCOUNTS, Key::from(5)).await.unwrap();
+            let mut keys: Vec<Key> = (0..12).map(Key::from).collect();
+            keys.push(Key::from(99)); // absent
+            keys.push(Key::from(4)); // twice
+            let many: Vec<u64> = txn
+                .read_many(ACCOUNTS, &keys)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|v| v.map_or(u64::MAX, |v| balance(Some(v))))
+                .collect();
+            let reads = txn.reads().len();
+            let unknown = txn.read_many(TableId(9), &[Key::from(1)]).await;
+            // A concurrent change to a key read by read_many fails validation.
+            let mut other = coordinator.begin(&co);
+            other
+                .write(ACCOUNTS, Key::from(8), Some(1u64.to_le_bytes().to_vec()))
+                .await
+                .unwrap();
+            other.commit().await.unwrap();
+            (many, reads, unknown, txn.commit().await)
+        })
+        .recv()
+        .unwrap();
+    let (many, reads, unknown, commit) = outcomes;
+    let mut expected: Vec<u64> = (0..12).map(|a| 100 + a).collect();
+    expected[3] = 7;
+    expected.push(u64::MAX);
+    expected.push(104);
+    assert_eq!(many, expected);
+    // Each key read once: the 12 accounts and the absent key (3 was written, so read
+    // by the write; 5 was read before).
+    assert_eq!(reads, 13);
+    assert_eq!(
+        unknown,
+        Err(Abort::Refused(StoreError::UnknownTable(TableId(9))))
+    );
+    assert_eq!(commit, Err(Abort::Conflict));
+    // Nothing of the aborted transaction was installed.
+    assert_eq!(balance_of(&cluster, 3), 103);
+    cluster.stop();
+}

@@ -314,14 +314,32 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                                     ));
                                 }
                                 let mut total = 0;
-                                for account in 0..workload.accounts {
-                                    let value = tx.read(ACCOUNTS, Key::from(account)).await?;
-                                    total += balance(value);
+                                if from % 2 == 0 {
+                                    // Every account in one batch of reads.
+                                    let keys: Vec<Key> =
+                                        (0..workload.accounts).map(Key::from).collect();
+                                    for value in tx.read_many(ACCOUNTS, &keys).await? {
+                                        total += balance(value);
+                                    }
+                                } else {
+                                    for account in 0..workload.accounts {
+                                        let value = tx.read(ACCOUNTS, Key::from(account)).await?;
+                                        total += balance(value);
+                                    }
                                 }
                                 return Ok(Some(total));
                             }
-                            let a = balance(tx.read(ACCOUNTS, Key::from(from)).await?);
-                            let b = balance(tx.read(ACCOUNTS, Key::from(to)).await?);
+                            let (a, b) = if to % 2 == 0 {
+                                let both = tx
+                                    .read_many(ACCOUNTS, &[Key::from(from), Key::from(to)])
+                                    .await?;
+                                (balance(both[0].clone()), balance(both[1].clone()))
+                            } else {
+                                (
+                                    balance(tx.read(ACCOUNTS, Key::from(from)).await?),
+                                    balance(tx.read(ACCOUNTS, Key::from(to)).await?),
+                                )
+                            };
                             // A third account read and not written, so that read-write
                             // transactions validate too (FaRM step 2): the transfer only
                             // goes ahead while `from` and `guard` together hold twice the

@@ -30,6 +30,9 @@ pub trait Placement {
 /// the new version; many mean contention, and aborting frees the coroutine.
 const LOCKED_READ_ATTEMPTS_MAX: usize = 32;
 
+/// Reads [`Txn::read_many`] sends in one batch (the RPC engine's default batch holds 64).
+const READ_BATCH_MAX: usize = 32;
+
 /// Attempts at reserving log space before a commit gives up with [`Abort::LogFull`].
 /// Each attempt after the first sends the full backups an explicit TRUNCATE (a round trip
 /// that frees what finished meanwhile) or, if they are all on this node, yields.
@@ -596,6 +599,128 @@ impl Txn<'_> {
         });
         self.values.push(value.clone());
         Ok(value)
+    }
+
+    /// Reads several keys of `table` at once, in the order given (`None`: absent), as
+    /// [`Txn::read`] would one by one, but with the remote reads sent together: one round
+    /// trip for all of them (FaSST issues a transaction's reads as one batch), and the
+    /// primaries on this node read in memory meanwhile. A key found locked is read again
+    /// on its own. Bad input refuses the whole call before anything is read.
+    pub async fn read_many(
+        &mut self,
+        table: TableId,
+        keys: &[Key],
+    ) -> Result<Vec<Option<Vec<u8>>>, Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        let coordinator = self.coordinator;
+        for key in keys {
+            coordinator.check_key(table, key)?;
+        }
+        // Keys neither written nor read yet, once each, with their partitions.
+        let mut fetch: Vec<(Key, u32)> = Vec::new();
+        for &key in keys {
+            if self.known(table, &key).is_none() && !fetch.iter().any(|(k, _)| *k == key) {
+                fetch.push((key, coordinator.placement.partition_of(table, &key)));
+            }
+        }
+        let local = coordinator.local.node();
+        let mut retry = Vec::new();
+        for chunk in fetch.chunks(READ_BATCH_MAX) {
+            let remote: Vec<(Key, u32)> = chunk
+                .iter()
+                .filter(|(_, p)| coordinator.placement.primary(*p) != local)
+                .copied()
+                .collect();
+            for (key, partition) in &remote {
+                let primary = coordinator.placement.primary(*partition);
+                self.co
+                    .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
+                        encode_read(*partition, table, key, buf);
+                    });
+            }
+            if !remote.is_empty() {
+                self.co.call().await;
+            }
+            for (i, (key, partition)) in remote.into_iter().enumerate() {
+                let answer = self.co.result(i, |response| {
+                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let (status, version, value) =
+                        decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
+                    Ok(match status {
+                        ReadStatus::Present => Some((version, Some(value.to_vec()))),
+                        ReadStatus::Absent => Some((version, None)),
+                        ReadStatus::Locked | ReadStatus::Contended => None,
+                        ReadStatus::Refused => return Err(Abort::Protocol),
+                    })
+                });
+                match answer {
+                    Ok(Some((version, value))) => {
+                        self.record_read(partition, table, key, version, value)
+                    }
+                    Ok(None) => retry.push(key),
+                    Err(abort) => return Err(self.abort_execution(abort)),
+                }
+            }
+            // This node's primaries, in memory (a locked one is retried below).
+            for &(key, partition) in chunk {
+                if coordinator.placement.primary(partition) != local {
+                    continue;
+                }
+                let Some(copy) = coordinator.store.get(partition, Role::Primary) else {
+                    return Err(self.abort_execution(Abort::Protocol));
+                };
+                let mut value = Vec::new();
+                match copy.read(table, &key, &mut value) {
+                    Ok(Ok(outcome)) => {
+                        let value = outcome.present.then_some(value);
+                        self.record_read(partition, table, key, outcome.version, value);
+                    }
+                    Ok(Err(_)) => retry.push(key),
+                    Err(_) => return Err(self.abort_execution(Abort::Protocol)),
+                }
+            }
+        }
+        for key in retry {
+            self.read(table, key).await?;
+        }
+        Ok(keys
+            .iter()
+            .map(|key| self.known(table, key).expect("every key was read"))
+            .collect())
+    }
+
+    /// The value of `key` as this transaction sees it, if it wrote or read it.
+    fn known(&self, table: TableId, key: &Key) -> Option<Option<Vec<u8>>> {
+        if let Some(w) = self
+            .writes
+            .iter()
+            .find(|w| w.table == table && w.key == *key)
+        {
+            return Some(w.value.clone());
+        }
+        self.reads
+            .iter()
+            .position(|r| r.table == table && r.key == *key)
+            .map(|i| self.values[i].clone())
+    }
+
+    fn record_read(
+        &mut self,
+        partition: u32,
+        table: TableId,
+        key: Key,
+        version: u64,
+        value: Option<Vec<u8>>,
+    ) {
+        self.reads.push(ReadItem {
+            partition,
+            table,
+            key,
+            version,
+        });
+        self.values.push(value);
     }
 
     /// Refuses a write that cannot be done, before anything happens (the transaction
