@@ -314,7 +314,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                                     ));
                                 }
                                 let mut total = 0;
-                                if from % 2 == 0 {
+                                if from & 1 == 0 {
                                     // Every account in one batch of reads.
                                     let keys: Vec<Key> =
                                         (0..workload.accounts).map(Key::from).collect();
@@ -329,7 +329,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                                 }
                                 return Ok(Some(total));
                             }
-                            let (a, b) = if to % 2 == 0 {
+                            let (a, b) = if to & 1 == 0 {
                                 let both = tx
                                     .read_many(ACCOUNTS, &[Key::from(from), Key::from(to)])
                                     .await?;
