@@ -11,7 +11,7 @@ use ferrotx_wire::EndpointId;
 
 use crate::messages::{
     LockRecord, ReadItem, ReadStatus, TxId, Write, decode_read_response, encode_read,
-    encode_truncate, encode_tx, encode_validate, request_type,
+    encode_record, encode_truncate, encode_tx, encode_validate, request_type,
 };
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant, ParticipantHandler, Role};
 
@@ -206,6 +206,11 @@ pub struct CoordinatorStats {
 
 /// The coordinator of one worker thread, shared by its coroutines.
 pub struct Coordinator {
+    /// A message to this node's own participant, encoded here (never held across an
+    /// await).
+    scratch: RefCell<Vec<u8>>,
+    /// That participant's response.
+    response: RefCell<Vec<u8>>,
     local: EndpointId,
     configuration: u64,
     incarnation: u64,
@@ -234,6 +239,8 @@ impl Coordinator {
     ) -> Self {
         let store = participant.borrow().store().clone();
         Self {
+            scratch: RefCell::new(Vec::new()),
+            response: RefCell::new(Vec::new()),
             local,
             configuration,
             incarnation,
@@ -358,25 +365,20 @@ impl Coordinator {
 
     /// Sends TRUNCATE with `mark` to `nodes` and records their acknowledgements.
     async fn send_truncate(&self, co: &Co, nodes: &[u16], mark: u64) {
-        let mut message = Vec::new();
-        encode_truncate(
-            (self.local.node(), self.local.thread(), self.incarnation),
-            mark,
-            &mut message,
-        );
-        let messages: Vec<(u16, Vec<u8>)> = nodes.iter().map(|&n| (n, message.clone())).collect();
+        let id = (self.local.node(), self.local.thread(), self.incarnation);
         self.count(|s| s.truncate_messages += nodes.len() as u64);
         let answers = self
             .round(
                 co,
                 request_type::TRUNCATE,
                 Participant::truncate_message,
-                &messages,
+                nodes,
+                |_, buffer| encode_truncate(id, mark, buffer),
             )
             .await;
         let mut space = self.log_space.borrow_mut();
-        for (node, answer) in answers {
-            if answer.as_deref() == Some(&[1]) {
+        for (node, acknowledged) in answers {
+            if acknowledged {
                 space.acknowledged(node, mark);
             }
         }
@@ -483,37 +485,50 @@ impl Coordinator {
         Err(Abort::Locked)
     }
 
-    /// Sends one message per node: the local one is handled here and now by this
-    /// thread's participant, the others as one batch of RPCs. Returns each node's
-    /// response (`None` if a participant refused the message).
+    /// Sends one message to each of `nodes`, written by `encode(node, buffer)`: straight
+    /// into the RPC batch for the other nodes, sent as one batch; into a scratch buffer
+    /// for this node, handled here and now by this thread's participant. Returns, for
+    /// each node, whether it answered `1` (granted, valid, logged, done).
     async fn round(
         &self,
         co: &Co,
         request_type: u8,
         handler: ParticipantHandler,
-        messages: &[(u16, Vec<u8>)],
-    ) -> Vec<(u16, Option<Vec<u8>>)> {
-        let mut responses = Vec::with_capacity(messages.len());
-        let mut remote = Vec::new();
-        for (node, payload) in messages {
-            if *node == self.local.node() {
-                let mut response = Vec::new();
-                let ok =
-                    handler(&mut self.participant.borrow_mut(), payload, &mut response).is_ok();
-                responses.push((*node, ok.then_some(response)));
+        nodes: &[u16],
+        encode: impl Fn(u16, &mut Vec<u8>),
+    ) -> Vec<(u16, bool)> {
+        let mut answers = Vec::with_capacity(nodes.len());
+        let local = self.local.node();
+        let mut remote = 0;
+        for &node in nodes {
+            if node == local {
+                let (mut request, mut response) =
+                    (self.scratch.borrow_mut(), self.response.borrow_mut());
+                request.clear();
+                response.clear();
+                encode(node, &mut request);
+                let ok = handler(&mut self.participant.borrow_mut(), &request, &mut response)
+                    .is_ok()
+                    && response[..] == [1];
+                answers.push((node, ok));
             } else {
-                co.push(self.endpoint(*node), request_type, payload);
-                remote.push(*node);
+                co.push_with(self.endpoint(node), request_type, |buffer| {
+                    encode(node, buffer)
+                });
+                remote += 1;
             }
         }
-        if !remote.is_empty() {
+        if remote > 0 {
             co.call().await;
-            for (i, node) in remote.into_iter().enumerate() {
-                let response = co.result(i, |r| r.ok().map(<[u8]>::to_vec));
-                responses.push((node, response));
+            let mut i = 0;
+            for &node in nodes {
+                if node != local {
+                    answers.push((node, co.result(i, |r| matches!(r, Ok([1])))));
+                    i += 1;
+                }
             }
         }
-        responses
+        answers
     }
 }
 
@@ -903,31 +918,16 @@ impl Txn<'_> {
         };
         self.tx = Some(tx);
         let mark = coordinator.truncation_mark();
-        let record_for = |writes: Vec<Write>| {
-            let mut buf = Vec::new();
-            LockRecord {
-                tx,
-                partitions: partitions.clone(),
-                writes,
-                truncate_up_to: mark,
-            }
-            .encode(&mut buf);
-            buf
+        let writes = &self.writes;
+        let record = |writes_here: &dyn Fn(&&Write) -> bool, buffer: &mut Vec<u8>| {
+            encode_record(
+                &tx,
+                mark,
+                &partitions,
+                writes.iter().filter(writes_here),
+                buffer,
+            );
         };
-        let locks: Vec<(u16, Vec<u8>)> = primaries
-            .iter()
-            .map(|&n| {
-                let writes = self.writes.iter().filter(at_primary(n)).cloned().collect();
-                (n, record_for(writes))
-            })
-            .collect();
-        let logs: Vec<(u16, Vec<u8>)> = backups
-            .iter()
-            .map(|&n| {
-                let writes = self.writes.iter().filter(at_backup(n)).cloned().collect();
-                (n, record_for(writes))
-            })
-            .collect();
         let abort = |abort: Abort| {
             // No record was sent: the reservations are free again.
             coordinator
@@ -938,16 +938,22 @@ impl Txn<'_> {
         };
 
         // 1. LOCK at every written primary.
-        coordinator.count(|s| s.lock_messages += locks.len() as u64);
+        coordinator.count(|s| s.lock_messages += primaries.len() as u64);
         let answers = coordinator
-            .round(self.co, request_type::LOCK, Participant::lock, &locks)
+            .round(
+                self.co,
+                request_type::LOCK,
+                Participant::lock,
+                &primaries,
+                |node, buffer| record(&at_primary(node), buffer),
+            )
             .await;
         let locked: Vec<u16> = answers
             .iter()
-            .filter(|(_, r)| r.as_deref() == Some(&[1]))
+            .filter(|(_, granted)| *granted)
             .map(|(n, _)| *n)
             .collect();
-        if locked.len() < locks.len() {
+        if locked.len() < primaries.len() {
             self.release(&locked).await;
             return Err(abort(Abort::Conflict));
         }
@@ -957,17 +963,18 @@ impl Txn<'_> {
             return Err(abort(Abort::Conflict));
         }
         // 3. COMMIT-BACKUP at every backup of a written partition.
-        coordinator.count(|s| s.commit_backup_messages += logs.len() as u64);
+        coordinator.count(|s| s.commit_backup_messages += backups.len() as u64);
         let answers = coordinator
             .round(
                 self.co,
                 request_type::COMMIT_BACKUP,
                 Participant::commit_backup,
-                &logs,
+                &backups,
+                |node, buffer| record(&at_backup(node), buffer),
             )
             .await;
         assert!(
-            answers.iter().all(|(_, r)| r.as_deref() == Some(&[1])),
+            answers.iter().all(|(_, logged)| *logged),
             "a backup refused a commit record: the configuration is inconsistent"
         );
         {
@@ -978,15 +985,13 @@ impl Txn<'_> {
         }
         // 4. COMMIT-PRIMARY. Reported once the primaries acknowledged (FaRM reports at the
         // first; with batches the coroutine resumes when all have).
-        let mut message = Vec::new();
-        encode_tx(&tx, &mut message);
-        let commits: Vec<(u16, Vec<u8>)> = locked.iter().map(|&n| (n, message.clone())).collect();
         coordinator
             .round(
                 self.co,
                 request_type::COMMIT_PRIMARY,
                 Participant::commit_primary,
-                &commits,
+                &locked,
+                |_, buffer| encode_tx(&tx, buffer),
             )
             .await;
         Ok(())
@@ -1000,39 +1005,37 @@ impl Txn<'_> {
             .collect();
         nodes.sort_unstable();
         nodes.dedup();
-        let messages: Vec<(u16, Vec<u8>)> = nodes
-            .into_iter()
-            .map(|node| {
-                let mine: Vec<ReadItem> = items
-                    .iter()
-                    .filter(|r| placement.primary(r.partition) == node)
-                    .copied()
-                    .collect();
-                let mut buf = Vec::new();
-                encode_validate(&mine, &mut buf);
-                (node, buf)
-            })
-            .collect();
         let answers = self
             .coordinator
             .round(
                 self.co,
                 request_type::VALIDATE,
                 Participant::validate,
-                &messages,
+                &nodes,
+                |node, buffer| {
+                    encode_validate(
+                        items
+                            .iter()
+                            .filter(|r| placement.primary(r.partition) == node),
+                        buffer,
+                    )
+                },
             )
             .await;
-        answers.iter().all(|(_, r)| r.as_deref() == Some(&[1]))
+        answers.iter().all(|(_, valid)| *valid)
     }
 
     /// Releases the locks taken at `nodes` (ABORT).
     async fn release(&self, nodes: &[u16]) {
         let Some(tx) = self.tx else { return };
-        let mut message = Vec::new();
-        encode_tx(&tx, &mut message);
-        let aborts: Vec<(u16, Vec<u8>)> = nodes.iter().map(|&n| (n, message.clone())).collect();
         self.coordinator
-            .round(self.co, request_type::ABORT, Participant::abort, &aborts)
+            .round(
+                self.co,
+                request_type::ABORT,
+                Participant::abort,
+                nodes,
+                |_, buffer| encode_tx(&tx, buffer),
+            )
             .await;
     }
 }

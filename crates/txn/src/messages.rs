@@ -257,28 +257,13 @@ impl LockRecord {
 
     /// Encodes the record.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut w = Writer(out);
-        w.tx(&self.tx)
-            .u64(self.truncate_up_to)
-            .u16(self.partitions.len() as u16);
-        for &p in &self.partitions {
-            w.u32(p);
-        }
-        w.u16(self.writes.len() as u16);
-        for write in &self.writes {
-            w.u32(write.partition)
-                .u16(write.table.0)
-                .key(&write.key)
-                .u64(write.version);
-            match &write.value {
-                Some(value) => {
-                    w.u8(1).bytes(value);
-                }
-                None => {
-                    w.u8(0);
-                }
-            }
-        }
+        encode_record(
+            &self.tx,
+            self.truncate_up_to,
+            &self.partitions,
+            self.writes.iter(),
+            out,
+        );
     }
 
     /// Decodes a record.
@@ -292,21 +277,13 @@ impl LockRecord {
         let n = count(&mut r)?;
         let mut writes = Vec::with_capacity(n);
         for _ in 0..n {
-            let partition = r.u32()?;
-            let table = TableId(r.u16()?);
-            let key = r.key()?;
-            let version = r.u64()?;
-            let value = match r.u8()? {
-                0 => None,
-                1 => Some(r.bytes()?.to_vec()),
-                _ => return Err(DecodeError::Invalid),
-            };
+            let w = read_write(&mut r)?;
             writes.push(Write {
-                partition,
-                table,
-                key,
-                version,
-                value,
+                partition: w.partition,
+                table: w.table,
+                key: w.key,
+                version: w.version,
+                value: w.value.map(<[u8]>::to_vec),
             });
         }
         r.finish()?;
@@ -319,10 +296,135 @@ impl LockRecord {
     }
 }
 
-/// Encodes a VALIDATE request.
-pub fn encode_validate(items: &[ReadItem], out: &mut Vec<u8>) {
+/// Encodes a LOCK or COMMIT-BACKUP record of `tx` with `writes`, straight from the
+/// coordinator's write set (no intermediate [`LockRecord`]).
+pub fn encode_record<'a>(
+    tx: &TxId,
+    truncate_up_to: u64,
+    partitions: &[u32],
+    writes: impl Iterator<Item = &'a Write> + Clone,
+    out: &mut Vec<u8>,
+) {
     let mut w = Writer(out);
-    w.u16(items.len() as u16);
+    w.tx(tx).u64(truncate_up_to).u16(partitions.len() as u16);
+    for &p in partitions {
+        w.u32(p);
+    }
+    w.u16(writes.clone().count() as u16);
+    for write in writes {
+        w.u32(write.partition)
+            .u16(write.table.0)
+            .key(&write.key)
+            .u64(write.version);
+        match &write.value {
+            Some(value) => {
+                w.u8(1).bytes(value);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+    }
+}
+
+/// A write inside an encoded record, its value borrowed from the record's bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WriteRef<'a> {
+    /// Partition of the key.
+    pub partition: u32,
+    /// Table.
+    pub table: TableId,
+    /// Key.
+    pub key: Key,
+    /// Version read.
+    pub version: u64,
+    /// New value, or `None` for a delete.
+    pub value: Option<&'a [u8]>,
+}
+
+fn read_write<'a>(r: &mut Reader<'a>) -> Result<WriteRef<'a>, DecodeError> {
+    let partition = r.u32()?;
+    let table = TableId(r.u16()?);
+    let key = r.key()?;
+    let version = r.u64()?;
+    let value = match r.u8()? {
+        0 => None,
+        1 => Some(r.bytes()?),
+        _ => return Err(DecodeError::Invalid),
+    };
+    Ok(WriteRef {
+        partition,
+        table,
+        key,
+        version,
+        value,
+    })
+}
+
+/// A LOCK or COMMIT-BACKUP record read in place: [`RecordView::parse`] checks the whole
+/// record once, then its fields and writes are read from the bytes without copying, so a
+/// participant can keep the record as the bytes it arrived in.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordView<'a> {
+    /// The transaction.
+    pub tx: TxId,
+    /// The coordinator's truncation mark.
+    pub truncate_up_to: u64,
+    partitions: &'a [u8],
+    writes: &'a [u8],
+    write_count: usize,
+}
+
+impl<'a> RecordView<'a> {
+    /// Checks `bytes` as a whole record.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader(bytes);
+        let tx = r.tx()?;
+        let truncate_up_to = r.u64()?;
+        let partition_count = count(&mut r)?;
+        let partitions = r.take(4 * partition_count)?;
+        let write_count = count(&mut r)?;
+        let writes = r.0;
+        for _ in 0..write_count {
+            read_write(&mut r)?;
+        }
+        r.finish()?;
+        Ok(Self {
+            tx,
+            truncate_up_to,
+            partitions,
+            writes,
+            write_count,
+        })
+    }
+
+    /// Every partition the transaction writes.
+    pub fn partitions(&self) -> impl ExactSizeIterator<Item = u32> + 'a {
+        self.partitions
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+
+    /// Number of writes.
+    pub fn write_count(&self) -> usize {
+        self.write_count
+    }
+
+    /// The writes, in order.
+    pub fn writes(&self) -> impl Iterator<Item = WriteRef<'a>> + 'a {
+        let mut r = Reader(self.writes);
+        (0..self.write_count).map(move |_| read_write(&mut r).expect("checked by parse"))
+    }
+}
+
+/// Encodes a VALIDATE request of `items`.
+pub fn encode_validate<'a>(
+    items: impl IntoIterator<Item = &'a ReadItem, IntoIter: Clone>,
+    out: &mut Vec<u8>,
+) {
+    let items = items.into_iter();
+    let mut w = Writer(out);
+    w.u16(items.clone().count() as u16);
     for item in items {
         w.u32(item.partition)
             .u16(item.table.0)
@@ -481,8 +583,37 @@ mod tests {
                 "prefix {len} accepted"
             );
         }
+        // The view reads the same record in place, and refuses what decode refuses.
+        let view = RecordView::parse(&buf).unwrap();
+        assert_eq!(view.tx, record().tx);
+        assert_eq!(view.truncate_up_to, 97);
+        assert_eq!(view.partitions().collect::<Vec<_>>(), [4, 7]);
+        assert_eq!(view.write_count(), 2);
+        let writes: Vec<WriteRef<'_>> = view.writes().collect();
+        for (seen, sent) in writes.iter().zip(&record().writes) {
+            assert_eq!(
+                (
+                    seen.partition,
+                    seen.table,
+                    seen.key,
+                    seen.version,
+                    seen.value
+                ),
+                (
+                    sent.partition,
+                    sent.table,
+                    sent.key,
+                    sent.version,
+                    sent.value.as_deref()
+                )
+            );
+        }
+        for len in 0..buf.len() {
+            assert!(RecordView::parse(&buf[..len]).is_err(), "prefix {len}");
+        }
         buf.push(0);
         assert_eq!(LockRecord::decode(&buf), Err(DecodeError::TrailingBytes));
+        assert!(RecordView::parse(&buf).is_err());
 
         let items = [ReadItem {
             partition: 1,
@@ -505,7 +636,11 @@ mod tests {
     proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let _ = LockRecord::decode(&bytes);
+            // The view accepts exactly the records decode accepts.
+            prop_assert_eq!(LockRecord::decode(&bytes).is_ok(), RecordView::parse(&bytes).is_ok());
+            if let Ok(view) = RecordView::parse(&bytes) {
+                prop_assert_eq!(view.writes().count(), view.write_count());
+            }
             let _ = decode_validate(&bytes);
             let _ = decode_read(&bytes);
             let _ = decode_read_response(&bytes);

@@ -14,7 +14,7 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use crate::messages::{
-    CoordinatorId, LockRecord, ReadStatus, TxId, Write, decode_read, decode_truncate, decode_tx,
+    CoordinatorId, ReadStatus, RecordView, TxId, decode_read, decode_truncate, decode_tx,
     decode_validate, encode_read_response, request_type,
 };
 
@@ -24,6 +24,9 @@ use crate::messages::{
 /// it, so no log ever holds more (docs/transactions.md, "Log space"). 1,024 covers 20
 /// coroutines with many transactions each between two truncations.
 pub const LOG_RECORDS_MAX: usize = 1024;
+
+/// Record buffers a participant keeps for reuse; more are freed.
+const SPARE_BUFFERS_MAX: usize = 256;
 
 /// What a node is for a partition.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -89,7 +92,8 @@ pub struct ParticipantStats {
 /// One coordinator thread's log at this backup: its records, by counter.
 #[derive(Default)]
 struct BackupLog {
-    records: BTreeMap<u64, LockRecord>,
+    /// Each record as the bytes it arrived in (checked by `RecordView::parse`).
+    records: BTreeMap<u64, Vec<u8>>,
     /// Every record up to this counter has been applied and freed.
     truncated_up_to: u64,
 }
@@ -97,8 +101,12 @@ struct BackupLog {
 /// The participant state of one worker thread.
 pub struct Participant {
     store: Arc<NodeStore>,
-    /// Writes of transactions locked at this primary, until COMMIT-PRIMARY or ABORT.
-    locked: HashMap<TxId, Vec<Write>, FixedState>,
+    /// LOCK records of transactions locked at this primary, as the bytes they arrived in,
+    /// until COMMIT-PRIMARY or ABORT.
+    locked: HashMap<TxId, Vec<u8>, FixedState>,
+    /// Buffers of records freed, reused for the next ones: a commit stores its records
+    /// without allocating once the participant is warm.
+    spare: Vec<Vec<u8>>,
     /// Backup logs, by coordinator (node, thread, incarnation).
     logs: HashMap<CoordinatorId, BackupLog, FixedState>,
     scratch: Vec<u8>,
@@ -118,6 +126,7 @@ impl Participant {
             store,
             locked: HashMap::with_hasher(FixedState::with_seed(0)),
             logs: HashMap::with_hasher(FixedState::with_seed(0)),
+            spare: Vec::new(),
             scratch: Vec::new(),
             stats: ParticipantStats::default(),
         }
@@ -186,16 +195,15 @@ impl Participant {
     /// LOCK (FaRM 4 step 1): lock every written object at the version read, or none.
     /// Answers 1 if all were locked, 0 if not.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
-        let record = LockRecord::decode(payload).map_err(|_| MALFORMED)?;
+        let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
         let mut taken = 0;
-        let granted = record.writes.iter().all(|write| {
+        let granted = record.writes().all(|write| {
             let Some(partition) = self.store.get(write.partition, Role::Primary) else {
                 return false;
             };
             // A value the table cannot hold fails the lock, so nothing is installed.
             if write
                 .value
-                .as_ref()
                 .is_some_and(|v| partition.check_value(write.table, v).is_err())
             {
                 return false;
@@ -208,8 +216,8 @@ impl Participant {
             locked
         });
         if !granted {
-            for write in &record.writes[..taken] {
-                self.partition_of(write, Role::Primary)
+            for write in record.writes().take(taken) {
+                self.primary_of(write.partition)
                     .unlock(write.table, &write.key)
                     .expect("locked above");
             }
@@ -218,7 +226,10 @@ impl Participant {
             return Ok(());
         }
         self.stats.locks_granted += 1;
-        self.locked.insert(record.tx, record.writes);
+        let bytes = self.keep(payload);
+        if let Some(old) = self.locked.insert(record.tx, bytes) {
+            self.recycle(old);
+        }
         response.push(1);
         Ok(())
     }
@@ -242,10 +253,9 @@ impl Participant {
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let record = LockRecord::decode(payload).map_err(|_| MALFORMED)?;
+        let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
         if record
-            .writes
-            .iter()
+            .writes()
             .any(|w| self.store.get(w.partition, Role::Backup).is_none())
         {
             return Err(NOT_HOSTED);
@@ -253,19 +263,26 @@ impl Participant {
         let coordinator = (record.tx.node, record.tx.thread, record.tx.incarnation);
         // The record's own mark may free the space it needs.
         self.truncate(coordinator, record.truncate_up_to);
-        let log = self.logs.entry(coordinator).or_default();
-        if record.tx.counter > log.truncated_up_to {
-            if log.records.len() >= LOG_RECORDS_MAX {
+        let truncated_up_to = self.logs.get(&coordinator).map_or(0, |l| l.truncated_up_to);
+        if record.tx.counter > truncated_up_to {
+            let full = self
+                .logs
+                .get(&coordinator)
+                .is_some_and(|l| l.records.len() >= LOG_RECORDS_MAX);
+            if full {
                 return Err(HandlerError(
                     "backup log full: the coordinator did not reserve space",
                 ));
             }
-            log.records.insert(record.tx.counter, record);
+            let bytes = self.keep(payload);
+            let log = self.logs.entry(coordinator).or_default();
+            let replaced = log.records.insert(record.tx.counter, bytes);
+            let len = log.records.len() as u64;
+            if let Some(old) = replaced {
+                self.recycle(old);
+            }
             self.stats.records_logged += 1;
-            self.stats.log_records_high_water = self
-                .stats
-                .log_records_high_water
-                .max(log.records.len() as u64);
+            self.stats.log_records_high_water = self.stats.log_records_high_water.max(len);
         }
         response.push(1);
         Ok(())
@@ -291,25 +308,26 @@ impl Participant {
         if mark <= log.truncated_up_to {
             return;
         }
-        let rest = log.records.split_off(&(mark + 1));
-        let applied = std::mem::replace(&mut log.records, rest);
         log.truncated_up_to = mark;
-        for (_, record) in applied {
-            for write in &record.writes {
+        while let Some(entry) = log.records.first_entry() {
+            if *entry.key() > mark {
+                break;
+            }
+            let bytes = entry.remove();
+            let record = RecordView::parse(&bytes).expect("checked when logged");
+            for write in record.writes() {
                 let partition = self
                     .store
                     .get(write.partition, Role::Backup)
                     .expect("checked when logged");
                 partition
-                    .apply(
-                        write.table,
-                        &write.key,
-                        write.version + 1,
-                        write.value.as_deref(),
-                    )
+                    .apply(write.table, &write.key, write.version + 1, write.value)
                     .expect("checked by the primary's lock");
             }
             self.stats.records_applied += 1;
+            if self.spare.len() < SPARE_BUFFERS_MAX {
+                self.spare.push(bytes);
+            }
         }
     }
 
@@ -320,13 +338,15 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
-        if let Some(writes) = self.locked.remove(&tx) {
-            for write in &writes {
-                self.partition_of(write, Role::Primary)
-                    .install(write.table, &write.key, write.value.as_deref())
+        if let Some(bytes) = self.locked.remove(&tx) {
+            let record = RecordView::parse(&bytes).expect("checked when locked");
+            for write in record.writes() {
+                self.primary_of(write.partition)
+                    .install(write.table, &write.key, write.value)
                     .expect("checked when locked");
             }
             self.stats.commits += 1;
+            self.recycle(bytes);
         }
         response.push(1);
         Ok(())
@@ -335,21 +355,38 @@ impl Participant {
     /// ABORT: release the transaction's locks here.
     pub fn abort(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
-        if let Some(writes) = self.locked.remove(&tx) {
-            for write in &writes {
-                self.partition_of(write, Role::Primary)
+        if let Some(bytes) = self.locked.remove(&tx) {
+            let record = RecordView::parse(&bytes).expect("checked when locked");
+            for write in record.writes() {
+                self.primary_of(write.partition)
                     .unlock(write.table, &write.key)
                     .expect("locked");
             }
             self.stats.aborts += 1;
+            self.recycle(bytes);
         }
         response.push(1);
         Ok(())
     }
 
-    fn partition_of(&self, write: &Write, role: Role) -> &Partition {
+    fn primary_of(&self, partition: u32) -> &Partition {
         self.store
-            .get(write.partition, role)
+            .get(partition, Role::Primary)
             .expect("checked when the record arrived")
+    }
+
+    /// A copy of `bytes` in a spare buffer if there is one.
+    fn keep(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut buffer = self.spare.pop().unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(bytes);
+        buffer
+    }
+
+    /// Keeps `buffer` for a later record, unless enough are kept already.
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS_MAX {
+            self.spare.push(buffer);
+        }
     }
 }
