@@ -189,8 +189,11 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
     let node = Node::start_udp(config.clone(), id, &options)
         .with_context(|| format!("starting node {id} over UDP"))?;
     let value = drive.workload.initial_value();
-    for key in drive.workload.keys() {
-        node.load(TABLE, key, &value)?;
+    // Primaries first: the objects reads and locks touch end up together in memory.
+    for role in [Role::Primary, Role::Backup] {
+        for key in drive.workload.keys() {
+            node.load_as(role, TABLE, key, &value)?;
+        }
     }
     let mut out = std::io::stdout().lock();
     let mut answer = |line: &str| -> anyhow::Result<()> {

@@ -231,6 +231,24 @@ impl Node {
         Ok(stored)
     }
 
+    /// Stores `value` under `key` in this node's copy of its partition if this node is its
+    /// `role` (primary or backup), at version 1; returns whether it did. Loading every key
+    /// into the primaries first, then into the backups, keeps the objects that reads touch
+    /// together in memory.
+    pub fn load_as(
+        &self,
+        role: Role,
+        table: TableId,
+        key: Key,
+        value: &[u8],
+    ) -> Result<bool, StoreError> {
+        let partition = self.partition_of(table, &key);
+        match self.copy(partition, role) {
+            Some(copy) => copy.load(table, key, value),
+            None => Ok(false),
+        }
+    }
+
     /// The copies of partitions this node hosts, with its role for each.
     pub fn copies(&self) -> impl Iterator<Item = (PartitionId, Role, &Partition)> + '_ {
         self.copies.iter().map(|(id, role, p)| (*id, *role, &**p))
