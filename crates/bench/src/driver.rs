@@ -15,12 +15,13 @@ use std::io::{BufRead, Write};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ferrotx_cluster::Configuration;
-use ferrotx_node::{Node, NodeOptions};
+use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions};
 use ferrotx_store::{PartitionId, ReadOutcome};
+use ferrotx_transport::{Transport, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::Abort;
 use ferrotx_txn::participant::Role;
 use hdrhistogram::Histogram;
@@ -29,6 +30,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::process_cpu_s;
+use crate::lossy::Lossy;
 use crate::workload::{Runner, TABLE, Workload};
 
 /// What a driven node runs.
@@ -47,6 +49,8 @@ pub struct DriveOptions {
     /// Nodes that run workload coroutines: those with ids below this (the others only
     /// serve).
     pub client_nodes: u16,
+    /// Share of datagrams every node drops on purpose before sending, in [0, 1).
+    pub loss: f64,
 }
 
 /// Latency histogram bounds: 1 ns to 60 s, 3 significant digits.
@@ -186,8 +190,15 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
         },
         ..NodeOptions::default()
     };
-    let node = Node::start_udp(config.clone(), id, &options)
-        .with_context(|| format!("starting node {id} over UDP"))?;
+    let transports = Node::udp_transports(&config, id, &options)
+        .with_context(|| format!("starting node {id} over UDP"))?
+        .into_iter()
+        .map(|t| {
+            let seed = drive.seed ^ u64::from(t.local().0) ^ 0x1055;
+            Lossy::new(t, drive.loss, seed, BATCH_DATAGRAMS, UDP_MAX_PAYLOAD_BYTES)
+        })
+        .collect();
+    let node = Node::start(config.clone(), id, transports, &options, Instant::now());
     let value = drive.workload.initial_value();
     // Primaries first: the objects reads and locks touch end up together in memory.
     for role in [Role::Primary, Role::Backup] {

@@ -43,6 +43,8 @@ pub struct ClusterBenchOptions {
     pub yield_while_polling: bool,
     /// Nodes that run workload coroutines (the first ones); the others only serve.
     pub client_nodes: u16,
+    /// Share of datagrams every node drops on purpose before sending, in [0, 1).
+    pub loss: f64,
 }
 
 impl ClusterBenchOptions {
@@ -63,6 +65,7 @@ impl ClusterBenchOptions {
             "--coroutines must be in 1..=254"
         );
         ensure!(self.duration_s > 0.0, "--duration must be positive");
+        ensure!((0.0..1.0).contains(&self.loss), "--loss must be in [0, 1)");
         let config = Configuration::local(
             self.nodes,
             self.replicas,
@@ -141,6 +144,7 @@ pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> 
         spin_us: options.spin_us,
         yield_while_polling: options.yield_while_polling,
         client_nodes: options.client_nodes,
+        loss: options.loss,
     };
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     cluster.command("run")?;
@@ -272,6 +276,9 @@ pub fn print_table(report: &ClusterBenchReport) {
         "  latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
         report.latency_us.p50, report.latency_us.p99, report.latency_us.p999
     );
+    if o.loss > 0.0 {
+        println!("  {:.1}% of datagrams dropped on purpose", o.loss * 100.0);
+    }
     println!(
         "  {:.2} RPCs and {:.2} datagrams per commit, {} retransmissions",
         report.rpcs_per_commit, report.datagrams_per_commit, report.retransmissions

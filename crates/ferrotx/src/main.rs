@@ -174,6 +174,9 @@ struct ClusterRunArgs {
     /// Seed of the workload's random numbers.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Share of datagrams every node drops on purpose before sending, in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
     /// Microseconds an idle worker polls before sleeping in the kernel.
     #[arg(long, default_value_t = 200)]
     spin_us: u64,
@@ -239,6 +242,7 @@ impl ClusterRunArgs {
             spin_us: self.spin_us,
             yield_while_polling: !self.spin_poll,
             client_nodes: self.client_nodes.unwrap_or(self.nodes),
+            loss: self.loss,
         }
     }
 }

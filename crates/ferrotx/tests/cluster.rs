@@ -331,3 +331,29 @@ fn a_local_cluster_stops_when_a_node_dies() {
         assert!(!alive, "node {node} (pid {pid}) still runs");
     }
 }
+
+#[test]
+fn bank_transfers_survive_datagram_loss_over_udp() {
+    // Every node drops 5% of the datagrams it sends: requests and responses are
+    // retransmitted, and the money and the replicas must still come out right.
+    let r = bench(
+        "bank",
+        "bank-loss",
+        &[
+            "--duration",
+            "2",
+            "--accounts",
+            "200",
+            "--coroutines",
+            "8",
+            "--loss",
+            "0.05",
+            "--port-base",
+            &port_base(7),
+        ],
+    );
+    checks_passed(&r);
+    assert!(number(&r, "committed") > 100.0, "{r}");
+    assert!(number(&r, "retransmissions") > 0.0, "{r}");
+    assert_eq!(r["checks"]["primary_sum"], 200_000);
+}

@@ -185,15 +185,7 @@ impl Node {
         node: u16,
         options: &NodeOptions,
     ) -> Result<Self, TransportError> {
-        let book = config.address_book();
-        let mut transports = Vec::new();
-        for thread in 0..config.threads_per_node() {
-            let local = EndpointId::new(node, thread);
-            let addr = config
-                .endpoint_addr(local)
-                .unwrap_or_else(|| panic!("node {node} is not a member"));
-            transports.push(UdpTransport::bind(local, addr, &book, options.udp)?);
-        }
+        let transports = Self::udp_transports(&config, node, options)?;
         Ok(Self::start(
             config,
             node,
@@ -201,6 +193,26 @@ impl Node {
             options,
             Instant::now(),
         ))
+    }
+
+    /// The UDP sockets of node `node`'s worker threads, in thread order, each bound to its
+    /// address in the configuration (to wrap them before [`Node::start`], for example to
+    /// inject loss).
+    pub fn udp_transports(
+        config: &Configuration,
+        node: u16,
+        options: &NodeOptions,
+    ) -> Result<Vec<UdpTransport>, TransportError> {
+        let book = config.address_book();
+        (0..config.threads_per_node())
+            .map(|thread| {
+                let local = EndpointId::new(node, thread);
+                let addr = config
+                    .endpoint_addr(local)
+                    .unwrap_or_else(|| panic!("node {node} is not a member"));
+                UdpTransport::bind(local, addr, &book, options.udp)
+            })
+            .collect()
     }
 
     /// Its node id.
