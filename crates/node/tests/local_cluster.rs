@@ -814,3 +814,48 @@ fn read_many_reads_like_reads_one_by_one() {
     assert_eq!(balance_of(&cluster, 3), 103);
     cluster.stop();
 }
+
+/// A transaction that read more objects at one primary than a VALIDATE message may carry
+/// is refused as too large, not reported as a conflict (which a caller would retry
+/// forever).
+#[test]
+fn a_validation_too_large_for_one_message_is_refused() {
+    let config = Configuration::local(1, 1, 1, 1, 50_000).unwrap();
+    let cluster = LocalCluster::start(config, schema());
+    let keys = ferrotx_txn::messages::ITEMS_MAX as u64 + 2;
+    for account in 0..keys {
+        cluster
+            .load(ACCOUNTS, Key::from(account), &INITIAL.to_le_bytes())
+            .unwrap();
+    }
+    let node = cluster.nodes()[0];
+    let outcome = cluster
+        .spawn(
+            node,
+            0,
+            move |co, coordinator: Rc<Coordinator>| async move {
+                let all: Vec<Key> = (0..keys).map(Key::from).collect();
+                let mut ro = coordinator.begin_read_only(&co);
+                ro.read_many(ACCOUNTS, &all).await.unwrap();
+                let read_only = ro.commit().await;
+                let mut rw = coordinator.begin(&co);
+                // Every key read, one written: one more read-only object than fits.
+                rw.read_many(ACCOUNTS, &all).await.unwrap();
+                rw.write(ACCOUNTS, Key::from(0), Some(1u64.to_le_bytes().to_vec()))
+                    .await
+                    .unwrap();
+                let read_write = rw.commit().await;
+                let mut fits = coordinator.begin_read_only(&co);
+                fits.read_many(ACCOUNTS, &all[2..]).await.unwrap();
+                (read_only, read_write, fits.commit().await)
+            },
+        )
+        .recv()
+        .unwrap();
+    assert_eq!(
+        outcome,
+        (Err(Abort::TooLarge), Err(Abort::TooLarge), Ok(()))
+    );
+    assert_eq!(balance_of(&cluster, 0), INITIAL);
+    cluster.stop();
+}

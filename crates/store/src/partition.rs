@@ -116,6 +116,11 @@ impl Partition {
         Ok(object.try_lock(version))
     }
 
+    /// Whether this partition has `table`.
+    pub fn has_table(&self, table: TableId) -> bool {
+        self.table(table).is_ok()
+    }
+
     /// Checks that `value` fits `table`, without changing anything: a transaction checks
     /// its writes before it starts to commit.
     pub fn check_value(&self, table: TableId, value: &[u8]) -> Result<(), StoreError> {

@@ -642,7 +642,8 @@ impl Txn<'_> {
         }
         let local = coordinator.local.node();
         let mut retry = Vec::new();
-        for chunk in fetch.chunks(READ_BATCH_MAX) {
+        let batch = READ_BATCH_MAX.min(self.co.engine().config().max_batch);
+        for chunk in fetch.chunks(batch) {
             let remote: Vec<(Key, u32)> = chunk
                 .iter()
                 .filter(|(_, p)| coordinator.placement.primary(*p) != local)
@@ -859,6 +860,9 @@ impl Txn<'_> {
             })
             .copied()
             .collect();
+        if self.validation_too_large(&read_only) {
+            return Err(Abort::TooLarge);
+        }
         if self.writes.is_empty() {
             // Read-only: serializable at its last read if every read is still current.
             if read_only.len() <= 1 {
@@ -995,6 +999,22 @@ impl Txn<'_> {
             )
             .await;
         Ok(())
+    }
+
+    /// Whether a VALIDATE message would carry more items than a message may.
+    fn validation_too_large(&self, items: &[ReadItem]) -> bool {
+        if items.len() <= crate::messages::ITEMS_MAX {
+            return false;
+        }
+        let placement = &*self.coordinator.placement;
+        let mut nodes: Vec<u16> = items
+            .iter()
+            .map(|r| placement.primary(r.partition))
+            .collect();
+        nodes.sort_unstable();
+        nodes
+            .chunk_by(|a, b| a == b)
+            .any(|same| same.len() > crate::messages::ITEMS_MAX)
     }
 
     async fn validate(&self, items: &[ReadItem]) -> bool {

@@ -28,6 +28,10 @@ pub const LOG_RECORDS_MAX: usize = 1024;
 /// Record buffers a participant keeps for reuse; more are freed.
 const SPARE_BUFFERS_MAX: usize = 256;
 
+/// Largest buffer kept for reuse: records of small transactions fit, and a small record
+/// never holds on to a large transaction's buffer.
+const SPARE_BUFFER_BYTES_MAX: usize = 16 << 10;
+
 /// What a node is for a partition.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Role {
@@ -196,6 +200,11 @@ impl Participant {
     /// Answers 1 if all were locked, 0 if not.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if self.locked.contains_key(&record.tx) {
+            // The RPC layer runs a request at most once, so this is not a retry: refuse it
+            // rather than lose track of the locks the first one holds.
+            return Err(HandlerError("transaction already holds locks here"));
+        }
         let mut taken = 0;
         let granted = record.writes().all(|write| {
             let Some(partition) = self.store.get(write.partition, Role::Primary) else {
@@ -227,9 +236,7 @@ impl Participant {
         }
         self.stats.locks_granted += 1;
         let bytes = self.keep(payload);
-        if let Some(old) = self.locked.insert(record.tx, bytes) {
-            self.recycle(old);
-        }
+        self.locked.insert(record.tx, bytes);
         response.push(1);
         Ok(())
     }
@@ -254,11 +261,19 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
-        if record
-            .writes()
-            .any(|w| self.store.get(w.partition, Role::Backup).is_none())
-        {
-            return Err(NOT_HOSTED);
+        for write in record.writes() {
+            let Some(partition) = self.store.get(write.partition, Role::Backup) else {
+                return Err(NOT_HOSTED);
+            };
+            // What truncation will apply must be applicable: a table this node has, a
+            // value that fits it (the primary checked the same at LOCK).
+            if !partition.has_table(write.table)
+                || write
+                    .value
+                    .is_some_and(|v| partition.check_value(write.table, v).is_err())
+            {
+                return Err(MALFORMED);
+            }
         }
         let coordinator = (record.tx.node, record.tx.thread, record.tx.incarnation);
         // The record's own mark may free the space it needs.
@@ -325,7 +340,7 @@ impl Participant {
                     .expect("checked by the primary's lock");
             }
             self.stats.records_applied += 1;
-            if self.spare.len() < SPARE_BUFFERS_MAX {
+            if self.spare.len() < SPARE_BUFFERS_MAX && bytes.capacity() <= SPARE_BUFFER_BYTES_MAX {
                 self.spare.push(bytes);
             }
         }
@@ -383,9 +398,10 @@ impl Participant {
         buffer
     }
 
-    /// Keeps `buffer` for a later record, unless enough are kept already.
+    /// Keeps `buffer` for a later record, unless enough are kept already or it is large
+    /// (a small record must not pin a large transaction's buffer in a log).
     fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS_MAX {
+        if self.spare.len() < SPARE_BUFFERS_MAX && buffer.capacity() <= SPARE_BUFFER_BYTES_MAX {
             self.spare.push(buffer);
         }
     }

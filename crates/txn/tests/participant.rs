@@ -333,3 +333,72 @@ fn a_restarted_coordinator_logs_afresh() {
             .present
     );
 }
+
+/// A COMMIT-BACKUP record that truncation could not apply (a table the backup does not
+/// have, a value that does not fit it) is refused when it arrives, not logged to panic
+/// the backup later.
+#[test]
+fn records_a_backup_could_not_apply_are_refused() {
+    let (mut p, _, backup) = node();
+    backup
+        .load(TABLE, Key::from(1), &5u64.to_le_bytes())
+        .unwrap();
+    let mut unknown = write(BACKUP, 1, 1, 6);
+    unknown.table = TableId(9);
+    let mut too_long = write(BACKUP, 1, 1, 6);
+    too_long.value = Some(vec![0; 9]);
+    for (counter, bad) in [(1, unknown), (2, too_long)] {
+        let mut response = Vec::new();
+        assert!(
+            Participant::commit_backup(&mut p, &record(counter, vec![bad], 0), &mut response)
+                .is_err()
+        );
+    }
+    // Nothing was logged: a truncation applies nothing, and the copy is unchanged.
+    let mut truncate = Vec::new();
+    ferrotx_txn::messages::encode_truncate((2, 0, 1), 2, &mut truncate);
+    call(Participant::truncate_message, &mut p, &truncate);
+    assert_eq!(p.stats().records_logged, 0);
+    assert_eq!(p.stats().records_applied, 0);
+    assert_eq!(read(&mut p, BACKUP, 1).0, ReadStatus::Refused);
+    let mut out = Vec::new();
+    let outcome = backup
+        .read(TABLE, &Key::from(1), &mut out)
+        .unwrap()
+        .unwrap();
+    assert_eq!((outcome.version, out), (1, 5u64.to_le_bytes().to_vec()));
+}
+
+/// A second LOCK of a transaction that holds locks here is refused, and the locks of the
+/// first stay held until its COMMIT-PRIMARY.
+#[test]
+fn a_second_lock_of_one_transaction_is_refused() {
+    let (mut p, primary, _) = node();
+    primary
+        .load(TABLE, Key::from(1), &5u64.to_le_bytes())
+        .unwrap();
+    primary
+        .load(TABLE, Key::from(2), &5u64.to_le_bytes())
+        .unwrap();
+    assert_eq!(
+        call(
+            Participant::lock,
+            &mut p,
+            &record(1, vec![write(PRIMARY, 1, 1, 6)], 0)
+        ),
+        [1]
+    );
+    let mut response = Vec::new();
+    let again = record(1, vec![write(PRIMARY, 2, 1, 7)], 0);
+    assert!(Participant::lock(&mut p, &again, &mut response).is_err());
+    assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Locked);
+    assert_eq!(read(&mut p, PRIMARY, 2).0, ReadStatus::Present);
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(1)),
+        [1]
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 1),
+        (ReadStatus::Present, 2, 6u64.to_le_bytes().to_vec())
+    );
+}
