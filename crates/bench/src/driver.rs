@@ -73,8 +73,13 @@ pub struct RunResult {
     pub errors: u64,
     /// Latencies of transactions committed in the window: (nanoseconds, count).
     pub latency_ns: Vec<(u64, u64)>,
+    /// The same for the transactions among them that waited for an RPC (the others
+    /// touched only this node's partitions).
+    pub remote_latency_ns: Vec<(u64, u64)>,
     /// CPU seconds of this process in the window.
     pub cpu_s: f64,
+    /// Seconds between this node's window-start and window-end.
+    pub window_s: f64,
 }
 
 /// One copy of a partition as a digest of its objects.
@@ -174,7 +179,8 @@ struct CoroutineResult {
 thread_local! {
     /// Latencies of the workload coroutines of this worker thread: one histogram per
     /// thread, not per coroutine, keeps the counters in cache.
-    static LATENCIES: std::cell::RefCell<Histogram<u64>> = std::cell::RefCell::new(new_histogram());
+    static LATENCIES: std::cell::RefCell<[Histogram<u64>; 2]> =
+        std::cell::RefCell::new([new_histogram(), new_histogram()]);
 }
 
 /// Main of a driven node process: node `id` of `config`, running `drive`.
@@ -218,6 +224,8 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
     let mut running = Vec::new();
     let mut cpu_start = 0.0;
     let mut cpu_s = 0.0;
+    let mut window_start = Instant::now();
+    let mut window_s = 0.0;
     for line in std::io::stdin().lock().lines() {
         match line?.trim() {
             "run" => {
@@ -244,18 +252,20 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
             }
             "window-start" => {
                 cpu_start = process_cpu_s();
+                window_start = Instant::now();
                 measuring.store(true, Ordering::Relaxed);
                 answer("ok")?;
             }
             "window-end" => {
                 measuring.store(false, Ordering::Relaxed);
+                window_s = window_start.elapsed().as_secs_f64();
                 cpu_s = process_cpu_s() - cpu_start;
                 answer("ok")?;
             }
             "stop" => {
                 stop.store(true, Ordering::Relaxed);
                 let mut run = RunResult::default();
-                let mut histogram = new_histogram();
+                let (mut histogram, mut remote) = (new_histogram(), new_histogram());
                 for receiver in running.drain(..) {
                     let c = receiver
                         .recv_timeout(Duration::from_secs(60))
@@ -268,18 +278,28 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                 }
                 for thread in 0..config.threads_per_node() {
                     let taken = node.spawn(thread, |_, _| async {
-                        LATENCIES.with(|h| std::mem::replace(&mut *h.borrow_mut(), new_histogram()))
+                        LATENCIES.with(|h| {
+                            std::mem::replace(
+                                &mut *h.borrow_mut(),
+                                [new_histogram(), new_histogram()],
+                            )
+                        })
                     });
-                    let taken = taken
+                    let [all, waited] = taken
                         .recv_timeout(Duration::from_secs(60))
                         .context("collecting latencies")?;
-                    histogram.add(&taken).expect("same bounds");
+                    histogram.add(&all).expect("same bounds");
+                    remote.add(&waited).expect("same bounds");
                 }
-                run.latency_ns = histogram
-                    .iter_recorded()
-                    .map(|v| (v.value_iterated_to(), v.count_at_value()))
-                    .collect();
+                let pairs = |h: &Histogram<u64>| -> Vec<(u64, u64)> {
+                    h.iter_recorded()
+                        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                        .collect()
+                };
+                run.latency_ns = pairs(&histogram);
+                run.remote_latency_ns = pairs(&remote);
                 run.cpu_s = cpu_s;
+                run.window_s = window_s;
                 flush_truncation(&node)?;
                 answer(&serde_json::to_string(&run)?)?;
             }
@@ -328,16 +348,32 @@ async fn coroutine(
 ) -> CoroutineResult {
     let mut run = RunResult::default();
     while !stop.load(Ordering::Relaxed) {
+        // The loop's clock (set once per iteration) tells whether the transaction waited.
+        // One that waited is timed on that clock, from the iteration that started it to
+        // the one that resumed it with its last answer, as `bench rpc` times an RPC (so
+        // the two compare); one that never waited, on the real clock.
         let start = co.now_ns();
+        let started = Instant::now();
         let outcome = runner.run_one(&co, &coordinator).await;
+        let waited = co.now_ns() != start;
         let window = measuring.load(Ordering::Relaxed);
         match outcome {
             Ok(()) => {
                 run.committed += 1;
                 if window {
                     run.window_committed += 1;
-                    let latency = (co.now_ns() - start).max(1);
-                    LATENCIES.with(|h| h.borrow_mut().record(latency).ok());
+                    let latency = if waited {
+                        co.now_ns() - start
+                    } else {
+                        (started.elapsed().as_nanos() as u64).max(1)
+                    };
+                    LATENCIES.with(|h| {
+                        let mut h = h.borrow_mut();
+                        let _ = h[0].record(latency);
+                        if waited {
+                            let _ = h[1].record(latency);
+                        }
+                    });
                 }
             }
             Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {
@@ -349,7 +385,7 @@ async fn coroutine(
         // Let the worker receive and send between transactions when a transaction
         // touched only local partitions and never waited (the clock, set once per loop
         // iteration, has not moved).
-        if co.now_ns() == start {
+        if !waited {
             co.yield_now().await;
         }
     }

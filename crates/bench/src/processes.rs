@@ -4,18 +4,40 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use ferrotx_cluster::Configuration;
 
 use crate::driver::DriveOptions;
 
+/// Longest a node may take to answer a command (loading a million keys, or finishing
+/// its coroutines, takes seconds).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// One node process.
 struct NodeProcess {
     node: u16,
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// Lines of its stdout, read by a thread of their own so that a silent node cannot
+    /// block the benchmark past [`ANSWER_TIMEOUT`].
+    lines: mpsc::Receiver<String>,
+}
+
+/// Reads `stdout` line by line into a channel until it closes.
+fn read_lines(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
 }
 
 /// Node processes of one configuration, stopped (killed if need be) when dropped.
@@ -61,12 +83,12 @@ impl ProcessCluster {
                 .spawn()
                 .with_context(|| format!("starting node {}", member.node))?;
             let stdin = child.stdin.take().expect("piped stdin");
-            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            let lines = read_lines(child.stdout.take().expect("piped stdout"));
             cluster.nodes.push(NodeProcess {
                 node: member.node,
                 child,
                 stdin,
-                stdout,
+                lines,
             });
         }
         for line in cluster.read_all()? {
@@ -107,15 +129,16 @@ impl ProcessCluster {
     fn read_all(&mut self) -> anyhow::Result<Vec<String>> {
         let mut lines = Vec::new();
         for node in &mut self.nodes {
-            let mut line = String::new();
-            node.stdout
-                .read_line(&mut line)
-                .with_context(|| format!("reading from node {}", node.node))?;
-            if line.is_empty() {
-                let status = node.child.wait().ok();
-                bail!("node {} exited early ({status:?})", node.node);
+            match node.lines.recv_timeout(ANSWER_TIMEOUT) {
+                Ok(line) => lines.push(line.trim().to_owned()),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("node {} did not answer in {ANSWER_TIMEOUT:?}", node.node)
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = node.child.wait().ok();
+                    bail!("node {} exited early ({status:?})", node.node);
+                }
             }
-            lines.push(line.trim().to_owned());
         }
         Ok(lines)
     }
@@ -123,8 +146,19 @@ impl ProcessCluster {
     /// Tells every node to exit and waits for them; returns their last answers.
     pub fn exit<T: serde::de::DeserializeOwned>(mut self) -> anyhow::Result<Vec<T>> {
         let totals = self.command_json("exit")?;
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
         for node in &mut self.nodes {
-            let status = node.child.wait()?;
+            let status = loop {
+                if let Some(status) = node.child.try_wait()? {
+                    break status;
+                }
+                ensure!(
+                    Instant::now() < deadline,
+                    "node {} did not exit in {ANSWER_TIMEOUT:?}",
+                    node.node
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
             ensure!(status.success(), "node {} exited with {status}", node.node);
         }
         Ok(totals)

@@ -15,6 +15,9 @@ use ferrotx_node::{Node, NodeOptions};
 fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal, while the first one's clean stop hangs, exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, flag.clone())
+            .context("installing signal handlers")?;
         signal_hook::flag::register(signal, flag.clone()).context("installing signal handlers")?;
     }
     Ok(flag)
@@ -68,7 +71,9 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
     );
     while !stop.load(Ordering::Relaxed) {
         if node.any_worker_ended() {
-            node.stop();
+            // Dropping the node joins its threads without propagating a panic (which has
+            // already been printed), so this message is the last word.
+            drop(node);
             bail!("node {id}: a worker thread ended unexpectedly");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -241,7 +241,7 @@ fn start_local_cluster(test: u16) -> (std::process::Child, Vec<String>) {
         .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
         .args(["--port-base", &port_base(test)])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("run ferrotx cluster local");
     let mut stdout = BufReader::new(child.stdout.take().unwrap());

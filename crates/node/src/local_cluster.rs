@@ -138,6 +138,7 @@ impl LocalCluster {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for key in keys {
             let copies = self.copies_of(self.partition_of(table, &key));
+            a.clear();
             let primary = copies[0]
                 .1
                 .read(table, &key, &mut a)
@@ -145,6 +146,7 @@ impl LocalCluster {
                 .and_then(|r| r.ok());
             for (node, backup) in &copies[1..] {
                 let node = *node;
+                b.clear();
                 let copy = backup.read(table, &key, &mut b).ok().and_then(|r| r.ok());
                 if copy != primary || a != b {
                     differ.push((key, node));

@@ -35,8 +35,9 @@ pub struct NodeOptions {
     /// How idle workers wait.
     pub idle: Idle,
     /// This start's incarnation, carried by every datagram: it must grow with each start
-    /// of the node's process (the wall clock in microseconds does).
-    pub incarnation: u64,
+    /// of the node. `None` (the default) takes the wall clock in microseconds when the
+    /// node starts, so options can be reused for a restart.
+    pub incarnation: Option<u64>,
     /// Socket settings over UDP.
     pub udp: UdpConfig,
 }
@@ -51,7 +52,7 @@ impl Default for NodeOptions {
                 yield_while_polling: true,
                 ..Idle::default()
             },
-            incarnation: incarnation_from_clock(),
+            incarnation: None,
             udp: UdpConfig::default(),
         }
     }
@@ -101,6 +102,7 @@ impl Node {
         assert!(config.member(node).is_some(), "node {node} is not a member");
         assert_eq!(transports.len(), usize::from(config.threads_per_node()));
         let schema: Arc<[_]> = Arc::from(config.tables().to_vec());
+        let incarnation = options.incarnation.unwrap_or_else(incarnation_from_clock);
         let mut store = NodeStore::new();
         let mut copies = Vec::new();
         for (id, replicas) in config.partitions().iter() {
@@ -133,7 +135,7 @@ impl Node {
                     local,
                     Config {
                         configuration: config.id(),
-                        incarnation: options.incarnation,
+                        incarnation,
                         callers: options.coroutines,
                         datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
                         ..Config::default()
@@ -145,7 +147,7 @@ impl Node {
                 let coordinator = Rc::new(Coordinator::new(
                     local,
                     config.id(),
-                    options.incarnation,
+                    incarnation,
                     participant.clone(),
                     placement,
                     schema,
