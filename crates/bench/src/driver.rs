@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use ferrotx_cluster::Configuration;
 use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions};
-use ferrotx_store::{PartitionId, ReadOutcome};
+use ferrotx_store::ReadOutcome;
 use ferrotx_transport::{Transport, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::Abort;
 use ferrotx_txn::participant::Role;
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::process_cpu_s;
 use crate::lossy::Lossy;
-use crate::workload::{Runner, TABLE, Workload};
+use crate::workload::{Runner, Workload};
 
 /// What a driven node runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -80,30 +80,71 @@ pub struct RunResult {
     pub cpu_s: f64,
     /// Seconds between this node's window-start and window-end.
     pub window_s: f64,
+    /// Money the committed transactions created (or, negative, destroyed) over the
+    /// whole run (SmallBank).
+    pub money: i128,
+    /// Per transaction type (in the order of `Workload::types`), inside the window.
+    pub types: Vec<TypeResult>,
 }
 
-/// One copy of a partition as a digest of its objects.
+/// One transaction type's results inside the window.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TypeResult {
+    /// Committed.
+    pub committed: u64,
+    /// Committed and found what they looked for.
+    pub succeeded: u64,
+    /// Aborted (conflicts).
+    pub aborted: u64,
+    /// Latencies of the committed ones: (nanoseconds, count).
+    pub latency_ns: Vec<(u64, u64)>,
+}
+
+impl RunResult {
+    fn add_counts(&mut self, other: &RunResult) {
+        self.window_committed += other.window_committed;
+        self.window_aborted += other.window_aborted;
+        self.committed += other.committed;
+        self.aborted += other.aborted;
+        self.errors += other.errors;
+        self.money += other.money;
+        if self.types.len() < other.types.len() {
+            self.types.resize(other.types.len(), TypeResult::default());
+        }
+        for (mine, theirs) in self.types.iter_mut().zip(&other.types) {
+            mine.committed += theirs.committed;
+            mine.succeeded += theirs.succeeded;
+            mine.aborted += theirs.aborted;
+        }
+    }
+}
+
+/// One copy of one table of a partition, as a digest of its objects.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CopyDigest {
     /// The partition.
     pub partition: u32,
+    /// The table.
+    pub table: u16,
     /// Whether this copy is the primary.
     pub primary: bool,
-    /// A hash of every (key, version, value) in key order.
+    /// `Partition::digest`: every present object's key, version and value.
     pub digest: u64,
+    /// Objects present.
+    pub objects: usize,
 }
 
 /// The data of one node once quiet.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CheckResult {
-    /// Each copy hosted here.
+    /// Each table of each copy hosted here.
     pub copies: Vec<CopyDigest>,
-    /// Sum of the first 8 bytes (little-endian) of every value at primaries here: the
-    /// money of the bank, or the read-modify-write counters of kv.
-    pub primary_sum: u128,
+    /// Sum of the first 8 bytes (little-endian; signed for SmallBank) of the values the
+    /// workload sums, at primaries here: money, or read-modify-write counters.
+    pub primary_sum: i128,
     /// Largest such number at a primary here (a negative balance would wrap to a huge one).
     pub primary_max: u64,
-    /// Keys absent or locked at a primary here (must be 0).
+    /// Summed keys absent or locked at a primary here (must be 0).
     pub primary_missing: u64,
 }
 
@@ -120,54 +161,41 @@ pub struct NodeTotals {
     pub wrong_configuration: u64,
 }
 
-fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
-
 fn check(node: &Node, workload: &Workload) -> CheckResult {
     let mut result = CheckResult::default();
-    let mut digests: Vec<(PartitionId, Role, u64)> = node
-        .copies()
-        .map(|(id, role, _)| (id, role, 0xcbf2_9ce4_8422_2325))
-        .collect();
-    let mut value = Vec::new();
-    for key in workload.keys() {
-        let partition = node.partition_of(TABLE, &key);
-        for (id, role, digest) in digests.iter_mut().filter(|(id, _, _)| *id == partition) {
-            let copy = node.copy(*id, *role).expect("hosted");
-            let outcome = copy.read(TABLE, &key, &mut value).expect("table exists");
-            let (present, version) = match outcome {
-                Ok(ReadOutcome { present, version }) => (present, version),
-                Err(_) => (false, u64::MAX),
-            };
-            *digest = fnv(*digest, key.as_bytes());
-            *digest = fnv(*digest, &version.to_le_bytes());
-            *digest = fnv(*digest, &[u8::from(present)]);
-            if present {
-                *digest = fnv(*digest, &value);
-            }
-            if *role == Role::Primary {
-                if present && value.len() >= 8 {
-                    let n = u64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
-                    result.primary_sum += u128::from(n);
-                    result.primary_max = result.primary_max.max(n);
-                } else {
-                    result.primary_missing += 1;
-                }
-            }
+    for (id, role, copy) in node.copies() {
+        for table in workload.schema() {
+            let (digest, objects) = copy.digest(table.id).expect("table exists");
+            result.copies.push(CopyDigest {
+                partition: id.0,
+                table: table.id.0,
+                primary: role == Role::Primary,
+                digest,
+                objects,
+            });
         }
     }
-    result.copies = digests
-        .into_iter()
-        .map(|(id, role, digest)| CopyDigest {
-            partition: id.0,
-            primary: role == Role::Primary,
-            digest,
-        })
-        .collect();
+    let (summed, signed) = workload.summed();
+    let mut value = Vec::new();
+    for (table, key) in summed {
+        let partition = node.partition_of(table, &key);
+        let Some(primary) = node.copy(partition, Role::Primary) else {
+            continue;
+        };
+        match primary.read(table, &key, &mut value).expect("table exists") {
+            Ok(ReadOutcome { present: true, .. }) if value.len() >= 8 => {
+                let bytes: [u8; 8] = value[..8].try_into().expect("8 bytes");
+                let n = u64::from_le_bytes(bytes);
+                result.primary_sum += if signed {
+                    i128::from(i64::from_le_bytes(bytes))
+                } else {
+                    i128::from(n)
+                };
+                result.primary_max = result.primary_max.max(n);
+            }
+            _ => result.primary_missing += 1,
+        }
+    }
     result
 }
 
@@ -181,6 +209,9 @@ thread_local! {
     /// thread, not per coroutine, keeps the counters in cache.
     static LATENCIES: std::cell::RefCell<[Histogram<u64>; 2]> =
         std::cell::RefCell::new([new_histogram(), new_histogram()]);
+    /// The same per transaction type.
+    static TYPE_LATENCIES: std::cell::RefCell<Vec<Histogram<u64>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Main of a driven node process: node `id` of `config`, running `drive`.
@@ -205,12 +236,11 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
         })
         .collect();
     let node = Node::start(config.clone(), id, transports, &options, Instant::now());
-    let value = drive.workload.initial_value();
     // Primaries first: the objects reads and locks touch end up together in memory.
     for role in [Role::Primary, Role::Backup] {
-        for key in drive.workload.keys() {
-            node.load_as(role, TABLE, key, &value)?;
-        }
+        drive
+            .workload
+            .load(&mut |table, key, value| node.load_as(role, table, key, value))?;
     }
     let mut out = std::io::stdout().lock();
     let mut answer = |line: &str| -> anyhow::Result<()> {
@@ -270,26 +300,31 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                     let c = receiver
                         .recv_timeout(Duration::from_secs(60))
                         .context("a workload coroutine did not finish in 60 s")?;
-                    run.window_committed += c.run.window_committed;
-                    run.window_aborted += c.run.window_aborted;
-                    run.committed += c.run.committed;
-                    run.aborted += c.run.aborted;
-                    run.errors += c.run.errors;
+                    run.add_counts(&c.run);
                 }
+                let types = drive.workload.types().len();
+                run.types.resize(types, TypeResult::default());
+                let mut by_type: Vec<Histogram<u64>> =
+                    (0..types).map(|_| new_histogram()).collect();
                 for thread in 0..config.threads_per_node() {
                     let taken = node.spawn(thread, |_, _| async {
-                        LATENCIES.with(|h| {
+                        let all = LATENCIES.with(|h| {
                             std::mem::replace(
                                 &mut *h.borrow_mut(),
                                 [new_histogram(), new_histogram()],
                             )
-                        })
+                        });
+                        let by_type = TYPE_LATENCIES.with(|h| std::mem::take(&mut *h.borrow_mut()));
+                        (all, by_type)
                     });
-                    let [all, waited] = taken
+                    let ([all, waited], per_type) = taken
                         .recv_timeout(Duration::from_secs(60))
                         .context("collecting latencies")?;
                     histogram.add(&all).expect("same bounds");
                     remote.add(&waited).expect("same bounds");
+                    for (mine, theirs) in by_type.iter_mut().zip(&per_type) {
+                        mine.add(theirs).expect("same bounds");
+                    }
                 }
                 let pairs = |h: &Histogram<u64>| -> Vec<(u64, u64)> {
                     h.iter_recorded()
@@ -298,6 +333,9 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                 };
                 run.latency_ns = pairs(&histogram);
                 run.remote_latency_ns = pairs(&remote);
+                for (result, h) in run.types.iter_mut().zip(&by_type) {
+                    result.latency_ns = pairs(h);
+                }
                 run.cpu_s = cpu_s;
                 run.window_s = window_s;
                 flush_truncation(&node)?;
@@ -354,14 +392,20 @@ async fn coroutine(
         // the two compare); one that never waited, on the real clock.
         let start = co.now_ns();
         let started = Instant::now();
-        let outcome = runner.run_one(&co, &coordinator).await;
+        let done = runner.run_one(&co, &coordinator).await;
         let waited = co.now_ns() != start;
         let window = measuring.load(Ordering::Relaxed);
-        match outcome {
-            Ok(()) => {
+        if run.types.len() <= done.kind {
+            run.types.resize(done.kind + 1, TypeResult::default());
+        }
+        match done.result {
+            Ok(outcome) => {
                 run.committed += 1;
+                run.money += i128::from(outcome.money);
                 if window {
                     run.window_committed += 1;
+                    run.types[done.kind].committed += 1;
+                    run.types[done.kind].succeeded += u64::from(outcome.succeeded);
                     let latency = if waited {
                         co.now_ns() - start
                     } else {
@@ -374,11 +418,19 @@ async fn coroutine(
                             let _ = h[1].record(latency);
                         }
                     });
+                    TYPE_LATENCIES.with(|h| {
+                        let mut h = h.borrow_mut();
+                        while h.len() <= done.kind {
+                            h.push(new_histogram());
+                        }
+                        let _ = h[done.kind].record(latency);
+                    });
                 }
             }
             Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {
                 run.aborted += 1;
                 run.window_aborted += u64::from(window);
+                run.types[done.kind].aborted += u64::from(window);
             }
             Err(_) => run.errors += 1,
         }

@@ -85,11 +85,12 @@ pub struct Checks {
     pub replicas_equal: bool,
     /// Copies that differ from their primary.
     pub replicas_differing: usize,
-    /// Sum over keys of the first 8 bytes of the value at the primary.
-    pub primary_sum: u128,
-    /// What that sum must be: the money at the start (bank), or the number of committed
-    /// read-modify-writes (kv), so a lost or doubled write shows.
-    pub primary_sum_expected: u128,
+    /// Sum over the summed keys of the first 8 bytes of the value at the primary.
+    pub primary_sum: i128,
+    /// What that sum must be: the money at the start (bank), plus what committed
+    /// transactions created or destroyed (SmallBank), or the number of committed
+    /// read-modify-writes (kv), so a lost or doubled write shows. TATP sums nothing.
+    pub primary_sum_expected: i128,
     /// Largest balance or counter: a negative balance would wrap to a huge number.
     pub primary_max: u64,
     /// Keys absent or still locked at their primary.
@@ -98,6 +99,23 @@ pub struct Checks {
     pub errors: u64,
     /// Everything above holds.
     pub ok: bool,
+}
+
+/// One transaction type's results inside the window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TypeReport {
+    /// Its name.
+    pub name: String,
+    /// Committed.
+    pub committed: u64,
+    /// Committed and found what they looked for.
+    pub succeeded: u64,
+    /// Aborted (conflicts).
+    pub aborted: u64,
+    /// `succeeded / committed`.
+    pub success_rate: f64,
+    /// Latency of the committed ones.
+    pub latency_us: Latency,
 }
 
 /// The result of a run, as written to `--json`.
@@ -122,6 +140,8 @@ pub struct ClusterBenchReport {
     /// The same, for the committed transactions that waited for at least one RPC (a
     /// single-key read at this node's own primary does not).
     pub remote_latency_us: Latency,
+    /// Per transaction type, inside the window.
+    pub types: Vec<TypeReport>,
     /// `aborted / (committed + aborted)` in the window.
     pub abort_rate: f64,
     /// RPCs (request and response over the network) per committed transaction, over the
@@ -199,10 +219,16 @@ fn report(
         .sum();
     let per_commit = |n: u64| n as f64 / committed_total.max(1) as f64;
 
-    // Replicas: every copy of a partition has the same digest.
-    let mut copies: Vec<(u32, bool, u64)> = checks
+    // Replicas: every copy of a table of a partition has the primary's digest.
+    // ((partition, table), primary, (digest, objects)).
+    type Copy = ((u32, u16), bool, (u64, usize));
+    let mut copies: Vec<Copy> = checks
         .iter()
-        .flat_map(|c| c.copies.iter().map(|d| (d.partition, d.primary, d.digest)))
+        .flat_map(|c| {
+            c.copies
+                .iter()
+                .map(|d| ((d.partition, d.table), d.primary, (d.digest, d.objects)))
+        })
         .collect();
     copies.sort_unstable_by_key(|&(p, primary, _)| (p, !primary));
     let mut replicas_differing = 0;
@@ -210,17 +236,50 @@ fn report(
         let primary = group[0].2;
         replicas_differing += group[1..].iter().filter(|c| c.2 != primary).count();
     }
+    let money: i128 = runs.iter().map(|r| r.money).sum();
     let primary_sum = checks.iter().map(|c| c.primary_sum).sum();
     let primary_max = checks.iter().map(|c| c.primary_max).max().unwrap_or(0);
     let primary_missing = checks.iter().map(|c| c.primary_missing).sum();
     let primary_sum_expected = match &options.workload {
-        Workload::Bank(bank) => u128::from(bank.accounts) * u128::from(bank.initial_balance),
-        Workload::Kv(kv) => u128::from(committed_total) * kv.writes_per_txn() as u128,
+        Workload::Bank(bank) => i128::from(bank.accounts) * i128::from(bank.initial_balance),
+        Workload::Kv(kv) => i128::from(committed_total) * kv.writes_per_txn() as i128,
+        Workload::SmallBank(bank) => bank.initial_total() + money,
+        Workload::Tatp(_) => 0,
     };
     let max_allowed = match &options.workload {
         Workload::Bank(bank) => bank.accounts.saturating_mul(bank.initial_balance),
         Workload::Kv(_) => committed_total,
+        // Balances may go negative (an overdraft), read as huge unsigned numbers.
+        Workload::SmallBank(_) | Workload::Tatp(_) => u64::MAX,
     };
+    let types = options
+        .workload
+        .types()
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut h = new_histogram();
+            let (mut committed, mut succeeded, mut aborted) = (0, 0, 0);
+            for run in runs {
+                if let Some(t) = run.types.get(i) {
+                    committed += t.committed;
+                    succeeded += t.succeeded;
+                    aborted += t.aborted;
+                    for &(ns, count) in &t.latency_ns {
+                        let _ = h.record_n(ns, count);
+                    }
+                }
+            }
+            TypeReport {
+                name: (*name).to_owned(),
+                committed,
+                succeeded,
+                aborted,
+                success_rate: succeeded as f64 / committed.max(1) as f64,
+                latency_us: percentiles(&h),
+            }
+        })
+        .collect();
     let ok = replicas_differing == 0
         && primary_sum == primary_sum_expected
         && primary_max <= max_allowed
@@ -240,6 +299,7 @@ fn report(
         },
         latency_us: percentiles(&histogram),
         remote_latency_us: percentiles(&remote),
+        types,
         abort_rate: aborted as f64 / (committed + aborted).max(1) as f64,
         rpcs_per_commit: per_commit(totals.iter().map(|t| t.rpcs).sum()),
         datagrams_per_commit: per_commit(totals.iter().map(|t| t.datagrams_sent).sum()),
@@ -270,6 +330,11 @@ pub fn print_table(report: &ClusterBenchReport) {
             "bank: transfers between {} accounts of {}",
             bank.accounts, bank.initial_balance
         ),
+        Workload::SmallBank(bank) => format!(
+            "smallbank: {} accounts, {} of them hot for {}% of transactions",
+            bank.accounts, bank.hot_accounts, bank.hot_percent
+        ),
+        Workload::Tatp(tatp) => format!("tatp: {} subscribers", tatp.subscribers),
     };
     println!("{what}");
     println!(
@@ -304,6 +369,23 @@ pub fn print_table(report: &ClusterBenchReport) {
         "  {:.2} RPCs and {:.2} datagrams per commit, {} retransmissions",
         report.rpcs_per_commit, report.datagrams_per_commit, report.retransmissions
     );
+    if report.types.len() > 1 {
+        println!(
+            "  {:<22} {:>10} {:>9} {:>8} {:>9} {:>9}",
+            "type", "committed", "success", "aborted", "p50 us", "p99 us"
+        );
+        for t in &report.types {
+            println!(
+                "  {:<22} {:>10} {:>8.1}% {:>8} {:>9.1} {:>9.1}",
+                t.name,
+                t.committed,
+                t.success_rate * 100.0,
+                t.aborted,
+                t.latency_us.p50,
+                t.latency_us.p99
+            );
+        }
+    }
     let c = &report.checks;
     println!(
         "  checks: {}; replicas equal: {}; sum {} (expected {}); missing {}; errors {}",

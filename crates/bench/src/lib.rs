@@ -8,4 +8,6 @@ pub mod kv;
 pub mod lossy;
 pub mod processes;
 pub mod rpc;
+pub mod smallbank;
+pub mod tatp;
 pub mod workload;

@@ -4,12 +4,15 @@
 use std::rc::Rc;
 
 use ferrotx_exec::Co;
-use ferrotx_store::{Key, TableId, TableSpec};
+use ferrotx_store::{Key, StoreError, TableId, TableSpec};
 use ferrotx_txn::coordinator::{Abort, Coordinator};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Zipf};
 use serde::{Deserialize, Serialize};
+
+pub use crate::smallbank::SmallBankWorkload;
+pub use crate::tatp::TatpWorkload;
 
 /// The table of both workloads.
 pub const TABLE: TableId = TableId(1);
@@ -57,6 +60,10 @@ pub enum Workload {
     Kv(KvWorkload),
     /// `bench bank`.
     Bank(BankWorkload),
+    /// `bench smallbank`.
+    SmallBank(SmallBankWorkload),
+    /// `bench tatp`.
+    Tatp(TatpWorkload),
 }
 
 impl Workload {
@@ -65,24 +72,68 @@ impl Workload {
         match self {
             Self::Kv(kv) => vec![TableSpec::fixed(TABLE.0, "kv", kv.value_bytes)],
             Self::Bank(_) => vec![TableSpec::fixed(TABLE.0, "accounts", 8)],
+            Self::SmallBank(_) => SmallBankWorkload::schema(),
+            Self::Tatp(_) => TatpWorkload::schema(),
         }
     }
 
-    /// Every key of the table.
-    pub fn keys(&self) -> impl Iterator<Item = Key> {
-        let count = match self {
-            Self::Kv(kv) => kv.key_count,
-            Self::Bank(bank) => bank.accounts,
-        };
-        (0..count).map(Key::from)
-    }
-
-    /// The value every key starts with.
-    pub fn initial_value(&self) -> Vec<u8> {
+    /// Its transaction types, for the breakdown of results.
+    pub fn types(&self) -> &'static [&'static str] {
         match self {
-            Self::Kv(kv) => vec![0; kv.value_bytes],
-            Self::Bank(bank) => bank.initial_balance.to_le_bytes().to_vec(),
+            Self::Kv(_) => &["kv"],
+            Self::Bank(_) => &["transfer"],
+            Self::SmallBank(_) => &crate::smallbank::TYPES,
+            Self::Tatp(_) => &crate::tatp::TYPES,
         }
+    }
+
+    /// The tables and keys whose first 8 bytes are summed at the end (a number every
+    /// transaction keeps track of: money, counters), with whether they are signed.
+    pub fn summed(&self) -> (Vec<(TableId, Key)>, bool) {
+        match self {
+            Self::Kv(kv) => (
+                (0..kv.key_count).map(|k| (TABLE, Key::from(k))).collect(),
+                false,
+            ),
+            Self::Bank(bank) => (
+                (0..bank.accounts).map(|k| (TABLE, Key::from(k))).collect(),
+                false,
+            ),
+            Self::SmallBank(bank) => (
+                (0..bank.accounts)
+                    .flat_map(|k| {
+                        [
+                            (crate::smallbank::SAVINGS, Key::from(k)),
+                            (crate::smallbank::CHECKING, Key::from(k)),
+                        ]
+                    })
+                    .collect(),
+                true,
+            ),
+            Self::Tatp(_) => (Vec::new(), false),
+        }
+    }
+
+    /// Generates every row of the workload, the same on every node, and gives each to
+    /// `load` (which keeps the ones the node holds).
+    pub fn load(&self, load: &mut Loader<'_>) -> Result<(), StoreError> {
+        match self {
+            Self::Kv(kv) => {
+                let value = vec![0; kv.value_bytes];
+                for k in 0..kv.key_count {
+                    load(TABLE, Key::from(k), &value)?;
+                }
+            }
+            Self::Bank(bank) => {
+                let value = bank.initial_balance.to_le_bytes();
+                for k in 0..bank.accounts {
+                    load(TABLE, Key::from(k), &value)?;
+                }
+            }
+            Self::SmallBank(bank) => bank.load(load)?,
+            Self::Tatp(tatp) => tatp.load(load)?,
+        }
+        Ok(())
     }
 
     /// Checks the settings, with a message naming the flag to change.
@@ -112,6 +163,8 @@ impl Workload {
             Self::Bank(bank) => {
                 anyhow::ensure!(bank.accounts >= 2, "--accounts must be at least 2");
             }
+            Self::SmallBank(bank) => bank.check()?,
+            Self::Tatp(tatp) => tatp.check()?,
         }
         Ok(())
     }
@@ -144,8 +197,44 @@ impl KeyChooser {
     }
 }
 
-/// What one transaction attempt ended with.
-pub type Outcome = Result<(), Abort>;
+/// Where a workload's generated rows go: table, key, value; returns whether the row was
+/// stored here.
+pub type Loader<'a> = dyn FnMut(TableId, Key, &[u8]) -> Result<bool, StoreError> + 'a;
+
+/// What a committed transaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// It found what it looked for (TATP counts the others as failed, though committed).
+    pub succeeded: bool,
+    /// Money it created (positive) or destroyed (negative): SmallBank's checked total.
+    pub money: i64,
+}
+
+impl Outcome {
+    /// Found what it looked for; created `money`.
+    pub fn succeeded(money: i64) -> Self {
+        Self {
+            succeeded: true,
+            money,
+        }
+    }
+
+    /// Did not find what it looked for.
+    pub fn failed() -> Self {
+        Self {
+            succeeded: false,
+            money: 0,
+        }
+    }
+}
+
+/// One transaction attempt: its type (an index into [`Workload::types`]) and how it ended.
+pub struct Done {
+    /// Its type.
+    pub kind: usize,
+    /// Committed, with what it did, or aborted.
+    pub result: Result<Outcome, Abort>,
+}
 
 /// State of one coroutine running a workload.
 pub struct Runner {
@@ -163,6 +252,7 @@ impl Runner {
         let chooser = match &workload {
             Workload::Kv(kv) => KeyChooser::new(kv.key_count, kv.zipf),
             Workload::Bank(bank) => KeyChooser::new(bank.accounts, 0.0),
+            Workload::SmallBank(_) | Workload::Tatp(_) => KeyChooser::new(1, 0.0),
         };
         Self {
             workload,
@@ -175,10 +265,25 @@ impl Runner {
     }
 
     /// Runs one transaction.
-    pub async fn run_one(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Outcome {
-        match self.workload.clone() {
-            Workload::Kv(kv) => self.kv(co, coordinator, &kv).await,
-            Workload::Bank(_) => self.transfer(co, coordinator).await,
+    pub async fn run_one(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Done {
+        match &self.workload {
+            Workload::Kv(kv) => {
+                let kv = kv.clone();
+                let result = self.kv(co, coordinator, &kv).await;
+                Done {
+                    kind: 0,
+                    result: result.map(|()| Outcome::succeeded(0)),
+                }
+            }
+            Workload::Bank(_) => Done {
+                kind: 0,
+                result: self
+                    .transfer(co, coordinator)
+                    .await
+                    .map(|()| Outcome::succeeded(0)),
+            },
+            Workload::SmallBank(bank) => bank.clone().run_one(co, coordinator, &mut self.rng).await,
+            Workload::Tatp(tatp) => tatp.clone().run_one(co, coordinator, &mut self.rng).await,
         }
     }
 
@@ -193,7 +298,12 @@ impl Runner {
         }
     }
 
-    async fn kv(&mut self, co: &Co, coordinator: &Rc<Coordinator>, kv: &KvWorkload) -> Outcome {
+    async fn kv(
+        &mut self,
+        co: &Co,
+        coordinator: &Rc<Coordinator>,
+        kv: &KvWorkload,
+    ) -> Result<(), Abort> {
         self.pick_distinct(kv.keys_per_txn);
         let writes = kv.writes_per_txn();
         if kv.single_reads() {
@@ -229,7 +339,7 @@ impl Runner {
         txn.commit().await
     }
 
-    async fn transfer(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Outcome {
+    async fn transfer(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Result<(), Abort> {
         self.pick_distinct(2);
         let (from, to) = (Key::from(self.ids[0]), Key::from(self.ids[1]));
         let amount = self.rng.random_range(1..=10u64);

@@ -9,7 +9,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use ferrotx_bench::kv::ClusterBenchOptions;
 use ferrotx_bench::rpc::{RpcBenchOptions, TransportKind};
-use ferrotx_bench::workload::{BankWorkload, KvWorkload, Workload};
+use ferrotx_bench::workload::{
+    BankWorkload, KvWorkload, SmallBankWorkload, TatpWorkload, Workload,
+};
 
 #[derive(Parser)]
 #[command(
@@ -84,6 +86,12 @@ enum Bench {
     /// Bank transfers over a cluster of node processes; money must be conserved and
     /// replicas equal at the end.
     Bank(BankArgs),
+    /// TATP (FaSST's mix of seven transaction types over five tables of subscribers)
+    /// over a cluster of node processes.
+    Tatp(TatpArgs),
+    /// SmallBank (FaSST's mix of six transaction types over savings and checking, with a
+    /// hot set of accounts) over a cluster of node processes; the money is checked.
+    Smallbank(SmallBankArgs),
     /// RPC throughput and latency between a server and a client process on loopback.
     Rpc(RpcArgs),
     /// CPU used by an idle node (RPC server threads with no traffic).
@@ -226,6 +234,33 @@ struct BankArgs {
     run: ClusterRunArgs,
 }
 
+#[derive(Args)]
+struct TatpArgs {
+    /// Subscribers per node.
+    #[arg(long, default_value_t = 1_000_000)]
+    subscribers_per_node: u64,
+    #[command(flatten)]
+    run: ClusterRunArgs,
+}
+
+#[derive(Args)]
+struct SmallBankArgs {
+    /// Accounts per node.
+    #[arg(long, default_value_t = 100_000)]
+    accounts_per_node: u64,
+    /// Accounts in the hot set, per node.
+    #[arg(long, default_value_t = 4_000)]
+    hot_accounts_per_node: u64,
+    /// Percentage of transactions on hot accounts.
+    #[arg(long, default_value_t = 90)]
+    hot_percent: u32,
+    /// Savings and checking balance of every account at the start.
+    #[arg(long, default_value_t = 10_000)]
+    initial_balance: i64,
+    #[command(flatten)]
+    run: ClusterRunArgs,
+}
+
 impl ClusterRunArgs {
     fn options(&self, workload: Workload) -> ClusterBenchOptions {
         ClusterBenchOptions {
@@ -306,6 +341,24 @@ fn main() -> anyhow::Result<()> {
                 key_count: args.key_count,
                 value_bytes: args.value_bytes,
                 zipf: args.zipf,
+            });
+            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+        }
+        Command::Bench(Bench::Tatp(args)) => {
+            let workload = Workload::Tatp(TatpWorkload {
+                subscribers: args
+                    .subscribers_per_node
+                    .saturating_mul(u64::from(args.run.nodes)),
+            });
+            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+        }
+        Command::Bench(Bench::Smallbank(args)) => {
+            let nodes = u64::from(args.run.nodes);
+            let workload = Workload::SmallBank(SmallBankWorkload {
+                accounts: args.accounts_per_node.saturating_mul(nodes),
+                hot_accounts: args.hot_accounts_per_node.saturating_mul(nodes),
+                hot_percent: args.hot_percent,
+                initial_balance: args.initial_balance,
             });
             run_cluster_bench(&args.run.options(workload), &args.run.json)?;
         }

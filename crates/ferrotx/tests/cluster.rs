@@ -357,3 +357,74 @@ fn bank_transfers_survive_datagram_loss_over_udp() {
     assert!(number(&r, "retransmissions") > 0.0, "{r}");
     assert_eq!(r["checks"]["primary_sum"], 200_000);
 }
+
+#[test]
+fn tatp_success_rates_match_the_population_rules() {
+    let r = bench(
+        "tatp",
+        "tatp",
+        &[
+            "--duration",
+            "2",
+            "--subscribers-per-node",
+            "2000",
+            "--port-base",
+            &port_base(8),
+        ],
+    );
+    checks_passed(&r);
+    // FaSST's reading of the population rules (see ferrotx_bench::tatp::TatpWorkload).
+    let expected = [
+        ("GetSubscriberData", 1.0),
+        ("GetNewDestination", 0.2199),
+        ("GetAccessData", 0.625),
+        ("UpdateSubscriberData", 0.625),
+        ("UpdateLocation", 1.0),
+        ("InsertCallForwarding", 0.3125),
+        ("DeleteCallForwarding", 0.3125),
+    ];
+    let types = r["types"].as_array().expect("types");
+    assert_eq!(types.len(), expected.len());
+    for (t, (name, rate)) in types.iter().zip(expected) {
+        assert_eq!(t["name"], name);
+        let committed = number(t, "committed");
+        // The rarest types (2% of the mix) see a few hundred transactions at least.
+        assert!(committed > 100.0, "{t}");
+        // Within five standard deviations of the expected rate.
+        let sigma = (rate * (1.0 - rate) / committed).sqrt();
+        let measured = number(t, "success_rate");
+        assert!(
+            (measured - rate).abs() <= 5.0 * sigma + 1e-9,
+            "{name}: {measured} against {rate} ({t})"
+        );
+    }
+}
+
+#[test]
+fn smallbank_money_changes_only_by_what_transactions_did() {
+    let r = bench(
+        "smallbank",
+        "smallbank",
+        &[
+            "--duration",
+            "2",
+            "--accounts-per-node",
+            "1000",
+            "--hot-accounts-per-node",
+            "10",
+            "--port-base",
+            &port_base(9),
+        ],
+    );
+    // The total at the primaries is the initial money plus what deposits and savings
+    // transactions created, minus checks written, as the coroutines counted it.
+    checks_passed(&r);
+    assert!(number(&r, "committed") > 100.0, "{r}");
+    // A hot set of 30 accounts makes transactions conflict.
+    assert!(number(&r, "aborted") > 0.0, "{r}");
+    let types = r["types"].as_array().expect("types");
+    assert_eq!(types.len(), 6);
+    for t in types {
+        assert!(number(t, "committed") > 0.0, "{t}");
+    }
+}

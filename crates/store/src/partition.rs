@@ -258,7 +258,8 @@ mod tests {
         let (a, b) = (partition(), partition());
         for i in 0..100u64 {
             a.load(ACCOUNTS, Key::from(i), &i.to_le_bytes()).unwrap();
-            b.load(ACCOUNTS, Key::from(99 - i), &(99 - i).to_le_bytes()).unwrap();
+            b.load(ACCOUNTS, Key::from(99 - i), &(99 - i).to_le_bytes())
+                .unwrap();
         }
         // A placeholder locked for an insert, then unlocked (an aborted insert).
         b.lock(ACCOUNTS, &Key::from(500), 0).unwrap().unwrap();
@@ -267,7 +268,8 @@ mod tests {
         assert_eq!(a.digest(ACCOUNTS).unwrap().1, 100);
         // One version or one byte apart: different.
         b.lock(ACCOUNTS, &Key::from(7), 1).unwrap().unwrap();
-        b.install(ACCOUNTS, &Key::from(7), Some(&7u64.to_le_bytes())).unwrap();
+        b.install(ACCOUNTS, &Key::from(7), Some(&7u64.to_le_bytes()))
+            .unwrap();
         assert_ne!(a.digest(ACCOUNTS).unwrap(), b.digest(ACCOUNTS).unwrap());
     }
 

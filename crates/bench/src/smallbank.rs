@@ -1,0 +1,265 @@
+//! SmallBank as FaSST runs it (after H-Store's definition): savings and checking balances
+//! per account, six transaction types, most transactions on a small hot set of accounts.
+//! Both tables are keyed by the account id, so an account's two rows share a partition.
+
+use std::rc::Rc;
+
+use ferrotx_exec::Co;
+use ferrotx_store::{Key, StoreError, TableId, TableSpec};
+use ferrotx_txn::coordinator::Coordinator;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::{Done, Loader, Outcome};
+
+/// Savings balances.
+pub const SAVINGS: TableId = TableId(1);
+/// Checking balances.
+pub const CHECKING: TableId = TableId(2);
+
+/// The transaction types, in the order of [`SmallBankWorkload::MIX`].
+pub const TYPES: [&str; 6] = [
+    "SendPayment",
+    "Amalgamate",
+    "Balance",
+    "DepositChecking",
+    "TransactSaving",
+    "WriteCheck",
+];
+
+/// Settings of SmallBank.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SmallBankWorkload {
+    /// Accounts in the whole cluster.
+    pub accounts: u64,
+    /// Accounts in the hot set.
+    pub hot_accounts: u64,
+    /// Percentage of transactions whose accounts come from the hot set.
+    pub hot_percent: u32,
+    /// Balance of every savings and checking row at the start.
+    pub initial_balance: i64,
+}
+
+impl SmallBankWorkload {
+    /// FaSST's mix, in percent, in the order of [`TYPES`].
+    pub const MIX: [u32; 6] = [25, 15, 15, 15, 15, 15];
+
+    /// The tables.
+    pub fn schema() -> Vec<TableSpec> {
+        vec![
+            TableSpec::fixed(SAVINGS.0, "savings", 8),
+            TableSpec::fixed(CHECKING.0, "checking", 8),
+        ]
+    }
+
+    /// Checks the settings.
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.accounts >= 2, "--accounts must be at least 2");
+        anyhow::ensure!(
+            self.hot_accounts >= 2 && self.hot_accounts <= self.accounts,
+            "--hot-accounts must be in 2..=--accounts"
+        );
+        anyhow::ensure!(self.hot_percent <= 100, "--hot-percent must be at most 100");
+        Ok(())
+    }
+
+    /// Every row: both balances of every account.
+    pub fn load(&self, load: &mut Loader<'_>) -> Result<(), StoreError> {
+        let balance = self.initial_balance.to_le_bytes();
+        for account in 0..self.accounts {
+            load(SAVINGS, Key::from(account), &balance)?;
+            load(CHECKING, Key::from(account), &balance)?;
+        }
+        Ok(())
+    }
+
+    /// The money in the bank at the start.
+    pub fn initial_total(&self) -> i128 {
+        i128::from(self.accounts) * 2 * i128::from(self.initial_balance)
+    }
+
+    fn account(&self, rng: &mut ChaCha8Rng) -> u64 {
+        if rng.random_range(0..100) < self.hot_percent {
+            rng.random_range(0..self.hot_accounts)
+        } else {
+            rng.random_range(0..self.accounts)
+        }
+    }
+
+    fn two_accounts(&self, rng: &mut ChaCha8Rng) -> (u64, u64) {
+        let a = self.account(rng);
+        loop {
+            let b = self.account(rng);
+            if b != a {
+                return (a, b);
+            }
+        }
+    }
+
+    /// Runs one transaction of the mix.
+    pub async fn run_one(
+        &self,
+        co: &Co,
+        coordinator: &Rc<Coordinator>,
+        rng: &mut ChaCha8Rng,
+    ) -> Done {
+        let mut pick = rng.random_range(0..100);
+        let kind = Self::MIX
+            .iter()
+            .position(|&share| {
+                if pick < share {
+                    true
+                } else {
+                    pick -= share;
+                    false
+                }
+            })
+            .expect("the mix sums to 100");
+        let result = match kind {
+            0 => {
+                let (from, to) = self.two_accounts(rng);
+                send_payment(co, coordinator, from, to, rng.random_range(1..=10)).await
+            }
+            1 => {
+                let (from, to) = self.two_accounts(rng);
+                amalgamate(co, coordinator, from, to).await
+            }
+            2 => balance(co, coordinator, self.account(rng)).await,
+            3 => {
+                deposit_checking(co, coordinator, self.account(rng), rng.random_range(1..=10)).await
+            }
+            4 => {
+                transact_saving(
+                    co,
+                    coordinator,
+                    self.account(rng),
+                    rng.random_range(-10..=10),
+                )
+                .await
+            }
+            _ => write_check(co, coordinator, self.account(rng), rng.random_range(1..=10)).await,
+        };
+        Done { kind, result }
+    }
+}
+
+fn amount(value: Option<Vec<u8>>) -> i64 {
+    value.map_or(0, |v| {
+        i64::from_le_bytes(v[..8].try_into().expect("8-byte balance"))
+    })
+}
+
+fn bytes(balance: i64) -> Option<Vec<u8>> {
+    Some(balance.to_le_bytes().to_vec())
+}
+
+/// Moves `amount` from `from`'s checking to `to`'s checking if `from` has it.
+async fn send_payment(
+    co: &Co,
+    coordinator: &Coordinator,
+    from: u64,
+    to: u64,
+    value: i64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin(co);
+    let both = txn
+        .read_many(CHECKING, &[Key::from(from), Key::from(to)])
+        .await?;
+    let (a, b) = (amount(both[0].clone()), amount(both[1].clone()));
+    if a < value {
+        txn.commit().await?;
+        return Ok(Outcome::failed());
+    }
+    txn.write(CHECKING, Key::from(from), bytes(a - value))
+        .await?;
+    txn.write(CHECKING, Key::from(to), bytes(b + value)).await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(0))
+}
+
+/// Moves everything `from` has, savings and checking, into `to`'s checking.
+async fn amalgamate(
+    co: &Co,
+    coordinator: &Coordinator,
+    from: u64,
+    to: u64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin(co);
+    let savings = amount(txn.read(SAVINGS, Key::from(from)).await?);
+    let checking = txn
+        .read_many(CHECKING, &[Key::from(from), Key::from(to)])
+        .await?;
+    let (c, d) = (amount(checking[0].clone()), amount(checking[1].clone()));
+    txn.write(SAVINGS, Key::from(from), bytes(0)).await?;
+    txn.write(CHECKING, Key::from(from), bytes(0)).await?;
+    txn.write(CHECKING, Key::from(to), bytes(d + savings + c))
+        .await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(0))
+}
+
+/// Reads both balances (read-only).
+async fn balance(
+    co: &Co,
+    coordinator: &Coordinator,
+    account: u64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin_read_only(co);
+    txn.read(SAVINGS, Key::from(account)).await?;
+    txn.read(CHECKING, Key::from(account)).await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(0))
+}
+
+/// Adds `value` to checking: money comes in.
+async fn deposit_checking(
+    co: &Co,
+    coordinator: &Coordinator,
+    account: u64,
+    value: i64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin(co);
+    let c = amount(txn.read(CHECKING, Key::from(account)).await?);
+    txn.write(CHECKING, Key::from(account), bytes(c + value))
+        .await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(value))
+}
+
+/// Adds `value` (which may be negative) to savings, unless that would take it below zero.
+async fn transact_saving(
+    co: &Co,
+    coordinator: &Coordinator,
+    account: u64,
+    value: i64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin(co);
+    let s = amount(txn.read(SAVINGS, Key::from(account)).await?);
+    if s + value < 0 {
+        txn.commit().await?;
+        return Ok(Outcome::failed());
+    }
+    txn.write(SAVINGS, Key::from(account), bytes(s + value))
+        .await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(value))
+}
+
+/// Writes a check of `value` against checking; if savings and checking together do not
+/// cover it, the account pays a penalty of 1 (money goes out either way).
+async fn write_check(
+    co: &Co,
+    coordinator: &Coordinator,
+    account: u64,
+    value: i64,
+) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
+    let mut txn = coordinator.begin(co);
+    let s = amount(txn.read(SAVINGS, Key::from(account)).await?);
+    let c = amount(txn.read(CHECKING, Key::from(account)).await?);
+    let paid = if s + c < value { value + 1 } else { value };
+    txn.write(CHECKING, Key::from(account), bytes(c - paid))
+        .await?;
+    txn.commit().await?;
+    Ok(Outcome::succeeded(-paid))
+}
