@@ -385,6 +385,7 @@ async fn coroutine(
     stop: Arc<AtomicBool>,
 ) -> CoroutineResult {
     let mut run = RunResult::default();
+    let counts_local = runner.workload().counts_local();
     while !stop.load(Ordering::Relaxed) {
         // The loop's clock (set once per iteration) tells whether the transaction waited.
         // One that waited is timed on that clock, from the iteration that started it to
@@ -418,13 +419,15 @@ async fn coroutine(
                             let _ = h[1].record(latency);
                         }
                     });
-                    TYPE_LATENCIES.with(|h| {
-                        let mut h = h.borrow_mut();
-                        while h.len() <= done.kind {
-                            h.push(new_histogram());
-                        }
-                        let _ = h[done.kind].record(latency);
-                    });
+                    if waited || counts_local {
+                        TYPE_LATENCIES.with(|h| {
+                            let mut h = h.borrow_mut();
+                            while h.len() <= done.kind {
+                                h.push(new_histogram());
+                            }
+                            let _ = h[done.kind].record(latency);
+                        });
+                    }
                 }
             }
             Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {

@@ -244,13 +244,13 @@ fn report(
         Workload::Bank(bank) => i128::from(bank.accounts) * i128::from(bank.initial_balance),
         Workload::Kv(kv) => i128::from(committed_total) * kv.writes_per_txn() as i128,
         Workload::SmallBank(bank) => bank.initial_total() + money,
-        Workload::Tatp(_) => 0,
+        Workload::Tatp(_) | Workload::Latency(_) => 0,
     };
     let max_allowed = match &options.workload {
         Workload::Bank(bank) => bank.accounts.saturating_mul(bank.initial_balance),
         Workload::Kv(_) => committed_total,
         // Balances may go negative (an overdraft), read as huge unsigned numbers.
-        Workload::SmallBank(_) | Workload::Tatp(_) => u64::MAX,
+        Workload::SmallBank(_) | Workload::Tatp(_) | Workload::Latency(_) => u64::MAX,
     };
     let types = options
         .workload
@@ -335,6 +335,10 @@ pub fn print_table(report: &ClusterBenchReport) {
             bank.accounts, bank.hot_accounts, bank.hot_percent
         ),
         Workload::Tatp(tatp) => format!("tatp: {} subscribers", tatp.subscribers),
+        Workload::Latency(latency) => format!(
+            "latency: reads and writes of {} objects of each size, in turn",
+            latency.objects_per_size
+        ),
     };
     println!("{what}");
     println!(

@@ -5,6 +5,7 @@
 pub mod cpu;
 pub mod driver;
 pub mod kv;
+pub mod latency;
 pub mod lossy;
 pub mod processes;
 pub mod rpc;

@@ -64,6 +64,37 @@ pub enum Workload {
     SmallBank(SmallBankWorkload),
     /// `bench tatp`.
     Tatp(TatpWorkload),
+    /// `bench latency`: reads and writes of objects of RAMCloud's sizes.
+    Latency(LatencyWorkload),
+}
+
+/// Reads and writes of one object at a time, of the sizes of RAMCloud's latency table.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LatencyWorkload {
+    /// Objects of each size.
+    pub objects_per_size: u64,
+}
+
+impl LatencyWorkload {
+    /// The sizes, in bytes: RAMCloud's 100 B, 1 KB, 10 KB, 100 KB and 1 MB.
+    pub const SIZES: [usize; 5] = [100, 1_000, 10_000, 100_000, 1_000_000];
+    /// Transaction types: a read and a write of each size, in that order.
+    pub const TYPES: [&'static str; 10] = [
+        "read 100 B",
+        "write 100 B",
+        "read 1 KB",
+        "write 1 KB",
+        "read 10 KB",
+        "write 10 KB",
+        "read 100 KB",
+        "write 100 KB",
+        "read 1 MB",
+        "write 1 MB",
+    ];
+
+    fn key(size: usize, object: u64) -> Key {
+        Key::from(size as u64 * 1_000_000 + object)
+    }
 }
 
 impl Workload {
@@ -74,7 +105,18 @@ impl Workload {
             Self::Bank(_) => vec![TableSpec::fixed(TABLE.0, "accounts", 8)],
             Self::SmallBank(_) => SmallBankWorkload::schema(),
             Self::Tatp(_) => TatpWorkload::schema(),
+            Self::Latency(_) => vec![TableSpec::variable(
+                TABLE.0,
+                "objects",
+                ferrotx_store::VALUE_BYTES_MAX,
+            )],
         }
+    }
+
+    /// Whether a transaction that touched only this node's partitions counts in the
+    /// per-type latencies (`bench latency` measures operations across the network).
+    pub fn counts_local(&self) -> bool {
+        !matches!(self, Self::Latency(_))
     }
 
     /// Its transaction types, for the breakdown of results.
@@ -84,6 +126,7 @@ impl Workload {
             Self::Bank(_) => &["transfer"],
             Self::SmallBank(_) => &crate::smallbank::TYPES,
             Self::Tatp(_) => &crate::tatp::TYPES,
+            Self::Latency(_) => &LatencyWorkload::TYPES,
         }
     }
 
@@ -110,7 +153,7 @@ impl Workload {
                     .collect(),
                 true,
             ),
-            Self::Tatp(_) => (Vec::new(), false),
+            Self::Tatp(_) | Self::Latency(_) => (Vec::new(), false),
         }
     }
 
@@ -132,6 +175,14 @@ impl Workload {
             }
             Self::SmallBank(bank) => bank.load(load)?,
             Self::Tatp(tatp) => tatp.load(load)?,
+            Self::Latency(latency) => {
+                for size in LatencyWorkload::SIZES {
+                    let value = vec![0x5a; size];
+                    for object in 0..latency.objects_per_size {
+                        load(TABLE, LatencyWorkload::key(size, object), &value)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -165,6 +216,12 @@ impl Workload {
             }
             Self::SmallBank(bank) => bank.check()?,
             Self::Tatp(tatp) => tatp.check()?,
+            Self::Latency(latency) => {
+                anyhow::ensure!(
+                    (1..=1000).contains(&latency.objects_per_size),
+                    "--objects-per-size must be in 1..=1000"
+                );
+            }
         }
         Ok(())
     }
@@ -244,6 +301,8 @@ pub struct Runner {
     ids: Vec<u64>,
     keys: Vec<Key>,
     value: Vec<u8>,
+    /// Operations done (`bench latency` takes them in turn).
+    turn: usize,
 }
 
 impl Runner {
@@ -253,6 +312,7 @@ impl Runner {
             Workload::Kv(kv) => KeyChooser::new(kv.key_count, kv.zipf),
             Workload::Bank(bank) => KeyChooser::new(bank.accounts, 0.0),
             Workload::SmallBank(_) | Workload::Tatp(_) => KeyChooser::new(1, 0.0),
+            Workload::Latency(latency) => KeyChooser::new(latency.objects_per_size, 0.0),
         };
         Self {
             workload,
@@ -261,7 +321,13 @@ impl Runner {
             ids: Vec::new(),
             keys: Vec::new(),
             value: Vec::new(),
+            turn: 0,
         }
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
     }
 
     /// Runs one transaction.
@@ -284,7 +350,42 @@ impl Runner {
             },
             Workload::SmallBank(bank) => bank.clone().run_one(co, coordinator, &mut self.rng).await,
             Workload::Tatp(tatp) => tatp.clone().run_one(co, coordinator, &mut self.rng).await,
+            Workload::Latency(_) => self.latency(co, coordinator).await,
         }
+    }
+
+    /// The next of the ten operations: runs of 64 of each, in turn (so that an operation
+    /// follows one like itself, as when each size is measured on its own).
+    async fn latency(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Done {
+        let kind = (self.turn / 64) % LatencyWorkload::TYPES.len();
+        self.turn += 1;
+        let size = LatencyWorkload::SIZES[kind / 2];
+        // An object at another node's primary, as RAMCloud's client reads from a remote
+        // master (any object if every one of this size is local).
+        let mut key = LatencyWorkload::key(size, self.chooser.pick(&mut self.rng));
+        for _ in 0..64 {
+            if !coordinator.is_local(TABLE, &key) {
+                break;
+            }
+            key = LatencyWorkload::key(size, self.chooser.pick(&mut self.rng));
+        }
+        let result = if kind & 1 == 0 {
+            coordinator
+                .read_one_into(co, TABLE, key, &mut self.value)
+                .await
+                .map(|_| Outcome::succeeded(0))
+        } else {
+            async {
+                let mut txn = coordinator.begin(co);
+                self.value.clear();
+                self.value.resize(size, (self.turn % 251) as u8);
+                txn.write(TABLE, key, Some(self.value.clone())).await?;
+                txn.commit().await?;
+                Ok(Outcome::succeeded(0))
+            }
+            .await
+        };
+        Done { kind, result }
     }
 
     /// Distinct key ids, `n` of them.

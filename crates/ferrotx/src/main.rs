@@ -92,6 +92,9 @@ enum Bench {
     /// SmallBank (FaSST's mix of six transaction types over savings and checking, with a
     /// hot set of accounts) over a cluster of node processes; the money is checked.
     Smallbank(SmallBankArgs),
+    /// Read and write (every replica) latency of 100 B to 1 MB objects, beside RAMCloud's
+    /// figures and the RPC round trip of the same run.
+    Latency(LatencyArgs),
     /// RPC throughput and latency between a server and a client process on loopback.
     Rpc(RpcArgs),
     /// CPU used by an idle node (RPC server threads with no traffic).
@@ -235,6 +238,28 @@ struct BankArgs {
 }
 
 #[derive(Args)]
+struct LatencyArgs {
+    /// Node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Copies of each object (f + 1; at most --nodes).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Objects of each size.
+    #[arg(long, default_value_t = 16)]
+    objects_per_size: u64,
+    /// First UDP port. Default: chosen from the process id.
+    #[arg(long)]
+    port_base: Option<u16>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct TatpArgs {
     /// Subscribers per node.
     #[arg(long, default_value_t = 1_000_000)]
@@ -343,6 +368,18 @@ fn main() -> anyhow::Result<()> {
                 zipf: args.zipf,
             });
             run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+        }
+        Command::Bench(Bench::Latency(args)) => {
+            let report =
+                ferrotx_bench::latency::run(&ferrotx_bench::latency::LatencyBenchOptions {
+                    nodes: args.nodes,
+                    replicas: args.replicas,
+                    duration_s: args.duration,
+                    objects_per_size: args.objects_per_size,
+                    port_base: args.port_base.unwrap_or_else(default_port_base),
+                })?;
+            ferrotx_bench::latency::print_table(&report);
+            write_json(&args.json, &report)?;
         }
         Command::Bench(Bench::Tatp(args)) => {
             let workload = Workload::Tatp(TatpWorkload {

@@ -428,3 +428,46 @@ fn smallbank_money_changes_only_by_what_transactions_did() {
         assert!(number(t, "committed") > 0.0, "{t}");
     }
 }
+
+#[test]
+fn bench_latency_reports_every_size_beside_ramcloud() {
+    let json = temp_path("latency");
+    let output = ferrotx()
+        .args([
+            "bench",
+            "latency",
+            "--duration",
+            "2",
+            "--objects-per-size",
+            "16",
+        ])
+        .args(["--port-base", &port_base(10), "--json"])
+        .arg(&json)
+        .output()
+        .expect("run ferrotx");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    assert!(number(&r, "rpc_rtt_p50_us") > 0.0, "{r}");
+    let rows = r["rows"].as_array().expect("rows");
+    let mut seen = Vec::new();
+    for row in rows {
+        let op = row["op"].as_str().unwrap();
+        let size = number(row, "size_bytes") as u64;
+        seen.push((op.to_owned(), size));
+        assert!(number(row, "p50_us") > 0.0, "{row}");
+        assert!(number(row, "p99_us") >= number(row, "p50_us"), "{row}");
+    }
+    let mut expected = Vec::new();
+    for size in [100, 1_000, 10_000, 100_000, 1_000_000] {
+        expected.push(("read".to_owned(), size));
+        expected.push(("write".to_owned(), size));
+    }
+    assert_eq!(seen, expected);
+    assert_eq!(r["cluster"]["checks"]["ok"], true);
+}

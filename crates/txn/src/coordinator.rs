@@ -352,6 +352,13 @@ impl Coordinator {
         Ok(outcome)
     }
 
+    /// Whether the primary of `key` of `table` is on this coordinator's node (so reading
+    /// it takes no RPC).
+    pub fn is_local(&self, table: TableId, key: &Key) -> bool {
+        let partition = self.placement.partition_of(table, key);
+        self.placement.primary(partition) == self.local.node()
+    }
+
     /// The current truncation mark.
     pub fn truncation_mark(&self) -> u64 {
         self.truncation.borrow().mark
