@@ -169,12 +169,25 @@ pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> 
         client_nodes: options.client_nodes,
         loss: options.loss,
     };
+    // Progress goes to stderr, so that stdout holds only the report.
+    let started = std::time::Instant::now();
+    eprintln!(
+        "starting {} node processes and loading the data...",
+        options.nodes
+    );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
+    eprintln!(
+        "loaded in {:.1} s; running {:.1} s of warm-up, then measuring {:.1} s...",
+        started.elapsed().as_secs_f64(),
+        options.warmup_s,
+        options.duration_s
+    );
     cluster.command("run")?;
     std::thread::sleep(Duration::from_secs_f64(options.warmup_s));
     cluster.command("window-start")?;
     std::thread::sleep(Duration::from_secs_f64(options.duration_s));
     cluster.command("window-end")?;
+    eprintln!("stopping the workload and checking the data...");
     let runs: Vec<RunResult> = cluster.command_json("stop")?;
     let checks: Vec<CheckResult> = cluster.command_json("check")?;
     let totals: Vec<NodeTotals> = cluster.exit()?;
