@@ -376,10 +376,11 @@ impl Runner {
                 .map(|_| Outcome::succeeded(0))
         } else {
             async {
+                // An overwrite, as RAMCloud's write: a blind write (no read first).
                 let mut txn = coordinator.begin(co);
                 self.value.clear();
                 self.value.resize(size, (self.turn % 251) as u8);
-                txn.write(TABLE, key, Some(self.value.clone())).await?;
+                txn.put(TABLE, key, Some(self.value.clone()))?;
                 txn.commit().await?;
                 Ok(Outcome::succeeded(0))
             }

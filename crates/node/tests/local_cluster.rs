@@ -859,3 +859,74 @@ fn a_validation_too_large_for_one_message_is_refused() {
     assert_eq!(balance_of(&cluster, 0), INITIAL);
     cluster.stop();
 }
+
+/// `Txn::put` writes without reading: the primary locks the object at whatever version it
+/// has; the backups learn that version and apply the write in order with the others.
+#[test]
+fn blind_writes_commit_without_a_read_and_reach_the_backups() {
+    let config = Configuration::local(3, 3, 1, 6, 51_000).unwrap();
+    let cluster = LocalCluster::start(config, schema());
+    for account in 0..8 {
+        cluster
+            .load(ACCOUNTS, Key::from(account), &INITIAL.to_le_bytes())
+            .unwrap();
+    }
+    let nodes = cluster.nodes();
+    let outcomes: Vec<_> = nodes
+        .iter()
+        .map(|&node| {
+            cluster.spawn(
+                node,
+                0,
+                move |co, coordinator: Rc<Coordinator>| async move {
+                    let mut committed = 0u64;
+                    for i in 0..200u64 {
+                        let mut txn = coordinator.begin(&co);
+                        // Every node overwrites every account, and inserts one of its own.
+                        for account in 0..8u64 {
+                            let value = (u64::from(node) * 1_000 + i).to_le_bytes().to_vec();
+                            txn.put(ACCOUNTS, Key::from(account), Some(value)).unwrap();
+                        }
+                        let own = Key::from(100 + u64::from(node) * 1_000 + i);
+                        txn.put(ACCOUNTS, own, Some(i.to_le_bytes().to_vec()))
+                            .unwrap();
+                        // A transaction reads its own blind write.
+                        let seen = txn.read(ACCOUNTS, own).await.unwrap();
+                        assert_eq!(seen, Some(i.to_le_bytes().to_vec()));
+                        if txn.commit().await.is_ok() {
+                            committed += 1;
+                        }
+                    }
+                    coordinator.flush_truncation(&co, &[0, 1, 2]).await;
+                    committed
+                },
+            )
+        })
+        .collect();
+    let committed: Vec<u64> = outcomes.into_iter().map(|r| r.recv().unwrap()).collect();
+    assert!(committed.iter().sum::<u64>() > 0, "{committed:?}");
+    // Every account holds the value of one committed transaction, at a version counting
+    // the commits, and the backups agree with the primaries everywhere.
+    let mut out = Vec::new();
+    let outcome = cluster
+        .read_primary(ACCOUNTS, &Key::from(0), &mut out)
+        .unwrap();
+    assert_eq!(outcome.version, 1 + committed.iter().sum::<u64>());
+    let keys = (0..8)
+        .chain(
+            nodes
+                .iter()
+                .flat_map(|&n| (0..200).map(move |i| 100 + u64::from(n) * 1_000 + i)),
+        )
+        .map(Key::from);
+    assert!(cluster.replicas_differ(ACCOUNTS, keys).is_empty());
+    for account in 1..8 {
+        let mut other = Vec::new();
+        cluster
+            .read_primary(ACCOUNTS, &Key::from(account), &mut other)
+            .unwrap();
+        // All accounts were written by the same transactions, the last one last.
+        assert_eq!(other, out, "account {account}");
+    }
+    cluster.stop();
+}

@@ -98,6 +98,30 @@ impl Header {
         }
     }
 
+    /// Locks the object at whatever version it has, if it is unlocked, and returns that
+    /// version: for a write that did not read the object (a blind write).
+    pub fn try_lock_any(&self) -> Result<u64, LockError> {
+        let current = self.load();
+        if current.locked() {
+            return Err(LockError::Locked);
+        }
+        match self.0.compare_exchange(
+            current.0,
+            current.with_lock().0,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                // As in `try_lock`.
+                fence(Ordering::Release);
+                Ok(current.version())
+            }
+            // Locked, or written and unlocked again, since the load: the caller's
+            // transaction conflicts either way.
+            Err(_) => Err(LockError::Locked),
+        }
+    }
+
     /// Unlocks without a change (an aborted transaction). Panics if not locked: only the
     /// holder may unlock.
     pub fn unlock(&self) {

@@ -93,6 +93,11 @@ impl Object {
         self.header.try_lock(version).map(|_| ())
     }
 
+    /// Locks the object at whatever version it has (a blind write), returning it.
+    pub fn try_lock_any(&self) -> Result<u64, LockError> {
+        self.header.try_lock_any()
+    }
+
     /// Writes `value` (or deletes the object, for `None`) and publishes it at the next
     /// version, unlocking. Returns that version. Only the lock holder may call this.
     pub fn install(&self, value: Option<&[u8]>) -> u64 {

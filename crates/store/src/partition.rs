@@ -132,6 +132,24 @@ impl Partition {
         Ok(object.try_lock(version))
     }
 
+    /// Locks `key` at whatever version it has (creating its placeholder, at version 0, if
+    /// the key never had an object) and returns that version: for a write that did not
+    /// read the object.
+    pub fn lock_any(
+        &self,
+        table: TableId,
+        key: &Key,
+    ) -> Result<Result<u64, LockError>, StoreError> {
+        let (spec, index) = self.table(table)?;
+        spec.check_key(key)?;
+        let index = index.pin();
+        let object = match index.get(key) {
+            Some(object) => object,
+            None => insert_absent(&index, key, spec),
+        };
+        Ok(object.try_lock_any())
+    }
+
     /// Whether this partition has `table`.
     pub fn has_table(&self, table: TableId) -> bool {
         self.table(table).is_ok()
@@ -252,6 +270,30 @@ impl Partition {
 #[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blind_lock_takes_the_current_version() {
+        let p = partition();
+        p.load(ACCOUNTS, Key::from(1), &1u64.to_le_bytes()).unwrap();
+        assert_eq!(p.lock_any(ACCOUNTS, &Key::from(1)).unwrap(), Ok(1));
+        assert_eq!(
+            p.lock_any(ACCOUNTS, &Key::from(1)).unwrap(),
+            Err(LockError::Locked)
+        );
+        p.install(ACCOUNTS, &Key::from(1), Some(&2u64.to_le_bytes()))
+            .unwrap();
+        // An absent key is locked at version 0, for an insert.
+        assert_eq!(p.lock_any(ACCOUNTS, &Key::from(9)).unwrap(), Ok(0));
+        p.install(ACCOUNTS, &Key::from(9), Some(&9u64.to_le_bytes()))
+            .unwrap();
+        let mut out = Vec::new();
+        let read = p.read(ACCOUNTS, &Key::from(9), &mut out).unwrap().unwrap();
+        assert_eq!((read.version, read.present), (1, true));
+        assert_eq!(
+            p.lock_any(TableId(7), &Key::from(1)),
+            Err(StoreError::UnknownTable(TableId(7)))
+        );
+    }
 
     #[test]
     fn digests_agree_whatever_the_order_and_skip_absent_keys() {

@@ -10,7 +10,7 @@ use ferrotx_store::{Key, ReadError, ReadOutcome, StoreError, TableId, TableSpec}
 use ferrotx_wire::EndpointId;
 
 use crate::messages::{
-    LockRecord, ReadItem, ReadStatus, TxId, Write, decode_read_response, encode_read,
+    LockRecord, ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read,
     encode_record, encode_truncate, encode_tx, encode_validate, request_type,
 };
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant, ParticipantHandler, Role};
@@ -381,6 +381,7 @@ impl Coordinator {
                 Participant::truncate_message,
                 nodes,
                 |_, buffer| encode_truncate(id, mark, buffer),
+                yes,
             )
             .await;
         let mut space = self.log_space.borrow_mut();
@@ -495,7 +496,8 @@ impl Coordinator {
     /// Sends one message to each of `nodes`, written by `encode(node, buffer)`: straight
     /// into the RPC batch for the other nodes, sent as one batch; into a scratch buffer
     /// for this node, handled here and now by this thread's participant. Returns, for
-    /// each node, whether it answered `1` (granted, valid, logged, done).
+    /// each node, whether `read` took its answer as a yes (most phases: [`yes`], an
+    /// answer of exactly `1`: granted, valid, logged, done).
     async fn round(
         &self,
         co: &Co,
@@ -503,6 +505,7 @@ impl Coordinator {
         handler: ParticipantHandler,
         nodes: &[u16],
         encode: impl Fn(u16, &mut Vec<u8>),
+        mut read: impl FnMut(u16, &[u8]) -> bool,
     ) -> Vec<(u16, bool)> {
         let mut answers = Vec::with_capacity(nodes.len());
         let local = self.local.node();
@@ -516,7 +519,7 @@ impl Coordinator {
                 encode(node, &mut request);
                 let ok = handler(&mut self.participant.borrow_mut(), &request, &mut response)
                     .is_ok()
-                    && response[..] == [1];
+                    && read(node, &response);
                 answers.push((node, ok));
             } else {
                 co.push_with(self.endpoint(node), request_type, |buffer| {
@@ -530,13 +533,19 @@ impl Coordinator {
             let mut i = 0;
             for &node in nodes {
                 if node != local {
-                    answers.push((node, co.result(i, |r| matches!(r, Ok([1])))));
+                    let ok = co.result(i, |r| r.is_ok_and(|answer| read(node, answer)));
+                    answers.push((node, ok));
                     i += 1;
                 }
             }
         }
         answers
     }
+}
+
+/// The answer of most phases: exactly `1`.
+fn yes(_: u16, answer: &[u8]) -> bool {
+    answer == [1]
 }
 
 /// A transaction in a coroutine. Reads see the transaction's own writes; writes are
@@ -800,6 +809,38 @@ impl Txn<'_> {
         Ok(())
     }
 
+    /// Writes `value` to `key` without reading it (a blind write; `None` deletes): at
+    /// commit the primary locks the object at whatever version it has then, and the new
+    /// value replaces it. The transaction does not depend on the old value, so no read is
+    /// needed to keep it serializable, and the write costs one round trip less than
+    /// [`Txn::write`]. If the transaction read the key before, this is that read's
+    /// ordinary write.
+    pub fn put(&mut self, table: TableId, key: Key, value: Option<Vec<u8>>) -> Result<(), Abort> {
+        self.check_write(table, &key, value.as_deref())?;
+        if let Some(w) = self
+            .writes
+            .iter_mut()
+            .find(|w| w.table == table && w.key == key)
+        {
+            w.value = value;
+            return Ok(());
+        }
+        let version = self
+            .reads
+            .iter()
+            .find(|r| r.table == table && r.key == key)
+            .map_or(VERSION_ANY, |r| r.version);
+        let partition = self.coordinator.placement.partition_of(table, &key);
+        self.writes.push(Write {
+            partition,
+            table,
+            key,
+            version,
+            value,
+        });
+        Ok(())
+    }
+
     /// Inserts `value` under `key`, which must be absent: if it exists (in the store or
     /// by this transaction's own write), refuses with [`Abort::KeyExists`] and changes
     /// nothing (the transaction stays usable, and its read of the key is validated at
@@ -929,6 +970,71 @@ impl Txn<'_> {
         };
         self.tx = Some(tx);
         let mark = coordinator.truncation_mark();
+        let abort = |abort: Abort| {
+            // No record was sent: the reservations are free again.
+            coordinator
+                .log_space
+                .borrow_mut()
+                .release(&backups, counter);
+            abort
+        };
+
+        // 1. LOCK at every written primary. Each answers with the versions it locked at,
+        // which blind writes (`Txn::put`) learn here for their commit-backup records.
+        coordinator.count(|s| s.lock_messages += primaries.len() as u64);
+        let blind = self.writes.iter().any(|w| w.version == VERSION_ANY);
+        let mut versions: Vec<(u16, Vec<u64>)> = Vec::new();
+        let answers = {
+            let writes = &self.writes;
+            coordinator
+                .round(
+                    self.co,
+                    request_type::LOCK,
+                    Participant::lock,
+                    &primaries,
+                    |node, buffer| {
+                        encode_record(
+                            &tx,
+                            mark,
+                            &partitions,
+                            writes.iter().filter(at_primary(node)),
+                            buffer,
+                        )
+                    },
+                    |node, answer| {
+                        if answer.first() != Some(&1) {
+                            return false;
+                        }
+                        if blind {
+                            let locked_at = answer[1..]
+                                .chunks_exact(8)
+                                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                                .collect();
+                            versions.push((node, locked_at));
+                        }
+                        true
+                    },
+                )
+                .await
+        };
+        let locked: Vec<u16> = answers
+            .iter()
+            .filter(|(_, granted)| *granted)
+            .map(|(n, _)| *n)
+            .collect();
+        if locked.len() < primaries.len() {
+            self.release(&locked).await;
+            return Err(abort(Abort::Conflict));
+        }
+        for (node, locked_at) in versions {
+            let here = self
+                .writes
+                .iter_mut()
+                .filter(|w| placement.primary(w.partition) == node);
+            for (write, version) in here.zip(locked_at) {
+                write.version = version;
+            }
+        }
         let writes = &self.writes;
         let record = |writes_here: &dyn Fn(&&Write) -> bool, buffer: &mut Vec<u8>| {
             encode_record(
@@ -939,35 +1045,6 @@ impl Txn<'_> {
                 buffer,
             );
         };
-        let abort = |abort: Abort| {
-            // No record was sent: the reservations are free again.
-            coordinator
-                .log_space
-                .borrow_mut()
-                .release(&backups, counter);
-            abort
-        };
-
-        // 1. LOCK at every written primary.
-        coordinator.count(|s| s.lock_messages += primaries.len() as u64);
-        let answers = coordinator
-            .round(
-                self.co,
-                request_type::LOCK,
-                Participant::lock,
-                &primaries,
-                |node, buffer| record(&at_primary(node), buffer),
-            )
-            .await;
-        let locked: Vec<u16> = answers
-            .iter()
-            .filter(|(_, granted)| *granted)
-            .map(|(n, _)| *n)
-            .collect();
-        if locked.len() < primaries.len() {
-            self.release(&locked).await;
-            return Err(abort(Abort::Conflict));
-        }
         // 2. VALIDATE what was read but not written.
         if !read_only.is_empty() && !self.validate(&read_only).await {
             self.release(&locked).await;
@@ -982,6 +1059,7 @@ impl Txn<'_> {
                 Participant::commit_backup,
                 &backups,
                 |node, buffer| record(&at_backup(node), buffer),
+                yes,
             )
             .await;
         assert!(
@@ -1003,6 +1081,7 @@ impl Txn<'_> {
                 Participant::commit_primary,
                 &locked,
                 |_, buffer| encode_tx(&tx, buffer),
+                yes,
             )
             .await;
         Ok(())
@@ -1047,6 +1126,7 @@ impl Txn<'_> {
                         buffer,
                     )
                 },
+                yes,
             )
             .await;
         answers.iter().all(|(_, valid)| *valid)
@@ -1062,6 +1142,7 @@ impl Txn<'_> {
                 Participant::abort,
                 nodes,
                 |_, buffer| encode_tx(&tx, buffer),
+                yes,
             )
             .await;
     }

@@ -43,6 +43,11 @@ pub struct TxId {
     pub counter: u64,
 }
 
+/// The version of a write that did not read its object (a blind write, `Txn::put`): the
+/// primary locks the object at whatever version it has and answers with that version, and
+/// the coordinator sends the backups the version the primary locked.
+pub const VERSION_ANY: u64 = u64::MAX;
+
 /// Why bytes are not a message.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
 pub enum DecodeError {

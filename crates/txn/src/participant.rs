@@ -14,8 +14,8 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use crate::messages::{
-    CoordinatorId, ReadStatus, RecordView, TxId, decode_read, decode_truncate, decode_tx,
-    decode_validate, encode_read_response, request_type,
+    CoordinatorId, ReadStatus, RecordView, TxId, VERSION_ANY, decode_read, decode_truncate,
+    decode_tx, decode_validate, encode_read_response, request_type,
 };
 
 /// Records a backup keeps per coordinator thread before they are truncated. The
@@ -196,8 +196,10 @@ impl Participant {
         Ok(())
     }
 
-    /// LOCK (FaRM 4 step 1): lock every written object at the version read, or none.
-    /// Answers 1 if all were locked, 0 if not.
+    /// LOCK (FaRM 4 step 1): lock every written object at the version read (or, for a
+    /// blind write, at whatever version it has), or none. Answers 0 if not all were
+    /// locked; else 1, then the version each write was locked at (8 bytes each, in the
+    /// record's order), which a blind write's coordinator sends on to the backups.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
         if self.locked.contains_key(&record.tx) {
@@ -205,6 +207,7 @@ impl Participant {
             // rather than lose track of the locks the first one holds.
             return Err(HandlerError("transaction already holds locks here"));
         }
+        response.push(1);
         let mut taken = 0;
         let granted = record.writes().all(|write| {
             let Some(partition) = self.store.get(write.partition, Role::Primary) else {
@@ -217,12 +220,21 @@ impl Participant {
             {
                 return false;
             }
-            let locked = matches!(
-                partition.lock(write.table, &write.key, write.version),
-                Ok(Ok(()))
-            );
-            taken += usize::from(locked);
-            locked
+            let locked = if write.version == VERSION_ANY {
+                partition.lock_any(write.table, &write.key)
+            } else {
+                partition
+                    .lock(write.table, &write.key, write.version)
+                    .map(|r| r.map(|()| write.version))
+            };
+            match locked {
+                Ok(Ok(version)) => {
+                    response.extend_from_slice(&version.to_le_bytes());
+                    taken += 1;
+                    true
+                }
+                _ => false,
+            }
         });
         if !granted {
             for write in record.writes().take(taken) {
@@ -231,13 +243,13 @@ impl Participant {
                     .expect("locked above");
             }
             self.stats.locks_refused += 1;
+            response.clear();
             response.push(0);
             return Ok(());
         }
         self.stats.locks_granted += 1;
         let bytes = self.keep(payload);
         self.locked.insert(record.tx, bytes);
-        response.push(1);
         Ok(())
     }
 

@@ -69,6 +69,15 @@ fn read(participant: &mut Participant, partition: u32, key: u64) -> (ReadStatus,
     (status, version, value.to_vec())
 }
 
+/// A LOCK's answer when granted: 1, then the version each write was locked at.
+fn granted(versions: &[u64]) -> Vec<u8> {
+    let mut answer = vec![1];
+    for v in versions {
+        answer.extend_from_slice(&v.to_le_bytes());
+    }
+    answer
+}
+
 fn tx_message(counter: u64) -> Vec<u8> {
     let mut buf = Vec::new();
     encode_tx(&tx(counter), &mut buf);
@@ -89,7 +98,7 @@ fn lock_then_commit_installs_and_unlocks() {
         vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 2, 0, 20)],
         0,
     );
-    assert_eq!(call(Participant::lock, &mut p, &lock), [1]);
+    assert_eq!(call(Participant::lock, &mut p, &lock), granted(&[1, 0]));
     assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Locked);
     assert_eq!(p.locked_transactions(), 1);
     assert_eq!(
@@ -143,7 +152,7 @@ fn a_failed_lock_takes_no_lock_and_abort_releases() {
             &mut p,
             &record(3, vec![write(PRIMARY, 1, 1, 11)], 0)
         ),
-        [1]
+        granted(&[1])
     );
     assert_eq!(call(Participant::abort, &mut p, &tx_message(3)), [1]);
     assert_eq!(
@@ -183,7 +192,7 @@ fn validation_fails_on_a_changed_or_locked_object() {
             &mut p,
             &record(1, vec![write(PRIMARY, 1, 1, 11)], 0)
         ),
-        [1]
+        granted(&[1])
     );
     assert_eq!(
         call(Participant::validate, &mut p, &validate(1)),
@@ -386,7 +395,7 @@ fn a_second_lock_of_one_transaction_is_refused() {
             &mut p,
             &record(1, vec![write(PRIMARY, 1, 1, 6)], 0)
         ),
-        [1]
+        granted(&[1])
     );
     let mut response = Vec::new();
     let again = record(1, vec![write(PRIMARY, 2, 1, 7)], 0);
@@ -400,5 +409,37 @@ fn a_second_lock_of_one_transaction_is_refused() {
     assert_eq!(
         read(&mut p, PRIMARY, 1),
         (ReadStatus::Present, 2, 6u64.to_le_bytes().to_vec())
+    );
+}
+
+/// A blind write (version `VERSION_ANY`) is locked at whatever version the object has,
+/// which the answer reports; an absent key at version 0; a locked object refuses it.
+#[test]
+fn blind_writes_lock_at_the_current_version() {
+    let (mut p, primary, _) = node();
+    primary
+        .load(TABLE, Key::from(1), &5u64.to_le_bytes())
+        .unwrap();
+    let any = ferrotx_txn::messages::VERSION_ANY;
+    let lock = record(
+        1,
+        vec![write(PRIMARY, 1, any, 6), write(PRIMARY, 2, any, 7)],
+        0,
+    );
+    assert_eq!(call(Participant::lock, &mut p, &lock), granted(&[1, 0]));
+    // Another blind write of key 1 meets the lock.
+    let again = record(2, vec![write(PRIMARY, 1, any, 8)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &again), [0]);
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(1)),
+        [1]
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 1),
+        (ReadStatus::Present, 2, 6u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 2),
+        (ReadStatus::Present, 1, 7u64.to_le_bytes().to_vec())
     );
 }
