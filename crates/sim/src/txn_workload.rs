@@ -21,6 +21,9 @@ use crate::serializability::{TxnRecord, Violation, check};
 use crate::simulator::Simulator;
 
 const ACCOUNTS: TableId = TableId(1);
+/// Two keys outside the accounts, written only together by blind writes.
+const TAG_A: u64 = 1 << 40;
+const TAG_B: u64 = (1 << 40) + 1;
 const INITIAL_BALANCE: u64 = 100;
 
 /// Shape of the bank workload.
@@ -42,6 +45,10 @@ pub struct BankWorkload {
     pub partitions: u32,
     /// Network faults.
     pub faults: Faults,
+    /// Share of transactions on two tag keys, written together by blind writes
+    /// (`Txn::put`) and read together by read-only transactions, which must see them
+    /// equal.
+    pub tag_share: f64,
     /// Share of transactions that are audits (read-only transactions reading every
     /// account).
     pub audit_share: f64,
@@ -78,6 +85,7 @@ impl BankWorkload {
             },
             audit_share: 0.2,
             read_one_share: 0.2,
+            tag_share: 0.15,
             partition_ns: rng.random_bool(0.5).then(|| {
                 let start = rng.random_range(0..2_000_000);
                 (start, start + rng.random_range(0..20_000_000))
@@ -292,6 +300,77 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                             });
                             continue;
                         }
+                        let tags = kind >= workload.read_one_share + workload.audit_share
+                            && kind
+                                < workload.read_one_share
+                                    + workload.audit_share
+                                    + workload.tag_share;
+                        if tags {
+                            let writer = rng.random_bool(0.5);
+                            let start_ns = tick();
+                            let (result, reads) = if writer {
+                                // Both tags set to this transaction's id, without reading.
+                                let mut tx = coordinator.begin(&co);
+                                let value = Some(id.to_le_bytes().to_vec());
+                                let result = match (
+                                    tx.put(ACCOUNTS, Key::from(TAG_A), value.clone()),
+                                    tx.put(ACCOUNTS, Key::from(TAG_B), value),
+                                ) {
+                                    (Ok(()), Ok(())) => tx.commit_installed().await,
+                                    (Err(e), _) | (_, Err(e)) => Err(e),
+                                };
+                                (result, Vec::new())
+                            } else {
+                                // Both tags in one read-only transaction: always equal.
+                                let mut tx = coordinator.begin_read_only(&co);
+                                let keys = [Key::from(TAG_A), Key::from(TAG_B)];
+                                let seen = tx.read_many(ACCOUNTS, &keys).await;
+                                let reads: Vec<(u64, u64)> = tx
+                                    .reads()
+                                    .iter()
+                                    .map(|r| (key_id(&r.key), r.version))
+                                    .collect();
+                                let result = match seen {
+                                    Ok(values) => {
+                                        let committed = tx.commit().await;
+                                        if committed.is_ok() && values[0] != values[1] {
+                                            history.borrow_mut().violations.push(format!(
+                                                "tags differ in one read-only transaction: \
+                                                 {:?} and {:?}",
+                                                values[0], values[1]
+                                            ));
+                                        }
+                                        committed.map(|()| Vec::new())
+                                    }
+                                    Err(e) => Err(e),
+                                };
+                                (result, reads)
+                            };
+                            let end_ns = tick();
+                            let mut history = history.borrow_mut();
+                            let writes = match &result {
+                                Ok(installed) => installed
+                                    .iter()
+                                    .map(|(_, key, version)| (key_id(key), *version))
+                                    .collect(),
+                                Err(abort) => {
+                                    *history
+                                        .abort_reasons
+                                        .entry(format!("tags {abort:?}"))
+                                        .or_default() += 1;
+                                    Vec::new()
+                                }
+                            };
+                            history.records.push(TxnRecord {
+                                id,
+                                start_ns,
+                                end_ns,
+                                committed: result.is_ok(),
+                                reads,
+                                writes,
+                            });
+                            continue;
+                        }
                         let audit = kind < workload.read_one_share + workload.audit_share;
                         let from = rng.random_range(0..workload.accounts);
                         let to =
@@ -459,7 +538,10 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             .violations
             .push(format!("{unfinished} coroutines never finished"));
     }
-    for v in check(&history.records, |_, version| version == 1) {
+    // Accounts are loaded at version 1; the tags start absent, at version 0.
+    for v in check(&history.records, |&key, version| {
+        version == if key >= TAG_A { 0 } else { 1 }
+    }) {
         outcome.violations.push(match v {
             Violation::Cycle { anomaly, steps } => format!("{anomaly}: {steps:?}"),
             other => format!("{other:?}"),
@@ -504,6 +586,30 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             if copy_seen != Some(seen) || copy != out {
                 outcome.violations.push(format!(
                     "account {account}: backup on node {node} at {copy_seen:?}, primary at {seen:?}"
+                ));
+            }
+        }
+    }
+    // The tags: no lost blind write, and backups equal to the primary.
+    for tag in [TAG_A, TAG_B] {
+        let key = Key::from(tag);
+        let p = placement.partition_of(ACCOUNTS, &key) as usize;
+        let primary = &replicas[p][0].1;
+        let seen = primary.read(ACCOUNTS, &key, &mut out).expect("table");
+        let version = seen.map_or(u64::MAX, |s| s.version);
+        let expected_version = highest.get(&tag).copied().unwrap_or(0);
+        if version != expected_version {
+            outcome.violations.push(format!(
+                "tag {tag}: primary at version {version}, but the last committed write installed {expected_version}"
+            ));
+        }
+        for (node, backup) in &replicas[p][1..] {
+            let copy_seen = backup.read(ACCOUNTS, &key, &mut copy).expect("table");
+            if copy_seen.map(|s| (s.version, s.present)) != seen.map(|s| (s.version, s.present))
+                || copy != out
+            {
+                outcome.violations.push(format!(
+                    "tag {tag}: backup on node {node} differs from the primary"
                 ));
             }
         }

@@ -81,6 +81,7 @@ fn reservations_bound_backup_logs_while_a_commit_is_stuck() {
         },
         audit_share: 0.0,
         read_one_share: 0.0,
+        tag_share: 0.0,
         partition_ns: Some((100_000, 40_000_000)),
         log_records: 4,
     };

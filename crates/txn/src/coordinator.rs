@@ -894,6 +894,22 @@ impl Txn<'_> {
         result
     }
 
+    /// [`Txn::commit`], returning the version each write installed (for histories: a
+    /// blind write learns its version only at LOCK).
+    pub async fn commit_installed(mut self) -> Result<Vec<(TableId, Key, u64)>, Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        let result = self.commit_inner().await;
+        self.finish(result.is_ok());
+        result?;
+        Ok(self
+            .writes
+            .iter()
+            .map(|w| (w.table, w.key, w.version + 1))
+            .collect())
+    }
+
     async fn commit_inner(&mut self) -> Result<(), Abort> {
         let coordinator = self.coordinator;
         let placement = &*coordinator.placement;
