@@ -10,5 +10,6 @@ pub mod lossy;
 pub mod processes;
 pub mod rpc;
 pub mod smallbank;
+pub mod sweep;
 pub mod tatp;
 pub mod workload;

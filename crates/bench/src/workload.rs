@@ -119,6 +119,17 @@ impl Workload {
         !matches!(self, Self::Latency(_))
     }
 
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Kv(_) => "kv",
+            Self::Bank(_) => "bank",
+            Self::SmallBank(_) => "smallbank",
+            Self::Tatp(_) => "tatp",
+            Self::Latency(_) => "latency",
+        }
+    }
+
     /// Its transaction types, for the breakdown of results.
     pub fn types(&self) -> &'static [&'static str] {
         match self {

@@ -201,6 +201,14 @@ struct ClusterRunArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Vary the offered load instead (coroutines per thread: 1, 2, 4, 8, 16, 32, or
+    /// --sweep-coroutines) and write PREFIX.json and PREFIX.svg, a throughput-latency
+    /// plot.
+    #[arg(long, value_name = "PREFIX")]
+    sweep: Option<PathBuf>,
+    /// Coroutines per thread of each point of --sweep.
+    #[arg(long, value_delimiter = ',')]
+    sweep_coroutines: Option<Vec<usize>>,
 }
 
 #[derive(Args)]
@@ -307,7 +315,23 @@ impl ClusterRunArgs {
     }
 }
 
-fn run_cluster_bench(options: &ClusterBenchOptions, json: &Option<PathBuf>) -> anyhow::Result<()> {
+fn run_cluster_bench(options: &ClusterBenchOptions, run: &ClusterRunArgs) -> anyhow::Result<()> {
+    let json = &run.json;
+    if let Some(prefix) = &run.sweep {
+        let loads = run
+            .sweep_coroutines
+            .clone()
+            .unwrap_or_else(|| ferrotx_bench::sweep::DEFAULT_COROUTINES.to_vec());
+        let title = format!(
+            "{}: {} node processes, {} replicas, UDP",
+            options.workload.name(),
+            options.nodes,
+            options.replicas
+        );
+        let report = ferrotx_bench::sweep::run(options, &loads, &title)?;
+        ferrotx_bench::sweep::write(&report, prefix)?;
+        return Ok(());
+    }
     let report = ferrotx_bench::kv::run(options)?;
     ferrotx_bench::kv::print_table(&report);
     write_json(json, &report)?;
@@ -367,7 +391,7 @@ fn main() -> anyhow::Result<()> {
                 value_bytes: args.value_bytes,
                 zipf: args.zipf,
             });
-            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+            run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Latency(args)) => {
             let report =
@@ -387,7 +411,7 @@ fn main() -> anyhow::Result<()> {
                     .subscribers_per_node
                     .saturating_mul(u64::from(args.run.nodes)),
             });
-            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+            run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Smallbank(args)) => {
             let nodes = u64::from(args.run.nodes);
@@ -397,14 +421,14 @@ fn main() -> anyhow::Result<()> {
                 hot_percent: args.hot_percent,
                 initial_balance: args.initial_balance,
             });
-            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+            run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Bank(args)) => {
             let workload = Workload::Bank(BankWorkload {
                 accounts: args.accounts,
                 initial_balance: args.initial_balance,
             });
-            run_cluster_bench(&args.run.options(workload), &args.run.json)?;
+            run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Rpc(args)) => {
             let options = RpcBenchOptions {

@@ -471,3 +471,47 @@ fn bench_latency_reports_every_size_beside_ramcloud() {
     assert_eq!(seen, expected);
     assert_eq!(r["cluster"]["checks"]["ok"], true);
 }
+
+#[test]
+fn a_sweep_writes_its_data_and_a_plot() {
+    let prefix = temp_path("sweep");
+    let output = ferrotx()
+        .args([
+            "bench",
+            "tatp",
+            "--subscribers-per-node",
+            "500",
+            "--duration",
+            "0.5",
+        ])
+        .args([
+            "--sweep-coroutines",
+            "1,4",
+            "--port-base",
+            &port_base(11),
+            "--sweep",
+        ])
+        .arg(&prefix)
+        .output()
+        .expect("run ferrotx");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = prefix.with_extension("json");
+    let svg = prefix.with_extension("svg");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(svg);
+    let points = r["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2);
+    assert_eq!(points[0]["coroutines"], 1);
+    assert_eq!(points[1]["coroutines"], 4);
+    for p in points {
+        assert!(number(p, "throughput_per_s") > 0.0, "{p}");
+    }
+    assert_eq!(plot.matches("<circle").count(), 4);
+}
