@@ -122,7 +122,7 @@ pub fn plot(report: &SweepReport) -> String {
     );
     let x = |v: f64| LEFT + v / x_max * (W - LEFT - RIGHT);
     let y = |v: f64| {
-        let t = (v.max(y_min).log10() - log_min) / (log_max - log_min);
+        let t = (v.max(1e-3).log10() - log_min) / (log_max - log_min);
         H - BOTTOM - t * (H - TOP - BOTTOM)
     };
     let mut s = String::new();
@@ -154,7 +154,7 @@ pub fn plot(report: &SweepReport) -> String {
         let v = x_max / 5.0 * f64::from(i);
         let _ = writeln!(
             s,
-            r##"<line x1="{0}" y1="{TOP}" x2="{0}" y2="{1}" stroke="#ddd"/><text x="{0}" y="{2}" text-anchor="middle">{3:.0}</text>"##,
+            r##"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1}" stroke="#ddd"/><text x="{0:.1}" y="{2}" text-anchor="middle">{3:.0}</text>"##,
             x(v),
             H - BOTTOM,
             H - BOTTOM + 18.0,
@@ -166,7 +166,7 @@ pub fn plot(report: &SweepReport) -> String {
         let v = 10f64.powf(decade);
         let _ = writeln!(
             s,
-            r##"<line x1="{LEFT}" y1="{0}" x2="{1}" y2="{0}" stroke="#ddd"/><text x="{2}" y="{3}" text-anchor="end">{4}</text>"##,
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#ddd"/><text x="{2}" y="{3:.1}" text-anchor="end">{4}</text>"##,
             y(v),
             W - RIGHT,
             LEFT - 6.0,
