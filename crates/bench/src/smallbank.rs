@@ -11,7 +11,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Done, Loader, Outcome};
+use crate::workload::{Done, Loader, Outcome, pick_kind};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(1);
@@ -104,18 +104,7 @@ impl SmallBankWorkload {
         coordinator: &Rc<Coordinator>,
         rng: &mut ChaCha8Rng,
     ) -> Done {
-        let mut pick = rng.random_range(0..100);
-        let kind = Self::MIX
-            .iter()
-            .position(|&share| {
-                if pick < share {
-                    true
-                } else {
-                    pick -= share;
-                    false
-                }
-            })
-            .expect("the mix sums to 100");
+        let kind = pick_kind(&Self::MIX, rng);
         let result = match kind {
             0 => {
                 let (from, to) = self.two_accounts(rng);

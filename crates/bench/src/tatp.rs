@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Done, Loader, Outcome};
+use crate::workload::{Done, Loader, Outcome, pick_kind};
 
 /// Subscriber: s_id -> bits, hex digits, bytes, locations (32 bytes).
 pub const SUBSCRIBER: TableId = TableId(1);
@@ -137,18 +137,7 @@ impl TatpWorkload {
         coordinator: &Rc<Coordinator>,
         rng: &mut ChaCha8Rng,
     ) -> Done {
-        let mut pick = rng.random_range(0..100);
-        let kind = Self::MIX
-            .iter()
-            .position(|&share| {
-                if pick < share {
-                    true
-                } else {
-                    pick -= share;
-                    false
-                }
-            })
-            .expect("the mix sums to 100");
+        let kind = pick_kind(&Self::MIX, rng);
         let s_id = self.subscriber(rng);
         let result = match kind {
             0 => get_subscriber_data(co, coordinator, s_id).await,

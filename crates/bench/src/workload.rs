@@ -265,6 +265,21 @@ impl KeyChooser {
     }
 }
 
+/// A transaction type drawn from `mix` (percentages summing to 100): its index.
+pub fn pick_kind(mix: &[u32], rng: &mut ChaCha8Rng) -> usize {
+    let mut pick = rng.random_range(0..100);
+    mix.iter()
+        .position(|&share| {
+            if pick < share {
+                true
+            } else {
+                pick -= share;
+                false
+            }
+        })
+        .expect("the mix sums to 100")
+}
+
 /// Where a workload's generated rows go: table, key, value; returns whether the row was
 /// stored here.
 pub type Loader<'a> = dyn FnMut(TableId, Key, &[u8]) -> Result<bool, StoreError> + 'a;

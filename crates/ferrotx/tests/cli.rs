@@ -1,41 +1,14 @@
 //! The `ferrotx` command end to end: real processes, real sockets on loopback.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn ferrotx() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ferrotx"))
-}
+use common::{bench, ferrotx, number, temp_path};
 
-fn temp_json(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("ferrotx-test-{}-{name}.json", std::process::id()))
-}
-
-/// Runs `ferrotx bench rpc` with `args` and returns its JSON report.
+/// Runs `ferrotx bench rpc` for half a second with `args` and returns its JSON report.
 fn bench_rpc(name: &str, args: &[&str]) -> serde_json::Value {
-    let json = temp_json(name);
-    let output = ferrotx()
-        .args(["bench", "rpc", "--duration", "0.5", "--json"])
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("run ferrotx");
-    assert!(
-        output.status.success(),
-        "ferrotx bench rpc {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
-    let _ = std::fs::remove_file(json);
-    report
-}
-
-fn number(report: &serde_json::Value, key: &str) -> f64 {
-    report[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+    let mut all = vec!["--duration", "0.5"];
+    all.extend_from_slice(args);
+    bench("rpc", name, &all)
 }
 
 #[test]
@@ -123,7 +96,7 @@ fn bad_flags_get_a_clear_error() {
 
 #[test]
 fn an_idle_node_sleeps() {
-    let json = temp_json("idle");
+    let json = temp_path("idle");
     let output = ferrotx()
         .args([
             "bench",

@@ -1,52 +1,17 @@
 //! Clusters of node processes over UDP on loopback: `bench bank`, `bench kv`, `node` and
 //! `cluster local`, run as a user would.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+use common::{bench, ferrotx, number, temp_path};
 use std::time::{Duration, Instant};
-
-fn ferrotx() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ferrotx"))
-}
-
-fn temp_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "ferrotx-cluster-test-{}-{name}",
-        std::process::id()
-    ))
-}
 
 /// A port range of its own for each test, so tests running at once do not collide.
 fn port_base(test: u16) -> String {
     (30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000).to_string()
-}
-
-/// Runs `ferrotx bench <what>` with `args` and returns its JSON report.
-fn bench(what: &str, name: &str, args: &[&str]) -> serde_json::Value {
-    let json = temp_path(name);
-    let output = ferrotx()
-        .args(["bench", what, "--json"])
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("run ferrotx");
-    assert!(
-        output.status.success(),
-        "ferrotx bench {what} {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
-    let _ = std::fs::remove_file(json);
-    report
-}
-
-fn number(report: &serde_json::Value, key: &str) -> f64 {
-    report[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing in {report}"))
 }
 
 fn checks_passed(report: &serde_json::Value) {

@@ -886,6 +886,10 @@ impl Txn<'_> {
     /// reserving log space at the backups. Truncation (step 5) rides on later
     /// commit-backup messages. A read-only transaction only validates its reads.
     pub async fn commit(mut self) -> Result<(), Abort> {
+        self.commit_and_finish().await
+    }
+
+    async fn commit_and_finish(&mut self) -> Result<(), Abort> {
         if self.finished {
             return Err(Abort::Finished);
         }
@@ -897,12 +901,7 @@ impl Txn<'_> {
     /// [`Txn::commit`], returning the version each write installed (for histories: a
     /// blind write learns its version only at LOCK).
     pub async fn commit_installed(mut self) -> Result<Vec<(TableId, Key, u64)>, Abort> {
-        if self.finished {
-            return Err(Abort::Finished);
-        }
-        let result = self.commit_inner().await;
-        self.finish(result.is_ok());
-        result?;
+        self.commit_and_finish().await?;
         Ok(self
             .writes
             .iter()

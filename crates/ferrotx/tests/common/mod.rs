@@ -1,0 +1,45 @@
+//! What the end-to-end tests of the `ferrotx` command share.
+
+#![allow(dead_code)] // Each test binary uses its own part.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The `ferrotx` binary under test.
+pub fn ferrotx() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ferrotx"))
+}
+
+/// A path in the temporary directory, unique to this test process and `name`.
+pub fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ferrotx-test-{}-{name}", std::process::id()))
+}
+
+/// Runs `ferrotx bench <what>` with `args` plus `--json`, requires it to succeed, and
+/// returns its JSON report.
+pub fn bench(what: &str, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = temp_path(name);
+    let output = ferrotx()
+        .args(["bench", what, "--json"])
+        .arg(&json)
+        .args(args)
+        .output()
+        .expect("run ferrotx");
+    assert!(
+        output.status.success(),
+        "ferrotx bench {what} {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("report written")).expect("JSON");
+    let _ = std::fs::remove_file(json);
+    report
+}
+
+/// The number at `key` of a JSON report.
+pub fn number(report: &serde_json::Value, key: &str) -> f64 {
+    report[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {report}"))
+}
