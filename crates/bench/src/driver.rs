@@ -236,11 +236,20 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
         })
         .collect();
     let node = Node::start(config.clone(), id, transports, &options, Instant::now());
-    // Primaries first: the objects reads and locks touch end up together in memory.
+    // Primaries first: the objects reads and locks touch end up together in memory. Each
+    // pass generates every row; a `loading DONE TOTAL` line goes out every half second.
+    let total = 2 * drive.workload.rows();
+    let mut done = 0u64;
+    let mut reported = Instant::now();
     for role in [Role::Primary, Role::Backup] {
-        drive
-            .workload
-            .load(&mut |table, key, value| node.load_as(role, table, key, value))?;
+        drive.workload.load(&mut |table, key, value| {
+            done += 1;
+            if done & 4095 == 0 && reported.elapsed() >= Duration::from_millis(500) {
+                reported = Instant::now();
+                println!("loading {done} {total}");
+            }
+            node.load_as(role, table, key, value)
+        })?;
     }
     let mut out = std::io::stdout().lock();
     let mut answer = |line: &str| -> anyhow::Result<()> {

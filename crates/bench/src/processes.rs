@@ -91,8 +91,32 @@ impl ProcessCluster {
                 lines,
             });
         }
-        for line in cluster.read_all()? {
-            ensure!(line == "ready", "a node did not start: {line}");
+        // Each node reports its loading, then `ready`; the first node's progress is shown.
+        for i in 0..cluster.nodes.len() {
+            loop {
+                let line = cluster.read_one(i)?;
+                if line == "ready" {
+                    break;
+                }
+                let progress: Option<(u64, u64)> = line
+                    .strip_prefix("loading ")
+                    .and_then(|rest| rest.split_once(' '))
+                    .and_then(|(done, total)| Some((done.parse().ok()?, total.parse().ok()?)));
+                let Some((done, total)) = progress else {
+                    bail!("a node did not start: {line}");
+                };
+                if i == 0 {
+                    eprint!(
+                        "\r  loading: {:>3}% ({:.1} M of about {:.1} M row copies)",
+                        (done * 100 / total.max(1)).min(100),
+                        done as f64 / 1e6,
+                        total as f64 / 1e6
+                    );
+                }
+            }
+            if i == 0 {
+                eprintln!("\r  loading: done{:50}", "");
+            }
         }
         Ok(cluster)
     }
@@ -127,20 +151,22 @@ impl ProcessCluster {
     }
 
     fn read_all(&mut self) -> anyhow::Result<Vec<String>> {
-        let mut lines = Vec::new();
-        for node in &mut self.nodes {
-            match node.lines.recv_timeout(ANSWER_TIMEOUT) {
-                Ok(line) => lines.push(line.trim().to_owned()),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    bail!("node {} did not answer in {ANSWER_TIMEOUT:?}", node.node)
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let status = node.child.wait().ok();
-                    bail!("node {} exited early ({status:?})", node.node);
-                }
+        (0..self.nodes.len()).map(|i| self.read_one(i)).collect()
+    }
+
+    /// The next line from node number `i` (in node order).
+    fn read_one(&mut self, i: usize) -> anyhow::Result<String> {
+        let node = &mut self.nodes[i];
+        match node.lines.recv_timeout(ANSWER_TIMEOUT) {
+            Ok(line) => Ok(line.trim().to_owned()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                bail!("node {} did not answer in {ANSWER_TIMEOUT:?}", node.node)
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = node.child.wait().ok();
+                bail!("node {} exited early ({status:?})", node.node);
             }
         }
-        Ok(lines)
     }
 
     /// Tells every node to exit and waits for them; returns their last answers.

@@ -168,6 +168,19 @@ impl Workload {
         }
     }
 
+    /// About how many rows [`Workload::load`] generates (TATP's are random; this is their
+    /// expectation), for progress reports.
+    pub fn rows(&self) -> u64 {
+        match self {
+            Self::Kv(kv) => kv.key_count,
+            Self::Bank(bank) => bank.accounts,
+            Self::SmallBank(bank) => 2 * bank.accounts,
+            // A subscriber, its number, 2.5 access infos, 2.5 facilities, 3.75 forwardings.
+            Self::Tatp(tatp) => tatp.subscribers * 43 / 4,
+            Self::Latency(latency) => 5 * latency.objects_per_size,
+        }
+    }
+
     /// Generates every row of the workload, the same on every node, and gives each to
     /// `load` (which keeps the ones the node holds).
     pub fn load(&self, load: &mut Loader<'_>) -> Result<(), StoreError> {
