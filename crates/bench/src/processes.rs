@@ -107,7 +107,7 @@ impl ProcessCluster {
                 };
                 if i == 0 {
                     eprint!(
-                        "\r  loading: {:>3}% ({:.1} M of about {:.1} M row copies)",
+                        "\r  loading: {:>3}% ({:.1} M of about {:.1} M rows generated, in two passes)",
                         (done * 100 / total.max(1)).min(100),
                         done as f64 / 1e6,
                         total as f64 / 1e6
