@@ -771,7 +771,9 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// Writes `value` to `key` (inserting it if absent); `None` deletes it.
+    /// Writes `value` to `key` (inserting it if absent); `None` deletes it. The key is
+    /// read first if this transaction has not read or written it, so that the commit
+    /// locks it at the version read (FaRM's optimistic execution).
     pub async fn write(
         &mut self,
         table: TableId,
@@ -779,34 +781,10 @@ impl Txn<'_> {
         value: Option<Vec<u8>>,
     ) -> Result<(), Abort> {
         self.check_write(table, &key, value.as_deref())?;
-        let version = match self
-            .writes
-            .iter_mut()
-            .find(|w| w.table == table && w.key == key)
-        {
-            Some(w) => {
-                w.value = value;
-                return Ok(());
-            }
-            None => {
-                self.read(table, key).await?;
-                let read = self
-                    .reads
-                    .iter()
-                    .find(|r| r.table == table && r.key == key)
-                    .expect("just read");
-                read.version
-            }
-        };
-        let partition = self.coordinator.placement.partition_of(table, &key);
-        self.writes.push(Write {
-            partition,
-            table,
-            key,
-            version,
-            value,
-        });
-        Ok(())
+        if !self.writes.iter().any(|w| w.table == table && w.key == key) {
+            self.read(table, key).await?;
+        }
+        self.put(table, key, value)
     }
 
     /// Writes `value` to `key` without reading it (a blind write; `None` deletes): at
