@@ -880,6 +880,7 @@ fn blind_writes_commit_without_a_read_and_reach_the_backups() {
                 0,
                 move |co, coordinator: Rc<Coordinator>| async move {
                     let mut committed = 0u64;
+                    let mut aborts_in_a_row = 0;
                     for i in 0..200u64 {
                         let mut txn = coordinator.begin(&co);
                         // Every node overwrites every account, and inserts one of its own.
@@ -895,6 +896,18 @@ fn blind_writes_commit_without_a_read_and_reach_the_backups() {
                         assert_eq!(seen, Some(i.to_le_bytes().to_vec()));
                         if txn.commit().await.is_ok() {
                             committed += 1;
+                            aborts_in_a_row = 0;
+                        } else {
+                            // Every coordinator locks its own node's keys first, in memory,
+                            // so three of them overwriting the same keys at once all lose
+                            // at the others' primaries: back off, longer after each abort
+                            // and for a different time on each node, to break the tie.
+                            aborts_in_a_row = (aborts_in_a_row + 1).min(6);
+                            let wait_ns = (u64::from(node) + 1) * 10_000 << aborts_in_a_row;
+                            let until = co.now_ns() + wait_ns;
+                            while co.now_ns() < until {
+                                co.yield_now().await;
+                            }
                         }
                     }
                     coordinator.flush_truncation(&co, &[0, 1, 2]).await;
