@@ -903,7 +903,7 @@ fn blind_writes_commit_without_a_read_and_reach_the_backups() {
                             // at the others' primaries: back off, longer after each abort
                             // and for a different time on each node, to break the tie.
                             aborts_in_a_row = (aborts_in_a_row + 1).min(6);
-                            let wait_ns = (u64::from(node) + 1) * 10_000 << aborts_in_a_row;
+                            let wait_ns = ((u64::from(node) + 1) * 10_000) << aborts_in_a_row;
                             let until = co.now_ns() + wait_ns;
                             while co.now_ns() < until {
                                 co.yield_now().await;
