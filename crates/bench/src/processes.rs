@@ -121,11 +121,6 @@ impl ProcessCluster {
         Ok(cluster)
     }
 
-    /// Process ids of the nodes, in node order.
-    pub fn pids(&self) -> Vec<u32> {
-        self.nodes.iter().map(|n| n.child.id()).collect()
-    }
-
     /// Sends `command` to every node, then reads one answer line from each, in node order.
     pub fn command(&mut self, command: &str) -> anyhow::Result<Vec<String>> {
         for node in &mut self.nodes {

@@ -166,11 +166,6 @@ impl LocalCluster {
         self.config.members().iter().map(|m| m.node).collect()
     }
 
-    /// The running node `node`.
-    pub fn node_handle(&self, node: u16) -> &Node {
-        self.node(node)
-    }
-
     /// Stops every worker thread and waits for them.
     pub fn stop(self) {
         for node in self.nodes {

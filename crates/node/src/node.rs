@@ -300,11 +300,6 @@ impl Node {
         receiver
     }
 
-    /// Asks every worker thread to stop, without waiting.
-    pub fn request_stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
     /// Whether a worker thread has ended (stopped, or panicked).
     pub fn any_worker_ended(&self) -> bool {
         self.threads.iter().any(JoinHandle::is_finished)
