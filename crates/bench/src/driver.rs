@@ -14,10 +14,10 @@
 use std::io::{BufRead, Write};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use ferrotx_cluster::Configuration;
 use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions};
 use ferrotx_store::ReadOutcome;
@@ -101,7 +101,7 @@ pub struct TypeResult {
 }
 
 impl RunResult {
-    fn add_counts(&mut self, other: &RunResult) {
+    pub(crate) fn add_counts(&mut self, other: &RunResult) {
         self.window_committed += other.window_committed;
         self.window_aborted += other.window_aborted;
         self.committed += other.committed;
@@ -260,36 +260,54 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
     answer("ready")?;
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
     let mut running = Vec::new();
     let mut cpu_start = 0.0;
     let mut cpu_s = 0.0;
     let mut window_start = Instant::now();
     let mut window_s = 0.0;
     for line in std::io::stdin().lock().lines() {
-        match line?.trim() {
+        let line = line?;
+        let (command, argument) = match line.trim().split_once(' ') {
+            Some((command, argument)) => (command, Some(argument)),
+            None => (line.trim(), None),
+        };
+        match command {
+            // `run` or `run N`: start the workload with N coroutines per thread (default:
+            // the drive options'); `stop` ends it, and another `run` may follow.
             "run" => {
+                ensure!(running.is_empty(), "run while a run is going on");
+                let coroutines = match argument {
+                    Some(n) => n
+                        .parse::<usize>()
+                        .with_context(|| format!("coroutines per thread: {n:?}"))?,
+                    None => drive.coroutines,
+                };
+                stop.store(false, Ordering::Relaxed);
                 let clients = if id < drive.client_nodes {
                     config.threads_per_node()
                 } else {
                     0
                 };
                 for thread in 0..clients {
-                    for index in 0..drive.coroutines {
+                    for index in 0..coroutines {
                         let seed = drive.seed
                             ^ (u64::from(id) << 48)
                             ^ (u64::from(thread) << 32)
                             ^ index as u64;
                         let runner =
                             Runner::new(drive.workload.clone(), ChaCha8Rng::seed_from_u64(seed));
-                        let (measuring, stop) = (measuring.clone(), stop.clone());
+                        let (measuring, stop, progress) =
+                            (measuring.clone(), stop.clone(), progress.clone());
                         running.push(node.spawn(thread, move |co, coordinator| {
-                            coroutine(co, coordinator, runner, measuring, stop)
+                            coroutine(co, coordinator, runner, measuring, stop, progress)
                         }));
                     }
                 }
                 answer("running")?;
             }
             "window-start" => {
+                progress.store(0, Ordering::Relaxed);
                 cpu_start = process_cpu_s();
                 window_start = Instant::now();
                 measuring.store(true, Ordering::Relaxed);
@@ -350,6 +368,8 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                 flush_truncation(&node)?;
                 answer(&serde_json::to_string(&run)?)?;
             }
+            // Transactions committed in the window so far, for a progress line.
+            "progress" => answer(&progress.load(Ordering::Relaxed).to_string())?,
             "check" => answer(&serde_json::to_string(&check(&node, &drive.workload))?)?,
             "exit" => break,
             other => bail!("unknown command {other:?}"),
@@ -392,6 +412,7 @@ async fn coroutine(
     mut runner: Runner,
     measuring: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
 ) -> CoroutineResult {
     let mut run = RunResult::default();
     let counts_local = runner.workload().counts_local();
@@ -414,6 +435,12 @@ async fn coroutine(
                 run.money += i128::from(outcome.money);
                 if window {
                     run.window_committed += 1;
+                    // Counted for the progress line in steps, not one shared write per
+                    // transaction.
+                    const PROGRESS_STEP: u64 = 256;
+                    if run.window_committed % PROGRESS_STEP == 0 {
+                        progress.fetch_add(PROGRESS_STEP, Ordering::Relaxed);
+                    }
                     run.types[done.kind].committed += 1;
                     run.types[done.kind].succeeded += u64::from(outcome.succeeded);
                     let latency = if waited {

@@ -159,7 +159,22 @@ pub struct ClusterBenchReport {
 
 /// Runs the benchmark: starts the node processes, runs the workload, checks the data.
 pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> {
+    let mut reports = run_points(options, &[options.coroutines])?;
+    Ok(reports.pop().expect("one point"))
+}
+
+/// Runs the workload once per entry of `coroutines` (coroutines per thread) on one cluster,
+/// loaded once, then checks the data: a report per run, each with the checks of the data
+/// as they stand after every run.
+pub fn run_points(
+    options: &ClusterBenchOptions,
+    coroutines: &[usize],
+) -> anyhow::Result<Vec<ClusterBenchReport>> {
     let config = options.check()?;
+    ensure!(
+        !coroutines.is_empty() && !coroutines.contains(&0),
+        "coroutines per thread must be at least 1"
+    );
     let drive = DriveOptions {
         workload: options.workload.clone(),
         coroutines: options.coroutines,
@@ -176,27 +191,77 @@ pub fn run(options: &ClusterBenchOptions) -> anyhow::Result<ClusterBenchReport> 
         options.nodes
     );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
-    eprintln!(
-        "loaded in {:.1} s; running {:.1} s of warm-up, then measuring {:.1} s...",
-        started.elapsed().as_secs_f64(),
-        options.warmup_s,
-        options.duration_s
-    );
-    cluster.command("run")?;
-    std::thread::sleep(Duration::from_secs_f64(options.warmup_s));
-    cluster.command("window-start")?;
-    std::thread::sleep(Duration::from_secs_f64(options.duration_s));
-    cluster.command("window-end")?;
-    eprintln!("stopping the workload and checking the data...");
-    let runs: Vec<RunResult> = cluster.command_json("stop")?;
+    eprintln!("loaded in {:.1} s", started.elapsed().as_secs_f64());
+    let mut points = Vec::new();
+    // Per node, everything every run did: what the checks of the data expect.
+    let mut all: Vec<RunResult> = Vec::new();
+    for &c in coroutines {
+        eprintln!(
+            "running {c} coroutines per thread: {:.1} s of warm-up, then measuring {:.1} s...",
+            options.warmup_s, options.duration_s
+        );
+        cluster.command(&format!("run {c}"))?;
+        std::thread::sleep(Duration::from_secs_f64(options.warmup_s));
+        cluster.command("window-start")?;
+        measure_with_progress(&mut cluster, options.duration_s)?;
+        cluster.command("window-end")?;
+        let runs: Vec<RunResult> = cluster.command_json("stop")?;
+        all.resize(runs.len(), RunResult::default());
+        for (sum, run) in all.iter_mut().zip(&runs) {
+            sum.add_counts(run);
+        }
+        points.push((c, runs));
+    }
+    eprintln!("checking the data...");
     let checks: Vec<CheckResult> = cluster.command_json("check")?;
     let totals: Vec<NodeTotals> = cluster.exit()?;
-    Ok(report(options, &runs, &checks, &totals))
+    Ok(points
+        .iter()
+        .map(|(c, runs)| {
+            let options = ClusterBenchOptions {
+                coroutines: *c,
+                ..options.clone()
+            };
+            report(&options, runs, &all, &checks, &totals)
+        })
+        .collect())
 }
 
+/// Waits out the measured window, redrawing a progress bar with the throughput so far
+/// on stderr twice a second.
+fn measure_with_progress(cluster: &mut ProcessCluster, duration_s: f64) -> anyhow::Result<()> {
+    const WIDTH: usize = 30;
+    let started = std::time::Instant::now();
+    loop {
+        let elapsed = started.elapsed().as_secs_f64();
+        if elapsed >= duration_s {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs_f64((duration_s - elapsed).min(0.5)));
+        let committed: u64 = cluster
+            .command("progress")?
+            .iter()
+            .map(|line| line.parse::<u64>().unwrap_or(0))
+            .sum();
+        let elapsed = started.elapsed().as_secs_f64().min(duration_s);
+        let filled = ((elapsed / duration_s) * WIDTH as f64) as usize;
+        eprint!(
+            "\r  measuring: [{}{}] {elapsed:.1} of {duration_s:.1} s, {:.0} K txn/s",
+            "#".repeat(filled.min(WIDTH)),
+            ".".repeat(WIDTH - filled.min(WIDTH)),
+            committed as f64 / elapsed.max(1e-3) / 1e3
+        );
+    }
+    eprintln!();
+    Ok(())
+}
+
+/// The report of one run (`runs`, a result per node), with the checks of the data after
+/// every run (`all`, everything each node's runs did).
 fn report(
     options: &ClusterBenchOptions,
     runs: &[RunResult],
+    all: &[RunResult],
     checks: &[CheckResult],
     totals: &[NodeTotals],
 ) -> ClusterBenchReport {
@@ -212,8 +277,8 @@ fn report(
     let sum = |f: fn(&RunResult) -> u64| runs.iter().map(f).sum::<u64>();
     let committed = sum(|r| r.window_committed);
     let aborted = sum(|r| r.window_aborted);
-    let committed_total = sum(|r| r.committed);
-    let errors = sum(|r| r.errors);
+    let committed_total = all.iter().map(|r| r.committed).sum::<u64>();
+    let errors = all.iter().map(|r| r.errors).sum::<u64>();
     let cpu_s: f64 = runs.iter().map(|r| r.cpu_s).sum();
     let percentiles = |h: &hdrhistogram::Histogram<u64>| {
         let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
@@ -249,7 +314,7 @@ fn report(
         let primary = group[0].2;
         replicas_differing += group[1..].iter().filter(|c| c.2 != primary).count();
     }
-    let money: i128 = runs.iter().map(|r| r.money).sum();
+    let money: i128 = all.iter().map(|r| r.money).sum();
     let primary_sum = checks.iter().map(|c| c.primary_sum).sum();
     let primary_max = checks.iter().map(|c| c.primary_max).max().unwrap_or(0);
     let primary_missing = checks.iter().map(|c| c.primary_missing).sum();

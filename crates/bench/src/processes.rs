@@ -16,6 +16,28 @@ use crate::driver::DriveOptions;
 /// its coroutines, takes seconds).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// glibc's tunable that backs its heap with transparent huge pages (`madvise`), which
+/// machines set to `madvise` mode otherwise give to no one.
+const HUGE_PAGES_TUNABLE: &str = "glibc.malloc.hugetlb=1";
+
+/// `exe node --config CONFIG --id NODE`, with glibc asked to back the heap with huge
+/// pages unless the caller set `GLIBC_TUNABLES` itself: a node's indexes are gigabytes of
+/// randomly read memory, and TATP at 1 M subscribers per node ran 4.5% more transactions
+/// per second with them (400 K against 418 K, one pair of runs).
+pub fn node_command(exe: &std::path::Path, config: &std::path::Path, node: u16) -> Command {
+    let mut command = Command::new(exe);
+    command
+        .arg("node")
+        .arg("--config")
+        .arg(config)
+        .arg("--id")
+        .arg(node.to_string());
+    if std::env::var_os("GLIBC_TUNABLES").is_none() {
+        command.env("GLIBC_TUNABLES", HUGE_PAGES_TUNABLE);
+    }
+    command
+}
+
 /// One node process.
 struct NodeProcess {
     node: u16,
@@ -69,12 +91,7 @@ impl ProcessCluster {
             dir,
         };
         for member in config.members() {
-            let mut child = Command::new(&exe)
-                .arg("node")
-                .arg("--config")
-                .arg(&path)
-                .arg("--id")
-                .arg(member.node.to_string())
+            let mut child = node_command(&exe, &path, member.node)
                 .arg("--drive")
                 .arg(&drive)
                 .stdin(Stdio::piped())

@@ -47,22 +47,21 @@ pub fn run(
     coroutines: &[usize],
     title: &str,
 ) -> anyhow::Result<SweepReport> {
-    let mut runs = Vec::new();
-    for &c in coroutines {
-        let report = crate::kv::run(&ClusterBenchOptions {
-            coroutines: c,
-            ..options.clone()
-        })?;
+    // One cluster, loaded once, runs every point in turn.
+    let runs = crate::kv::run_points(options, coroutines)?;
+    for report in &runs {
         anyhow::ensure!(
             report.checks.ok,
-            "the data is wrong at the end of the run with {c} coroutines: {:?}",
+            "the data is wrong at the end of the sweep: {:?}",
             report.checks
         );
         eprintln!(
-            "  {c:>3} coroutines: {:.0} txn/s, p50 {:.1} us, p99 {:.1} us",
-            report.throughput_per_s, report.latency_us.p50, report.latency_us.p99
+            "  {:>3} coroutines: {:.0} txn/s, p50 {:.1} us, p99 {:.1} us",
+            report.options.coroutines,
+            report.throughput_per_s,
+            report.latency_us.p50,
+            report.latency_us.p99
         );
-        runs.push(report);
     }
     let points = runs
         .iter()

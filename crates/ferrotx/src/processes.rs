@@ -1,7 +1,7 @@
 //! `ferrotx node` and `ferrotx cluster local`: node processes, started and stopped.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -156,7 +156,7 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
     result
 }
 
-fn run_children(config: &Configuration, path: &PathBuf) -> anyhow::Result<()> {
+fn run_children(config: &Configuration, path: &Path) -> anyhow::Result<()> {
     let stop = stop_on_signals()?;
     let exe = std::env::current_exe().context("finding this executable to start nodes")?;
     println!(
@@ -169,12 +169,7 @@ fn run_children(config: &Configuration, path: &PathBuf) -> anyhow::Result<()> {
     );
     let mut children = Children(Vec::new());
     for member in config.members() {
-        let child = Command::new(&exe)
-            .arg("node")
-            .arg("--config")
-            .arg(path)
-            .arg("--id")
-            .arg(member.node.to_string())
+        let child = ferrotx_bench::processes::node_command(&exe, path, member.node)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

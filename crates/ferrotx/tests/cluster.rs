@@ -480,3 +480,57 @@ fn a_sweep_writes_its_data_and_a_plot() {
     }
     assert_eq!(plot.matches("<circle").count(), 4);
 }
+
+#[test]
+fn a_sweep_runs_every_point_on_one_cluster_and_checks_the_money_of_all() {
+    // SmallBank's money check expects the initial money plus what every committed
+    // transaction of every point created or destroyed: checked only after the last point,
+    // it fails if any point's transactions were left out.
+    let prefix = temp_path("smallbank-sweep");
+    let output = ferrotx()
+        .args(["bench", "smallbank", "--accounts-per-node", "2000"])
+        .args(["--hot-accounts-per-node", "20", "--duration", "0.5"])
+        .args(["--sweep-coroutines", "2,8,4", "--port-base", &port_base(5)])
+        .arg("--sweep")
+        .arg(&prefix)
+        .output()
+        .expect("run ferrotx");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    // Loaded once, run three times.
+    assert_eq!(stderr.matches("loaded in").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("measuring: [").count() >= 3,
+        true,
+        "{stderr}"
+    );
+    let json = prefix.with_extension("json");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(prefix.with_extension("svg"));
+    let runs = r["runs"].as_array().expect("runs");
+    let coroutines: Vec<u64> = runs
+        .iter()
+        .map(|run| run["options"]["coroutines"].as_u64().unwrap())
+        .collect();
+    assert_eq!(coroutines, [2, 8, 4]);
+    let mut committed_in_windows = 0;
+    for run in runs {
+        checks_passed(run);
+        committed_in_windows += run["committed"].as_u64().unwrap();
+    }
+    // Every report carries the totals of the whole cluster's life, warm-ups included.
+    let total = runs[0]["committed_total"].as_u64().unwrap();
+    assert!(
+        total >= committed_in_windows,
+        "{total} < {committed_in_windows}"
+    );
+    assert!(
+        runs.iter()
+            .all(|run| run["committed_total"] == runs[0]["committed_total"])
+    );
+}

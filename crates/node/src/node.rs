@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -76,6 +76,12 @@ pub struct WorkerReport {
     pub participant: ParticipantStats,
 }
 
+/// How coroutines reach a worker thread: a channel, and how many wait in it.
+struct Spawner {
+    sender: mpsc::Sender<Spawn>,
+    pending: Arc<AtomicUsize>,
+}
+
 /// A running node. Data is loaded with [`Node::load`] before transactions run;
 /// transactions are coroutines started on a worker thread with [`Node::spawn`].
 pub struct Node {
@@ -84,7 +90,7 @@ pub struct Node {
     placement: ClusterPlacement,
     /// The copies this node hosts: partition, role, data.
     copies: Vec<(PartitionId, Role, Arc<Partition>)>,
-    spawners: Vec<mpsc::Sender<Spawn>>,
+    spawners: Vec<Spawner>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<WorkerReport>>,
 }
@@ -123,7 +129,11 @@ impl Node {
             let local = EndpointId::new(node, thread as u16);
             assert_eq!(transport.local(), local, "transports in thread order");
             let (sender, receiver) = mpsc::channel::<Spawn>();
-            spawners.push(sender);
+            let pending = Arc::new(AtomicUsize::new(0));
+            spawners.push(Spawner {
+                sender,
+                pending: pending.clone(),
+            });
             let store = store.clone();
             let config = config.clone();
             let schema = schema.clone();
@@ -154,9 +164,15 @@ impl Node {
                 ));
                 let mut worker = Worker::new(transport, engine);
                 run(&mut worker, epoch, options.idle, |worker| {
-                    while worker.executor().free_slots() > 0 {
+                    // One relaxed load per iteration when nothing waits, rather than the
+                    // channel's receive (1% of a TATP run's CPU in a profile).
+                    while pending.load(Ordering::Relaxed) > 0 && worker.executor().free_slots() > 0
+                    {
                         match receiver.try_recv() {
-                            Ok(spawn) => spawn(worker.executor(), &coordinator),
+                            Ok(spawn) => {
+                                pending.fetch_sub(1, Ordering::Relaxed);
+                                spawn(worker.executor(), &coordinator);
+                            }
                             Err(_) => break,
                         }
                     }
@@ -296,7 +312,9 @@ impl Node {
                 let _ = sender.send(body(co, coordinator).await);
             });
         });
-        spawner.send(spawn).expect("worker thread running");
+        // Counted before it is sent, so the count never reads 0 while a spawn waits.
+        spawner.pending.fetch_add(1, Ordering::Relaxed);
+        spawner.sender.send(spawn).expect("worker thread running");
         receiver
     }
 
