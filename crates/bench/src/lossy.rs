@@ -64,4 +64,8 @@ impl<T: Transport> Transport for Lossy<T> {
     fn stats(&self) -> TransportStats {
         self.inner.stats()
     }
+
+    fn doorbell(&self) -> Option<std::sync::Arc<ferrotx_transport::Doorbell>> {
+        self.inner.doorbell()
+    }
 }

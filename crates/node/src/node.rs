@@ -15,7 +15,7 @@ use ferrotx_exec::{Co, Executor};
 use ferrotx_rpc::{Config, Engine, Stats};
 use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId};
 use ferrotx_transport::udp::{UdpConfig, UdpTransport};
-use ferrotx_transport::{Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
+use ferrotx_transport::{Doorbell, Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{NodeStore, Participant, ParticipantStats, Role};
 use ferrotx_wire::EndpointId;
@@ -80,6 +80,8 @@ pub struct WorkerReport {
 struct Spawner {
     sender: mpsc::Sender<Spawn>,
     pending: Arc<AtomicUsize>,
+    /// Wakes the worker if it sleeps.
+    doorbell: Option<Arc<Doorbell>>,
 }
 
 /// A running node. Data is loaded with [`Node::load`] before transactions run;
@@ -133,6 +135,7 @@ impl Node {
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
+                doorbell: transport.doorbell(),
             });
             let store = store.clone();
             let config = config.clone();
@@ -315,6 +318,9 @@ impl Node {
         // Counted before it is sent, so the count never reads 0 while a spawn waits.
         spawner.pending.fetch_add(1, Ordering::Relaxed);
         spawner.sender.send(spawn).expect("worker thread running");
+        if let Some(bell) = &spawner.doorbell {
+            bell.ring();
+        }
         receiver
     }
 
@@ -326,7 +332,7 @@ impl Node {
     /// Stops every worker thread, waits for them, and returns what each did (in thread
     /// order). Coroutines still running are dropped.
     pub fn stop(mut self) -> Vec<WorkerReport> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.request_stop();
         self.threads
             .drain(..)
             .map(|t| t.join().expect("worker thread panicked"))
@@ -334,9 +340,21 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Tells every worker to stop, waking those that sleep.
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for spawner in &self.spawners {
+            if let Some(bell) = &spawner.doorbell {
+                bell.ring();
+            }
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.request_stop();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }

@@ -42,6 +42,7 @@ pub fn run<T: Transport>(
 ) {
     let spin_ns = idle.spin.as_nanos() as u64;
     let mut idle_since_ns: Option<u64> = None;
+    let doorbell = worker.transport().doorbell();
     while keep_running(worker) {
         let now_ns = epoch.elapsed().as_nanos() as u64;
         if worker.step(now_ns) {
@@ -57,6 +58,20 @@ pub fn run<T: Transport>(
             }
             continue;
         }
+        // Armed, look for work from other threads once more (`keep_running` starts waiting
+        // coroutines), so that work published from now on rings the bell.
+        if let Some(bell) = &doorbell {
+            bell.arm();
+            if !keep_running(worker) {
+                bell.disarm();
+                break;
+            }
+            if worker.step(now_ns) {
+                bell.disarm();
+                idle_since_ns = None;
+                continue;
+            }
+        }
         let timeout = match worker.next_timeout_ns() {
             Some(deadline) => Duration::from_nanos(deadline.saturating_sub(now_ns)),
             None => idle.sleep_max,
@@ -64,5 +79,8 @@ pub fn run<T: Transport>(
         worker
             .transport_mut()
             .wait(Some(timeout.min(idle.sleep_max)));
+        if let Some(bell) = &doorbell {
+            bell.disarm();
+        }
     }
 }

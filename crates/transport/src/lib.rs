@@ -10,15 +10,18 @@
 
 mod address_book;
 mod batch;
+mod doorbell;
 mod error;
 pub mod mem;
 #[cfg(target_os = "linux")]
 pub mod udp;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use address_book::AddressBook;
 pub use batch::{RxBatch, TxBatch};
+pub use doorbell::Doorbell;
 pub use error::TransportError;
 use ferrotx_wire::EndpointId;
 
@@ -60,4 +63,10 @@ pub trait Transport {
 
     /// Counters so far.
     fn stats(&self) -> TransportStats;
+
+    /// The bell that makes [`Transport::wait`] return early when another thread has work
+    /// for this worker, if the transport has one.
+    fn doorbell(&self) -> Option<Arc<Doorbell>> {
+        None
+    }
 }

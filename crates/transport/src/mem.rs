@@ -22,7 +22,7 @@ use ferrotx_wire::EndpointId;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
-use crate::{RxBatch, Transport, TransportStats, TxBatch, UDP_MAX_PAYLOAD_BYTES};
+use crate::{Doorbell, RxBatch, Transport, TransportStats, TxBatch, UDP_MAX_PAYLOAD_BYTES};
 
 /// Datagrams an endpoint's inbox holds before further ones are dropped. A worker drains
 /// its inbox every loop iteration; 4,096 datagrams is several full receive batches from
@@ -170,6 +170,7 @@ impl MemNetwork {
             shared: Arc::clone(&self.shared),
             peers,
             peers_generation: generation,
+            doorbell: Arc::new(Doorbell::thread()),
             stats: TransportStats::default(),
         }
     }
@@ -185,6 +186,8 @@ pub struct MemTransport {
     /// The registry generation `peers` was copied at.
     peers_generation: u64,
     stats: TransportStats,
+    /// Unparks the thread that waits (which `wait` parks).
+    doorbell: Arc<Doorbell>,
 }
 
 impl MemTransport {
@@ -288,6 +291,10 @@ impl Transport for MemTransport {
 
     fn stats(&self) -> TransportStats {
         self.stats
+    }
+
+    fn doorbell(&self) -> Option<Arc<Doorbell>> {
+        Some(self.doorbell.clone())
     }
 }
 

@@ -19,6 +19,7 @@ use std::mem::size_of;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::ptr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferrotx_wire::EndpointId;
@@ -26,7 +27,7 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::{AddressBook, RxBatch, Transport, TransportError, TransportStats, TxBatch};
+use crate::{AddressBook, Doorbell, RxBatch, Transport, TransportError, TransportStats, TxBatch};
 
 /// Default size asked for each of the socket's receive and send buffers. At 64 KiB per
 /// datagram, 8 MiB holds 128 full datagrams, several batches from every peer, so a worker
@@ -96,6 +97,8 @@ pub struct UdpTransport {
     last_error: Option<i32>,
     recv_buffer_bytes: usize,
     send_buffer_bytes: usize,
+    /// Polled beside the socket by `wait`.
+    doorbell: Arc<Doorbell>,
 }
 
 impl UdpTransport {
@@ -154,6 +157,7 @@ impl UdpTransport {
             last_error: None,
             recv_buffer_bytes,
             send_buffer_bytes,
+            doorbell: Arc::new(Doorbell::event_fd().map_err(TransportError::Socket)?),
         };
         for (endpoint, addr) in peers.iter() {
             transport.insert_peer(endpoint, addr)?;
@@ -462,27 +466,49 @@ impl Transport for UdpTransport {
     }
 
     fn wait(&mut self, timeout: Option<Duration>) {
-        let mut poll = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let bell = self.doorbell.fd().expect("an eventfd bell");
+        let mut polls = [
+            libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: bell,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         let timespec = timeout.map(|timeout| libc::timespec {
             tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
             // Below 10^9, so it fits a `c_long` of any width.
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         });
         let timespec_ptr = timespec.as_ref().map_or(ptr::null(), ptr::from_ref);
-        // SAFETY: `poll` is one valid pollfd; `timespec_ptr` is null (no limit) or points
-        // at a timespec that outlives the call; a null signal mask leaves it unchanged.
-        let ready = unsafe { libc::ppoll(&mut poll, 1, timespec_ptr, ptr::null()) };
+        // SAFETY: `polls` is an array of two valid pollfds; `timespec_ptr` is null (no
+        // limit) or points at a timespec that outlives the call; a null signal mask leaves
+        // it unchanged.
+        let ready = unsafe {
+            libc::ppoll(
+                polls.as_mut_ptr(),
+                polls.len() as libc::nfds_t,
+                timespec_ptr,
+                ptr::null(),
+            )
+        };
         if ready < 0 {
             let error = io::Error::last_os_error().raw_os_error().unwrap_or(0);
             // An interrupted wait is a spurious return, which callers allow.
             if error != libc::EINTR {
                 self.last_error = Some(error);
             }
+        } else if polls[1].revents != 0 {
+            self.doorbell.clear();
         }
+    }
+
+    fn doorbell(&self) -> Option<Arc<Doorbell>> {
+        Some(self.doorbell.clone())
     }
 
     fn stats(&self) -> TransportStats {
