@@ -3,7 +3,9 @@
 //! and stdout, one line per command and one line per answer:
 //!
 //! - (on start) `ready` once the node listens and its data is loaded;
-//! - `run`: start `coroutines` workload coroutines on every worker thread;
+//! - `run` or `run N`: start `coroutines` (or N, at most `coroutines`) workload
+//!   coroutines on every worker thread; after `stop`, another `run` may follow, with
+//!   other random numbers;
 //! - `window-start` / `window-end`: count committed transactions and latencies between
 //!   the two, and CPU time;
 //! - `stop`: let every coroutine finish its transaction, flush this node's truncation
@@ -261,6 +263,7 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
+    let mut runs_started: u64 = 0;
     let mut running = Vec::new();
     let mut cpu_start = 0.0;
     let mut cpu_s = 0.0;
@@ -283,7 +286,17 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                         .with_context(|| format!("coroutines per thread: {n:?}"))?,
                     None => drive.coroutines,
                 };
+                ensure!(
+                    (1..=drive.coroutines).contains(&coroutines),
+                    "run {coroutines}: between 1 and {} coroutines per thread (the node's \
+                     coroutine slots)",
+                    drive.coroutines
+                );
                 stop.store(false, Ordering::Relaxed);
+                // Each run draws other numbers: a run replaying the previous one's inserts
+                // and deletes would find them all done already.
+                let run_seed = drive.seed ^ runs_started.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                runs_started += 1;
                 let clients = if id < drive.client_nodes {
                     config.threads_per_node()
                 } else {
@@ -291,7 +304,7 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                 };
                 for thread in 0..clients {
                     for index in 0..coroutines {
-                        let seed = drive.seed
+                        let seed = run_seed
                             ^ (u64::from(id) << 48)
                             ^ (u64::from(thread) << 32)
                             ^ index as u64;

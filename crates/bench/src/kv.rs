@@ -177,7 +177,12 @@ pub fn run_points(
     );
     let drive = DriveOptions {
         workload: options.workload.clone(),
-        coroutines: options.coroutines,
+        // Slots for the largest run.
+        coroutines: coroutines
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(options.coroutines),
         seed: options.seed,
         spin_us: options.spin_us,
         yield_while_polling: options.yield_while_polling,
