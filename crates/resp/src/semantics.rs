@@ -1,0 +1,437 @@
+//! The data commands' semantics, run against an [`Overlay`] of the values a transaction
+//! read.
+//!
+//! A transaction of one command, or of a whole MULTI/EXEC block, runs in two phases so
+//! that the node reads all its keys in one round of reads:
+//!
+//! 1. [`DataCommand::keys`] (or [`crate::Plan::keys_to_read`] for a block) names every
+//!    key the commands touch; the node reads them all in the transaction and fills an
+//!    [`Overlay`] with what it found ([`Overlay::insert_read`], or
+//!    [`Overlay::insert_stored`] with the raw stored bytes);
+//! 2. [`apply`] runs each command in order against the overlay, which records the writes,
+//!    so a later command sees an earlier one's writes (`SET a 1` then `INCR a` gives 2);
+//!    the node then writes [`Overlay::writes`] and commits.
+//!
+//! The semantics are Redis 7's for strings (`t_string.c`, `db.c`). ferrotx stores only
+//! strings, so WRONGTYPE never arises. A key whose store key holds another Redis key (a
+//! hash collision, practically impossible) fails any command that touches it, before
+//! the command changes anything.
+
+use std::collections::BTreeMap;
+
+use crate::command::{DataCommand, NOT_AN_INTEGER, SetCondition};
+use crate::keys::{self, COLLISION_ERROR, DecodeError, Lookup};
+use crate::number::{i64_text, parse_i64};
+use crate::reply::Reply;
+
+/// The reply to a write whose stored value would be over the store's limit (Redis's
+/// message for strings over `proto-max-bulk-len`).
+pub const TOO_LARGE_ERROR: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+/// The keys a command touches, in argument order (repeats included).
+#[derive(Clone, Debug)]
+pub enum Keys<'a> {
+    /// One key (or none left).
+    One(Option<&'a [u8]>),
+    /// A list of keys.
+    Many(std::slice::Iter<'a, Vec<u8>>),
+    /// The keys of key and value pairs.
+    Pairs(std::slice::Iter<'a, (Vec<u8>, Vec<u8>)>),
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            Self::One(key) => key.take(),
+            Self::Many(keys) => keys.next().map(Vec::as_slice),
+            Self::Pairs(pairs) => pairs.next().map(|(key, _)| key.as_slice()),
+        }
+    }
+}
+
+impl DataCommand {
+    /// Every key the command reads or writes (the node reads them all before
+    /// [`apply`]).
+    pub fn keys(&self) -> Keys<'_> {
+        match self {
+            Self::Get { key }
+            | Self::Set { key, .. }
+            | Self::SetNx { key, .. }
+            | Self::GetSet { key, .. }
+            | Self::GetDel { key }
+            | Self::IncrBy { key, .. }
+            | Self::Append { key, .. }
+            | Self::Strlen { key } => Keys::One(Some(key)),
+            Self::Del { keys } | Self::Exists { keys } | Self::MGet { keys } => {
+                Keys::Many(keys.iter())
+            }
+            Self::MSet { pairs } | Self::MSetNx { pairs } => Keys::Pairs(pairs.iter()),
+        }
+    }
+
+    /// True if the command never writes (GET, EXISTS, STRLEN, MGET).
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            Self::Get { .. } | Self::Exists { .. } | Self::Strlen { .. } | Self::MGet { .. }
+        )
+    }
+}
+
+/// Every key `command` reads or writes, in argument order (repeats included): phase one,
+/// the keys the node reads before [`apply`]. The same as [`DataCommand::keys`].
+pub fn keys_to_read(command: &DataCommand) -> Keys<'_> {
+    command.keys()
+}
+
+/// What a key held when the transaction read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Read {
+    Absent,
+    Value(Vec<u8>),
+    /// Another Redis key with the same store key.
+    Collision,
+}
+
+/// One key of the overlay.
+#[derive(Clone, Debug)]
+struct Entry {
+    read: Read,
+    /// The value written by the commands so far (`Some(None)`: deleted), if any.
+    written: Option<Option<Vec<u8>>>,
+}
+
+impl Entry {
+    /// The key's value now.
+    fn value(&self) -> Option<&[u8]> {
+        match &self.written {
+            Some(written) => written.as_deref(),
+            None => match &self.read {
+                Read::Absent | Read::Collision => None,
+                Read::Value(value) => Some(value),
+            },
+        }
+    }
+}
+
+/// One write of a transaction's final write set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Write<'a> {
+    /// The Redis key.
+    pub key: &'a [u8],
+    /// Its new value; `None` deletes it.
+    pub value: Option<&'a [u8]>,
+}
+
+/// The values one transaction read, and the writes its commands made on top of them.
+///
+/// Fill it with every key of the commands before applying any ([`Overlay::insert_read`]
+/// or [`Overlay::insert_stored`]); applying a command to a key that was not read is a
+/// bug and panics.
+#[derive(Clone, Debug)]
+pub struct Overlay {
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// Largest stored value (Redis key and value encoded, [`keys::encoded_len`]) a write
+    /// may make: the store's value limit.
+    stored_bytes_max: usize,
+}
+
+impl Overlay {
+    /// An empty overlay whose writes may store at most `stored_bytes_max` bytes per key
+    /// (the store's value limit, 1 MiB in ferrotx).
+    pub fn new(stored_bytes_max: usize) -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            stored_bytes_max,
+        }
+    }
+
+    /// Records that `key` held `value` (`None`: absent) when read. Panics if `key` was
+    /// recorded already.
+    pub fn insert_read(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let read = match value {
+            Some(value) => Read::Value(value),
+            None => Read::Absent,
+        };
+        self.insert(key, read);
+    }
+
+    /// Records that `key`'s store key held another Redis key (a hash collision): every
+    /// command on `key` fails with "ERR ferrotx key hash collision".
+    pub fn insert_collision(&mut self, key: Vec<u8>) {
+        self.insert(key, Read::Collision);
+    }
+
+    /// Records what was read under `key`'s store key ([`keys::store_key`]): `stored` is
+    /// the raw stored value, `None` if absent. Fails, recording nothing, if the stored
+    /// value cannot be decoded.
+    pub fn insert_stored(
+        &mut self,
+        key: Vec<u8>,
+        stored: Option<&[u8]>,
+    ) -> Result<(), DecodeError> {
+        let read = match keys::lookup(&key, stored)? {
+            Lookup::Absent => Read::Absent,
+            Lookup::Value(value) => Read::Value(value.to_vec()),
+            Lookup::Collision => Read::Collision,
+        };
+        self.insert(key, read);
+        Ok(())
+    }
+
+    fn insert(&mut self, key: Vec<u8>, read: Read) {
+        let previous = self.entries.insert(
+            key,
+            Entry {
+                read,
+                written: None,
+            },
+        );
+        assert!(previous.is_none(), "a key read twice into one overlay");
+    }
+
+    /// True if `key` was read into the overlay.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// `key`'s value now (after the writes so far); `None` if absent. Panics if `key`
+    /// was not read.
+    pub fn value(&self, key: &[u8]) -> Option<&[u8]> {
+        self.entry(key).value()
+    }
+
+    /// The final write set, in key order: every key a command wrote, with its final
+    /// value (`None`: delete). A key deleted that was absent when read is left out
+    /// (nothing to do). Write it all in the transaction, then commit.
+    pub fn writes(&self) -> impl Iterator<Item = Write<'_>> + '_ {
+        self.entries.iter().filter_map(|(key, entry)| {
+            let written = entry.written.as_ref()?;
+            if written.is_none() && entry.read == Read::Absent {
+                return None;
+            }
+            Some(Write {
+                key,
+                value: written.as_deref(),
+            })
+        })
+    }
+
+    /// The final write set in store form: each store key ([`keys::store_key`]) with the
+    /// stored value to write ([`keys::encode`]), or `None` to delete.
+    pub fn encoded_writes(
+        &self,
+    ) -> impl Iterator<Item = ([u8; keys::STORE_KEY_BYTES], Option<Vec<u8>>)> + '_ {
+        self.writes().map(|write| {
+            let stored = write.value.map(|value| {
+                let mut stored = Vec::new();
+                keys::encode(write.key, value, &mut stored);
+                stored
+            });
+            (keys::store_key(write.key), stored)
+        })
+    }
+
+    /// True if any command wrote (the transaction must commit writes).
+    pub fn has_writes(&self) -> bool {
+        self.writes().next().is_some()
+    }
+
+    /// What each key held when read (before any command's writes), in key order.
+    pub fn reads(&self) -> impl Iterator<Item = (&[u8], Lookup<'_>)> + '_ {
+        self.entries.iter().map(|(key, entry)| {
+            let read = match &entry.read {
+                Read::Absent => Lookup::Absent,
+                Read::Value(value) => Lookup::Value(value),
+                Read::Collision => Lookup::Collision,
+            };
+            (key.as_slice(), read)
+        })
+    }
+
+    fn entry(&self, key: &[u8]) -> &Entry {
+        self.entries
+            .get(key)
+            .expect("the node reads every key of a command before applying it")
+    }
+
+    fn entry_mut(&mut self, key: &[u8]) -> &mut Entry {
+        self.entries
+            .get_mut(key)
+            .expect("the node reads every key of a command before applying it")
+    }
+
+    /// Sets `key` to `value`.
+    fn set(&mut self, key: &[u8], value: Vec<u8>) {
+        self.entry_mut(key).written = Some(Some(value));
+    }
+
+    /// Deletes `key`, which exists.
+    fn delete(&mut self, key: &[u8]) {
+        debug_assert!(self.value(key).is_some());
+        self.entry_mut(key).written = Some(None);
+    }
+
+    /// True if `key` holding `value` would fit in the store.
+    fn fits(&self, key: &[u8], value_len: usize) -> bool {
+        keys::HEADER_BYTES + key.len() + value_len <= self.stored_bytes_max
+    }
+
+    /// The value of `key` as a GET reply.
+    fn get_reply(&self, key: &[u8]) -> Reply {
+        match self.value(key) {
+            Some(value) => Reply::bulk(value),
+            None => Reply::Null,
+        }
+    }
+}
+
+/// Runs `command` against `overlay` and returns its reply (an error reply changes
+/// nothing). Panics if one of its keys was not read into the overlay.
+pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
+    for key in command.keys() {
+        if overlay.entry(key).read == Read::Collision {
+            return Reply::error_static(COLLISION_ERROR);
+        }
+    }
+    match command {
+        DataCommand::Get { key } => overlay.get_reply(key),
+        DataCommand::Set {
+            key,
+            value,
+            condition,
+            get,
+        } => {
+            let old = get.then(|| overlay.get_reply(key));
+            let found = overlay.value(key).is_some();
+            let refused = match condition {
+                SetCondition::Always => false,
+                SetCondition::IfAbsent => found,
+                SetCondition::IfPresent => !found,
+            };
+            if refused {
+                // With GET, the old value is the reply whatever happens.
+                return old.unwrap_or(Reply::Null);
+            }
+            if !overlay.fits(key, value.len()) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            overlay.set(key, value.clone());
+            old.unwrap_or_else(Reply::ok)
+        }
+        DataCommand::SetNx { key, value } => {
+            if overlay.value(key).is_some() {
+                return Reply::Integer(0);
+            }
+            if !overlay.fits(key, value.len()) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            overlay.set(key, value.clone());
+            Reply::Integer(1)
+        }
+        DataCommand::GetSet { key, value } => {
+            if !overlay.fits(key, value.len()) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            let old = overlay.get_reply(key);
+            overlay.set(key, value.clone());
+            old
+        }
+        DataCommand::GetDel { key } => {
+            let old = overlay.get_reply(key);
+            if overlay.value(key).is_some() {
+                overlay.delete(key);
+            }
+            old
+        }
+        DataCommand::Del { keys } => {
+            let mut deleted = 0;
+            for key in keys {
+                if overlay.value(key).is_some() {
+                    overlay.delete(key);
+                    deleted += 1;
+                }
+            }
+            Reply::Integer(deleted)
+        }
+        DataCommand::Exists { keys } => Reply::Integer(
+            keys.iter()
+                .filter(|key| overlay.value(key).is_some())
+                .count()
+                .try_into()
+                .expect("a count of arguments fits in i64"),
+        ),
+        DataCommand::IncrBy { key, delta } => {
+            let old = match overlay.value(key) {
+                None => 0,
+                Some(text) => match parse_i64(text) {
+                    Some(old) => old,
+                    None => return Reply::error_static(NOT_AN_INTEGER),
+                },
+            };
+            let Some(new) = old.checked_add(*delta) else {
+                return Reply::error_static("ERR increment or decrement would overflow");
+            };
+            let text = i64_text(new);
+            if !overlay.fits(key, text.len()) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            overlay.set(key, text);
+            Reply::Integer(new)
+        }
+        DataCommand::Append { key, value } => {
+            let old = overlay.value(key).unwrap_or_default();
+            if !overlay.fits(key, old.len() + value.len()) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            let mut new = Vec::with_capacity(old.len() + value.len());
+            new.extend_from_slice(old);
+            new.extend_from_slice(value);
+            let len = new.len();
+            overlay.set(key, new);
+            Reply::Integer(len.try_into().expect("a value length fits in i64"))
+        }
+        DataCommand::Strlen { key } => Reply::Integer(
+            overlay
+                .value(key)
+                .map_or(0, <[u8]>::len)
+                .try_into()
+                .expect("a value length fits in i64"),
+        ),
+        DataCommand::MGet { keys } => {
+            Reply::Array(keys.iter().map(|key| overlay.get_reply(key)).collect())
+        }
+        DataCommand::MSet { pairs } => {
+            if pairs
+                .iter()
+                .any(|(key, value)| !overlay.fits(key, value.len()))
+            {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            for (key, value) in pairs {
+                overlay.set(key, value.clone());
+            }
+            Reply::ok()
+        }
+        DataCommand::MSetNx { pairs } => {
+            if pairs.iter().any(|(key, _)| overlay.value(key).is_some()) {
+                return Reply::Integer(0);
+            }
+            if pairs
+                .iter()
+                .any(|(key, value)| !overlay.fits(key, value.len()))
+            {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            for (key, value) in pairs {
+                overlay.set(key, value.clone());
+            }
+            Reply::Integer(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

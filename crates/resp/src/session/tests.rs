@@ -1,0 +1,596 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::command::{ScanRequest, keys_pattern_matches, keys_reply};
+use crate::protocol::{ArgsBuf, Parsed, RequestParser};
+
+/// A node of one partition in memory: every key has a value (or none) and a version
+/// that every write of it increases.
+#[derive(Default)]
+struct Node {
+    keys: BTreeMap<Vec<u8>, (Option<Vec<u8>>, u64)>,
+    /// Plans run, for checks.
+    plans: Vec<Plan>,
+}
+
+impl Node {
+    fn version(&self, key: &[u8]) -> u64 {
+        self.keys.get(key).map_or(0, |(_, version)| *version)
+    }
+
+    /// Runs a plan as one transaction.
+    fn run(&mut self, plan: &Plan) -> Outcome {
+        self.plans.push(plan.clone());
+        if plan
+            .watched()
+            .iter()
+            .any(|watched| self.version(&watched.key) != watched.version)
+        {
+            return Outcome::WatchedKeyChanged;
+        }
+        let mut overlay = Overlay::new(1 << 20);
+        for key in plan.keys_to_read() {
+            let value = self.keys.get(key).and_then(|(value, _)| value.clone());
+            overlay.insert_read(key.to_vec(), value);
+        }
+        let replies = plan.apply(&mut overlay);
+        for write in overlay.writes() {
+            let entry = self.keys.entry(write.key.to_vec()).or_insert((None, 0));
+            entry.0 = write.value.map(<[u8]>::to_vec);
+            entry.1 += 1;
+        }
+        Outcome::Committed(replies)
+    }
+
+    fn live_keys(&self) -> Vec<Vec<u8>> {
+        self.keys
+            .iter()
+            .filter(|(_, (value, _))| value.is_some())
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Does what `action` says: the reply bytes, and whether to close.
+    fn act(&mut self, session: &mut Session, action: Action) -> (Vec<u8>, bool) {
+        let (reply, close) = match action {
+            Action::Reply(reply) => (Some(reply), false),
+            Action::Close(reply) => (reply, true),
+            Action::Run(plan) => {
+                let outcome = self.run(&plan);
+                (Some(session.complete(outcome)), false)
+            }
+            Action::ReadVersions(keys) => {
+                let versions: Vec<u64> = keys.iter().map(|key| self.version(key)).collect();
+                (Some(session.watched(&versions)), false)
+            }
+            Action::Keyspace(KeyspaceRequest::DbSize) => {
+                (Some(Reply::Integer(self.live_keys().len() as i64)), false)
+            }
+            Action::Keyspace(KeyspaceRequest::Keys { pattern }) => {
+                let keys = self
+                    .live_keys()
+                    .into_iter()
+                    .filter(|key| keys_pattern_matches(&pattern, key))
+                    .collect();
+                (Some(keys_reply(keys)), false)
+            }
+            Action::Keyspace(KeyspaceRequest::Scan(scan)) => {
+                let keys = self
+                    .live_keys()
+                    .into_iter()
+                    .filter(|key| scan.matches(key))
+                    .collect();
+                (Some(ScanRequest::reply(0, keys)), false)
+            }
+            Action::Info(request) => (
+                Some(session.info_reply(&request, &InfoStats::default())),
+                false,
+            ),
+        };
+        let mut out = Vec::new();
+        if let Some(reply) = reply {
+            reply.encode(session.protocol(), &mut out);
+        }
+        (out, close)
+    }
+
+    /// Feeds `input` (any requests) to the session: everything written back, until a
+    /// close.
+    fn feed(&mut self, session: &mut Session, input: &str) -> String {
+        let mut parser = RequestParser::default();
+        let mut buffer = input.as_bytes().to_vec();
+        let mut out = Vec::new();
+        loop {
+            let auth_required = session.auth_required();
+            let (action, consumed) = match parser.parse(&buffer, auth_required) {
+                Ok(Parsed::Incomplete) => break,
+                Ok(Parsed::Empty { consumed }) => (None, consumed),
+                Ok(Parsed::Command { args, consumed }) => (Some(session.handle(args)), consumed),
+                Err(error) => {
+                    error.reply().encode(session.protocol(), &mut out);
+                    break;
+                }
+            };
+            buffer.drain(..consumed);
+            if let Some(action) = action {
+                let (bytes, close) = self.act(session, action);
+                out.extend_from_slice(&bytes);
+                if close {
+                    out.extend_from_slice(b"<closed>");
+                    break;
+                }
+            }
+        }
+        String::from_utf8(out).unwrap()
+    }
+}
+
+fn session() -> Session {
+    Session::new(SessionConfig::default(), 7)
+}
+
+fn with_password() -> Session {
+    Session::new(
+        SessionConfig {
+            password: Some(b"secret".to_vec()),
+            ..SessionConfig::default()
+        },
+        8,
+    )
+}
+
+/// One connection's exchange with a fresh node.
+fn exchange(session: &mut Session, input: &str) -> String {
+    Node::default().feed(session, input)
+}
+
+#[test]
+fn connection_commands() {
+    let mut session = session();
+    assert_eq!(
+        exchange(
+            &mut session,
+            "PING\r\nPING hi\r\nECHO \"a b\"\r\nSELECT 0\r\nSELECT 1\r\nCLIENT ID\r\n\
+             CLIENT GETNAME\r\nCLIENT SETNAME me\r\nCLIENT GETNAME\r\nCLIENT SETNAME \"\"\r\n\
+             CLIENT GETNAME\r\n"
+        ),
+        "+PONG\r\n$2\r\nhi\r\n$3\r\na b\r\n+OK\r\n-ERR DB index is out of range\r\n:7\r\n\
+         $-1\r\n+OK\r\n$2\r\nme\r\n+OK\r\n$-1\r\n"
+    );
+    assert_eq!(session.name(), None);
+    assert_eq!(session.client_id(), 7);
+}
+
+#[test]
+fn quit_closes_after_ok() {
+    assert_eq!(
+        exchange(&mut session(), "PING\r\nQUIT\r\nPING\r\n"),
+        "+PONG\r\n+OK\r\n<closed>"
+    );
+    assert_eq!(
+        exchange(&mut session(), "MULTI\r\nQUIT\r\n"),
+        "+OK\r\n+OK\r\n<closed>"
+    );
+    // HTTP-looking requests are dropped without a reply, as Redis does.
+    assert_eq!(exchange(&mut session(), "POST / HTTP/1.1\r\n"), "<closed>");
+    assert_eq!(exchange(&mut session(), "Host: example\r\n"), "<closed>");
+}
+
+#[test]
+fn hello_replies() {
+    let mut session = session();
+    assert_eq!(
+        exchange(&mut session, "HELLO\r\n"),
+        "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n\
+         :2\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\n\
+         master\r\n$7\r\nmodules\r\n*0\r\n"
+    );
+    assert_eq!(
+        exchange(&mut session, "HELLO 3 SETNAME worker\r\nGET nothing\r\n"),
+        "%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n\
+         :3\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\n\
+         master\r\n$7\r\nmodules\r\n*0\r\n_\r\n"
+    );
+    assert_eq!(session.protocol(), ProtocolVersion::Resp3);
+    assert_eq!(session.name(), Some(&b"worker"[..]));
+    assert_eq!(
+        exchange(&mut session, "HELLO 2\r\nGET nothing\r\n").rsplit_once("*0\r\n"),
+        Some((
+            "*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$5\r\nproto\r\n\
+              :2\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\n\
+              master\r\n$7\r\nmodules\r\n",
+            "$-1\r\n"
+        ))
+    );
+}
+
+#[test]
+fn hello_errors() {
+    let mut session = session();
+    assert_eq!(
+        exchange(
+            &mut session,
+            "HELLO 4\r\nHELLO x\r\nHELLO 3 FOO\r\nHELLO 3 SETNAME \"a b\"\r\n\
+             HELLO 3 AUTH default\r\nHELLO 3 AUTH nobody pw\r\n"
+        ),
+        "-NOPROTO unsupported protocol version\r\n\
+         -ERR Protocol version is not an integer or out of range\r\n\
+         -ERR Syntax error in HELLO option 'FOO'\r\n\
+         -ERR Client names cannot contain spaces, newlines or special characters.\r\n\
+         -ERR Syntax error in HELLO option 'AUTH'\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    // None of them switched the protocol.
+    assert_eq!(session.protocol(), ProtocolVersion::Resp2);
+    // Options before a bad one take effect.
+    exchange(&mut session, "HELLO 3 SETNAME early BAD\r\n");
+    assert_eq!(session.name(), Some(&b"early"[..]));
+    assert_eq!(session.protocol(), ProtocolVersion::Resp2);
+}
+
+#[test]
+fn auth_without_a_password() {
+    let mut session = session();
+    assert!(!session.auth_required());
+    assert_eq!(
+        exchange(
+            &mut session,
+            "AUTH x\r\nAUTH default anything\r\nAUTH someone x\r\nAUTH a b c\r\n"
+        ),
+        "-ERR AUTH <password> called without any password configured for the default user. \
+         Are you sure your configuration is correct?\r\n\
+         +OK\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n\
+         -ERR syntax error\r\n"
+    );
+}
+
+#[test]
+fn auth_with_a_password() {
+    let mut session = with_password();
+    assert!(session.auth_required());
+    // Unknown commands and arity errors come before NOAUTH, as in Redis.
+    assert_eq!(
+        exchange(
+            &mut session,
+            "GET a\r\nFOO\r\nGET\r\nPING\r\nMULTI\r\nAUTH wrong\r\nAUTH default wrong\r\n\
+             HELLO 3\r\nHELLO 3 AUTH default wrong\r\nEXEC\r\n"
+        ),
+        "-NOAUTH Authentication required.\r\n\
+         -ERR unknown command 'FOO', with args beginning with: \r\n\
+         -ERR wrong number of arguments for 'get' command\r\n\
+         -NOAUTH Authentication required.\r\n\
+         -NOAUTH Authentication required.\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n\
+         -NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+         HELLO AUTH <user> <pass> option can be used to authenticate the client and select \
+         the RESP protocol version at the same time\r\n\
+         -WRONGPASS invalid username-password pair or user is disabled.\r\n\
+         -EXECABORT Transaction discarded because of: NOAUTH Authentication required.\r\n"
+    );
+    assert!(session.auth_required());
+    assert_eq!(
+        exchange(&mut session, "AUTH secret\r\nAUTH wrong\r\nGET a\r\n"),
+        "+OK\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n$-1\r\n"
+    );
+    // A failed AUTH does not undo an earlier success.
+    assert!(!session.auth_required());
+
+    let mut session = with_password();
+    let hello = exchange(&mut session, "HELLO 3 AUTH default secret\r\n");
+    assert!(hello.starts_with("%7\r\n"), "{hello}");
+    assert!(!session.auth_required());
+
+    let mut session = with_password();
+    assert_eq!(exchange(&mut session, "AUTH default secret\r\n"), "+OK\r\n");
+}
+
+#[test]
+fn unauthenticated_clients_get_smaller_limits() {
+    let mut session = with_password();
+    assert_eq!(
+        exchange(&mut session, "*11\r\n"),
+        "-ERR Protocol error: unauthenticated multibulk length\r\n"
+    );
+}
+
+#[test]
+fn multi_exec() {
+    let mut node = Node::default();
+    let mut session = session();
+    assert_eq!(
+        node.feed(
+            &mut session,
+            "MULTI\r\nSET a 1\r\nINCR a\r\nPING\r\nECHO x\r\nGET a\r\nUNWATCH\r\nEXEC\r\n"
+        ),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+         *6\r\n+OK\r\n:2\r\n+PONG\r\n$1\r\nx\r\n$1\r\n2\r\n+OK\r\n"
+    );
+    // One transaction for the whole block, reading each key once.
+    assert_eq!(node.plans.len(), 1);
+    assert_eq!(node.plans[0].commands().len(), 3);
+    assert_eq!(node.plans[0].keys_to_read(), vec![&b"a"[..]]);
+    assert!(!node.plans[0].is_read_only());
+    assert!(!session.in_multi());
+}
+
+#[test]
+fn empty_and_session_only_blocks_need_no_transaction() {
+    let mut node = Node::default();
+    let mut session = session();
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nEXEC\r\nMULTI\r\nPING\r\nEXEC\r\n"),
+        "+OK\r\n*0\r\n+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n"
+    );
+    assert!(node.plans.is_empty());
+}
+
+#[test]
+fn errors_while_queuing_abort_exec() {
+    let mut session = session();
+    assert_eq!(
+        exchange(&mut session, "MULTI\r\nGET\r\nSET a 1\r\nEXEC\r\nEXEC\r\n"),
+        "+OK\r\n-ERR wrong number of arguments for 'get' command\r\n+QUEUED\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n\
+         -ERR EXEC without MULTI\r\n"
+    );
+    assert_eq!(
+        exchange(&mut session, "MULTI\r\nNOPE 1\r\nEXEC\r\n"),
+        "+OK\r\n-ERR unknown command 'NOPE', with args beginning with: '1' \r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(
+        exchange(&mut session, "MULTI\r\nDBSIZE\r\nEXEC\r\n"),
+        "+OK\r\n-ERR Command not allowed inside a transaction\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+}
+
+#[test]
+fn run_time_errors_are_entries_of_exec() {
+    // Byte for byte what Redis 7.0 answers.
+    assert_eq!(
+        exchange(
+            &mut session(),
+            "MULTI\r\nSET a b NX XX\r\nMSET a b c\r\nPING a b\r\nGET a\r\nEXEC\r\n"
+        ),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n-ERR syntax error\r\n\
+         -ERR wrong number of arguments for 'mset' command\r\n\
+         -ERR wrong number of arguments for 'ping' command\r\n$-1\r\n"
+    );
+    let mut node = Node::default();
+    node.feed(&mut session(), "SET s text\r\n");
+    assert_eq!(
+        node.feed(
+            &mut session(),
+            "MULTI\r\nINCR s\r\nSET t 1\r\nINCRBY t x\r\nINCR t\r\nEXEC\r\n"
+        ),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n\
+         -ERR value is not an integer or out of range\r\n+OK\r\n\
+         -ERR value is not an integer or out of range\r\n:2\r\n"
+    );
+}
+
+#[test]
+fn exec_and_discard_edge_cases() {
+    let mut session = session();
+    assert_eq!(
+        exchange(
+            &mut session,
+            "EXEC\r\nDISCARD\r\nMULTI\r\nMULTI\r\nEXEC\r\nMULTI\r\nSET a 1\r\nDISCARD\r\n\
+             GET a\r\nMULTI\r\nEXEC foo\r\nEXEC\r\nEXEC foo\r\n"
+        ),
+        "-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n+OK\r\n\
+         -ERR MULTI calls can not be nested\r\n*0\r\n+OK\r\n+QUEUED\r\n+OK\r\n$-1\r\n+OK\r\n\
+         -EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' \
+         command\r\n-ERR EXEC without MULTI\r\n\
+         -EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' \
+         command\r\n"
+    );
+    assert_eq!(
+        exchange(&mut session, "MULTI\r\nWATCH a\r\nEXEC\r\n"),
+        "+OK\r\n-ERR WATCH inside MULTI is not allowed\r\n*0\r\n"
+    );
+}
+
+#[test]
+fn watch_sees_this_clients_own_writes() {
+    let mut node = Node::default();
+    let mut session = session();
+    assert_eq!(
+        node.feed(
+            &mut session,
+            "WATCH a\r\nSET a 1\r\nMULTI\r\nGET a\r\nEXEC\r\nMULTI\r\nGET a\r\nEXEC\r\n"
+        ),
+        "+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*-1\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\n1\r\n"
+    );
+    assert!(session.watched_keys().is_empty());
+}
+
+#[test]
+fn watch_against_another_client() {
+    let mut node = Node::default();
+    let mut watcher = session();
+    let mut other = Session::new(SessionConfig::default(), 9);
+    node.feed(&mut watcher, "WATCH a b\r\nMULTI\r\nINCR a\r\n");
+    assert_eq!(watcher.watched_keys().len(), 2);
+    node.feed(&mut other, "SET b 1\r\n");
+    assert_eq!(node.feed(&mut watcher, "EXEC\r\n"), "*-1\r\n");
+    assert_eq!(node.feed(&mut other, "GET a\r\n"), "$-1\r\n");
+
+    // Unchanged keys let EXEC through; RESP3's null is `_`.
+    node.feed(&mut watcher, "WATCH a b\r\n");
+    node.feed(&mut other, "GET b\r\n");
+    assert_eq!(
+        node.feed(&mut watcher, "MULTI\r\nINCR a\r\nEXEC\r\n"),
+        "+OK\r\n+QUEUED\r\n*1\r\n:1\r\n"
+    );
+    node.feed(&mut watcher, "HELLO 3\r\nWATCH a\r\n");
+    node.feed(&mut other, "DEL a\r\n");
+    assert_eq!(
+        node.feed(&mut watcher, "MULTI\r\nGET a\r\nEXEC\r\n"),
+        "+OK\r\n+QUEUED\r\n_\r\n"
+    );
+}
+
+#[test]
+fn watch_with_no_data_commands_still_checks() {
+    let mut node = Node::default();
+    let mut session = session();
+    node.feed(&mut session, "WATCH a\r\nSET a 1\r\n");
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nPING\r\nEXEC\r\n"),
+        "+OK\r\n+QUEUED\r\n*-1\r\n"
+    );
+    let plan = node.plans.last().unwrap();
+    assert!(plan.commands().is_empty());
+    assert_eq!(plan.watched().len(), 1);
+}
+
+#[test]
+fn watch_bookkeeping() {
+    let mut session = session();
+    let args = ArgsBuf::new(["WATCH", "a", "a", "b"]);
+    let Action::ReadVersions(keys) = session.handle(args.args()) else {
+        panic!("versions to read");
+    };
+    assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert!(session.is_waiting());
+    assert_eq!(session.watched(&[3, 4]), Reply::ok());
+    assert_eq!(
+        session.watched_keys(),
+        &[
+            WatchedKey {
+                key: b"a".to_vec(),
+                version: 3
+            },
+            WatchedKey {
+                key: b"b".to_vec(),
+                version: 4
+            }
+        ]
+    );
+    // Keys watched already keep their first version: nothing to read.
+    let again = ArgsBuf::new(["WATCH", "b", "a"]);
+    assert!(matches!(session.handle(again.args()), Action::Reply(reply) if reply == Reply::ok()));
+    assert_eq!(exchange(&mut session, "UNWATCH\r\n"), "+OK\r\n");
+    assert!(session.watched_keys().is_empty());
+    // DISCARD unwatches too.
+    let mut node = Node::default();
+    node.feed(&mut session, "WATCH a\r\nMULTI\r\nDISCARD\r\n");
+    assert!(session.watched_keys().is_empty());
+}
+
+#[test]
+fn limits_on_blocks_and_watches() {
+    let config = SessionConfig {
+        queued_commands_max: 2,
+        watched_keys_max: 2,
+        ..SessionConfig::default()
+    };
+    let mut session = Session::new(config, 1);
+    assert_eq!(
+        exchange(
+            &mut session,
+            "MULTI\r\nGET a\r\nGET b\r\nGET c\r\nEXEC\r\nWATCH a b c\r\nWATCH a b\r\nWATCH c\r\n"
+        ),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n-ERR ferrotx transactions hold at most 2 commands\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n\
+         -ERR ferrotx watches at most 2 keys per connection\r\n+OK\r\n\
+         -ERR ferrotx watches at most 2 keys per connection\r\n"
+    );
+}
+
+#[test]
+fn connection_commands_inside_multi_run_at_exec() {
+    let mut session = with_password();
+    exchange(&mut session, "AUTH secret\r\n");
+    assert_eq!(
+        exchange(
+            &mut session,
+            "MULTI\r\nCLIENT SETNAME late\r\nCLIENT GETNAME\r\nSELECT 0\r\nSELECT 5\r\nEXEC\r\n"
+        ),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+         *4\r\n+OK\r\n$4\r\nlate\r\n+OK\r\n-ERR DB index is out of range\r\n"
+    );
+}
+
+#[test]
+fn keyspace_and_info_actions() {
+    let mut node = Node::default();
+    let mut session = session();
+    node.feed(&mut session, "MSET user:1 a user:2 b other c\r\n");
+    assert_eq!(node.feed(&mut session, "DBSIZE\r\n"), ":3\r\n");
+    assert_eq!(
+        node.feed(&mut session, "KEYS user:*\r\n"),
+        "*2\r\n$6\r\nuser:1\r\n$6\r\nuser:2\r\n"
+    );
+    assert_eq!(
+        node.feed(&mut session, "SCAN 0 MATCH *2 COUNT 100\r\n"),
+        "*2\r\n$1\r\n0\r\n*1\r\n$6\r\nuser:2\r\n"
+    );
+    assert_eq!(
+        node.feed(&mut session, "SCAN 0 TYPE list\r\n"),
+        "*2\r\n$1\r\n0\r\n*0\r\n"
+    );
+    let info = node.feed(&mut session, "INFO server\r\n");
+    assert!(info.contains("redis_version:7.0.15\r\n"), "{info}");
+    assert_eq!(
+        node.feed(&mut session, "SCAN x\r\n"),
+        "-ERR invalid cursor\r\n"
+    );
+}
+
+#[test]
+fn failed_transactions() {
+    let mut session = session();
+    let get = ArgsBuf::new(["GET", "a"]);
+    assert!(matches!(session.handle(get.args()), Action::Run(_)));
+    let error = Reply::error_static("ERR cluster unavailable");
+    assert_eq!(session.complete(Outcome::Failed(error.clone())), error);
+    for args in [&["MULTI"][..], &["GET", "a"]] {
+        let _ = session.handle(ArgsBuf::new(args).args());
+    }
+    let Action::Run(plan) = session.handle(ArgsBuf::new(["EXEC"]).args()) else {
+        panic!("a plan");
+    };
+    assert!(plan.is_read_only());
+    assert_eq!(session.complete(Outcome::Failed(error.clone())), error);
+    assert!(!session.in_multi());
+}
+
+#[test]
+#[should_panic(expected = "a request handled while the session waits for the node")]
+fn requests_wait_for_the_node() {
+    let mut session = session();
+    let get = ArgsBuf::new(["GET", "a"]);
+    let _ = session.handle(get.args());
+    let _ = session.handle(get.args());
+}
+
+#[test]
+#[should_panic(expected = "an outcome given when the session ran no plan")]
+fn outcomes_need_a_plan() {
+    let _ = session().complete(Outcome::Committed(Vec::new()));
+}
+
+#[test]
+fn command_command_through_the_session() {
+    let mut session = session();
+    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":33\r\n");
+    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*33\r\n*10\r\n$4\r\nping\r\n"));
+    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*66\r\n$4\r\nping\r\n"));
+    assert_eq!(
+        exchange(&mut session, "COMMAND INFO nosuch\r\nCOMMAND COUNT x\r\n"),
+        "*1\r\n$-1\r\n-ERR wrong number of arguments for 'command|count' command\r\n"
+    );
+}
+
+#[test]
+fn passwords_compare_whole() {
+    assert!(same_secret(b"secret", b"secret"));
+    assert!(!same_secret(b"secret", b"secreT"));
+    assert!(!same_secret(b"secret", b"secret!"));
+    assert!(same_secret(b"", b""));
+}
