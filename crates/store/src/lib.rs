@@ -18,6 +18,7 @@
 
 mod error;
 mod header;
+mod index;
 mod key;
 mod object;
 mod partition;
