@@ -12,6 +12,7 @@ use crate::limits::{CONFIGURATION_ID_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};
 use crate::member::{Member, check_members};
 use crate::partition_map::PartitionMap;
 use crate::ports::check_addresses;
+use crate::resp::RespSettings;
 
 /// Id of a configuration made by [`Configuration::local`]: the first configuration, the
 /// same as the RPC engine's default (`ferrotx_rpc::Config::default().configuration`).
@@ -38,6 +39,8 @@ pub struct Configuration {
     partitions: PartitionMap,
     /// The schema: every node hosts these tables in each of its partitions.
     tables: Vec<TableSpec>,
+    /// How nodes serve Redis clients.
+    resp: RespSettings,
 }
 
 /// The tables of a configuration that names none: table 1, `kv`, values of any size up
@@ -63,6 +66,7 @@ impl Configuration {
             members,
             partitions,
             tables: default_tables(),
+            resp: RespSettings::default(),
         })
     }
 
@@ -88,6 +92,7 @@ impl Configuration {
             members,
             partitions,
             tables: default_tables(),
+            resp: RespSettings::default(),
         })
     }
 
@@ -122,6 +127,7 @@ impl Configuration {
                 host: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 rpc_port_base: port(u32::from(node) * u32::from(threads_per_node)),
                 resp_port: Some(port(rpc_ports + u32::from(node))),
+                resp: None,
             })
             .collect();
         let partition_count = u32::from(nodes).checked_mul(partitions_per_node).ok_or(
@@ -167,6 +173,34 @@ impl Configuration {
     /// The schema: the tables of every partition.
     pub fn tables(&self) -> &[TableSpec] {
         &self.tables
+    }
+
+    /// The same configuration with the Redis-protocol settings `resp` (limits above
+    /// zero, a password that is not empty).
+    pub fn with_resp(mut self, resp: RespSettings) -> Result<Self, ConfigError> {
+        resp.check()?;
+        self.resp = resp;
+        Ok(self)
+    }
+
+    /// The same configuration with each member's Redis-protocol address set to what
+    /// `addr` gives for it (`None`: no front end), in place of its `resp` or `resp_port`;
+    /// checked like the other addresses.
+    pub fn with_resp_addrs(
+        mut self,
+        mut addr: impl FnMut(&Member) -> Option<SocketAddr>,
+    ) -> Result<Self, ConfigError> {
+        for member in &mut self.members {
+            member.resp = addr(member);
+            member.resp_port = None;
+        }
+        check_addresses(&self.members, self.threads_per_node)?;
+        Ok(self)
+    }
+
+    /// How nodes serve Redis clients.
+    pub fn resp(&self) -> &RespSettings {
+        &self.resp
     }
 
     /// Its id, carried by every datagram.
@@ -334,6 +368,50 @@ mod tests {
         assert!(matches!(
             Configuration::local(2, 1, 1, 1, 0),
             Err(ConfigError::PortZero { node: 0 })
+        ));
+    }
+
+    #[test]
+    fn resp_settings_and_addresses_can_be_replaced() {
+        let config = Configuration::local(3, 1, 2, 1, 40_000).unwrap();
+        assert_eq!(config.resp(), &RespSettings::default());
+        let config = config
+            .with_resp_addrs(|member| {
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    7379 + member.node,
+                ))
+            })
+            .unwrap();
+        for member in config.members() {
+            assert_eq!(member.resp_port, None);
+            assert_eq!(
+                member.resp_addr(),
+                Some(SocketAddr::from(([127, 0, 0, 1], 7379 + member.node)))
+            );
+        }
+        // Onto an RPC port: refused.
+        let clash = config
+            .clone()
+            .with_resp_addrs(|_| Some(SocketAddr::from(([127, 0, 0, 1], 40_001))));
+        assert!(matches!(clash, Err(ConfigError::PortClash { .. })));
+        let none = config.clone().with_resp_addrs(|_| None).unwrap();
+        assert!(none.members().iter().all(|m| m.resp_addr().is_none()));
+
+        let settings = RespSettings {
+            requirepass: Some("secret".to_owned()),
+            max_request_bytes: 1 << 20,
+            max_clients: 5,
+        };
+        let config = config.with_resp(settings.clone()).unwrap();
+        assert_eq!(config.resp(), &settings);
+        let zero = RespSettings {
+            max_clients: 0,
+            ..settings
+        };
+        assert!(matches!(
+            config.with_resp(zero),
+            Err(ConfigError::RespLimitZero { .. })
         ));
     }
 

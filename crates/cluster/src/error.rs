@@ -100,7 +100,8 @@ pub enum ConfigError {
         /// The limit.
         max: u32,
     },
-    /// A member's `rpc_port_base` or `resp_port` is 0 (an ephemeral port no peer can know).
+    /// A member's `rpc_port_base`, `resp_port` or `resp` port is 0 (an ephemeral port no
+    /// peer or client can know).
     #[error("node {node} has port 0: give fixed ports, so that its peers know where to send")]
     PortZero {
         /// The member.
@@ -131,7 +132,8 @@ pub enum ConfigError {
         /// Ports the cluster needs.
         ports: u32,
     },
-    /// Two members on one host, or one member's RPC and RESP ports, share a port.
+    /// Two members on one host, or one member's RPC and RESP ports, share a port (two
+    /// members with the same `resp` address included).
     #[error(
         "port {port} of host {host} is used by node {first} and by node {second}: give \
          members on one host port ranges that do not overlap"
@@ -231,4 +233,25 @@ pub enum ConfigError {
         /// The longest key.
         max: usize,
     },
+    /// A member gives both `resp` and `resp_port`.
+    #[error(
+        "node {node} gives both `resp` (an address) and `resp_port` (a port of its host): \
+         keep one"
+    )]
+    RespAddressTwice {
+        /// The member.
+        node: u16,
+    },
+    /// A limit of the `[resp]` table is 0.
+    #[error("`[resp] {setting}` is 0: give a limit above zero, or leave it out for the default")]
+    RespLimitZero {
+        /// The setting.
+        setting: &'static str,
+    },
+    /// `[resp] requirepass` is an empty string.
+    #[error(
+        "`[resp] requirepass` is empty: give a password, or leave it out to let clients in \
+         without one"
+    )]
+    EmptyRequirePass,
 }

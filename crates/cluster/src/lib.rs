@@ -56,7 +56,13 @@
 //! failure_domain = "rack-a"
 //! host = "10.0.0.1"       # an address, not a name
 //! rpc_port_base = 7000    # thread t at rpc_port_base + t
-//! resp_port = 6379        # optional: the Redis-protocol front end
+//! resp_port = 6379        # optional: the Redis-protocol front end on this host's port,
+//! # or resp = "127.0.0.1:6379" (its own address; one of the two at most)
+//!
+//! [resp]                  # optional: how nodes serve Redis clients
+//! requirepass = "secret"  # optional: clients must AUTH first
+//! max_request_bytes = 67108864   # default 64 MiB
+//! max_clients = 10000     # default 10,000
 //!
 //! [[partition]]           # optional: all partitions, in order, or none
 //! id = 0
@@ -80,6 +86,7 @@ mod member;
 mod partition_map;
 mod placement;
 mod ports;
+mod resp;
 mod toml_format;
 
 pub use configuration::{Configuration, LOCAL_CONFIGURATION_ID, default_tables};
@@ -88,5 +95,6 @@ pub use key_hash::hash_partition_key;
 pub use limits::{CONFIGURATION_ID_MAX, MEMBERS_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};
 pub use member::Member;
 pub use partition_map::{PartitionMap, Replicas};
+pub use resp::{RESP_CLIENTS_MAX_DEFAULT, RESP_REQUEST_BYTES_MAX_DEFAULT, RespSettings};
 #[cfg(test)]
 mod testing;

@@ -12,7 +12,7 @@ use crate::limits::MEMBERS_MAX;
 ///
 /// Its worker thread `t` (the RPC endpoint `EndpointId::new(node, t)`) listens on UDP
 /// port `rpc_port_base + t` of `host`; its Redis-protocol front end, if it runs one, on
-/// TCP port `resp_port`.
+/// the TCP address `resp`, or on TCP port `resp_port` of `host` (at most one of the two).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Member {
@@ -26,9 +26,13 @@ pub struct Member {
     pub host: IpAddr,
     /// UDP port of its thread 0; thread `t` listens on `rpc_port_base + t`.
     pub rpc_port_base: u16,
-    /// TCP port of its Redis-protocol front end, if it runs one.
+    /// TCP port of its Redis-protocol front end on `host`, if it runs one there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resp_port: Option<u16>,
+    /// TCP address of its Redis-protocol front end, if it runs one: for clients, so it
+    /// may be another address than `host` (loopback, or `0.0.0.0` for every interface).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp: Option<SocketAddr>,
 }
 
 impl Member {
@@ -46,9 +50,11 @@ impl Member {
         SocketAddr::new(self.host, port)
     }
 
-    /// The address of its Redis-protocol front end, if it runs one.
+    /// The address of its Redis-protocol front end, if it runs one: `resp`, or port
+    /// `resp_port` of `host`.
     pub fn resp_addr(&self) -> Option<SocketAddr> {
-        self.resp_port.map(|port| SocketAddr::new(self.host, port))
+        self.resp
+            .or_else(|| self.resp_port.map(|port| SocketAddr::new(self.host, port)))
     }
 }
 

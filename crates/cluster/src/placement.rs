@@ -52,6 +52,7 @@ impl PartitionMap {
     ///         host: Ipv4Addr::LOCALHOST.into(),
     ///         rpc_port_base: 7000 + node * 10,
     ///         resp_port: None,
+    ///         resp: None,
     ///     })
     ///     .collect();
     /// let map = PartitionMap::place(&members, 8, 2)?;

@@ -6,8 +6,9 @@ use crate::error::ConfigError;
 use crate::member::Member;
 
 /// Checks that each member's host is a real address, that its ports are fixed and fit
-/// below 65,536 for `threads` RPC endpoints, and that no port of a host is used twice
-/// (two members on one host, or a RESP port among RPC ports).
+/// below 65,536 for `threads` RPC endpoints, that it gives at most one RESP address, and
+/// that no port of an address is used twice (two members on one host, a RESP port among
+/// RPC ports, two members with one RESP address).
 pub(crate) fn check_addresses(members: &[Member], threads: u16) -> Result<(), ConfigError> {
     debug_assert!(threads > 0, "threads checked before addresses");
     // Inclusive port ranges: each member's RPC range, and its RESP port if any.
@@ -19,7 +20,11 @@ pub(crate) fn check_addresses(members: &[Member], threads: u16) -> Result<(), Co
                 host: member.host,
             });
         }
-        if member.rpc_port_base == 0 || member.resp_port == Some(0) {
+        if member.resp.is_some() && member.resp_port.is_some() {
+            return Err(ConfigError::RespAddressTwice { node: member.node });
+        }
+        let resp = member.resp_addr();
+        if member.rpc_port_base == 0 || resp.is_some_and(|addr| addr.port() == 0) {
             return Err(ConfigError::PortZero { node: member.node });
         }
         let rpc_port_last =
@@ -37,8 +42,8 @@ pub(crate) fn check_addresses(members: &[Member], threads: u16) -> Result<(), Co
             rpc_port_last,
             member.node,
         ));
-        if let Some(port) = member.resp_port {
-            ranges.push((member.host, port, port, member.node));
+        if let Some(addr) = resp {
+            ranges.push((addr.ip(), addr.port(), addr.port(), member.node));
         }
     }
     // Sorted by host then first port, the ranges of a host overlap exactly when one starts
@@ -121,6 +126,64 @@ mod tests {
             clash(&[on(0, host, 7000, Some(6000)), on(1, host, 5999, None)]),
             (6000, 0, 1)
         );
+    }
+
+    #[test]
+    fn resp_addresses_are_checked_like_ports() {
+        let host = [127, 0, 0, 1];
+        let with_resp = |node: u16, rpc_port_base: u16, resp: &str| Member {
+            resp: Some(resp.parse().unwrap()),
+            ..on(node, host, rpc_port_base, None)
+        };
+        // Distinct addresses, and the same port on other addresses, are fine.
+        let members = [
+            with_resp(0, 7000, "127.0.0.1:7379"),
+            with_resp(1, 7004, "127.0.0.1:7380"),
+            with_resp(2, 7008, "127.0.0.2:7379"),
+        ];
+        check_addresses(&members, 4).unwrap();
+        // The same address twice.
+        let members = [
+            with_resp(0, 7000, "127.0.0.1:7379"),
+            with_resp(1, 7004, "127.0.0.1:7379"),
+        ];
+        assert!(matches!(
+            check_addresses(&members, 4),
+            Err(ConfigError::PortClash {
+                port: 7379,
+                first: 0,
+                second: 1,
+                ..
+            })
+        ));
+        // Among the RPC ports of its host, or on the RESP port of another member.
+        assert!(matches!(
+            check_addresses(&[with_resp(3, 7000, "127.0.0.1:7001")], 4),
+            Err(ConfigError::PortClash { port: 7001, .. })
+        ));
+        let members = [
+            with_resp(0, 7000, "127.0.0.1:6379"),
+            on(1, host, 7004, Some(6379)),
+        ];
+        assert!(matches!(
+            check_addresses(&members, 4),
+            Err(ConfigError::PortClash { port: 6379, .. })
+        ));
+        // Both forms on one member, or port 0.
+        let both = Member {
+            resp_port: Some(6379),
+            ..with_resp(4, 7000, "127.0.0.1:7379")
+        };
+        assert!(matches!(
+            check_addresses(&[both], 4),
+            Err(ConfigError::RespAddressTwice { node: 4 })
+        ));
+        assert!(matches!(
+            check_addresses(&[with_resp(5, 7000, "127.0.0.1:0")], 4),
+            Err(ConfigError::PortZero { node: 5 })
+        ));
+        // Every interface is a valid address to listen on.
+        check_addresses(&[with_resp(6, 7000, "0.0.0.0:6379")], 4).unwrap();
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::configuration::{Configuration, default_tables};
 use crate::error::ConfigError;
 use crate::member::Member;
 use crate::partition_map::{PartitionMap, Replicas};
+use crate::resp::RespSettings;
 
 /// The whole file.
 #[derive(Serialize, Deserialize)]
@@ -17,6 +18,8 @@ struct ConfigurationFile {
     threads_per_node: u16,
     replicas: u8,
     partition_count: u32,
+    #[serde(default, skip_serializing_if = "RespSection::is_empty")]
+    resp: RespSection,
     #[serde(rename = "member", default)]
     members: Vec<Member>,
     #[serde(rename = "partition", default, skip_serializing_if = "Vec::is_empty")]
@@ -80,6 +83,45 @@ impl TableEntry {
     }
 }
 
+/// The `[resp]` table: every field optional, a missing one takes its default.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RespSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requirepass: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_request_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_clients: Option<usize>,
+}
+
+impl RespSection {
+    fn is_empty(&self) -> bool {
+        self.requirepass.is_none() && self.max_request_bytes.is_none() && self.max_clients.is_none()
+    }
+
+    fn to_settings(&self) -> RespSettings {
+        let default = RespSettings::default();
+        RespSettings {
+            requirepass: self.requirepass.clone(),
+            max_request_bytes: self.max_request_bytes.unwrap_or(default.max_request_bytes),
+            max_clients: self.max_clients.unwrap_or(default.max_clients),
+        }
+    }
+
+    /// The section of `settings`, with only what differs from the defaults.
+    fn from_settings(settings: &RespSettings) -> Self {
+        let default = RespSettings::default();
+        Self {
+            requirepass: settings.requirepass.clone(),
+            max_request_bytes: (settings.max_request_bytes != default.max_request_bytes)
+                .then_some(settings.max_request_bytes),
+            max_clients: (settings.max_clients != default.max_clients)
+                .then_some(settings.max_clients),
+        }
+    }
+}
+
 /// One `[[partition]]` entry.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +139,7 @@ impl Configuration {
     /// in `crates/cluster/config/example.toml`).
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let file: ConfigurationFile = toml::from_str(text)?;
+        let resp = file.resp.to_settings();
         let tables = if file.tables.is_empty() {
             default_tables()
         } else {
@@ -113,7 +156,8 @@ impl Configuration {
                 file.members,
                 file.partition_count,
             )?
-            .with_tables(tables);
+            .with_tables(tables)?
+            .with_resp(resp);
         }
         if file.partitions.len() != file.partition_count as usize {
             return Err(ConfigError::PartitionCountMismatch {
@@ -136,7 +180,8 @@ impl Configuration {
         }
         let partitions = PartitionMap::from_assignments(&file.members, file.replicas, assignments)?;
         Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)?
-            .with_tables(tables)
+            .with_tables(tables)?
+            .with_resp(resp)
     }
 
     /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
@@ -166,6 +211,7 @@ impl Configuration {
             threads_per_node: self.threads_per_node(),
             replicas: self.replicas(),
             partition_count: self.partitions().partition_count(),
+            resp: RespSection::from_settings(self.resp()),
             members: self.members().to_vec(),
             partitions,
             tables: if self.tables() == default_tables().as_slice() {
@@ -223,6 +269,109 @@ mod tests {
         );
         let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
         assert_eq!(again, config);
+    }
+
+    #[test]
+    fn resp_settings_and_addresses_parse_and_round_trip() {
+        // Without a [resp] table: the defaults, and nothing written back.
+        let plain = Configuration::from_toml_str(&file("")).unwrap();
+        assert_eq!(plain.resp(), &RespSettings::default());
+        assert!(!plain.to_toml_string().contains("[resp]"));
+
+        let text = file(
+            "[resp]\nrequirepass = \"s3cret\"\nmax_request_bytes = 1048576\nmax_clients = 50\n",
+        )
+        .replace(
+            "rpc_port_base = 7000\n",
+            "rpc_port_base = 7000\nresp = \"127.0.0.1:7379\"\n",
+        );
+        let config = Configuration::from_toml_str(&text).unwrap();
+        assert_eq!(
+            config.resp(),
+            &RespSettings {
+                requirepass: Some("s3cret".to_owned()),
+                max_request_bytes: 1 << 20,
+                max_clients: 50,
+            }
+        );
+        assert_eq!(
+            config.member(0).unwrap().resp_addr(),
+            Some("127.0.0.1:7379".parse().unwrap())
+        );
+        assert_eq!(
+            config.member(1).unwrap().resp_addr(),
+            Some("127.0.0.1:6379".parse().unwrap())
+        );
+        let written = config.to_toml_string();
+        assert!(written.contains("resp = \"127.0.0.1:7379\""), "{written}");
+        assert_eq!(Configuration::from_toml_str(&written).unwrap(), config);
+
+        // One setting given: the others keep their defaults, and only it is written.
+        let some = Configuration::from_toml_str(&file("[resp]\nmax_clients = 7\n")).unwrap();
+        assert_eq!(some.resp().max_clients, 7);
+        assert_eq!(
+            some.resp().max_request_bytes,
+            RespSettings::default().max_request_bytes
+        );
+        let written = some.to_toml_string();
+        assert!(
+            written.contains("max_clients = 7") && !written.contains("max_request_bytes"),
+            "{written}"
+        );
+        assert_eq!(Configuration::from_toml_str(&written).unwrap(), some);
+        // IPv6 addresses too.
+        let v6 = file("").replace(
+            "rpc_port_base = 7000\n",
+            "rpc_port_base = 7000\nresp = \"[::1]:7379\"\n",
+        );
+        let v6 = Configuration::from_toml_str(&v6).unwrap();
+        assert_eq!(
+            Configuration::from_toml_str(&v6.to_toml_string()).unwrap(),
+            v6
+        );
+    }
+
+    #[test]
+    fn bad_resp_settings_are_refused_with_the_reason() {
+        let message = |text: String| parse_error(&text).to_string();
+        assert_eq!(
+            message(file("[resp]\nmax_clients = 0\n")),
+            "`[resp] max_clients` is 0: give a limit above zero, or leave it out for the default"
+        );
+        assert!(matches!(
+            parse_error(&file("[resp]\nmax_request_bytes = 0\n")),
+            ConfigError::RespLimitZero {
+                setting: "max_request_bytes"
+            }
+        ));
+        assert!(matches!(
+            parse_error(&file("[resp]\nrequirepass = \"\"\n")),
+            ConfigError::EmptyRequirePass
+        ));
+        let unknown = message(file("[resp]\nmaxclients = 3\n"));
+        assert!(unknown.contains("unknown field `maxclients`"), "{unknown}");
+        let negative = parse_error(&file("[resp]\nmax_clients = -1\n"));
+        assert!(matches!(negative, ConfigError::Parse(_)), "{negative:?}");
+        // Two members on one address, and both forms on one member.
+        let same = file("").replace(
+            "rpc_port_base = 7000\n",
+            "rpc_port_base = 7000\nresp = \"127.0.0.1:6379\"\n",
+        );
+        let error = message(same);
+        assert!(
+            error.contains("port 6379 of host 127.0.0.1 is used by node 0 and by node 1"),
+            "{error}"
+        );
+        let both = file("").replace(
+            "resp_port = 6379\n",
+            "resp_port = 6379\nresp = \"127.0.0.1:1\"\n",
+        );
+        assert!(matches!(
+            parse_error(&both),
+            ConfigError::RespAddressTwice { node: 1 }
+        ));
+        let bad = file("").replace("resp_port = 6379\n", "resp = \"localhost:6379\"\n");
+        assert!(matches!(parse_error(&bad), ConfigError::Parse(_)));
     }
 
     #[test]

@@ -70,9 +70,13 @@ struct LocalArgs {
     /// Partitions per node.
     #[arg(long, default_value_t = 4)]
     partitions_per_node: u32,
-    /// First port: the cluster uses nodes x (threads + 1) consecutive ports from here.
+    /// First UDP port: the nodes' worker threads use nodes x threads consecutive ports
+    /// from here.
     #[arg(long, default_value_t = 7000)]
     port_base: u16,
+    /// First Redis port: node i serves Redis clients on 127.0.0.1, port P + i.
+    #[arg(long, value_name = "P", default_value_t = 7379)]
+    resp_port_base: u16,
     /// Write the generated configuration here (default: a temporary file).
     #[arg(long)]
     config_out: Option<PathBuf>,
@@ -380,6 +384,7 @@ fn main() -> anyhow::Result<()> {
                 threads: args.threads,
                 partitions_per_node: args.partitions_per_node,
                 port_base: args.port_base,
+                resp_port_base: args.resp_port_base,
             },
             args.config_out.as_deref(),
         )?,

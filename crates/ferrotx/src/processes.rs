@@ -1,5 +1,6 @@
 //! `ferrotx node` and `ferrotx cluster local`: node processes, started and stopped.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use anyhow::{Context, bail, ensure};
 use ferrotx_bench::driver::DriveOptions;
 use ferrotx_cluster::Configuration;
 use ferrotx_node::{Node, NodeOptions};
+use ferrotx_server::{RespServer, ServerOptions};
 
 /// A flag raised by SIGINT (Ctrl-C) or SIGTERM.
 fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
@@ -35,8 +37,12 @@ fn describe(config: &Configuration, node: u16) -> String {
         }
     }
     let last = member.rpc_addr(config.threads_per_node() - 1);
+    let redis = match member.resp_addr() {
+        Some(addr) => format!("Redis on {addr}; "),
+        None => String::new(),
+    };
     format!(
-        "node {node} ({}): {} threads, UDP {}..{}; primary of partitions {primary:?}, \
+        "node {node} ({}): {} threads, UDP {}..{}; {redis}primary of partitions {primary:?}, \
          backup of {backup:?}",
         member.failure_domain,
         config.threads_per_node(),
@@ -63,20 +69,44 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
     let stop = stop_on_signals()?;
     let node = Node::start_udp(config.clone(), id, &NodeOptions::default())
         .with_context(|| format!("starting node {id}"))?;
+    // The Redis front end, if the member has an address for it.
+    let server = match ServerOptions::from_config(&config, id) {
+        Ok(options) => Some(
+            RespServer::start(node.handle(), &options)
+                .with_context(|| format!("starting node {id}'s Redis front end"))?,
+        ),
+        Err(_) => None,
+    };
     println!("{}", describe(&config, id));
     println!(
         "node {id}: running configuration {} with {} tables; Ctrl-C stops it",
         config.id(),
         config.tables().len()
     );
+    if let Some(server) = &server {
+        println!(
+            "node {id}: serving Redis clients on {}",
+            server.local_addr()
+        );
+    }
     while !stop.load(Ordering::Relaxed) {
         if node.any_worker_ended() {
             // Dropping the node joins its threads without propagating a panic (which has
             // already been printed), so this message is the last word.
+            drop(server);
             drop(node);
             bail!("node {id}: a worker thread ended unexpectedly");
         }
+        if server.as_ref().is_some_and(RespServer::has_ended) {
+            drop(server);
+            drop(node);
+            bail!("node {id}: the Redis front end ended unexpectedly");
+        }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // Clients first, so that none waits on a stopped worker.
+    if let Some(server) = server {
+        server.stop();
     }
     let reports = node.stop();
     let served: u64 = reports.iter().map(|r| r.rpc.requests_executed).sum();
@@ -91,6 +121,8 @@ pub struct LocalCluster {
     pub threads: u16,
     pub partitions_per_node: u32,
     pub port_base: u16,
+    /// Node i serves Redis clients on 127.0.0.1, port `resp_port_base + i`.
+    pub resp_port_base: u16,
 }
 
 /// Node processes, terminated and reaped when dropped.
@@ -132,13 +164,24 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
         spec.replicas >= 1 && u16::from(spec.replicas) <= spec.nodes,
         "--replicas must be in 1..=--nodes"
     );
+    ensure!(
+        u32::from(spec.resp_port_base) + u32::from(spec.nodes) <= u32::from(u16::MAX) + 1,
+        "--resp-port-base {} leaves no port for node {}: lower it",
+        spec.resp_port_base,
+        spec.nodes.saturating_sub(1)
+    );
     let config = Configuration::local(
         spec.nodes,
         spec.replicas,
         spec.threads,
         spec.partitions_per_node,
         spec.port_base,
-    )?;
+    )?
+    .with_resp_addrs(|member| {
+        let port = spec.resp_port_base + member.node;
+        Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
+    })
+    .context("--resp-port-base")?;
     let (path, temp_dir) = match config_out {
         Some(path) => (path.to_path_buf(), None),
         None => {
@@ -178,6 +221,13 @@ fn run_children(config: &Configuration, path: &Path) -> anyhow::Result<()> {
         println!("  pid {:>7}  {}", child.id(), describe(config, member.node));
         children.0.push((member.node, child));
     }
+    let redis: Vec<String> = config
+        .members()
+        .iter()
+        .filter_map(|member| member.resp_addr())
+        .map(|addr| addr.to_string())
+        .collect();
+    println!("Redis clients: {}", redis.join(", "));
     println!("Ctrl-C stops the cluster.");
     let failed = loop {
         if stop.load(Ordering::Relaxed) {

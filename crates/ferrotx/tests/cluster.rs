@@ -14,6 +14,12 @@ fn port_base(test: u16) -> String {
     (30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000).to_string()
 }
 
+/// The Redis ports of test `test`'s local cluster: after its 3 nodes' RPC ports (and in
+/// place of the Redis ports the generated configuration would put there).
+fn resp_port_base(test: u16) -> String {
+    (port_base(test).parse::<u16>().unwrap() + 3).to_string()
+}
+
 fn checks_passed(report: &serde_json::Value) {
     let checks = &report["checks"];
     assert_eq!(checks["ok"], true, "{checks}");
@@ -205,6 +211,7 @@ fn start_local_cluster(test: u16) -> (std::process::Child, Vec<String>) {
     let mut child = ferrotx()
         .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
         .args(["--port-base", &port_base(test)])
+        .args(["--resp-port-base", &resp_port_base(test)])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -261,6 +268,8 @@ fn a_local_cluster_stops_cleanly_on_ctrl_c() {
         lines.iter().any(|l| l.contains("primary of partitions")),
         "{lines:?}"
     );
+    let redis = format!("Redis on 127.0.0.1:{}", resp_port_base(5));
+    assert!(lines.iter().any(|l| l.contains(&redis)), "{lines:?}");
     std::thread::sleep(Duration::from_millis(300));
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -13,7 +13,7 @@ mod runtime;
 mod worker;
 
 pub use local_cluster::LocalCluster;
-pub use node::{Node, NodeOptions, WorkerReport, incarnation_from_clock};
+pub use node::{Node, NodeHandle, NodeOptions, SpawnError, WorkerReport, incarnation_from_clock};
 pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};
 pub use worker::{BATCH_DATAGRAMS, Worker};

@@ -15,7 +15,7 @@ use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::Role;
 use ferrotx_wire::EndpointId;
 
-use crate::node::{Node, NodeOptions};
+use crate::node::{Node, NodeHandle, NodeOptions};
 use crate::placement::ClusterPlacement;
 
 /// Every node of a configuration, each worker thread an OS thread of this process, talking
@@ -112,6 +112,12 @@ impl LocalCluster {
         R: Send + 'static,
     {
         self.node(node).spawn(thread, body)
+    }
+
+    /// A handle that starts coroutines on node `node` from any thread (to serve a front
+    /// end, such as the Redis protocol, from it).
+    pub fn handle(&self, node: u16) -> NodeHandle {
+        self.node(node).handle()
     }
 
     /// Reads `key` at its primary, outside any transaction (for checks).

@@ -77,6 +77,7 @@ pub struct WorkerReport {
 }
 
 /// How coroutines reach a worker thread: a channel, and how many wait in it.
+#[derive(Clone)]
 struct Spawner {
     sender: mpsc::Sender<Spawn>,
     pending: Arc<AtomicUsize>,
@@ -85,16 +86,98 @@ struct Spawner {
 }
 
 /// A running node. Data is loaded with [`Node::load`] before transactions run;
-/// transactions are coroutines started on a worker thread with [`Node::spawn`].
+/// transactions are coroutines started on a worker thread with [`Node::spawn`], or from
+/// other threads with a [`NodeHandle`].
 pub struct Node {
     node: u16,
     config: Arc<Configuration>,
     placement: ClusterPlacement,
     /// The copies this node hosts: partition, role, data.
     copies: Vec<(PartitionId, Role, Arc<Partition>)>,
-    spawners: Vec<Spawner>,
+    handle: NodeHandle,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<WorkerReport>>,
+}
+
+/// What starts coroutines on a node's worker threads, for other threads (a front end's
+/// I/O thread): cheap to clone, `Send` and `Sync`. It outlives the node harmlessly: once
+/// the node has stopped, [`NodeHandle::spawn`] says so.
+#[derive(Clone)]
+pub struct NodeHandle {
+    node: u16,
+    config: Arc<Configuration>,
+    spawners: Arc<[Spawner]>,
+}
+
+/// Why a coroutine could not be started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// The worker thread has ended: the node stopped (or the thread panicked).
+    #[error("worker thread {thread} of node {node} has stopped")]
+    Stopped {
+        /// The node.
+        node: u16,
+        /// The thread.
+        thread: u16,
+    },
+}
+
+impl NodeHandle {
+    /// The node's id.
+    pub fn id(&self) -> u16 {
+        self.node
+    }
+
+    /// The configuration the node runs.
+    pub fn config(&self) -> &Arc<Configuration> {
+        &self.config
+    }
+
+    /// The node's worker threads.
+    pub fn threads(&self) -> u16 {
+        u16::try_from(self.spawners.len()).expect("threads_per_node is a u16")
+    }
+
+    /// Starts `body` as a coroutine on worker thread `thread`, with that thread's
+    /// coordinator, and wakes the thread if it sleeps; the result arrives on the returned
+    /// channel. The worker starts it when it has a free coroutine slot. Never blocks.
+    /// If the node stops before the coroutine ends, the coroutine is dropped (and with it
+    /// whatever it holds) and the channel closes.
+    ///
+    /// # Panics
+    ///
+    /// If `thread` is not one of the node's worker threads.
+    pub fn spawn<F, Fut, R>(&self, thread: u16, body: F) -> Result<mpsc::Receiver<R>, SpawnError>
+    where
+        F: FnOnce(Co, Rc<Coordinator>) -> Fut + Send + 'static,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        let (sender, receiver) = mpsc::channel();
+        let spawner = self
+            .spawners
+            .get(usize::from(thread))
+            .unwrap_or_else(|| panic!("no worker thread {thread} on node {}", self.node));
+        let spawn: Spawn = Box::new(move |executor, coordinator| {
+            let coordinator = coordinator.clone();
+            executor.spawn(move |co| async move {
+                let _ = sender.send(body(co, coordinator).await);
+            });
+        });
+        // Counted before it is sent, so the count never reads 0 while a spawn waits.
+        spawner.pending.fetch_add(1, Ordering::Relaxed);
+        if spawner.sender.send(spawn).is_err() {
+            spawner.pending.fetch_sub(1, Ordering::Relaxed);
+            return Err(SpawnError::Stopped {
+                node: self.node,
+                thread,
+            });
+        }
+        if let Some(bell) = &spawner.doorbell {
+            bell.ring();
+        }
+        Ok(receiver)
+    }
 }
 
 impl Node {
@@ -188,12 +271,17 @@ impl Node {
             threads.push(spawn.expect("starting a worker thread"));
         }
         let placement = ClusterPlacement(config.clone());
+        let handle = NodeHandle {
+            node,
+            config: config.clone(),
+            spawners: spawners.into(),
+        };
         Self {
             node,
             config,
             placement,
             copies,
-            spawners,
+            handle,
             stop,
             threads,
         }
@@ -295,33 +383,23 @@ impl Node {
             .map(|(_, _, p)| &**p)
     }
 
+    /// A handle that starts coroutines on this node from any thread.
+    pub fn handle(&self) -> NodeHandle {
+        self.handle.clone()
+    }
+
     /// Starts `body` as a coroutine on worker thread `thread`, with that thread's
     /// coordinator; its result arrives on the returned channel. The worker starts it when
-    /// it has a free coroutine slot.
+    /// it has a free coroutine slot. Panics if the worker thread has ended.
     pub fn spawn<F, Fut, R>(&self, thread: u16, body: F) -> mpsc::Receiver<R>
     where
         F: FnOnce(Co, Rc<Coordinator>) -> Fut + Send + 'static,
         Fut: Future<Output = R> + 'static,
         R: Send + 'static,
     {
-        let (sender, receiver) = mpsc::channel();
-        let spawner = self
-            .spawners
-            .get(usize::from(thread))
-            .unwrap_or_else(|| panic!("no worker thread {thread} on node {}", self.node));
-        let spawn: Spawn = Box::new(move |executor, coordinator| {
-            let coordinator = coordinator.clone();
-            executor.spawn(move |co| async move {
-                let _ = sender.send(body(co, coordinator).await);
-            });
-        });
-        // Counted before it is sent, so the count never reads 0 while a spawn waits.
-        spawner.pending.fetch_add(1, Ordering::Relaxed);
-        spawner.sender.send(spawn).expect("worker thread running");
-        if let Some(bell) = &spawner.doorbell {
-            bell.ring();
-        }
-        receiver
+        self.handle
+            .spawn(thread, body)
+            .expect("worker thread running")
     }
 
     /// Whether a worker thread has ended (stopped, or panicked).
@@ -344,7 +422,7 @@ impl Node {
     /// Tells every worker to stop, waking those that sleep.
     fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        for spawner in &self.spawners {
+        for spawner in self.handle.spawners.iter() {
             if let Some(bell) = &spawner.doorbell {
                 bell.ring();
             }

@@ -943,3 +943,35 @@ fn blind_writes_commit_without_a_read_and_reach_the_backups() {
     }
     cluster.stop();
 }
+
+#[test]
+fn a_handle_starts_coroutines_from_any_thread_until_the_node_stops() {
+    let config = Configuration::local(2, 2, 2, 1, 41_600).unwrap();
+    let cluster = LocalCluster::start(config, vec![TableSpec::fixed(1, "accounts", 8)]);
+    cluster
+        .load(ACCOUNTS, Key::from(7), &70u64.to_le_bytes())
+        .unwrap();
+    let handle = cluster.handle(1);
+    assert_eq!((handle.id(), handle.threads()), (1, 2));
+    assert_eq!(handle.config().members().len(), 2);
+    let from_another_thread = {
+        let handle = handle.clone();
+        std::thread::spawn(move || {
+            handle
+                .spawn(1, |co, coordinator| async move {
+                    coordinator.read_one(&co, ACCOUNTS, Key::from(7)).await
+                })
+                .unwrap()
+                .recv()
+                .unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(balance(from_another_thread.unwrap()), 70);
+    cluster.stop();
+    assert_eq!(
+        handle.spawn(0, |_, _| async {}).map(|_| ()).unwrap_err(),
+        ferrotx_node::SpawnError::Stopped { node: 1, thread: 0 }
+    );
+}

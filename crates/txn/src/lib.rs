@@ -8,3 +8,4 @@
 pub mod coordinator;
 pub mod messages;
 pub mod participant;
+mod store_scan;

@@ -23,6 +23,12 @@ pub mod request_type {
     /// A coordinator's truncation mark on its own, for when no commit-backup carries it
     /// (an idle coordinator flushing its last transactions to the backups' copies).
     pub const TRUNCATE: u8 = 16;
+    /// Visit objects of one table at a partition's primary from a cursor, outside any
+    /// transaction (Redis's SCAN and KEYS).
+    pub const SCAN: u8 = 17;
+    /// Count the present objects of one table at a partition's primary, outside any
+    /// transaction (Redis's DBSIZE).
+    pub const COUNT: u8 = 18;
 }
 
 /// A transaction id: configuration, coordinator node, thread and incarnation, and a
@@ -538,10 +544,225 @@ pub fn decode_tx(bytes: &[u8]) -> Result<TxId, DecodeError> {
     Ok(tx)
 }
 
+/// Encodes a SCAN request: visit at most `count` objects of `table` at the primary of
+/// `partition`, from `cursor` (0 starts).
+pub fn encode_scan(partition: u32, table: TableId, cursor: u64, count: u32, out: &mut Vec<u8>) {
+    Writer(out)
+        .u32(partition)
+        .u16(table.0)
+        .u64(cursor)
+        .u32(count);
+}
+
+/// A SCAN request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ScanRequest {
+    /// The partition, whose primary answers.
+    pub partition: u32,
+    /// The table.
+    pub table: TableId,
+    /// Where to go on from (0 starts; otherwise a `next_cursor` of an earlier answer).
+    pub cursor: u64,
+    /// Most objects to visit.
+    pub count: u32,
+}
+
+/// Decodes a SCAN request.
+pub fn decode_scan(bytes: &[u8]) -> Result<ScanRequest, DecodeError> {
+    let mut r = Reader(bytes);
+    let request = ScanRequest {
+        partition: r.u32()?,
+        table: TableId(r.u16()?),
+        cursor: r.u64()?,
+        count: r.u32()?,
+    };
+    r.finish()?;
+    Ok(request)
+}
+
+/// Outcome of a SCAN or COUNT, first byte of its response.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum ScanStatus {
+    /// Answered: the rest of the response follows.
+    Done = 0,
+    /// The request named an unknown table or a partition this node is not primary for.
+    Refused = 1,
+}
+
+/// One page of a scan: what a SCAN answered.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ScanPage {
+    /// Where the next SCAN of the partition goes on from; 0 when it has been visited
+    /// whole.
+    pub next_cursor: u64,
+    /// Objects visited (present or not): at most the request's count.
+    pub visited: u32,
+    /// The present objects visited, with their values, in the order visited.
+    pub objects: Vec<(Key, Vec<u8>)>,
+}
+
+/// Bytes of a SCAN response before its objects: status, next cursor, visited, count.
+pub const SCAN_RESPONSE_HEADER_BYTES: usize = 1 + 8 + 4 + 2;
+
+/// Bytes one object adds to a SCAN response.
+pub fn scan_object_len(key: &Key, value: &[u8]) -> usize {
+    1 + key.as_bytes().len() + 4 + value.len()
+}
+
+/// Starts a SCAN response in `out` (empty): call [`push_scan_object`] for each object,
+/// then [`finish_scan_response`].
+pub fn start_scan_response(out: &mut Vec<u8>) {
+    debug_assert!(out.is_empty());
+    Writer(out).u8(ScanStatus::Done as u8).u64(0).u32(0).u16(0);
+}
+
+/// Adds one object to a SCAN response started by [`start_scan_response`].
+pub fn push_scan_object(key: &Key, value: &[u8], out: &mut Vec<u8>) {
+    Writer(out).key(key).bytes(value);
+}
+
+/// Completes a SCAN response: where to go on from, how many objects were visited and how
+/// many pushed (at most [`ITEMS_MAX`]).
+pub fn finish_scan_response(next_cursor: u64, visited: u32, objects: usize, out: &mut [u8]) {
+    assert!(
+        objects <= ITEMS_MAX,
+        "a SCAN answers at most ITEMS_MAX objects"
+    );
+    out[1..9].copy_from_slice(&next_cursor.to_le_bytes());
+    out[9..13].copy_from_slice(&visited.to_le_bytes());
+    out[13..15].copy_from_slice(&(objects as u16).to_le_bytes());
+}
+
+/// Decodes a SCAN response: `None` if the primary refused the request.
+pub fn decode_scan_response(bytes: &[u8]) -> Result<Option<ScanPage>, DecodeError> {
+    let mut r = Reader(bytes);
+    match r.u8()? {
+        0 => {}
+        1 => {
+            r.finish()?;
+            return Ok(None);
+        }
+        _ => return Err(DecodeError::Invalid),
+    }
+    let next_cursor = r.u64()?;
+    let visited = r.u32()?;
+    let n = count(&mut r)?;
+    let mut objects = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.key()?;
+        objects.push((key, r.bytes()?.to_vec()));
+    }
+    r.finish()?;
+    Ok(Some(ScanPage {
+        next_cursor,
+        visited,
+        objects,
+    }))
+}
+
+/// Encodes a COUNT request: the present objects of `table` at the primary of
+/// `partition`.
+pub fn encode_count(partition: u32, table: TableId, out: &mut Vec<u8>) {
+    Writer(out).u32(partition).u16(table.0);
+}
+
+/// Decodes a COUNT request: partition and table.
+pub fn decode_count(bytes: &[u8]) -> Result<(u32, TableId), DecodeError> {
+    let mut r = Reader(bytes);
+    let request = (r.u32()?, TableId(r.u16()?));
+    r.finish()?;
+    Ok(request)
+}
+
+/// Encodes a COUNT response: `None` if refused, else the count.
+pub fn encode_count_response(count: Option<u64>, out: &mut Vec<u8>) {
+    match count {
+        Some(count) => {
+            Writer(out).u8(ScanStatus::Done as u8).u64(count);
+        }
+        None => {
+            Writer(out).u8(ScanStatus::Refused as u8);
+        }
+    }
+}
+
+/// Decodes a COUNT response: `None` if the primary refused the request.
+pub fn decode_count_response(bytes: &[u8]) -> Result<Option<u64>, DecodeError> {
+    let mut r = Reader(bytes);
+    let count = match r.u8()? {
+        0 => Some(r.u64()?),
+        1 => None,
+        _ => return Err(DecodeError::Invalid),
+    };
+    r.finish()?;
+    Ok(count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn scan_and_count_messages_round_trip() {
+        let mut buf = Vec::new();
+        encode_scan(3, TableId(1), 77, 10, &mut buf);
+        assert_eq!(
+            decode_scan(&buf),
+            Ok(ScanRequest {
+                partition: 3,
+                table: TableId(1),
+                cursor: 77,
+                count: 10
+            })
+        );
+        assert_eq!(
+            decode_scan(&buf[..buf.len() - 1]),
+            Err(DecodeError::Truncated)
+        );
+
+        let objects = vec![
+            (Key::from(1), b"one".to_vec()),
+            (Key::from_bytes(b"k").unwrap(), Vec::new()),
+        ];
+        let mut buf = Vec::new();
+        start_scan_response(&mut buf);
+        assert_eq!(buf.len(), SCAN_RESPONSE_HEADER_BYTES);
+        for (key, value) in &objects {
+            push_scan_object(key, value, &mut buf);
+        }
+        let expected_len = SCAN_RESPONSE_HEADER_BYTES
+            + objects
+                .iter()
+                .map(|(k, v)| scan_object_len(k, v))
+                .sum::<usize>();
+        assert_eq!(buf.len(), expected_len);
+        finish_scan_response(99, 5, objects.len(), &mut buf);
+        assert_eq!(
+            decode_scan_response(&buf),
+            Ok(Some(ScanPage {
+                next_cursor: 99,
+                visited: 5,
+                objects
+            }))
+        );
+        for len in 0..buf.len() {
+            assert!(decode_scan_response(&buf[..len]).is_err(), "prefix {len}");
+        }
+        assert_eq!(decode_scan_response(&[1]), Ok(None));
+        assert_eq!(decode_scan_response(&[2]), Err(DecodeError::Invalid));
+
+        let mut buf = Vec::new();
+        encode_count(4, TableId(2), &mut buf);
+        assert_eq!(decode_count(&buf), Ok((4, TableId(2))));
+        let mut buf = Vec::new();
+        encode_count_response(Some(12), &mut buf);
+        assert_eq!(decode_count_response(&buf), Ok(Some(12)));
+        let mut buf = Vec::new();
+        encode_count_response(None, &mut buf);
+        assert_eq!(decode_count_response(&buf), Ok(None));
+    }
 
     fn record() -> LockRecord {
         LockRecord {
@@ -650,6 +871,10 @@ mod tests {
             let _ = decode_read(&bytes);
             let _ = decode_read_response(&bytes);
             let _ = decode_tx(&bytes);
+            let _ = decode_scan(&bytes);
+            let _ = decode_scan_response(&bytes);
+            let _ = decode_count(&bytes);
+            let _ = decode_count_response(&bytes);
         }
     }
 }

@@ -13,10 +13,15 @@ use ferrotx_store::Partition;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
+use ferrotx_store::Key;
+
 use crate::messages::{
-    CoordinatorId, ReadStatus, RecordView, TxId, VERSION_ANY, decode_read, decode_truncate,
-    decode_tx, decode_validate, encode_read_response, request_type,
+    CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
+    decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
+    encode_read_response, finish_scan_response, push_scan_object, request_type,
+    start_scan_response,
 };
+use crate::store_scan::scan_primary;
 
 /// Records a backup keeps per coordinator thread before they are truncated. The
 /// coordinator reserves a record at each backup of a transaction before it starts
@@ -31,6 +36,15 @@ const SPARE_BUFFERS_MAX: usize = 256;
 /// Largest buffer kept for reuse: records of small transactions fit, and a small record
 /// never holds on to a large transaction's buffer.
 const SPARE_BUFFER_BYTES_MAX: usize = 16 << 10;
+
+/// Most objects one SCAN request visits: its answer lists at most [`ITEMS_MAX`].
+pub const SCAN_OBJECTS_MAX: u32 = ITEMS_MAX as u32;
+
+/// Bytes of a SCAN answer after which it visits no more objects. A few hundred KiB keeps
+/// one scan round trip short and far below the RPC layer's message limit (1 MiB and
+/// 64 KiB); the object that passes it is still sent, and one object always fits, as a
+/// value is at most 1 MiB.
+pub const SCAN_RESPONSE_BYTES_MAX: usize = 256 << 10;
 
 /// What a node is for a partition.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -114,6 +128,8 @@ pub struct Participant {
     /// Backup logs, by coordinator (node, thread, incarnation).
     logs: HashMap<CoordinatorId, BackupLog, FixedState>,
     scratch: Vec<u8>,
+    /// Objects one step of a scan found, before they are copied into the answer.
+    scan_scratch: Vec<(Key, Vec<u8>)>,
     stats: ParticipantStats,
 }
 
@@ -132,6 +148,7 @@ impl Participant {
             logs: HashMap::with_hasher(FixedState::with_seed(0)),
             spare: Vec::new(),
             scratch: Vec::new(),
+            scan_scratch: Vec::new(),
             stats: ParticipantStats::default(),
         }
     }
@@ -153,7 +170,7 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 7] = [
+        let handlers: [(u8, ParticipantHandler); 9] = [
             (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
@@ -161,6 +178,8 @@ impl Participant {
             (request_type::COMMIT_BACKUP, Self::commit_backup),
             (request_type::COMMIT_PRIMARY, Self::commit_primary),
             (request_type::ABORT, Self::abort),
+            (request_type::SCAN, Self::scan),
+            (request_type::COUNT, Self::count),
         ];
         for (request_type, handler) in handlers {
             let participant = participant.clone();
@@ -393,6 +412,65 @@ impl Participant {
             self.recycle(bytes);
         }
         response.push(1);
+        Ok(())
+    }
+
+    /// SCAN: visits objects of a table at this primary from a cursor, outside any
+    /// transaction: up to the request's count (at most [`SCAN_OBJECTS_MAX`]), stopping
+    /// early once the answer passes [`SCAN_RESPONSE_BYTES_MAX`]. Answers the present
+    /// objects visited with their values, and the cursor to go on from.
+    pub fn scan(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let request = decode_scan(payload).map_err(|_| MALFORMED)?;
+        let refuse = |response: &mut Vec<u8>| {
+            response.clear();
+            response.push(ScanStatus::Refused as u8);
+            Ok(())
+        };
+        let Some(partition) = self.store.get(request.partition, Role::Primary) else {
+            return refuse(response);
+        };
+        start_scan_response(response);
+        let count = request.count.min(SCAN_OBJECTS_MAX);
+        let (mut cursor, mut visited, mut objects) = (request.cursor, 0, 0);
+        // One object per step, so the answer stops at the object that fills it and the
+        // cursor says exactly where the next request goes on.
+        while visited < count && response.len() < SCAN_RESPONSE_BYTES_MAX {
+            self.scan_scratch.clear();
+            let Ok(next) =
+                scan_primary(partition, request.table, cursor, 1, &mut self.scan_scratch)
+            else {
+                return refuse(response);
+            };
+            debug_assert!(self.scan_scratch.len() <= 1, "one object per step");
+            if next == cursor && next != 0 {
+                // A locked object (a commit installing it): the page ends before it, and
+                // the caller asks again from here a little later.
+                break;
+            }
+            visited += 1;
+            for (key, value) in &self.scan_scratch {
+                push_scan_object(key, value, response);
+                objects += 1;
+            }
+            cursor = next;
+            if next == 0 {
+                break;
+            }
+        }
+        finish_scan_response(cursor, visited, objects, response);
+        Ok(())
+    }
+
+    /// COUNT: the number of present objects of a table at this primary, outside any
+    /// transaction (walks the table).
+    pub fn count(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let (partition, table) = decode_count(payload).map_err(|_| MALFORMED)?;
+        let count = self
+            .store
+            .get(partition, Role::Primary)
+            .and_then(|p| p.count_present(table).ok())
+            .map(|count| count as u64);
+        encode_count_response(count, response);
         Ok(())
     }
 

@@ -4,10 +4,13 @@ use std::sync::Arc;
 
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_txn::messages::{
-    LockRecord, ReadItem, ReadStatus, TxId, Write, decode_read_response, encode_read, encode_tx,
+    LockRecord, ReadItem, ReadStatus, ScanPage, TxId, Write, decode_count_response,
+    decode_read_response, decode_scan_response, encode_count, encode_read, encode_scan, encode_tx,
     encode_validate,
 };
-use ferrotx_txn::participant::{NodeStore, Participant, ParticipantHandler, Role};
+use ferrotx_txn::participant::{
+    NodeStore, Participant, ParticipantHandler, Role, SCAN_RESPONSE_BYTES_MAX,
+};
 
 const TABLE: TableId = TableId(1);
 const PRIMARY: u32 = 0;
@@ -442,4 +445,97 @@ fn blind_writes_lock_at_the_current_version() {
         read(&mut p, PRIMARY, 2),
         (ReadStatus::Present, 1, 7u64.to_le_bytes().to_vec())
     );
+}
+
+/// SCAN's answer at `partition` from `cursor`, at most `count` objects.
+fn scan(
+    participant: &mut Participant,
+    partition: u32,
+    table: TableId,
+    cursor: u64,
+    count: u32,
+) -> Option<ScanPage> {
+    let mut request = Vec::new();
+    encode_scan(partition, table, cursor, count, &mut request);
+    let response = call(Participant::scan, participant, &request);
+    decode_scan_response(&response).unwrap()
+}
+
+#[test]
+fn scans_answer_from_primaries_in_pages_bounded_in_objects_and_bytes() {
+    let schema = [TableSpec::variable(1, "kv", 1 << 20)];
+    let primary = Arc::new(Partition::new(PartitionId(PRIMARY), &schema));
+    let backup = Arc::new(Partition::new(PartitionId(BACKUP), &schema));
+    let mut store = NodeStore::new();
+    store.host(Role::Primary, primary.clone());
+    store.host(Role::Backup, backup.clone());
+    let mut p = Participant::new(Arc::new(store));
+    for key in 0..10u64 {
+        primary
+            .load(TABLE, Key::from(key), &[key as u8; 100])
+            .unwrap();
+    }
+    // Pages of at most 4 objects, in insertion order, until the cursor comes back 0.
+    let (mut cursor, mut keys) = (0, Vec::new());
+    loop {
+        let page = scan(&mut p, PRIMARY, TABLE, cursor, 4).unwrap();
+        assert!(page.visited <= 4 && page.objects.len() <= 4, "{page:?}");
+        for (key, value) in page.objects {
+            assert_eq!(value.len(), 100);
+            keys.push(key);
+        }
+        cursor = page.next_cursor;
+        if cursor == 0 {
+            break;
+        }
+    }
+    assert_eq!(keys, (0..10).map(Key::from).collect::<Vec<_>>());
+
+    // A locked object ends the page before it; the next one goes on from there.
+    primary.lock(TABLE, &Key::from(2), 1).unwrap().unwrap();
+    let page = scan(&mut p, PRIMARY, TABLE, 0, 10).unwrap();
+    assert_eq!(page.objects.len(), 2, "{page:?}");
+    let again = scan(&mut p, PRIMARY, TABLE, page.next_cursor, 10).unwrap();
+    assert_eq!(
+        (again.objects.len(), again.next_cursor),
+        (0, page.next_cursor)
+    );
+    primary.unlock(TABLE, &Key::from(2)).unwrap();
+    let rest = scan(&mut p, PRIMARY, TABLE, page.next_cursor, 10).unwrap();
+    assert_eq!(rest.objects.len(), 8);
+    assert_eq!(rest.objects[0].0, Key::from(2));
+
+    // Large values: the page stops once it passes the byte bound, yet always carries
+    // the object that passed it.
+    for key in 100..104u64 {
+        primary
+            .load(TABLE, Key::from(key), &vec![7; 200 << 10])
+            .unwrap();
+    }
+    assert_eq!(rest.next_cursor, 0);
+    let page = scan(&mut p, PRIMARY, TABLE, 0, 100).unwrap();
+    let bytes: usize = page.objects.iter().map(|(_, v)| v.len()).sum();
+    assert_eq!(
+        page.objects.len(),
+        12,
+        "the 10 small objects and 2 large ones"
+    );
+    assert!(bytes > SCAN_RESPONSE_BYTES_MAX && bytes <= SCAN_RESPONSE_BYTES_MAX + (200 << 10));
+    let last = scan(&mut p, PRIMARY, TABLE, page.next_cursor, 100).unwrap();
+    assert_eq!((last.objects.len(), last.next_cursor), (2, 0));
+
+    // Only a primary answers, and only for a table it has.
+    assert_eq!(scan(&mut p, BACKUP, TABLE, 0, 10), None);
+    assert_eq!(scan(&mut p, 7, TABLE, 0, 10), None);
+    assert_eq!(scan(&mut p, PRIMARY, TableId(9), 0, 10), None);
+    let mut request = Vec::new();
+    encode_count(PRIMARY, TABLE, &mut request);
+    let response = call(Participant::count, &mut p, &request);
+    assert_eq!(decode_count_response(&response), Ok(Some(14)));
+    request.clear();
+    encode_count(BACKUP, TABLE, &mut request);
+    let response = call(Participant::count, &mut p, &request);
+    assert_eq!(decode_count_response(&response), Ok(None));
+    let mut response = Vec::new();
+    assert!(Participant::scan(&mut p, &[1, 2, 3], &mut response).is_err());
 }

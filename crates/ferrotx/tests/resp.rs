@@ -1,0 +1,269 @@
+//! Redis clients against node processes over TCP on loopback: `ferrotx cluster local`
+//! and `ferrotx node` with a Redis address, as a user runs them.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ferrotx, temp_path};
+
+/// A port range of its own for each test (see `port_base` in cluster.rs), away from the
+/// ranges of that file's tests in the same process-id slot.
+fn port_base(test: u16) -> u16 {
+    30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000 + 4
+}
+
+/// A minimal Redis client: commands as RESP arrays, one reply at a time.
+struct Redis {
+    reader: BufReader<TcpStream>,
+}
+
+impl Redis {
+    /// Connects to `addr`, waiting for the node process to listen (it starts in the
+    /// background).
+    fn connect(addr: &str) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let stream = loop {
+            match TcpStream::connect(addr) {
+                Ok(stream) => break stream,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "{addr}: {error}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Self {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// Sends one command, returns its reply as text.
+    fn call(&mut self, args: &[&str]) -> String {
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request += &format!("${}\r\n{arg}\r\n", arg.len());
+        }
+        self.reader.get_mut().write_all(request.as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        self.read_value(&mut reply);
+        String::from_utf8(reply).unwrap()
+    }
+
+    fn read_value(&mut self, out: &mut Vec<u8>) {
+        let start = out.len();
+        assert!(
+            self.reader.read_until(b'\n', out).unwrap() > 0,
+            "connection closed"
+        );
+        let number = || -> i64 {
+            std::str::from_utf8(&out[start + 1..out.len() - 2])
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        match out[start] {
+            b'$' => {
+                let len = number();
+                if len >= 0 {
+                    let mut body = vec![0; len as usize + 2];
+                    self.reader.read_exact(&mut body).unwrap();
+                    out.extend_from_slice(&body);
+                }
+            }
+            b'*' => {
+                for _ in 0..number().max(0) {
+                    self.read_value(out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads `child`'s stdout until a line contains `last`; returns the lines. The rest is
+/// drained in the background, so the child never blocks on a full pipe.
+fn lines_until(child: &mut Child, last: &str) -> Vec<String> {
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended: {lines:?}");
+        lines.push(line.trim().to_owned());
+        if line.contains(last) {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+    });
+    lines
+}
+
+/// Sends SIGINT and requires a clean exit.
+fn interrupt(mut child: Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_local_cluster_serves_redis_clients_on_every_node() {
+    let base = port_base(12);
+    let mut child = ferrotx()
+        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+        .args(["--port-base", &base.to_string()])
+        .args(["--resp-port-base", &(base + 3).to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_until(&mut child, "Ctrl-C stops the cluster");
+    let addrs: Vec<String> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", base + 3 + i))
+        .collect();
+    let listed = format!("Redis clients: {}", addrs.join(", "));
+    assert!(lines.contains(&listed), "{lines:?}");
+    let mut clients: Vec<Redis> = addrs.iter().map(|addr| Redis::connect(addr)).collect();
+
+    assert_eq!(clients[0].call(&["PING"]), "+PONG\r\n");
+    assert_eq!(clients[0].call(&["SET", "greeting", "hello"]), "+OK\r\n");
+    for client in &mut clients {
+        assert_eq!(client.call(&["GET", "greeting"]), "$5\r\nhello\r\n");
+    }
+    // A transaction over keys of several partitions, from node 2.
+    assert_eq!(clients[2].call(&["MULTI"]), "+OK\r\n");
+    for i in 0..8 {
+        assert_eq!(
+            clients[2].call(&["SET", &format!("k{i}"), &i.to_string()]),
+            "+QUEUED\r\n"
+        );
+    }
+    assert_eq!(clients[2].call(&["INCR", "k7"]), "+QUEUED\r\n");
+    let exec = clients[2].call(&["EXEC"]);
+    assert_eq!(exec, format!("*9\r\n{}:8\r\n", "+OK\r\n".repeat(8)));
+    assert_eq!(
+        clients[1].call(&["MGET", "k0", "k7", "nope"]),
+        "*3\r\n$1\r\n0\r\n$1\r\n8\r\n$-1\r\n"
+    );
+    // WATCH on node 0, a write from node 1 in between: EXEC answers nil.
+    assert_eq!(clients[0].call(&["WATCH", "k3"]), "+OK\r\n");
+    assert_eq!(clients[1].call(&["SET", "k3", "changed"]), "+OK\r\n");
+    assert_eq!(clients[0].call(&["MULTI"]), "+OK\r\n");
+    assert_eq!(clients[0].call(&["SET", "k3", "lost"]), "+QUEUED\r\n");
+    assert_eq!(clients[0].call(&["EXEC"]), "*-1\r\n");
+    assert_eq!(clients[2].call(&["GET", "k3"]), "$7\r\nchanged\r\n");
+    // Increments from a client of every node at once add up.
+    std::thread::scope(|scope| {
+        for addr in &addrs {
+            scope.spawn(move || {
+                let mut client = Redis::connect(addr);
+                for _ in 0..100 {
+                    assert!(client.call(&["INCR", "counter"]).starts_with(':'));
+                }
+            });
+        }
+    });
+    assert_eq!(clients[1].call(&["GET", "counter"]), "$3\r\n300\r\n");
+    // The whole keyspace, from any node.
+    assert_eq!(clients[0].call(&["DBSIZE"]), ":10\r\n");
+    let keys = clients[2].call(&["KEYS", "k*"]);
+    assert!(keys.starts_with("*8\r\n"), "{keys}");
+    interrupt(child);
+}
+
+#[test]
+fn a_node_serves_redis_on_its_configured_address_with_a_password() {
+    let base = port_base(14);
+    let config = temp_path("resp-node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "id = 1\nthreads_per_node = 2\nreplicas = 1\npartition_count = 4\n\
+             [resp]\nrequirepass = \"sesame\"\nmax_clients = 2\n\
+             [[member]]\nnode = 0\nfailure_domain = \"a\"\nhost = \"127.0.0.1\"\n\
+             rpc_port_base = {base}\nresp = \"127.0.0.1:{}\"\n",
+            base + 2
+        ),
+    )
+    .unwrap();
+    let mut child = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config)
+        .args(["--id", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{}", base + 2);
+    let lines = lines_until(&mut child, "serving Redis clients");
+    let _ = std::fs::remove_file(&config);
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .ends_with(&format!("serving Redis clients on {addr}")),
+        "{lines:?}"
+    );
+    let mut client = Redis::connect(&addr);
+    assert_eq!(
+        client.call(&["SET", "a", "1"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(client.call(&["AUTH", "sesame"]), "+OK\r\n");
+    assert_eq!(client.call(&["SET", "a", "1"]), "+OK\r\n");
+    let _second = Redis::connect(&addr);
+    let mut third = Redis::connect(&addr);
+    let mut refused = String::new();
+    third.reader.read_to_string(&mut refused).unwrap();
+    assert_eq!(refused, "-ERR max number of clients reached\r\n");
+    assert_eq!(client.call(&["GET", "a"]), "$1\r\n1\r\n");
+    interrupt(child);
+}
+
+#[test]
+fn a_node_without_a_kv_table_refuses_to_serve_redis() {
+    let base = port_base(15);
+    let config = temp_path("resp-no-kv.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "id = 1\nthreads_per_node = 1\nreplicas = 1\npartition_count = 1\n\
+             [[member]]\nnode = 0\nfailure_domain = \"a\"\nhost = \"127.0.0.1\"\n\
+             rpc_port_base = {base}\nresp_port = {}\n\
+             [[table]]\nid = 2\nname = \"accounts\"\nvalue_bytes = 8\n",
+            base + 1
+        ),
+    )
+    .unwrap();
+    let output = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config)
+        .args(["--id", "0"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("Redis front end"), "{stderr}");
+    assert!(
+        stderr.contains("no table named \"kv\" (it has accounts)"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,105 @@
+//! Randomized, growing back-off between the attempts of a transaction.
+//!
+//! Coordinators on different nodes that write the same hot keys at the same moment each
+//! lock their own node's keys in memory first and lose the others' (docs/transactions.md,
+//! "Known gaps"): retried at once, they can keep doing so. Waiting a random time that
+//! grows with each attempt breaks the tie.
+
+use ferrotx_exec::Co;
+
+/// How long a transaction is retried before the client is told it failed. A few
+/// clients incrementing one key from every node of a loaded 2-core machine needed up to
+/// 76 attempts over 0.46 s; the limit leaves room for several times that, and is still
+/// below the timeouts clients commonly set.
+const RETRY_NS_MAX: u64 = 2_000_000_000;
+
+/// Most attempts of one transaction, whatever the time: where time stands still while
+/// there is work (the simulator), the retries still end.
+const ATTEMPTS_MAX: u32 = 4096;
+
+/// The first back-off's ceiling: a couple of round trips between nodes.
+const BACKOFF_FIRST_NS: u64 = 10_000;
+
+/// The largest back-off: long enough for a few commits of other coordinators to finish,
+/// short enough that a retried command still answers within milliseconds.
+const BACKOFF_MAX_NS: u64 = 2_000_000;
+
+/// A worker's loop iteration takes at least this long: bounds the yields of one back-off
+/// where time does not pass while there is work (the simulator).
+const ITERATION_NS_MIN: u64 = 100;
+
+/// The back-off of one transaction's attempts.
+pub(crate) struct Backoff {
+    /// xorshift64 state, never 0.
+    state: u64,
+    attempt: u32,
+    started_ns: u64,
+}
+
+impl Backoff {
+    /// A back-off for a transaction first tried at `now_ns`, whose random draws come from
+    /// `seed` (deterministic, so that a run in the simulator replays).
+    pub fn new(seed: u64, now_ns: u64) -> Self {
+        Self {
+            state: seed | 1,
+            attempt: 0,
+            started_ns: now_ns,
+        }
+    }
+
+    /// True once the transaction has been retried long enough ([`RETRY_NS_MAX`]) or
+    /// often enough ([`ATTEMPTS_MAX`]): give up rather than wait again.
+    pub fn exhausted(&self, co: &Co) -> bool {
+        self.attempt + 1 >= ATTEMPTS_MAX
+            || co.now_ns().saturating_sub(self.started_ns) >= RETRY_NS_MAX
+    }
+
+    /// The next wait: uniform in the upper half of a ceiling that doubles per attempt,
+    /// up to [`BACKOFF_MAX_NS`].
+    pub fn next_delay_ns(&mut self) -> u64 {
+        let ceiling = (BACKOFF_FIRST_NS << self.attempt.min(16)).min(BACKOFF_MAX_NS);
+        self.attempt += 1;
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        ceiling / 2 + self.state % (ceiling / 2 + 1)
+    }
+
+    /// Waits the next delay by yielding the coroutine (the executor has no timers), so
+    /// the worker's other coroutines and its event loop go on meanwhile.
+    pub async fn wait(&mut self, co: &Co) {
+        let delay = self.next_delay_ns();
+        let deadline = co.now_ns() + delay;
+        let yields_max = delay / ITERATION_NS_MIN;
+        let mut yields = 0;
+        while co.now_ns() < deadline && yields < yields_max {
+            co.yield_now().await;
+            yields += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_grow_up_to_the_cap_and_differ_between_seeds() {
+        let mut backoff = Backoff::new(7, 0);
+        let mut ceiling = BACKOFF_FIRST_NS;
+        for _ in 0..64 {
+            let delay = backoff.next_delay_ns();
+            assert!(
+                (ceiling / 2..=ceiling).contains(&delay),
+                "{delay} {ceiling}"
+            );
+            ceiling = (ceiling * 2).min(BACKOFF_MAX_NS);
+        }
+        let draws = |seed| {
+            let mut backoff = Backoff::new(seed, 0);
+            (0..8).map(|_| backoff.next_delay_ns()).collect::<Vec<_>>()
+        };
+        assert_ne!(draws(1), draws(2));
+        assert_eq!(draws(3), draws(3));
+    }
+}

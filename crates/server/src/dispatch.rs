@@ -1,0 +1,95 @@
+//! What every connection of the event loop shares: the node's worker threads to hand work
+//! to, the inbox results come back in, and the counters.
+
+use std::sync::Arc;
+
+use ferrotx_node::NodeHandle;
+use ferrotx_resp::ParserLimits;
+use ferrotx_resp::{KeyspaceRequest, Plan, SessionConfig};
+
+use crate::execute::{read_versions, run_plan};
+use crate::inbox::{Inbox, Responder, WorkResult};
+use crate::keyspace::run_keyspace;
+use crate::kv_table::KvTable;
+use crate::stats::Stats;
+
+/// Work for a worker thread.
+pub(crate) enum Work {
+    Plan(Plan),
+    Versions(Vec<Vec<u8>>),
+    Keyspace(KeyspaceRequest),
+}
+
+/// The event loop's state apart from its connections.
+pub(crate) struct Context {
+    pub node: NodeHandle,
+    pub inbox: Arc<Inbox>,
+    pub kv: KvTable,
+    pub session: Arc<SessionConfig>,
+    pub parser_limits: ParserLimits,
+    pub clients_max: usize,
+    pub port: u16,
+    pub stats: Stats,
+    /// Connections to pump again without waiting for an event (they stopped reading to
+    /// let others have a turn).
+    pub ready: Vec<usize>,
+    /// Read buffer shared by every connection.
+    pub scratch: Vec<u8>,
+    next_thread: u16,
+}
+
+impl Context {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node: NodeHandle,
+        inbox: Arc<Inbox>,
+        kv: KvTable,
+        session: SessionConfig,
+        parser_limits: ParserLimits,
+        clients_max: usize,
+        port: u16,
+        scratch_bytes: usize,
+    ) -> Self {
+        Self {
+            node,
+            inbox,
+            kv,
+            session: Arc::new(session),
+            parser_limits,
+            clients_max,
+            port,
+            stats: Stats::new(),
+            ready: Vec::new(),
+            scratch: vec![0; scratch_bytes],
+            next_thread: 0,
+        }
+    }
+
+    /// Hands `work` of connection `token` (client `client_id`) to the next worker thread,
+    /// round robin; its result comes back through the inbox. Never blocks: the worker
+    /// queues the coroutine until it has a free slot. If the node has stopped, the work is
+    /// dropped at once and its result is [`WorkResult::Dropped`].
+    pub fn dispatch(&mut self, work: Work, token: usize, client_id: u64, seed: u64) {
+        let thread = self.next_thread;
+        self.next_thread = (self.next_thread + 1) % self.node.threads();
+        let responder = Responder::new(self.inbox.clone(), token, client_id);
+        let kv = self.kv;
+        let partitions = self.node.config().partitions().partition_count();
+        // A refused spawn drops the closure, and with it the responder, which reports
+        // the work dropped.
+        let _ = match work {
+            Work::Plan(plan) => self.node.spawn(thread, move |co, coordinator| async move {
+                let run = run_plan(&co, &coordinator, kv, &plan, seed).await;
+                responder.send(WorkResult::Plan(run));
+            }),
+            Work::Versions(keys) => self.node.spawn(thread, move |co, coordinator| async move {
+                let versions = read_versions(&co, &coordinator, kv, &keys, seed).await;
+                responder.send(WorkResult::Versions(versions));
+            }),
+            Work::Keyspace(request) => self.node.spawn(thread, move |co, coordinator| async move {
+                let reply = run_keyspace(&co, &coordinator, kv, partitions, &request).await;
+                responder.send(WorkResult::Keyspace(reply));
+            }),
+        };
+    }
+}

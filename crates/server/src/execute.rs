@@ -1,0 +1,187 @@
+//! Running a session's work as transactions, in a coroutine of a worker thread.
+//!
+//! A [`Plan`] (one command, or a MULTI/EXEC block) is one transaction: read every key it
+//! touches and every watched key in one batch of reads, check the watched keys' versions,
+//! apply the commands to an [`Overlay`] of what was read, write the overlay's writes, and
+//! commit. A conflict retries the whole plan from the start after a randomized back-off.
+//! This is coroutine code over the coordinator's API, without I/O, so the simulator can
+//! run it as it is.
+
+use ferrotx_exec::Co;
+use ferrotx_resp::{Outcome, Overlay, Plan, Reply};
+use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
+
+use crate::backoff::Backoff;
+use crate::kv_table::{KvTable, store_key};
+
+/// How a plan's run ended.
+#[derive(Debug)]
+pub(crate) struct PlanRun {
+    /// What the session completes the command with.
+    pub outcome: Outcome,
+    /// Attempts that aborted (conflicts) before the last one.
+    pub aborts: u32,
+}
+
+/// Why one attempt did not give an outcome.
+enum Attempt {
+    /// A conflict: run the plan again.
+    Retry(Abort),
+    /// Something retrying does not cure: this error is the reply.
+    Fail(Reply),
+}
+
+/// Sorts an abort into what to do with it.
+fn classify(abort: Abort) -> Attempt {
+    match abort {
+        Abort::Conflict | Abort::Locked | Abort::LogFull => Attempt::Retry(abort),
+        Abort::TooLarge => Attempt::Fail(Reply::error_static(
+            "ERR ferrotx: the transaction is too large for one commit (too many keys or \
+             bytes); split it",
+        )),
+        Abort::Refused(_)
+        | Abort::ReadOnly
+        | Abort::KeyExists
+        | Abort::Finished
+        | Abort::Protocol => Attempt::Fail(Reply::error(format!("ERR ferrotx: {abort}"))),
+    }
+}
+
+/// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a back-off
+/// until it is exhausted ([`Backoff::exhausted`]); `seed` draws the back-off.
+pub(crate) async fn run_plan(
+    co: &Co,
+    coordinator: &Coordinator,
+    kv: KvTable,
+    plan: &Plan,
+    seed: u64,
+) -> PlanRun {
+    let mut backoff = Backoff::new(seed, co.now_ns());
+    let mut aborts = 0;
+    loop {
+        match attempt(co, coordinator, kv, plan).await {
+            Ok(outcome) => return PlanRun { outcome, aborts },
+            Err(Attempt::Fail(reply)) => {
+                return PlanRun {
+                    outcome: Outcome::Failed(reply),
+                    aborts,
+                };
+            }
+            Err(Attempt::Retry(abort)) => {
+                aborts += 1;
+                if backoff.exhausted(co) {
+                    let reply = Reply::error(format!(
+                        "ERR ferrotx: transaction aborted after {} retries ({abort}); try \
+                         again",
+                        aborts - 1
+                    ));
+                    return PlanRun {
+                        outcome: Outcome::Failed(reply),
+                        aborts,
+                    };
+                }
+                backoff.wait(co).await;
+            }
+        }
+    }
+}
+
+/// One attempt at `plan`.
+async fn attempt(
+    co: &Co,
+    coordinator: &Coordinator,
+    kv: KvTable,
+    plan: &Plan,
+) -> Result<Outcome, Attempt> {
+    // The plan's keys (sorted, once each), then the watched keys it does not touch: read
+    // in the transaction, so that its validation covers them.
+    let plan_keys = plan.keys_to_read();
+    let mut keys = plan_keys.clone();
+    for watched in plan.watched() {
+        if plan_keys.binary_search(&watched.key.as_slice()).is_err() {
+            keys.push(&watched.key);
+        }
+    }
+    let store_keys: Vec<_> = keys.iter().map(|key| store_key(key)).collect();
+    let mut txn = if plan.is_read_only() {
+        coordinator.begin_read_only(co)
+    } else {
+        coordinator.begin(co)
+    };
+    let values = txn.read_many(kv.id, &store_keys).await.map_err(classify)?;
+    if !watched_unchanged(&txn, kv, plan) {
+        // Dropping the transaction abandons it: nothing was locked or written.
+        return Ok(Outcome::WatchedKeyChanged);
+    }
+    let mut overlay = Overlay::new(kv.stored_bytes_max);
+    for (key, stored) in plan_keys.iter().zip(&values) {
+        overlay
+            .insert_stored(key.to_vec(), stored.as_deref())
+            .map_err(|error| {
+                Attempt::Fail(Reply::error(format!(
+                    "ERR ferrotx: the stored value of a key is unreadable: {error}"
+                )))
+            })?;
+    }
+    let replies = plan.apply(&mut overlay);
+    for (key, value) in overlay.encoded_writes() {
+        let key = ferrotx_store::Key::from_bytes(&key).expect("16 bytes");
+        // The key was read above, so this is an ordinary write at the version read.
+        txn.put(kv.id, key, value).map_err(classify)?;
+    }
+    txn.commit().await.map_err(classify)?;
+    Ok(Outcome::Committed(replies))
+}
+
+/// True if every key the plan watches has the version WATCH saw.
+fn watched_unchanged(txn: &Txn<'_>, kv: KvTable, plan: &Plan) -> bool {
+    plan.watched().iter().all(|watched| {
+        let version = txn
+            .read_version(kv.id, &store_key(&watched.key))
+            .expect("every watched key was read");
+        version == watched.version
+    })
+}
+
+/// The version WATCH records for a key it could not read: versions have 62 bits, so no
+/// key ever has it, and an EXEC watching the key fails (answers nil).
+pub(crate) const VERSION_UNREADABLE: u64 = u64::MAX;
+
+/// WATCH: the current version of each of `keys` (absent keys have versions too), read
+/// together at their primaries as a read-only transaction, retried on conflicts.
+pub(crate) async fn read_versions(
+    co: &Co,
+    coordinator: &Coordinator,
+    kv: KvTable,
+    keys: &[Vec<u8>],
+    seed: u64,
+) -> Result<Vec<u64>, Reply> {
+    let store_keys: Vec<_> = keys.iter().map(|key| store_key(key)).collect();
+    let mut backoff = Backoff::new(seed, co.now_ns());
+    loop {
+        let mut txn = coordinator.begin_read_only(co);
+        let read = match txn.read_many(kv.id, &store_keys).await {
+            Ok(_) => {
+                let versions: Vec<u64> = store_keys
+                    .iter()
+                    .map(|key| txn.read_version(kv.id, key).expect("read above"))
+                    .collect();
+                // Validation makes the versions one snapshot; one key needs none.
+                txn.commit().await.map(|()| versions)
+            }
+            Err(abort) => Err(abort),
+        };
+        match read.map_err(classify) {
+            Ok(versions) => return Ok(versions),
+            Err(Attempt::Fail(reply)) => return Err(reply),
+            Err(Attempt::Retry(abort)) => {
+                if backoff.exhausted(co) {
+                    return Err(Reply::error(format!(
+                        "ERR ferrotx: WATCH could not read its keys ({abort}); try again"
+                    )));
+                }
+                backoff.wait(co).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! ferrotx's Redis-protocol server: every node serves Redis clients over TCP and runs each
+//! command as a strictly serializable transaction.
+//!
+//! [`RespServer::start`] gives a node (through its [`NodeHandle`](ferrotx_node::NodeHandle))
+//! one I/O thread running a mio event loop: a listener, and a slab of connections, each
+//! with its read and write buffers, an incremental RESP parser and a
+//! [`Session`](ferrotx_resp::Session) (the I/O-free protocol and command layer of
+//! `ferrotx-resp`). The I/O thread never runs a transaction and never blocks on a worker:
+//!
+//! 1. it reads, parses the pipelined requests and hands each to the session;
+//! 2. what the session answers alone (PING, AUTH, MULTI, queued commands, INFO, ...) is
+//!    replied at once;
+//! 3. a command that needs the data (a [`Plan`](ferrotx_resp::Plan): one command, or a
+//!    whole MULTI/EXEC block), WATCH's version reads, and DBSIZE, SCAN and KEYS go to one
+//!    of the node's worker threads (round robin) as a coroutine (`NodeHandle::spawn`,
+//!    which rings the worker's doorbell); the connection's later requests wait in its
+//!    input buffer meanwhile, so replies keep their order;
+//! 4. the coroutine runs the work with that thread's coordinator (`execute`, `keyspace`)
+//!    and pushes the result onto a lock-free queue, waking the I/O thread's `poll`
+//!    through a mio `Waker`; the I/O thread completes the session, writes the reply and
+//!    goes on with the buffered requests.
+//!
+//! Transactions: a plan reads every key it touches and every watched key in one batch of
+//! reads (`Txn::read_many`), fails with a null reply if a watched key's version changed
+//! since WATCH, applies the commands to an overlay of what it read, writes the overlay's
+//! writes and commits; a conflict retries the whole plan after a randomized, growing
+//! back-off, for up to 2 seconds. Keys live in the configuration's `kv` table under the
+//! 128-bit hash of the Redis key, whose stored value carries the full key
+//! ([`ferrotx_resp::keys`]).
+//!
+//! DBSIZE, SCAN and KEYS ask every partition's primary (a SCAN or COUNT request of the
+//! transaction protocol) and are not transactions, as in Redis Cluster.
+
+mod backoff;
+mod connection;
+mod dispatch;
+mod error;
+mod event_loop;
+mod execute;
+mod inbox;
+mod keyspace;
+mod kv_table;
+mod options;
+mod server;
+mod stats;
+
+pub use error::ServerError;
+pub use kv_table::KV_TABLE_NAME;
+pub use options::ServerOptions;
+pub use server::RespServer;

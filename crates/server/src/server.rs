@@ -1,0 +1,109 @@
+//! Starting and stopping a node's Redis front end.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ferrotx_node::NodeHandle;
+use ferrotx_resp::{ParserLimits, SessionConfig};
+use mio::net::TcpListener;
+use mio::{Interest, Poll, Waker};
+
+use crate::dispatch::Context;
+use crate::error::ServerError;
+use crate::event_loop::{EventLoop, LISTENER, WAKER};
+use crate::inbox::Inbox;
+use crate::kv_table::KvTable;
+use crate::options::ServerOptions;
+
+/// Bytes of one read from a client: large enough that a pipeline of small requests
+/// arrives in few reads.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
+/// A running Redis front end of one node: a listener and an I/O thread. Stopped by
+/// [`RespServer::stop`] or when dropped; stop it before its node, so that no client
+/// waits on a stopped worker (if the node stops first, waiting clients are answered an
+/// error).
+pub struct RespServer {
+    local_addr: SocketAddr,
+    inbox: Arc<Inbox>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RespServer {
+    /// Listens on `options.addr` and serves the node of `node` from a new I/O thread.
+    /// Fails if the schema has no suitable `kv` table or the address cannot be listened
+    /// on.
+    pub fn start(node: NodeHandle, options: &ServerOptions) -> Result<Self, ServerError> {
+        let kv = KvTable::find(node.config())?;
+        let mut listener = TcpListener::bind(options.addr).map_err(|source| ServerError::Bind {
+            addr: options.addr,
+            source,
+        })?;
+        let local_addr = listener.local_addr().map_err(ServerError::EventLoop)?;
+        let poll = Poll::new().map_err(ServerError::EventLoop)?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(ServerError::EventLoop)?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(ServerError::EventLoop)?;
+        let inbox = Arc::new(Inbox::new(waker));
+        let session = SessionConfig {
+            password: options.password.clone(),
+            ..SessionConfig::default()
+        };
+        let limits = ParserLimits {
+            request_bytes_max: options.max_request_bytes,
+            ..ParserLimits::default()
+        };
+        let context = Context::new(
+            node.clone(),
+            inbox.clone(),
+            kv,
+            session,
+            limits,
+            options.max_clients,
+            local_addr.port(),
+            READ_BUFFER_BYTES,
+        );
+        let event_loop = EventLoop::new(poll, listener, context);
+        let thread = std::thread::Builder::new()
+            .name(format!("ferrotx-resp-{}", node.id()))
+            .spawn(move || event_loop.run())
+            .map_err(ServerError::EventLoop)?;
+        Ok(Self {
+            local_addr,
+            inbox,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (with the port chosen if the options gave 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Whether its I/O thread has ended (it ends only when stopped, or if it panicked).
+    pub fn has_ended(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops serving: closes the listener and every connection, and waits for the I/O
+    /// thread. Panics if the I/O thread panicked.
+    pub fn stop(mut self) {
+        self.inbox.request_stop();
+        if let Some(thread) = self.thread.take() {
+            thread
+                .join()
+                .expect("the Redis front end's I/O thread panicked");
+        }
+    }
+}
+
+impl Drop for RespServer {
+    fn drop(&mut self) {
+        self.inbox.request_stop();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

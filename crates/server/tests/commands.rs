@@ -1,0 +1,395 @@
+//! Redis commands over TCP against a 3-node cluster (3 replicas) in this process: every
+//! command a transaction, MULTI/EXEC and WATCH across partitions and nodes, pipelining,
+//! whole-keyspace commands.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{RedisCluster, bulk, bulks, command, parse_bulks};
+
+#[test]
+fn ping_echo_and_errors_of_the_session() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(0);
+    assert_eq!(client.text(&["PING"]), "+PONG\r\n");
+    assert_eq!(client.call(&["PING", "hi"]), bulk("hi"));
+    assert_eq!(client.call(&["ECHO", "x y"]), bulk("x y"));
+    assert_eq!(
+        client.text(&["NOSUCH", "a"]),
+        "-ERR unknown command 'NOSUCH', with args beginning with: 'a' \r\n"
+    );
+    assert_eq!(
+        client.text(&["GET"]),
+        "-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(client.text(&["SELECT", "0"]), "+OK\r\n");
+    // Inline commands too.
+    client.send(b"PING\r\n");
+    assert_eq!(client.reply(), b"+PONG\r\n");
+    assert_eq!(client.text(&["QUIT"]), "+OK\r\n");
+    assert!(client.read_to_end().is_empty());
+}
+
+#[test]
+fn string_commands_on_keys_of_every_node() {
+    let cluster = RedisCluster::start();
+    let keys = cluster.keys_with_primaries("k", &[0, 1, 2]);
+    let partitions: BTreeSet<u32> = keys
+        .iter()
+        .map(|k| cluster.partition_of(k.as_bytes()))
+        .collect();
+    assert_eq!(partitions.len(), 3);
+    for node in 0..3 {
+        let mut client = cluster.client(node);
+        for (i, key) in keys.iter().enumerate() {
+            let key = key.as_str();
+            let value = format!("v{node}{i}");
+            assert_eq!(client.text(&["SET", key, &value]), "+OK\r\n");
+            // Read back from every node: reads see the latest commit wherever they run.
+            for reader in 0..3 {
+                assert_eq!(cluster.client(reader).call(&["GET", key]), bulk(&value));
+            }
+            assert_eq!(
+                client.text(&["INCR", key]),
+                "-ERR value is not an integer or out of range\r\n"
+            );
+            assert_eq!(
+                client.text(&["APPEND", key, "!"]),
+                format!(":{}\r\n", value.len() + 1)
+            );
+            assert_eq!(
+                client.text(&["STRLEN", key]),
+                format!(":{}\r\n", value.len() + 1)
+            );
+            assert_eq!(client.text(&["DEL", key]), ":1\r\n");
+            assert_eq!(client.text(&["GET", key]), "$-1\r\n");
+            assert_eq!(client.text(&["INCR", key]), ":1\r\n");
+            assert_eq!(client.text(&["INCRBY", key, "41"]), ":42\r\n");
+            assert_eq!(client.text(&["DECR", key]), ":41\r\n");
+            assert_eq!(client.text(&["SETNX", key, "x"]), ":0\r\n");
+            assert_eq!(client.call(&["GETSET", key, "7"]), bulk("41"));
+            assert_eq!(client.call(&["GETDEL", key]), bulk("7"));
+            assert_eq!(client.text(&["EXISTS", key, key]), ":0\r\n");
+            assert_eq!(client.text(&["SET", key, "a", "XX"]), "$-1\r\n");
+            assert_eq!(client.text(&["SET", key, "a", "NX"]), "+OK\r\n");
+            assert_eq!(client.call(&["SET", key, "b", "GET"]), bulk("a"));
+        }
+        // One MSET and MGET over keys of three partitions whose primaries are on three
+        // nodes: one transaction each.
+        let (a, b, c) = (keys[0].as_str(), keys[1].as_str(), keys[2].as_str());
+        assert_eq!(client.text(&["MSET", a, "1", b, "2", c, "3"]), "+OK\r\n");
+        assert_eq!(client.call(&["MGET", c, "missing", a, b]), {
+            let mut expected = b"*4\r\n".to_vec();
+            expected.extend(bulk("3"));
+            expected.extend(b"$-1\r\n");
+            expected.extend(bulk("1"));
+            expected.extend(bulk("2"));
+            expected
+        });
+        assert_eq!(client.text(&["MSETNX", a, "x", "fresh", "y"]), ":0\r\n");
+        assert_eq!(client.text(&["EXISTS", a, "fresh", b]), ":2\r\n");
+        assert_eq!(client.text(&["DEL", a, b, c, "fresh"]), ":3\r\n");
+        assert_eq!(
+            client.call(&["MGET", a, b, c]),
+            b"*3\r\n$-1\r\n$-1\r\n$-1\r\n"
+        );
+    }
+    // Binary-safe keys and values.
+    let mut client = cluster.client(1);
+    let key: &[u8] = b"bin\x00\r\nkey";
+    let value: &[u8] = b"\x00\xff\r\n\x01";
+    assert_eq!(client.call_bytes(&[b"SET", key, value]), b"+OK\r\n");
+    assert_eq!(
+        client.call_bytes(&[b"GET", key]),
+        b"$5\r\n\x00\xff\r\n\x01\r\n"
+    );
+    // Expiry is refused with a clear error, and nothing is written.
+    let expiry = client.text(&["SET", "ttl", "v", "EX", "10"]);
+    assert!(expiry.starts_with("-ERR"), "{expiry}");
+    assert_eq!(client.text(&["EXISTS", "ttl"]), ":0\r\n");
+}
+
+#[test]
+fn multi_exec_commits_across_partitions_on_different_nodes() {
+    let cluster = RedisCluster::start();
+    let keys = cluster.keys_with_primaries("tx", &[0, 1, 2]);
+    let (a, b, c) = (keys[0].as_str(), keys[1].as_str(), keys[2].as_str());
+    let mut client = cluster.client(1);
+    assert_eq!(client.text(&["SET", a, "10"]), "+OK\r\n");
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(client.text(&["DECRBY", a, "3"]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["INCRBY", b, "3"]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["SET", c, "done"]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["GET", b]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["PING"]), "+QUEUED\r\n");
+    assert_eq!(
+        client.text(&["EXEC"]),
+        "*5\r\n:7\r\n:3\r\n+OK\r\n$1\r\n3\r\n+PONG\r\n"
+    );
+    let mut other = cluster.client(2);
+    assert_eq!(other.call(&["MGET", a, b, c]), bulks(&["7", "3", "done"]));
+
+    // An error inside EXEC is that command's reply; the others commit.
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(client.text(&["INCR", c]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["INCR", a]), "+QUEUED\r\n");
+    assert_eq!(
+        client.text(&["EXEC"]),
+        "*2\r\n-ERR value is not an integer or out of range\r\n:8\r\n"
+    );
+    // A command refused while queuing makes EXEC fail and nothing runs.
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(client.text(&["INCR", a]), "+QUEUED\r\n");
+    assert_eq!(
+        client.text(&["INCR"]),
+        "-ERR wrong number of arguments for 'incr' command\r\n"
+    );
+    assert_eq!(
+        client.text(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(other.call(&["GET", a]), bulk("8"));
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(client.text(&["DISCARD"]), "+OK\r\n");
+    assert_eq!(client.text(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(
+        client.text(&["KEYS", "*"]),
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    assert_eq!(client.text(&["DISCARD"]), "+OK\r\n");
+}
+
+#[test]
+fn watch_fails_exec_when_another_node_changes_a_watched_key() {
+    let cluster = RedisCluster::start();
+    let keys = cluster.keys_with_primaries("w", &[2, 0]);
+    let (watched, other_key) = (keys[0].as_str(), keys[1].as_str());
+    let mut first = cluster.client(0);
+    let mut second = cluster.client(1);
+    assert_eq!(first.text(&["SET", watched, "1"]), "+OK\r\n");
+
+    // Unchanged: EXEC runs.
+    assert_eq!(first.text(&["WATCH", watched, "absent"]), "+OK\r\n");
+    assert_eq!(first.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(first.text(&["INCR", watched]), "+QUEUED\r\n");
+    assert_eq!(first.text(&["EXEC"]), "*1\r\n:2\r\n");
+
+    // Changed by a client of another node between WATCH and EXEC: EXEC answers nil and
+    // writes nothing.
+    assert_eq!(first.text(&["WATCH", watched]), "+OK\r\n");
+    assert_eq!(second.text(&["SET", watched, "changed"]), "+OK\r\n");
+    assert_eq!(first.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(
+        first.text(&["SET", other_key, "should-not-exist"]),
+        "+QUEUED\r\n"
+    );
+    assert_eq!(first.text(&["EXEC"]), "*-1\r\n");
+    assert_eq!(second.text(&["EXISTS", other_key]), ":0\r\n");
+    assert_eq!(second.call(&["GET", watched]), bulk("changed"));
+
+    // A watched key that did not exist and was created meanwhile counts as changed too.
+    assert_eq!(first.text(&["WATCH", "fresh-key"]), "+OK\r\n");
+    assert_eq!(second.text(&["SET", "fresh-key", "x"]), "+OK\r\n");
+    assert_eq!(first.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(first.text(&["GET", "fresh-key"]), "+QUEUED\r\n");
+    assert_eq!(first.text(&["EXEC"]), "*-1\r\n");
+    // EXEC unwatched everything: the next one runs.
+    assert_eq!(first.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(first.text(&["GET", "fresh-key"]), "+QUEUED\r\n");
+    assert_eq!(first.call(&["EXEC"]), {
+        let mut expected = b"*1\r\n".to_vec();
+        expected.extend(bulk("x"));
+        expected
+    });
+}
+
+#[test]
+fn a_thousand_pipelined_commands_in_one_write_answer_in_order() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(2);
+    let mut pipeline = Vec::new();
+    for i in 0..500 {
+        let (key, value) = (format!("p{i}"), format!("v{i}"));
+        pipeline.extend(command(&[b"SET", key.as_bytes(), value.as_bytes()]));
+    }
+    for i in 0..499 {
+        pipeline.extend(command(&[b"GET", format!("p{i}").as_bytes()]));
+    }
+    pipeline.extend(b"PING\r\n");
+    client.send(&pipeline);
+    for _ in 0..500 {
+        assert_eq!(client.reply(), b"+OK\r\n");
+    }
+    for i in 0..499 {
+        assert_eq!(client.reply(), bulk(&format!("v{i}")), "reply {i}");
+    }
+    assert_eq!(client.reply(), b"+PONG\r\n");
+}
+
+/// The reply to a transaction still conflicting when its retries ran out: allowed under
+/// heavy contention (a transaction at a remote primary can lose to one at a local primary
+/// again and again), but it must have written nothing.
+const GAVE_UP: &str = "-ERR ferrotx: transaction aborted after ";
+
+#[test]
+fn concurrent_increments_from_clients_of_every_node_add_up_exactly() {
+    let cluster = RedisCluster::start();
+    // Two clients per node; two counters whose primaries are on nodes 0 and 1.
+    const CLIENTS: u16 = 6;
+    const ROUNDS: usize = 100;
+    let hot = cluster.keys_with_primaries("hot", &[0, 1]);
+    // Per client: increments that committed on each counter, and those given up.
+    let counts: Vec<([usize; 2], usize)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let mut client = cluster.client(i % 3);
+                let hot = &hot;
+                scope.spawn(move || {
+                    let (mut committed, mut gave_up) = ([0; 2], 0);
+                    let own = usize::from(i % 2);
+                    for round in 0..ROUNDS {
+                        // Its own counter, and every third round both in one MULTI/EXEC.
+                        let reply = client.text(&["INCR", &hot[own]]);
+                        if reply.starts_with(':') {
+                            committed[own] += 1;
+                        } else {
+                            assert!(reply.starts_with(GAVE_UP), "{reply}");
+                            gave_up += 1;
+                        }
+                        if round % 3 == 0 {
+                            assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+                            assert_eq!(client.text(&["INCR", &hot[0]]), "+QUEUED\r\n");
+                            assert_eq!(client.text(&["INCR", &hot[1]]), "+QUEUED\r\n");
+                            let reply = client.text(&["EXEC"]);
+                            if reply.starts_with("*2\r\n:") {
+                                committed[0] += 1;
+                                committed[1] += 1;
+                            } else {
+                                assert!(reply.starts_with(GAVE_UP), "{reply}");
+                                gave_up += 1;
+                            }
+                        }
+                    }
+                    (committed, gave_up)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    // Every committed increment counted once, none lost, none doubled.
+    let mut client = cluster.client(2);
+    for (index, key) in hot.iter().enumerate() {
+        let expected: usize = counts.iter().map(|(committed, _)| committed[index]).sum();
+        assert_eq!(client.call(&["GET", key]), bulk(&expected.to_string()));
+    }
+    // Giving up is the exception.
+    let attempted = usize::from(CLIENTS) * (ROUNDS + ROUNDS.div_ceil(3));
+    let gave_up: usize = counts.iter().map(|(_, gave_up)| gave_up).sum();
+    assert!(
+        gave_up * 20 <= attempted,
+        "{gave_up} of {attempted} gave up"
+    );
+}
+
+#[test]
+fn scan_keys_and_dbsize_cover_every_partition_on_every_node() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(0);
+    assert_eq!(client.text(&["DBSIZE"]), ":0\r\n");
+    assert_eq!(client.text(&["SCAN", "0"]), "*2\r\n$1\r\n0\r\n*0\r\n");
+    let names: Vec<String> = (0..120).map(|i| format!("scan:{i}")).collect();
+    let partitions: BTreeSet<u32> = names
+        .iter()
+        .map(|k| cluster.partition_of(k.as_bytes()))
+        .collect();
+    assert_eq!(partitions.len(), 6, "the keys cover every partition");
+    for chunk in names.chunks(40) {
+        let mut args = vec!["MSET"];
+        for name in chunk {
+            args.push(name);
+            args.push("v");
+        }
+        assert_eq!(client.text(&args), "+OK\r\n");
+    }
+    assert_eq!(client.text(&["SET", "other", "v"]), "+OK\r\n");
+    let all: BTreeSet<String> = names.iter().cloned().collect();
+    for node in 0..3 {
+        let mut client = cluster.client(node);
+        assert_eq!(client.text(&["DBSIZE"]), ":121\r\n");
+        let keys: BTreeSet<String> = parse_bulks(&client.call(&["KEYS", "scan:*"]))
+            .into_iter()
+            .collect();
+        assert_eq!(keys, all);
+        let mut some = parse_bulks(&client.call(&["KEYS", "scan:1?"]));
+        some.sort();
+        let expected: Vec<String> = (10..20).map(|i| format!("scan:{i}")).collect();
+        assert_eq!(some, expected);
+        assert_eq!(parse_bulks(&client.call(&["KEYS", "*"])).len(), 121);
+
+        // A whole SCAN iteration, a few keys at a time: every key exactly once.
+        let (mut cursor, mut seen, mut calls) = ("0".to_owned(), Vec::new(), 0);
+        loop {
+            let reply = client.call(&["SCAN", &cursor, "MATCH", "scan:*", "COUNT", "7"]);
+            let text = String::from_utf8(reply).unwrap();
+            let mut lines = text.split("\r\n");
+            assert_eq!(lines.next(), Some("*2"));
+            lines.next();
+            cursor = lines.next().unwrap().to_owned();
+            let rest: Vec<&str> = lines.collect();
+            seen.extend(parse_bulks(rest.join("\r\n").as_bytes()));
+            calls += 1;
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert!(calls >= 121 / 7, "{calls} calls");
+        assert_eq!(seen.len(), 120, "{seen:?}");
+        assert_eq!(seen.into_iter().collect::<BTreeSet<_>>(), all);
+        // TYPE string keeps every key; other types none.
+        let reply =
+            String::from_utf8(client.call(&["SCAN", "0", "COUNT", "1000", "TYPE", "string"]))
+                .unwrap();
+        assert!(reply.starts_with("*2\r\n$1\r\n0\r\n*121\r\n"), "{reply}");
+        assert_eq!(
+            client.text(&["SCAN", "0", "COUNT", "1000", "TYPE", "hash"]),
+            "*2\r\n$1\r\n0\r\n*0\r\n"
+        );
+    }
+    // Deleted keys leave the counts.
+    assert_eq!(client.text(&["DEL", "scan:1", "scan:2", "other"]), ":3\r\n");
+    assert_eq!(client.text(&["DBSIZE"]), ":118\r\n");
+    assert_eq!(parse_bulks(&client.call(&["KEYS", "*"])).len(), 118);
+    // A cursor this cluster never gave ends the iteration.
+    assert_eq!(client.text(&["SCAN", "65535"]), "*2\r\n$1\r\n0\r\n*0\r\n");
+}
+
+#[test]
+fn info_reports_the_node_and_the_cluster() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(1);
+    assert_eq!(client.text(&["SET", "a", "1"]), "+OK\r\n");
+    let info = String::from_utf8(client.call(&["INFO"])).unwrap();
+    for field in [
+        "redis_version:7.0.15\r\n",
+        "connected_clients:1\r\n",
+        "maxclients:10000\r\n",
+        "total_commands_processed:2\r\n",
+        "node_id:1\r\n",
+        "cluster_nodes:3\r\n",
+        "partitions:6\r\n",
+        "replicas:3\r\n",
+        "transactions_committed:1\r\n",
+        "configuration_id:1\r\n",
+        &format!("tcp_port:{}\r\n", cluster.addr(1).port()),
+        &format!("process_id:{}\r\n", std::process::id()),
+        "uptime_in_seconds:",
+    ] {
+        assert!(info.contains(field), "{field:?} not in {info}");
+    }
+    let clients = String::from_utf8(client.call(&["INFO", "clients"])).unwrap();
+    assert!(clients.contains("# Clients\r\n"), "{clients}");
+    assert!(!clients.contains("# Server"), "{clients}");
+    assert_eq!(client.text(&["CLIENT", "ID"]), ":1\r\n");
+}
