@@ -9,7 +9,7 @@ Writes docs/results/tatp.json and docs/results/tatp.md, and docs/img/tatp_sweep.
 by ferrotx) and .png (with matplotlib, when installed).
 
 Usage: python3 scripts/bench_tatp.py [--duration SECONDS] [--coroutines 1,2,4,...]
-       [--subscribers-per-node N]
+       [--subscribers-per-node N] [--bin PATH (default: build target/release/ferrotx)]
 """
 
 import argparse
@@ -47,9 +47,15 @@ def main():
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--coroutines", default="1,2,4,8,16,20,32,48,64")
     parser.add_argument("--subscribers-per-node", type=int, default=1000000)
+    parser.add_argument("--bin", default=None,
+                        help="a ferrotx binary to measure instead of building this checkout")
     args = parser.parse_args()
 
-    run(["cargo", "build", "--release", "--locked", "-p", "ferrotx"], cwd=ROOT)
+    global BIN
+    if args.bin:
+        BIN = os.path.abspath(args.bin)
+    else:
+        run(["cargo", "build", "--release", "--locked", "-p", "ferrotx"], cwd=ROOT)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     rpc_before = rpc_latency(args.duration)
     work = tempfile.mkdtemp(prefix="ferrotx-tatp-")
