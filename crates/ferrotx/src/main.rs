@@ -206,8 +206,8 @@ struct ClusterRunArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Vary the offered load instead (coroutines per thread: 1, 2, 4, 8, 16, 32, or
-    /// --sweep-coroutines) and write PREFIX.json and PREFIX.svg, a throughput-latency
-    /// plot.
+    /// --sweep-coroutines) and write PREFIX.json, PREFIX.svg and PREFIX.png (the data and
+    /// a throughput-latency plot).
     #[arg(long, value_name = "PREFIX")]
     sweep: Option<PathBuf>,
     /// Coroutines per thread of each point of --sweep.

@@ -494,10 +494,14 @@ fn a_sweep_writes_its_data_and_a_plot() {
     );
     let json = prefix.with_extension("json");
     let svg = prefix.with_extension("svg");
+    let png = prefix.with_extension("png");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let plot = std::fs::read_to_string(&svg).unwrap();
+    let image = std::fs::read(&png).unwrap();
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(svg);
+    let _ = std::fs::remove_file(png);
+    assert!(image.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     let points = r["points"].as_array().expect("points");
     assert_eq!(points.len(), 2);
     assert_eq!(points[0]["coroutines"], 1);
@@ -535,6 +539,7 @@ fn a_sweep_runs_every_point_on_one_cluster_and_checks_the_money_of_all() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(prefix.with_extension("svg"));
+    let _ = std::fs::remove_file(prefix.with_extension("png"));
     let runs = r["runs"].as_array().expect("runs");
     let coroutines: Vec<u64> = runs
         .iter()

@@ -64,6 +64,10 @@ pub enum Reply {
         /// The text.
         text: Cow<'static, [u8]>,
     },
+    /// A reply encoded in this protocol whatever the connection speaks when it is
+    /// written: an entry of EXEC's reply made before a HELLO inside the same block
+    /// switched the protocol (Redis writes each entry as the command runs).
+    InProtocol(ProtocolVersion, Box<Reply>),
 }
 
 impl Reply {
@@ -118,13 +122,14 @@ impl Reply {
 
     /// True for an error reply.
     pub fn is_error(&self) -> bool {
-        matches!(self, Self::Error(_))
+        self.error_message().is_some()
     }
 
     /// The message of an error reply (with its code, without the `-`).
     pub fn error_message(&self) -> Option<&[u8]> {
         match self {
             Self::Error(message) => Some(message),
+            Self::InProtocol(_, reply) => reply.error_message(),
             _ => None,
         }
     }
@@ -177,6 +182,7 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
             }
             Self::Verbatim { text, .. } => bulk(out, text),
+            Self::InProtocol(version, reply) => reply.encode(*version, out),
         }
     }
 
@@ -327,6 +333,23 @@ mod tests {
             Some(&b"ERR unknown command 'a  b'"[..])
         );
         assert_eq!(Reply::ok().error_message(), None);
+    }
+
+    #[test]
+    fn a_reply_in_its_own_protocol_ignores_the_connections() {
+        let null = Reply::InProtocol(Resp2, Box::new(Reply::Null));
+        assert_eq!(both(&null), (b"$-1\r\n".to_vec(), b"$-1\r\n".to_vec()));
+        let map = Reply::InProtocol(
+            Resp3,
+            Box::new(Reply::Map(vec![(
+                Reply::bulk_static("a"),
+                Reply::Integer(1),
+            )])),
+        );
+        assert_eq!(map.to_bytes(Resp2), b"%1\r\n$1\r\na\r\n:1\r\n");
+        let error = Reply::InProtocol(Resp2, Box::new(Reply::error_static("ERR x")));
+        assert!(error.is_error());
+        assert_eq!(error.error_message(), Some(&b"ERR x"[..]));
     }
 
     #[test]

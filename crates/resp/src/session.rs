@@ -517,16 +517,31 @@ impl Session {
             .count();
         assert_eq!(replies.len(), planned, "one reply per command of the plan");
         let mut replies = replies.into_iter();
-        let replies = slots
-            .into_iter()
-            .map(|slot| match slot {
+        // Each entry in the protocol spoken when it is made, as Redis writes them: a
+        // HELLO inside the block changes the protocol of the entries after it only.
+        let mut entries: Vec<(Reply, ProtocolVersion)> = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let reply = match slot {
                 Slot::Planned => replies.next().expect("counted above"),
                 Slot::Connection(command) => self.run_connection(command),
                 Slot::Unwatch => Reply::ok(),
                 Slot::Error(error) => error,
-            })
-            .collect();
-        Reply::Array(replies)
+            };
+            entries.push((reply, self.protocol));
+        }
+        let last = self.protocol;
+        Reply::Array(
+            entries
+                .into_iter()
+                .map(|(reply, protocol)| {
+                    if protocol == last {
+                        reply
+                    } else {
+                        Reply::InProtocol(protocol, Box::new(reply))
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// A command answered by the session alone (QUIT excepted).

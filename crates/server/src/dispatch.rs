@@ -87,7 +87,7 @@ impl Context {
                 responder.send(WorkResult::Versions(versions));
             }),
             Work::Keyspace(request) => self.node.spawn(thread, move |co, coordinator| async move {
-                let reply = run_keyspace(&co, &coordinator, kv, partitions, &request).await;
+                let reply = run_keyspace(&co, &coordinator, kv, partitions, &request, seed).await;
                 responder.send(WorkResult::Keyspace(reply));
             }),
         };

@@ -19,6 +19,7 @@ use ferrotx_txn::coordinator::Coordinator;
 use ferrotx_txn::messages::ScanPage;
 use ferrotx_txn::participant::SCAN_OBJECTS_MAX;
 
+use crate::backoff::Backoff;
 use crate::kv_table::KvTable;
 
 /// Low bits of a SCAN cursor that hold the partition index.
@@ -27,8 +28,11 @@ pub(crate) const PARTITION_BITS: u32 = 16;
 const _: () = assert!(PARTITIONS_MAX <= 1 << PARTITION_BITS);
 
 /// Pages in a row that find a locked object at the same cursor before SCAN returns what
-/// it has (the client goes on later) or KEYS gives up: a lock is held for one commit's
-/// round trips, so a few dozen yields usually outlast it.
+/// it has (the client goes on later): a lock is held for one commit's round trips, so a
+/// few dozen yields usually outlast it. KEYS, which must list every key, waits instead
+/// with a transaction's back-off ([`Backoff`]), and gives up only when one key stayed
+/// locked for as long as a transaction is retried: with clients writing a hot key from
+/// every node, that key is locked most of the time, and 64 yields were too few.
 const STALLED_PAGES_MAX: u32 = 64;
 
 /// The cursor of `partition` at its store cursor `cursor`, or `None` if the store's
@@ -44,13 +48,15 @@ fn split(cursor: u64) -> (u32, u64) {
     (partition, cursor >> PARTITION_BITS)
 }
 
-/// Answers `request` over the `partitions` partitions of the `kv` table.
+/// Answers `request` over the `partitions` partitions of the `kv` table; `seed` draws
+/// KEYS's back-off.
 pub(crate) async fn run_keyspace(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
     partitions: u32,
     request: &KeyspaceRequest,
+    seed: u64,
 ) -> Reply {
     let result = match request {
         KeyspaceRequest::DbSize => {
@@ -63,7 +69,7 @@ pub(crate) async fn run_keyspace(
         }
         KeyspaceRequest::Scan(scan) => run_scan(co, coordinator, kv, partitions, scan).await,
         KeyspaceRequest::Keys { pattern } => {
-            run_keys(co, coordinator, kv, partitions, pattern).await
+            run_keys(co, coordinator, kv, partitions, pattern, seed).await
         }
     };
     result.unwrap_or_else(Reply::error)
@@ -147,17 +153,22 @@ async fn run_scan(
     Ok(ScanRequest::reply(next, found))
 }
 
-/// KEYS: every key matching `pattern`, from every partition.
+/// KEYS: every key matching `pattern`, from every partition. A page that stops before a
+/// locked object is asked again after a back-off, until the object is unlocked or the
+/// back-off is exhausted (then KEYS fails; the client may try again).
 async fn run_keys(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
     partitions: u32,
     pattern: &[u8],
+    seed: u64,
 ) -> Result<Reply, String> {
     let mut found = Vec::new();
     for partition in 0..partitions {
-        let (mut cursor, mut stalled) = (0, 0);
+        let mut cursor = 0;
+        // Waiting for the lock at `cursor`, since this back-off started.
+        let mut stalled: Option<Backoff> = None;
         loop {
             let page = page(co, coordinator, kv, partition, cursor, SCAN_OBJECTS_MAX).await?;
             found.extend(
@@ -169,17 +180,19 @@ async fn run_keys(
                 break;
             }
             if page.next_cursor == cursor && page.visited == 0 {
-                stalled += 1;
-                if stalled >= STALLED_PAGES_MAX {
+                let backoff = stalled
+                    .get_or_insert_with(|| Backoff::new(seed ^ u64::from(partition), co.now_ns()));
+                if backoff.exhausted(co) {
                     return Err(format!(
                         "ERR ferrotx: a key of partition {partition} stayed locked during \
                          KEYS; try again"
                     ));
                 }
-            } else {
-                stalled = 0;
-                cursor = page.next_cursor;
+                backoff.wait(co).await;
+                continue;
             }
+            stalled = None;
+            cursor = page.next_cursor;
             // A page of this node's partitions is read in memory without a pause: let the
             // worker's other coroutines and its event loop run between pages.
             co.yield_now().await;

@@ -20,6 +20,25 @@ use crate::options::ServerOptions;
 /// arrives in few reads.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
+/// Connections the kernel completes and queues before the I/O thread accepts them (the
+/// kernel caps it at `net.core.somaxconn`). The standard library listens with 128: a
+/// burst of new clients (a connection pool filling, redis-benchmark starting) larger
+/// than that while the I/O thread waits for a core overflowed it, and each client past
+/// it waited a second for its SYN to be sent again. Redis's `tcp-backlog` is 511.
+const LISTEN_BACKLOG: i32 = 1024;
+
+/// A non-blocking listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as
+/// the standard library's).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(TcpListener::from_std(socket.into()))
+}
+
 /// A running Redis front end of one node: a listener and an I/O thread. Stopped by
 /// [`RespServer::stop`] or when dropped; stop it before its node, so that no client
 /// waits on a stopped worker (if the node stops first, waiting clients are answered an
@@ -36,7 +55,7 @@ impl RespServer {
     /// on.
     pub fn start(node: NodeHandle, options: &ServerOptions) -> Result<Self, ServerError> {
         let kv = KvTable::find(node.config())?;
-        let mut listener = TcpListener::bind(options.addr).map_err(|source| ServerError::Bind {
+        let mut listener = listen(options.addr).map_err(|source| ServerError::Bind {
             addr: options.addr,
             source,
         })?;
@@ -105,5 +124,33 @@ impl Drop for RespServer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_listener_queues_a_burst_of_connections_without_accepting() {
+        // Nothing accepts: every connection must still complete at once from the queue
+        // (with the standard library's 128, the 130th waited for a SYN retransmission).
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(128);
+        let burst = 600.min(somaxconn);
+        let clients: Vec<TcpStream> = (0..burst)
+            .map(|i| {
+                TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+                    .unwrap_or_else(|error| panic!("connection {i} of {burst}: {error}"))
+            })
+            .collect();
+        assert_eq!(clients.len(), burst);
     }
 }

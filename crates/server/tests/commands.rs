@@ -366,6 +366,42 @@ fn scan_keys_and_dbsize_cover_every_partition_on_every_node() {
 }
 
 #[test]
+fn keys_answers_while_clients_of_every_node_write_hot_keys() {
+    // KEYS reads every partition past keys locked by commits in flight: it waits for
+    // them rather than failing while a hot key is being written.
+    let cluster = RedisCluster::start();
+    let hot = cluster.keys_with_primaries("hot", &[0, 1, 2]);
+    let mset = ["MSET", &hot[0], "0", &hot[1], "0", &hot[2], "0"];
+    assert_eq!(cluster.client(0).text(&mset), "+OK\r\n");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let failures = std::thread::scope(|scope| {
+        for i in 0..6u16 {
+            let mut client = cluster.client(i % 3);
+            let (hot, stop) = (&hot, &stop);
+            scope.spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // One hot key per node, and all three in one transaction.
+                    let reply = client.text(&["MSET", &hot[0], "1", &hot[1], "2", &hot[2], "3"]);
+                    assert!(reply == "+OK\r\n" || reply.starts_with(GAVE_UP), "{reply}");
+                    client.text(&["INCR", &hot[usize::from(i % 3)]]);
+                }
+            });
+        }
+        let mut client = cluster.client(0);
+        let mut failures = Vec::new();
+        for _ in 0..100 {
+            let reply = client.call(&["KEYS", "*"]);
+            if !reply.starts_with(b"*3\r\n") {
+                failures.push(String::from_utf8_lossy(&reply).into_owned());
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        failures
+    });
+    assert_eq!(failures, Vec::<String>::new());
+}
+
+#[test]
 fn info_reports_the_node_and_the_cluster() {
     let cluster = RedisCluster::start();
     let mut client = cluster.client(1);

@@ -517,6 +517,47 @@ fn connection_commands_inside_multi_run_at_exec() {
 }
 
 #[test]
+fn hello_inside_multi_switches_only_the_entries_after_it() {
+    // Redis writes EXEC's entries as the commands run: those before HELLO 3 in RESP2,
+    // the others (HELLO's own reply included) in RESP3; and back with HELLO 2.
+    let mut session = session();
+    let reply = exchange(
+        &mut session,
+        "MULTI\r\nGET a\r\nHELLO 3\r\nGET a\r\nEXEC\r\n",
+    );
+    let entries = reply
+        .strip_prefix("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n$-1\r\n%7\r\n")
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(entries.ends_with("*0\r\n_\r\n"), "{reply}");
+    assert_eq!(session.protocol(), ProtocolVersion::Resp3);
+    let reply = exchange(
+        &mut session,
+        "MULTI\r\nGET a\r\nHELLO 2\r\nGET a\r\nEXEC\r\n",
+    );
+    let entries = reply
+        .strip_prefix("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n_\r\n*14\r\n")
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(entries.ends_with("*0\r\n$-1\r\n"), "{reply}");
+    // Without a switch, no entry is wrapped.
+    let mut session = self::session();
+    let mut node = Node::default();
+    node.feed(&mut session, "MULTI\r\nGET a\r\nPING\r\n");
+    let Action::Run(plan) = session.handle(ArgsBuf::new(["EXEC"]).args()) else {
+        panic!("EXEC runs a plan");
+    };
+    let outcome = node.run(&plan);
+    let Reply::Array(entries) = session.complete(outcome) else {
+        panic!("an array");
+    };
+    assert!(
+        entries
+            .iter()
+            .all(|entry| !matches!(entry, Reply::InProtocol(..))),
+        "{entries:?}"
+    );
+}
+
+#[test]
 fn keyspace_and_info_actions() {
     let mut node = Node::default();
     let mut session = session();
