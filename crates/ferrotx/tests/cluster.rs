@@ -332,34 +332,55 @@ fn bank_transfers_survive_datagram_loss_over_udp() {
     assert_eq!(r["checks"]["primary_sum"], 200_000);
 }
 
+/// Runs `ferrotx ARGS --sweep PREFIX` (PREFIX a temporary path named after `name`), asserts
+/// it succeeded, and returns the sweep's JSON, its SVG and PNG files' contents (removed
+/// afterwards) and the command's stderr.
+fn sweep(name: &str, args: &[&str]) -> (serde_json::Value, String, Vec<u8>, String) {
+    let prefix = temp_path(name);
+    let output = ferrotx()
+        .args(args)
+        .arg("--sweep")
+        .arg(&prefix)
+        .output()
+        .expect("run ferrotx");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "{}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let read = |extension: &str| {
+        let path = prefix.with_extension(extension);
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(path);
+        bytes
+    };
+    let json = serde_json::from_slice(&read("json")).unwrap();
+    let svg = String::from_utf8(read("svg")).unwrap();
+    (json, svg, read("png"), stderr)
+}
+
 #[test]
 fn tatp_success_rates_match_the_population_rules() {
     // Two runs on one cluster: the second starts from the population the first left, and
     // must draw other transactions (replaying the first run's inserts and deletes, every
     // one would fail).
-    let prefix = temp_path("tatp-rates");
-    let output = ferrotx()
-        .args(["bench", "tatp", "--duration", "1.5"])
-        .args([
+    let port_base = port_base(8);
+    let (sweep, _, _, _) = sweep(
+        "tatp-rates",
+        &[
+            "bench",
+            "tatp",
+            "--duration",
+            "1.5",
             "--subscribers-per-node",
             "2000",
             "--sweep-coroutines",
             "20,20",
-        ])
-        .args(["--port-base", &port_base(8), "--sweep"])
-        .arg(&prefix)
-        .output()
-        .expect("run ferrotx");
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+            "--port-base",
+            &port_base,
+        ],
     );
-    let json = prefix.with_extension("json");
-    let sweep: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(json);
-    let _ = std::fs::remove_file(prefix.with_extension("svg"));
     let runs = sweep["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 2);
     // FaSST's reading of the population rules (see ferrotx_bench::tatp::TatpWorkload).
@@ -466,41 +487,22 @@ fn bench_latency_reports_every_size_beside_ramcloud() {
 
 #[test]
 fn a_sweep_writes_its_data_and_a_plot() {
-    let prefix = temp_path("sweep");
-    let output = ferrotx()
-        .args([
+    let port_base = port_base(11);
+    let (r, plot, image, _) = sweep(
+        "sweep",
+        &[
             "bench",
             "tatp",
             "--subscribers-per-node",
             "500",
             "--duration",
             "0.5",
-        ])
-        .args([
             "--sweep-coroutines",
             "1,4",
             "--port-base",
-            &port_base(11),
-            "--sweep",
-        ])
-        .arg(&prefix)
-        .output()
-        .expect("run ferrotx");
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+            &port_base,
+        ],
     );
-    let json = prefix.with_extension("json");
-    let svg = prefix.with_extension("svg");
-    let png = prefix.with_extension("png");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let plot = std::fs::read_to_string(&svg).unwrap();
-    let image = std::fs::read(&png).unwrap();
-    let _ = std::fs::remove_file(json);
-    let _ = std::fs::remove_file(svg);
-    let _ = std::fs::remove_file(png);
     assert!(image.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     let points = r["points"].as_array().expect("points");
     assert_eq!(points.len(), 2);
@@ -517,29 +519,27 @@ fn a_sweep_runs_every_point_on_one_cluster_and_checks_the_money_of_all() {
     // SmallBank's money check expects the initial money plus what every committed
     // transaction of every point created or destroyed: checked only after the last point,
     // it fails if any point's transactions were left out.
-    let prefix = temp_path("smallbank-sweep");
-    let output = ferrotx()
-        .args(["bench", "smallbank", "--accounts-per-node", "2000"])
-        .args(["--hot-accounts-per-node", "20", "--duration", "0.5"])
-        .args(["--sweep-coroutines", "2,8,4", "--port-base", &port_base(5)])
-        .arg("--sweep")
-        .arg(&prefix)
-        .output()
-        .expect("run ferrotx");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{}\n{stderr}",
-        String::from_utf8_lossy(&output.stdout)
+    let port_base = port_base(5);
+    let (r, _, _, stderr) = sweep(
+        "smallbank-sweep",
+        &[
+            "bench",
+            "smallbank",
+            "--accounts-per-node",
+            "2000",
+            "--hot-accounts-per-node",
+            "20",
+            "--duration",
+            "0.5",
+            "--sweep-coroutines",
+            "2,8,4",
+            "--port-base",
+            &port_base,
+        ],
     );
     // Loaded once, run three times.
     assert_eq!(stderr.matches("loaded in").count(), 1, "{stderr}");
     assert!(stderr.matches("measuring: [").count() >= 3, "{stderr}");
-    let json = prefix.with_extension("json");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(json);
-    let _ = std::fs::remove_file(prefix.with_extension("svg"));
-    let _ = std::fs::remove_file(prefix.with_extension("png"));
     let runs = r["runs"].as_array().expect("runs");
     let coroutines: Vec<u64> = runs
         .iter()
