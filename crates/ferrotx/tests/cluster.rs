@@ -6,12 +6,12 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{bench, ferrotx, number, temp_path};
+use common::{bench, ferrotx, number, temp_path, test_ports};
 use std::time::{Duration, Instant};
 
 /// A port range of its own for each test, so tests running at once do not collide.
 fn port_base(test: u16) -> String {
-    (30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000).to_string()
+    test_ports(test).to_string()
 }
 
 /// The Redis ports of test `test`'s local cluster: after its 3 nodes' RPC ports (and in
@@ -519,7 +519,7 @@ fn a_sweep_runs_every_point_on_one_cluster_and_checks_the_money_of_all() {
     // SmallBank's money check expects the initial money plus what every committed
     // transaction of every point created or destroyed: checked only after the last point,
     // it fails if any point's transactions were left out.
-    let port_base = port_base(5);
+    let port_base = port_base(12);
     let (r, _, _, stderr) = sweep(
         "smallbank-sweep",
         &[

@@ -8,12 +8,11 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ferrotx, temp_path};
+use common::{ferrotx, temp_path, test_ports};
 
-/// A port range of its own for each test (see `port_base` in cluster.rs), away from the
-/// ranges of that file's tests in the same process-id slot.
+/// A port range of its own for each test ([`test_ports`]).
 fn port_base(test: u16) -> u16 {
-    30_000 + (std::process::id() % 2_000) as u16 * 8 + test * 2_000 % 16_000 + 4
+    test_ports(test)
 }
 
 /// A minimal Redis client: commands as RESP arrays, one reply at a time.

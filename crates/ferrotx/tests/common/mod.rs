@@ -10,6 +10,15 @@ pub fn ferrotx() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ferrotx"))
 }
 
+/// The first of 16 ports (UDP and TCP) that test number `test` of a file may use: apart
+/// for every test of the file (they run at once), and per process, so that two runs
+/// rarely meet. All below Linux's ephemeral ports (32768 and up): a port the kernel gave
+/// a client socket, maybe still in TIME_WAIT, cannot be taken by a node.
+pub fn test_ports(test: u16) -> u16 {
+    assert!(test < 16, "16 tests per file");
+    10_000 + (std::process::id() % 85) as u16 * 256 + test * 16
+}
+
 /// A path in the temporary directory, unique to this test process and `name`.
 pub fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ferrotx-test-{}-{name}", std::process::id()))
