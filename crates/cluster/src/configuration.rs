@@ -402,6 +402,7 @@ mod tests {
             requirepass: Some("secret".to_owned()),
             max_request_bytes: 1 << 20,
             max_clients: 5,
+            pipeline_commands_max: 16,
         };
         let config = config.with_resp(settings.clone()).unwrap();
         assert_eq!(config.resp(), &settings);

@@ -63,6 +63,7 @@
 //! requirepass = "secret"  # optional: clients must AUTH first
 //! max_request_bytes = 67108864   # default 64 MiB
 //! max_clients = 10000     # default 10,000
+//! pipeline_commands_max = 64   # default 64: pipelined commands per transaction
 //!
 //! [[partition]]           # optional: all partitions, in order, or none
 //! id = 0
@@ -95,6 +96,9 @@ pub use key_hash::hash_partition_key;
 pub use limits::{CONFIGURATION_ID_MAX, MEMBERS_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};
 pub use member::Member;
 pub use partition_map::{PartitionMap, Replicas};
-pub use resp::{RESP_CLIENTS_MAX_DEFAULT, RESP_REQUEST_BYTES_MAX_DEFAULT, RespSettings};
+pub use resp::{
+    RESP_CLIENTS_MAX_DEFAULT, RESP_PIPELINE_COMMANDS_MAX_DEFAULT, RESP_REQUEST_BYTES_MAX_DEFAULT,
+    RespSettings,
+};
 #[cfg(test)]
 mod testing;

@@ -14,6 +14,9 @@ pub const RESP_REQUEST_BYTES_MAX_DEFAULT: usize = 64 << 20;
 /// a node within its file descriptors, not its memory.
 pub const RESP_CLIENTS_MAX_DEFAULT: usize = 10_000;
 
+/// Default of [`RespSettings::pipeline_commands_max`].
+pub const RESP_PIPELINE_COMMANDS_MAX_DEFAULT: usize = 64;
+
 /// How every node of the cluster serves Redis clients (each on its member's `resp`
 /// address or `resp_port`, if it has one).
 #[derive(Clone, PartialEq, Eq)]
@@ -27,6 +30,9 @@ pub struct RespSettings {
     /// Most clients connected to one node at once; the next one is answered "max number
     /// of clients reached" and closed, as Redis does.
     pub max_clients: usize,
+    /// Most data commands a client pipelines (sends before reading the replies) that run
+    /// as one transaction; 1 runs every command as a transaction of its own.
+    pub pipeline_commands_max: usize,
 }
 
 impl Default for RespSettings {
@@ -35,6 +41,7 @@ impl Default for RespSettings {
             requirepass: None,
             max_request_bytes: RESP_REQUEST_BYTES_MAX_DEFAULT,
             max_clients: RESP_CLIENTS_MAX_DEFAULT,
+            pipeline_commands_max: RESP_PIPELINE_COMMANDS_MAX_DEFAULT,
         }
     }
 }
@@ -49,6 +56,7 @@ impl fmt::Debug for RespSettings {
             )
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_clients", &self.max_clients)
+            .field("pipeline_commands_max", &self.pipeline_commands_max)
             .finish()
     }
 }
@@ -64,6 +72,11 @@ impl RespSettings {
         if self.max_clients == 0 {
             return Err(ConfigError::RespLimitZero {
                 setting: "max_clients",
+            });
+        }
+        if self.pipeline_commands_max == 0 {
+            return Err(ConfigError::RespLimitZero {
+                setting: "pipeline_commands_max",
             });
         }
         if self.requirepass.as_deref() == Some("") {

@@ -93,11 +93,16 @@ struct RespSection {
     max_request_bytes: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_clients: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pipeline_commands_max: Option<usize>,
 }
 
 impl RespSection {
     fn is_empty(&self) -> bool {
-        self.requirepass.is_none() && self.max_request_bytes.is_none() && self.max_clients.is_none()
+        self.requirepass.is_none()
+            && self.max_request_bytes.is_none()
+            && self.max_clients.is_none()
+            && self.pipeline_commands_max.is_none()
     }
 
     fn to_settings(&self) -> RespSettings {
@@ -106,6 +111,9 @@ impl RespSection {
             requirepass: self.requirepass.clone(),
             max_request_bytes: self.max_request_bytes.unwrap_or(default.max_request_bytes),
             max_clients: self.max_clients.unwrap_or(default.max_clients),
+            pipeline_commands_max: self
+                .pipeline_commands_max
+                .unwrap_or(default.pipeline_commands_max),
         }
     }
 
@@ -118,6 +126,9 @@ impl RespSection {
                 .then_some(settings.max_request_bytes),
             max_clients: (settings.max_clients != default.max_clients)
                 .then_some(settings.max_clients),
+            pipeline_commands_max: (settings.pipeline_commands_max
+                != default.pipeline_commands_max)
+                .then_some(settings.pipeline_commands_max),
         }
     }
 }
@@ -279,7 +290,8 @@ mod tests {
         assert!(!plain.to_toml_string().contains("[resp]"));
 
         let text = file(
-            "[resp]\nrequirepass = \"s3cret\"\nmax_request_bytes = 1048576\nmax_clients = 50\n",
+            "[resp]\nrequirepass = \"s3cret\"\nmax_request_bytes = 1048576\nmax_clients = 50\n\
+             pipeline_commands_max = 1\n",
         )
         .replace(
             "rpc_port_base = 7000\n",
@@ -292,6 +304,7 @@ mod tests {
                 requirepass: Some("s3cret".to_owned()),
                 max_request_bytes: 1 << 20,
                 max_clients: 50,
+                pipeline_commands_max: 1,
             }
         );
         assert_eq!(

@@ -3,6 +3,11 @@
 
 mod processes;
 
+/// See the `mimalloc` feature in Cargo.toml.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -77,6 +82,10 @@ struct LocalArgs {
     /// First Redis port: node i serves Redis clients on 127.0.0.1, port P + i.
     #[arg(long, value_name = "P", default_value_t = 7379)]
     resp_port_base: u16,
+    /// Most data commands a Redis client pipelines that run as one transaction (the
+    /// configuration's `[resp] pipeline_commands_max`); 1: each its own transaction.
+    #[arg(long, value_name = "N", default_value_t = ferrotx_cluster::RESP_PIPELINE_COMMANDS_MAX_DEFAULT)]
+    resp_pipeline_max: usize,
     /// Write the generated configuration here (default: a temporary file).
     #[arg(long)]
     config_out: Option<PathBuf>,
@@ -385,6 +394,7 @@ fn main() -> anyhow::Result<()> {
                 partitions_per_node: args.partitions_per_node,
                 port_base: args.port_base,
                 resp_port_base: args.resp_port_base,
+                resp_pipeline_max: args.resp_pipeline_max,
             },
             args.config_out.as_deref(),
         )?,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use ferrotx_bench::driver::DriveOptions;
-use ferrotx_cluster::Configuration;
+use ferrotx_cluster::{Configuration, RespSettings};
 use ferrotx_node::{Node, NodeOptions};
 use ferrotx_server::{RespServer, ServerOptions};
 
@@ -123,6 +123,8 @@ pub struct LocalCluster {
     pub port_base: u16,
     /// Node i serves Redis clients on 127.0.0.1, port `resp_port_base + i`.
     pub resp_port_base: u16,
+    /// `[resp] pipeline_commands_max`.
+    pub resp_pipeline_max: usize,
 }
 
 /// Node processes, terminated and reaped when dropped.
@@ -181,7 +183,12 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
         let port = spec.resp_port_base + member.node;
         Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))
     })
-    .context("--resp-port-base")?;
+    .context("--resp-port-base")?
+    .with_resp(RespSettings {
+        pipeline_commands_max: spec.resp_pipeline_max,
+        ..RespSettings::default()
+    })
+    .context("--resp-pipeline-max")?;
     let (path, temp_dir) = match config_out {
         Some(path) => (path.to_path_buf(), None),
         None => {

@@ -38,13 +38,18 @@
 //!         Parsed::Incomplete => break,
 //!         Parsed::Empty { consumed } => consumed,
 //!         Parsed::Command { args, consumed } => {
-//!             let reply = match session.handle(args) {
-//!                 Action::Reply(reply) => reply,
+//!             let protocol = session.protocol();
+//!             match session.handle(args) {
+//!                 Action::Reply(reply) => reply.encode(protocol, &mut output),
 //!                 Action::Run(plan) => {
-//!                     // A real node runs this as one transaction.
+//!                     // A real node runs this as one transaction (and first lets
+//!                     // `Session::join` add the data commands pipelined behind it).
 //!                     let mut overlay = Overlay::new(1 << 20);
 //!                     for key in plan.keys_to_read() {
 //!                         overlay.insert_read(key.to_vec(), store.get(key).cloned());
+//!                     }
+//!                     for key in plan.keys_written_unread() {
+//!                         overlay.insert_unread(key.to_vec());
 //!                     }
 //!                     let replies = plan.apply(&mut overlay);
 //!                     for write in overlay.writes() {
@@ -53,11 +58,14 @@
 //!                             None => store.remove(write.key),
 //!                         };
 //!                     }
-//!                     session.complete(Outcome::Committed(replies))
+//!                     let mut out = Vec::new();
+//!                     session.complete(Outcome::Committed(replies), &mut out);
+//!                     for reply in out {
+//!                         reply.encode(session.protocol(), &mut output);
+//!                     }
 //!                 }
 //!                 _ => unreachable!("not in this example"),
-//!             };
-//!             reply.encode(session.protocol(), &mut output);
+//!             }
 //!             consumed
 //!         }
 //!     };

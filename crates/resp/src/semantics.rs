@@ -71,6 +71,20 @@ impl DataCommand {
         }
     }
 
+    /// True if the command writes its keys without looking at them (SET without NX, XX
+    /// or GET; MSET): a plan in which every command on a key is such a write need not
+    /// read the key ([`Overlay::insert_unread`]).
+    pub fn writes_blindly(&self) -> bool {
+        matches!(
+            self,
+            Self::Set {
+                condition: SetCondition::Always,
+                get: false,
+                ..
+            } | Self::MSet { .. }
+        )
+    }
+
     /// True if the command never writes (GET, EXISTS, STRLEN, MGET).
     pub fn is_read_only(&self) -> bool {
         matches!(
@@ -93,6 +107,8 @@ enum Read {
     Value(Vec<u8>),
     /// Another Redis key with the same store key.
     Collision,
+    /// Not read: the plan only writes it blindly ([`DataCommand::writes_blindly`]).
+    Unread,
 }
 
 /// One key of the overlay.
@@ -111,6 +127,7 @@ impl Entry {
             None => match &self.read {
                 Read::Absent | Read::Collision => None,
                 Read::Value(value) => Some(value),
+                Read::Unread => panic!("a command looked at a key its plan did not read"),
             },
         }
     }
@@ -156,6 +173,14 @@ impl Overlay {
             None => Read::Absent,
         };
         self.insert(key, read);
+    }
+
+    /// Records that the plan writes `key` without reading it: every command on it writes
+    /// blindly ([`DataCommand::writes_blindly`], [`crate::Plan::keys_written_unread`]).
+    /// Its stored value is replaced whatever it held, even another Redis key of the same
+    /// store key (a 128-bit hash collision). Panics if `key` was recorded already.
+    pub fn insert_unread(&mut self, key: Vec<u8>) {
+        self.insert(key, Read::Unread);
     }
 
     /// Records that `key`'s store key held another Redis key (a hash collision): every
@@ -239,15 +264,17 @@ impl Overlay {
         self.writes().next().is_some()
     }
 
-    /// What each key held when read (before any command's writes), in key order.
+    /// What each key read held (before any command's writes), in key order; keys
+    /// written unread are left out.
     pub fn reads(&self) -> impl Iterator<Item = (&[u8], Lookup<'_>)> + '_ {
-        self.entries.iter().map(|(key, entry)| {
+        self.entries.iter().filter_map(|(key, entry)| {
             let read = match &entry.read {
                 Read::Absent => Lookup::Absent,
                 Read::Value(value) => Lookup::Value(value),
                 Read::Collision => Lookup::Collision,
+                Read::Unread => return None,
             };
-            (key.as_slice(), read)
+            Some((key.as_slice(), read))
         })
     }
 
@@ -305,11 +332,11 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
             get,
         } => {
             let old = get.then(|| overlay.get_reply(key));
-            let found = overlay.value(key).is_some();
+            // A plain SET never looks (its key may be unread).
             let refused = match condition {
                 SetCondition::Always => false,
-                SetCondition::IfAbsent => found,
-                SetCondition::IfPresent => !found,
+                SetCondition::IfAbsent => overlay.value(key).is_some(),
+                SetCondition::IfPresent => overlay.value(key).is_none(),
             };
             if refused {
                 // With GET, the old value is the reply whatever happens.

@@ -5,14 +5,16 @@
 //! [`Action`] says. Two actions need the node to call back before the next request is
 //! handled (pipelined requests wait in the input buffer meanwhile):
 //!
-//! - [`Action::Run`]: run the [`Plan`] as one strictly serializable transaction (read
-//!   [`Plan::keys_to_read`] into an [`Overlay`], check the watched keys' versions, apply
+//! - [`Action::Run`]: first offer the requests pipelined behind it to [`Session::join`],
+//!   which adds the data commands among them to the plan; then run the [`Plan`] as one
+//!   strictly serializable transaction (read [`Plan::keys_to_read`] into an [`Overlay`],
+//!   record [`Plan::keys_written_unread`], check the watched keys' versions, apply
 //!   [`Plan::apply`], write [`Overlay::writes`], commit; retry from the start on a
 //!   conflict), then call [`Session::complete`] with the [`Outcome`];
 //! - [`Action::ReadVersions`]: read each key's current version, then call
 //!   [`Session::watched`].
 //!
-//! Each of those returns the reply to send. Replies are encoded with
+//! Those give the replies to send. Replies are encoded with
 //! [`Session::protocol`] as it is after the call (HELLO 3's own reply is RESP3).
 //!
 //! MULTI/EXEC follows Redis 7 (`multi.c`): commands inside MULTI are answered `+QUEUED`;
@@ -43,6 +45,25 @@ pub const QUEUED_COMMANDS_MAX_DEFAULT: usize = 1024;
 /// validated by EXEC's transaction, so as many as a block may touch.
 pub const WATCHED_KEYS_MAX_DEFAULT: usize = 1024;
 
+/// Default for [`SessionConfig::pipeline_commands_max`]: enough for the pipelines
+/// clients send (redis-benchmark's `-P 16`, a few dozen from redis-py), small enough that
+/// one conflict retries little work.
+pub const PIPELINE_COMMANDS_MAX_DEFAULT: usize = 64;
+
+/// Most keys, and most request bytes, one pipelined plan gathers ([`Session::join`]):
+/// far inside what one commit may carry, so a plan of many commands fits in one
+/// transaction as its commands would one by one.
+pub const PIPELINE_KEYS_MAX: usize = 1024;
+/// See [`PIPELINE_KEYS_MAX`].
+pub const PIPELINE_BYTES_MAX: usize = 256 << 10;
+
+/// Most keys of writing commands one pipelined plan gathers ([`Session::join`]). A plan
+/// holds its written keys locked while it commits, and fails if another holds one of
+/// them: with many clients pipelining multi-key writes (redis-benchmark's MSET of 10
+/// keys, 16 deep, from 50 clients), plans of 160 written keys each aborted 4 times per
+/// commit. Reads conflict far less, so they have only [`PIPELINE_KEYS_MAX`].
+pub const PIPELINE_WRITTEN_KEYS_MAX: usize = 32;
+
 /// The server identity HELLO reports by default: Redis's name and the Redis version
 /// whose behaviour ferrotx follows, because client libraries decide from them which
 /// commands and reply forms they may use.
@@ -65,6 +86,9 @@ pub struct SessionConfig {
     pub queued_commands_max: usize,
     /// Most keys one connection may watch at once.
     pub watched_keys_max: usize,
+    /// Most pipelined data commands [`Session::join`] gathers into one plan; 1 runs each
+    /// command as its own transaction.
+    pub pipeline_commands_max: usize,
 }
 
 impl Default for SessionConfig {
@@ -75,6 +99,7 @@ impl Default for SessionConfig {
             server_version: SERVER_VERSION_DEFAULT.to_owned(),
             queued_commands_max: QUEUED_COMMANDS_MAX_DEFAULT,
             watched_keys_max: WATCHED_KEYS_MAX_DEFAULT,
+            pipeline_commands_max: PIPELINE_COMMANDS_MAX_DEFAULT,
         }
     }
 }
@@ -116,6 +141,8 @@ pub struct WatchedKey {
 pub struct Plan {
     commands: Vec<DataCommand>,
     watched: Vec<WatchedKey>,
+    /// EXEC's: the commands must take effect together.
+    exec: bool,
 }
 
 impl Plan {
@@ -132,13 +159,55 @@ impl Plan {
         &self.watched
     }
 
-    /// Every key the commands touch, once each (sorted): read them all into the
-    /// overlay before [`Plan::apply`].
+    /// Every key the commands touch, once each (sorted), except those
+    /// [`Plan::keys_written_unread`]: read them all into the overlay before
+    /// [`Plan::apply`].
     pub fn keys_to_read(&self) -> Vec<&[u8]> {
-        let mut keys: Vec<&[u8]> = self.commands.iter().flat_map(DataCommand::keys).collect();
+        self.keys_by_access(false)
+    }
+
+    /// The keys every command that touches them writes blindly
+    /// ([`DataCommand::writes_blindly`]), once each (sorted): the node need not read
+    /// them, and records them with [`Overlay::insert_unread`] (SET and MSET then cost
+    /// the transaction no read).
+    pub fn keys_written_unread(&self) -> Vec<&[u8]> {
+        self.keys_by_access(true)
+    }
+
+    /// The keys whose every access writes blindly (`blind`), or the others.
+    fn keys_by_access(&self, blind: bool) -> Vec<&[u8]> {
+        let mut keys: Vec<(&[u8], bool)> = self
+            .commands
+            .iter()
+            .flat_map(|command| {
+                let blindly = command.writes_blindly();
+                command.keys().map(move |key| (key, blindly))
+            })
+            .collect();
+        // A key's accesses that look come first (false < true): the first of each key
+        // says whether any access looks.
         keys.sort_unstable();
-        keys.dedup();
-        keys
+        keys.dedup_by_key(|(key, _)| *key);
+        keys.into_iter()
+            .filter(|&(_, blindly)| blindly == blind)
+            .map(|(key, _)| key)
+            .collect()
+    }
+
+    /// True for pipelined commands outside MULTI ([`Session::join`]), which the node may
+    /// also run one by one ([`Plan::one_by_one`]) when together they are too large for
+    /// one transaction; false for EXEC's, whose commands must take effect together.
+    pub fn may_split(&self) -> bool {
+        !self.exec && self.commands.len() > 1
+    }
+
+    /// Each command as a plan of its own, in order (see [`Plan::may_split`]).
+    pub fn one_by_one(&self) -> impl Iterator<Item = Plan> + '_ {
+        self.commands.iter().map(|command| Plan {
+            commands: vec![command.clone()],
+            watched: Vec::new(),
+            exec: false,
+        })
     }
 
     /// True if no command writes (the node may run a read-only transaction).
@@ -146,8 +215,8 @@ impl Plan {
         self.commands.iter().all(DataCommand::is_read_only)
     }
 
-    /// Applies the commands in order to `overlay` (filled with
-    /// [`Plan::keys_to_read`]): one reply per command, for [`Outcome::Committed`] once
+    /// Applies the commands in order to `overlay` (filled with [`Plan::keys_to_read`]
+    /// and [`Plan::keys_written_unread`]): one reply per command, for [`Outcome::Committed`] once
     /// the overlay's writes are committed.
     pub fn apply(&self, overlay: &mut Overlay) -> Vec<Reply> {
         self.commands
@@ -210,8 +279,15 @@ enum Pending {
     Nothing,
     /// The versions of these keys (WATCH).
     Versions(Vec<Vec<u8>>),
-    /// The outcome of one data command.
-    Single,
+    /// The outcome of data commands outside MULTI: one, and those pipelined behind it
+    /// that [`Session::join`] added (their keys, the keys of those that write, and their
+    /// request bytes, which bound the plan).
+    Commands {
+        count: usize,
+        keys: usize,
+        written_keys: usize,
+        bytes: usize,
+    },
     /// The outcome of EXEC's transaction; the slots say where each reply goes.
     Exec(Vec<Slot>),
 }
@@ -315,10 +391,17 @@ impl Session {
         match command::parse(spec, args) {
             Err(error) => Action::Reply(error),
             Ok(Command::Data(command)) => {
-                self.pending = Pending::Single;
+                let keys = command.keys().count();
+                self.pending = Pending::Commands {
+                    count: 1,
+                    keys,
+                    written_keys: if command.is_read_only() { 0 } else { keys },
+                    bytes: request_bytes(args),
+                };
                 Action::Run(Plan {
                     commands: vec![command],
                     watched: Vec::new(),
+                    exec: false,
                 })
             }
             Ok(Command::Connection(ConnectionCommand::Quit)) => Action::Close(Some(Reply::ok())),
@@ -344,24 +427,77 @@ impl Session {
         Reply::ok()
     }
 
-    /// The outcome of the [`Action::Run`] plan: the reply to send.
-    pub fn complete(&mut self, outcome: Outcome) -> Reply {
+    /// Adds the pipelined request `args` to `plan`, the [`Action::Run`] plan of a data
+    /// command outside MULTI that [`Session::handle`] just returned, if it is a data
+    /// command too and the plan stays within its bounds
+    /// ([`SessionConfig::pipeline_commands_max`], [`PIPELINE_KEYS_MAX`],
+    /// [`PIPELINE_WRITTEN_KEYS_MAX`], [`PIPELINE_BYTES_MAX`]): then its reply comes from [`Session::complete`], after
+    /// those of the commands before it. Otherwise nothing changes and the request waits
+    /// for [`Session::handle`] once the plan completes (it is not consumed).
+    ///
+    /// Running the commands as one transaction keeps their order and each one's
+    /// atomicity: a client that pipelines them has sent them all before any reply, so
+    /// taking effect together, in order, is one of the outcomes it must expect.
+    pub fn join(&mut self, plan: &mut Plan, args: Args<'_>) -> bool {
+        let Pending::Commands {
+            count,
+            keys,
+            written_keys,
+            bytes,
+        } = &mut self.pending
+        else {
+            return false;
+        };
+        if *count >= self.config.pipeline_commands_max {
+            return false;
+        }
+        let Ok(spec) = command::lookup(args) else {
+            return false;
+        };
+        if !self.authenticated {
+            return false;
+        }
+        let Ok(Command::Data(command)) = command::parse(spec, args) else {
+            return false;
+        };
+        let (more_keys, more_bytes) = (command.keys().count(), request_bytes(args));
+        let more_written = if command.is_read_only() { 0 } else { more_keys };
+        if *keys + more_keys > PIPELINE_KEYS_MAX
+            || *written_keys + more_written > PIPELINE_WRITTEN_KEYS_MAX
+            || *bytes + more_bytes > PIPELINE_BYTES_MAX
+        {
+            return false;
+        }
+        *count += 1;
+        *keys += more_keys;
+        *written_keys += more_written;
+        *bytes += more_bytes;
+        plan.commands.push(command);
+        true
+    }
+
+    /// The outcome of the [`Action::Run`] plan: appends the replies to send to
+    /// `replies`, in order (one per data command outside MULTI, EXEC's one otherwise).
+    /// Encode them in [`Session::protocol`] as it is after this call.
+    pub fn complete(&mut self, outcome: Outcome, replies: &mut Vec<Reply>) {
         match std::mem::take(&mut self.pending) {
-            Pending::Single => match outcome {
-                Outcome::Committed(mut replies) => {
-                    assert_eq!(replies.len(), 1, "one reply per command");
-                    replies.pop().expect("one reply")
+            Pending::Commands { count, .. } => match outcome {
+                Outcome::Committed(planned) => {
+                    assert_eq!(planned.len(), count, "one reply per command");
+                    replies.extend(planned);
                 }
-                Outcome::Failed(error) => error,
+                Outcome::Failed(error) => {
+                    replies.extend(std::iter::repeat_n(error, count));
+                }
                 Outcome::WatchedKeyChanged => {
-                    panic!("a command outside MULTI watches no key")
+                    panic!("commands outside MULTI watch no key")
                 }
             },
-            Pending::Exec(slots) => match outcome {
-                Outcome::Committed(replies) => self.exec_reply(slots, replies),
+            Pending::Exec(slots) => replies.push(match outcome {
+                Outcome::Committed(planned) => self.exec_reply(slots, planned),
                 Outcome::WatchedKeyChanged => Reply::NullArray,
                 Outcome::Failed(error) => error,
-            },
+            }),
             Pending::Nothing | Pending::Versions(_) => {
                 panic!("an outcome given when the session ran no plan")
             }
@@ -473,7 +609,11 @@ impl Session {
                     return Action::Reply(self.exec_reply(slots, Vec::new()));
                 }
                 self.pending = Pending::Exec(slots);
-                Action::Run(Plan { commands, watched })
+                Action::Run(Plan {
+                    commands,
+                    watched,
+                    exec: true,
+                })
             }
             TransactionCommand::Watch(keys) => {
                 if self.multi.is_some() {
@@ -659,6 +799,11 @@ impl Session {
 }
 
 /// True for the commands that run inside MULTI rather than being queued.
+/// A request's size for the pipeline bound: its arguments' bytes.
+fn request_bytes(args: Args<'_>) -> usize {
+    args.iter().map(<[u8]>::len).sum()
+}
+
 fn runs_inside_multi(id: CommandId) -> bool {
     matches!(
         id,

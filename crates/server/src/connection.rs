@@ -9,7 +9,7 @@
 
 use std::io::{self, Read, Write};
 
-use ferrotx_resp::{Action, Outcome, Parsed, Reply, RequestParser, Session};
+use ferrotx_resp::{Action, Outcome, Parsed, Plan, Reply, RequestParser, Session};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
@@ -181,36 +181,41 @@ impl Connection {
             .take()
             .expect("work completes only for a connection waiting for it");
         let stopping = || Reply::error_static("ERR ferrotx: the node is stopping");
-        let reply = match (in_flight, result) {
+        let mut replies = std::mem::take(&mut context.replies);
+        match (in_flight, result) {
             (InFlight::Plan, WorkResult::Plan(run)) => {
                 context.stats.transactions_aborted += u64::from(run.aborts);
                 if matches!(run.outcome, Outcome::Committed(_)) {
                     context.stats.transactions_committed += 1;
                 }
-                self.session.complete(run.outcome)
+                self.session.complete(run.outcome, &mut replies);
             }
             (InFlight::Plan, WorkResult::Dropped) => {
-                self.session.complete(Outcome::Failed(stopping()))
+                self.session
+                    .complete(Outcome::Failed(stopping()), &mut replies);
             }
             (InFlight::Versions(_), WorkResult::Versions(Ok(versions))) => {
-                self.session.watched(&versions)
+                replies.push(self.session.watched(&versions));
             }
             (InFlight::Versions(keys), WorkResult::Versions(Err(error))) => {
                 // The keys stay watched at a version no key has, so EXEC fails safely.
                 let _ = self.session.watched(&vec![VERSION_UNREADABLE; keys]);
-                error
+                replies.push(error);
             }
             (InFlight::Versions(keys), WorkResult::Dropped) => {
                 let _ = self.session.watched(&vec![VERSION_UNREADABLE; keys]);
-                stopping()
+                replies.push(stopping());
             }
-            (InFlight::Keyspace, WorkResult::Keyspace(reply)) => reply,
-            (InFlight::Keyspace, WorkResult::Dropped) => stopping(),
+            (InFlight::Keyspace, WorkResult::Keyspace(reply)) => replies.push(reply),
+            (InFlight::Keyspace, WorkResult::Dropped) => replies.push(stopping()),
             (in_flight, result) => {
                 unreachable!("{result:?} does not answer {in_flight:?}")
             }
-        };
-        self.write_reply(&reply, context);
+        }
+        for reply in replies.drain(..) {
+            self.write_reply(&reply, context);
+        }
+        context.replies = replies;
         self.pump(registry, context)
     }
 
@@ -234,10 +239,13 @@ impl Connection {
                 Ok(Parsed::Incomplete) => break Stop::Incomplete,
                 Ok(Parsed::Empty { consumed }) => self.input_start += consumed,
                 Ok(Parsed::Command { args, consumed }) => {
-                    let action = self.session.handle(args);
+                    let mut action = self.session.handle(args);
                     self.input_start += consumed;
                     self.requests += 1;
                     context.stats.commands_processed += 1;
+                    if let Action::Run(plan) = &mut action {
+                        self.join_pipelined(plan, context);
+                    }
                     self.act(action, context);
                 }
                 Err(error) => {
@@ -262,6 +270,30 @@ impl Connection {
             self.input_start = 0;
         }
         stop
+    }
+
+    /// Adds the data commands pipelined behind `plan`'s, already buffered, to it
+    /// ([`Session::join`]): they run as one transaction, and their replies come in order
+    /// when it is over. Stops at the first request that does not join (it is handled
+    /// once the plan completes) or is not complete yet.
+    fn join_pipelined(&mut self, plan: &mut Plan, context: &mut Context) {
+        loop {
+            let parsed = self.parser.parse(
+                &self.input[self.input_start..],
+                self.session.auth_required(),
+            );
+            let consumed = match parsed {
+                Ok(Parsed::Empty { consumed }) => consumed,
+                Ok(Parsed::Command { args, consumed }) if self.session.join(plan, args) => {
+                    self.requests += 1;
+                    context.stats.commands_processed += 1;
+                    context.stats.commands_pipelined += 1;
+                    consumed
+                }
+                _ => return,
+            };
+            self.input_start += consumed;
+        }
     }
 
     /// True while the replies not yet taken by the client are at the bound past which no

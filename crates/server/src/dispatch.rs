@@ -35,6 +35,8 @@ pub(crate) struct Context {
     pub ready: Vec<usize>,
     /// Read buffer shared by every connection.
     pub scratch: Vec<u8>,
+    /// Replies of finished work on their way to a connection's output (kept for reuse).
+    pub replies: Vec<ferrotx_resp::Reply>,
     next_thread: u16,
 }
 
@@ -61,6 +63,7 @@ impl Context {
             stats: Stats::new(),
             ready: Vec::new(),
             scratch: vec![0; scratch_bytes],
+            replies: Vec::new(),
             next_thread: 0,
         }
     }

@@ -21,12 +21,17 @@ pub(crate) struct PlanRun {
     pub outcome: Outcome,
     /// Attempts that aborted (conflicts) before the last one.
     pub aborts: u32,
+    /// The plan was too large for one transaction (the outcome is the error).
+    too_large: bool,
 }
 
 /// Why one attempt did not give an outcome.
 enum Attempt {
     /// A conflict: run the plan again.
     Retry(Abort),
+    /// The plan is too large for one transaction: this error is the reply, unless its
+    /// commands may run one by one ([`Plan::may_split`]).
+    TooLarge(Reply),
     /// Something retrying does not cure: this error is the reply.
     Fail(Reply),
 }
@@ -35,7 +40,7 @@ enum Attempt {
 fn classify(abort: Abort) -> Attempt {
     match abort {
         Abort::Conflict | Abort::Locked | Abort::LogFull => Attempt::Retry(abort),
-        Abort::TooLarge => Attempt::Fail(Reply::error_static(
+        Abort::TooLarge => Attempt::TooLarge(Reply::error_static(
             "ERR ferrotx: the transaction is too large for one commit (too many keys or \
              bytes); split it",
         )),
@@ -48,8 +53,39 @@ fn classify(abort: Abort) -> Attempt {
 }
 
 /// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a back-off
-/// until it is exhausted ([`Backoff::exhausted`]); `seed` draws the back-off.
+/// until it is exhausted ([`Backoff::exhausted`]); `seed` draws the back-off. Pipelined
+/// commands too large together for one transaction run one by one.
 pub(crate) async fn run_plan(
+    co: &Co,
+    coordinator: &Coordinator,
+    kv: KvTable,
+    plan: &Plan,
+    seed: u64,
+) -> PlanRun {
+    let run = run_whole(co, coordinator, kv, plan, seed).await;
+    if !(run.too_large && plan.may_split()) {
+        return run;
+    }
+    let mut replies = Vec::with_capacity(plan.commands().len());
+    let mut aborts = run.aborts;
+    for (i, single) in plan.one_by_one().enumerate() {
+        let run = run_whole(co, coordinator, kv, &single, seed ^ (i as u64 + 1)).await;
+        aborts += run.aborts;
+        match run.outcome {
+            Outcome::Committed(mut reply) => replies.append(&mut reply),
+            Outcome::Failed(error) => replies.push(error),
+            Outcome::WatchedKeyChanged => unreachable!("a command outside MULTI watches nothing"),
+        }
+    }
+    PlanRun {
+        outcome: Outcome::Committed(replies),
+        aborts,
+        too_large: false,
+    }
+}
+
+/// [`run_plan`] without splitting.
+async fn run_whole(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
@@ -60,11 +96,25 @@ pub(crate) async fn run_plan(
     let mut aborts = 0;
     loop {
         match attempt(co, coordinator, kv, plan).await {
-            Ok(outcome) => return PlanRun { outcome, aborts },
+            Ok(outcome) => {
+                return PlanRun {
+                    outcome,
+                    aborts,
+                    too_large: false,
+                };
+            }
+            Err(Attempt::TooLarge(reply)) => {
+                return PlanRun {
+                    outcome: Outcome::Failed(reply),
+                    aborts,
+                    too_large: true,
+                };
+            }
             Err(Attempt::Fail(reply)) => {
                 return PlanRun {
                     outcome: Outcome::Failed(reply),
                     aborts,
+                    too_large: false,
                 };
             }
             Err(Attempt::Retry(abort)) => {
@@ -78,6 +128,7 @@ pub(crate) async fn run_plan(
                     return PlanRun {
                         outcome: Outcome::Failed(reply),
                         aborts,
+                        too_large: false,
                     };
                 }
                 backoff.wait(co).await;
@@ -123,10 +174,14 @@ async fn attempt(
                 )))
             })?;
     }
+    for key in plan.keys_written_unread() {
+        overlay.insert_unread(key.to_vec());
+    }
     let replies = plan.apply(&mut overlay);
     for (key, value) in overlay.encoded_writes() {
         let key = ferrotx_store::Key::from_bytes(&key).expect("16 bytes");
-        // The key was read above, so this is an ordinary write at the version read.
+        // A key read above gets an ordinary write at the version read; one written
+        // unread, a blind write (locked at whatever version it has at commit).
         txn.put(kv.id, key, value).map_err(classify)?;
     }
     txn.commit().await.map_err(classify)?;
@@ -173,7 +228,7 @@ pub(crate) async fn read_versions(
         };
         match read.map_err(classify) {
             Ok(versions) => return Ok(versions),
-            Err(Attempt::Fail(reply)) => return Err(reply),
+            Err(Attempt::Fail(reply) | Attempt::TooLarge(reply)) => return Err(reply),
             Err(Attempt::Retry(abort)) => {
                 if backoff.exhausted(co) {
                     return Err(Reply::error(format!(

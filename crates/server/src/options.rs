@@ -18,6 +18,8 @@ pub struct ServerOptions {
     pub max_request_bytes: usize,
     /// Most clients connected at once.
     pub max_clients: usize,
+    /// Most pipelined data commands run as one transaction.
+    pub pipeline_commands_max: usize,
 }
 
 /// The password is never printed.
@@ -28,6 +30,7 @@ impl fmt::Debug for ServerOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_clients", &self.max_clients)
+            .field("pipeline_commands_max", &self.pipeline_commands_max)
             .finish()
     }
 }
@@ -40,6 +43,7 @@ impl ServerOptions {
             password: settings.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
             max_request_bytes: settings.max_request_bytes,
             max_clients: settings.max_clients,
+            pipeline_commands_max: settings.pipeline_commands_max,
         }
     }
 

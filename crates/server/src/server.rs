@@ -68,6 +68,7 @@ impl RespServer {
         let inbox = Arc::new(Inbox::new(waker));
         let session = SessionConfig {
             password: options.password.clone(),
+            pipeline_commands_max: options.pipeline_commands_max.max(1),
             ..SessionConfig::default()
         };
         let limits = ParserLimits {

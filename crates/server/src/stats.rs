@@ -13,6 +13,8 @@ pub(crate) struct Stats {
     pub connections_received: u64,
     pub connections_rejected: u64,
     pub commands_processed: u64,
+    /// Commands that joined the transaction of the pipelined command before them.
+    pub commands_pipelined: u64,
     pub input_bytes: u64,
     pub output_bytes: u64,
     pub error_replies: u64,
@@ -28,6 +30,7 @@ impl Stats {
             connections_received: 0,
             connections_rejected: 0,
             commands_processed: 0,
+            commands_pipelined: 0,
             input_bytes: 0,
             output_bytes: 0,
             error_replies: 0,
@@ -74,6 +77,10 @@ impl Stats {
                 (
                     "worker_threads".to_owned(),
                     config.threads_per_node().to_string(),
+                ),
+                (
+                    "pipelined_commands_joined".to_owned(),
+                    self.commands_pipelined.to_string(),
                 ),
             ],
             ..InfoStats::default()

@@ -226,6 +226,80 @@ fn a_thousand_pipelined_commands_in_one_write_answer_in_order() {
         assert_eq!(client.reply(), bulk(&format!("v{i}")), "reply {i}");
     }
     assert_eq!(client.reply(), b"+PONG\r\n");
+    // The data commands ran in transactions of up to 64 pipelined commands each (1,000
+    // commands in one write: at least 15 transactions; PING joins none).
+    let info = client.text(&["INFO", "ferrotx"]);
+    let joined: usize = info
+        .lines()
+        .find_map(|line| line.strip_prefix("pipelined_commands_joined:"))
+        .unwrap_or_else(|| panic!("{info}"))
+        .parse()
+        .unwrap();
+    assert!((900..=999 - 15).contains(&joined), "{joined} joined");
+}
+
+#[test]
+fn pipelined_increments_from_clients_of_every_node_add_up_exactly_and_in_order() {
+    let cluster = RedisCluster::start();
+    // Pipelines of increments of four hot keys (primaries on every node), from a client
+    // of every node at once: their transactions conflict and retry whole.
+    const ROUNDS: usize = 40;
+    const DEPTH: usize = 24;
+    let mut hot = cluster.keys_with_primaries("pipehot", &[0, 1, 2]);
+    hot.extend(cluster.keys_with_primaries("pipehot-b", &[0]));
+    let counts: Vec<([usize; 4], usize)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..3u16)
+            .map(|node| {
+                let mut client = cluster.client(node);
+                let hot = &hot;
+                scope.spawn(move || {
+                    let (mut committed, mut gave_up) = ([0; 4], 0);
+                    for round in 0..ROUNDS {
+                        let targets: Vec<usize> = (0..DEPTH)
+                            .map(|i| (i * 7 + round + usize::from(node)) % 4)
+                            .collect();
+                        let mut pipeline = Vec::new();
+                        for &target in &targets {
+                            pipeline.extend(command(&[b"INCR", hot[target].as_bytes()]));
+                        }
+                        client.send(&pipeline);
+                        // Within one pipeline a key's values only grow: the commands ran
+                        // in order.
+                        let mut last = [0i64; 4];
+                        for &target in &targets {
+                            let reply = String::from_utf8(client.reply()).unwrap();
+                            if let Some(value) = reply.strip_prefix(':') {
+                                let value: i64 = value.trim_end().parse().unwrap();
+                                assert!(value > last[target], "{value} after {}", last[target]);
+                                last[target] = value;
+                                committed[target] += 1;
+                            } else {
+                                assert!(reply.starts_with(GAVE_UP), "{reply}");
+                                gave_up += 1;
+                            }
+                        }
+                    }
+                    (committed, gave_up)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut client = cluster.client(1);
+    for (index, key) in hot.iter().enumerate() {
+        let expected: usize = counts.iter().map(|(committed, _)| committed[index]).sum();
+        assert_eq!(
+            client.call(&["GET", key]),
+            bulk(&expected.to_string()),
+            "{key}"
+        );
+    }
+    let attempted = 3 * ROUNDS * DEPTH;
+    let gave_up: usize = counts.iter().map(|(_, gave_up)| gave_up).sum();
+    assert!(
+        gave_up * 10 <= attempted,
+        "{gave_up} of {attempted} gave up"
+    );
 }
 
 /// The reply to a transaction still conflicting when its retries ran out: allowed under

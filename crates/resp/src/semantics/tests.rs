@@ -347,6 +347,38 @@ fn collisions_fail_without_changes() {
 }
 
 #[test]
+fn blind_writes_of_unread_keys_replace_whatever_was_stored() {
+    // A plan that only SETs or MSETs a key does not read it: the write replaces the
+    // stored value, even another key's of the same store key (a collision), unseen.
+    let mut overlay = Overlay::new(1 << 20);
+    overlay.insert_unread(b"k".to_vec());
+    overlay.insert_unread(b"m".to_vec());
+    assert!(parse(&["SET", "k", "v"]).writes_blindly());
+    assert!(!parse(&["SET", "k", "v", "NX"]).writes_blindly());
+    assert!(!parse(&["SET", "k", "v", "GET"]).writes_blindly());
+    assert!(!parse(&["INCR", "k"]).writes_blindly());
+    assert_eq!(
+        apply(&parse(&["SET", "k", "v"]), &mut overlay).to_bytes(Resp2),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        apply(&parse(&["MSET", "m", "1", "k", "w"]), &mut overlay).to_bytes(Resp2),
+        b"+OK\r\n"
+    );
+    let writes: Vec<_> = overlay.writes().map(|w| (w.key, w.value)).collect();
+    assert_eq!(writes, [(&b"k"[..], Some(&b"w"[..])), (b"m", Some(b"1"))]);
+    assert_eq!(overlay.reads().count(), 0);
+}
+
+#[test]
+#[should_panic(expected = "a command looked at a key its plan did not read")]
+fn looking_at_an_unread_key_is_a_bug() {
+    let mut overlay = Overlay::new(1 << 20);
+    overlay.insert_unread(b"k".to_vec());
+    let _ = apply(&parse(&["GET", "k"]), &mut overlay);
+}
+
+#[test]
 fn values_over_the_store_limit_are_refused() {
     let too_large = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
     // A stored value of key "k" holds 5 + 1 + value bytes: 10 bytes allow 4.

@@ -33,6 +33,9 @@ impl Node {
             let value = self.keys.get(key).and_then(|(value, _)| value.clone());
             overlay.insert_read(key.to_vec(), value);
         }
+        for key in plan.keys_written_unread() {
+            overlay.insert_unread(key.to_vec());
+        }
         let replies = plan.apply(&mut overlay);
         for write in overlay.writes() {
             let entry = self.keys.entry(write.key.to_vec()).or_insert((None, 0));
@@ -57,7 +60,13 @@ impl Node {
             Action::Close(reply) => (reply, true),
             Action::Run(plan) => {
                 let outcome = self.run(&plan);
-                (Some(session.complete(outcome)), false)
+                let mut replies = Vec::new();
+                session.complete(outcome, &mut replies);
+                let mut out = Vec::new();
+                for reply in replies {
+                    reply.encode(session.protocol(), &mut out);
+                }
+                return (out, false);
             }
             Action::ReadVersions(keys) => {
                 let versions: Vec<u64> = keys.iter().map(|key| self.version(key)).collect();
@@ -95,14 +104,14 @@ impl Node {
     }
 
     /// Feeds `input` (any requests) to the session: everything written back, until a
-    /// close.
+    /// close. Data commands pipelined behind one join its plan, as the server does.
     fn feed(&mut self, session: &mut Session, input: &str) -> String {
         let mut parser = RequestParser::default();
         let mut buffer = input.as_bytes().to_vec();
         let mut out = Vec::new();
         loop {
             let auth_required = session.auth_required();
-            let (action, consumed) = match parser.parse(&buffer, auth_required) {
+            let (mut action, consumed) = match parser.parse(&buffer, auth_required) {
                 Ok(Parsed::Incomplete) => break,
                 Ok(Parsed::Empty { consumed }) => (None, consumed),
                 Ok(Parsed::Command { args, consumed }) => (Some(session.handle(args)), consumed),
@@ -112,6 +121,18 @@ impl Node {
                 }
             };
             buffer.drain(..consumed);
+            if let Some(Action::Run(plan)) = &mut action {
+                loop {
+                    let consumed = match parser.parse(&buffer, session.auth_required()) {
+                        Ok(Parsed::Empty { consumed }) => consumed,
+                        Ok(Parsed::Command { args, consumed }) if session.join(plan, args) => {
+                            consumed
+                        }
+                        _ => break,
+                    };
+                    buffer.drain(..consumed);
+                }
+            }
             if let Some(action) = action {
                 let (bytes, close) = self.act(session, action);
                 out.extend_from_slice(&bytes);
@@ -123,6 +144,14 @@ impl Node {
         }
         String::from_utf8(out).unwrap()
     }
+}
+
+/// The one reply of a plan of one command (or EXEC's).
+fn complete_one(session: &mut Session, outcome: Outcome) -> Reply {
+    let mut replies = Vec::new();
+    session.complete(outcome, &mut replies);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    replies.pop().unwrap()
 }
 
 fn session() -> Session {
@@ -546,7 +575,7 @@ fn hello_inside_multi_switches_only_the_entries_after_it() {
         panic!("EXEC runs a plan");
     };
     let outcome = node.run(&plan);
-    let Reply::Array(entries) = session.complete(outcome) else {
+    let Reply::Array(entries) = complete_one(&mut session, outcome) else {
         panic!("an array");
     };
     assert!(
@@ -589,7 +618,10 @@ fn failed_transactions() {
     let get = ArgsBuf::new(["GET", "a"]);
     assert!(matches!(session.handle(get.args()), Action::Run(_)));
     let error = Reply::error_static("ERR cluster unavailable");
-    assert_eq!(session.complete(Outcome::Failed(error.clone())), error);
+    assert_eq!(
+        complete_one(&mut session, Outcome::Failed(error.clone())),
+        error
+    );
     for args in [&["MULTI"][..], &["GET", "a"]] {
         let _ = session.handle(ArgsBuf::new(args).args());
     }
@@ -597,7 +629,10 @@ fn failed_transactions() {
         panic!("a plan");
     };
     assert!(plan.is_read_only());
-    assert_eq!(session.complete(Outcome::Failed(error.clone())), error);
+    assert_eq!(
+        complete_one(&mut session, Outcome::Failed(error.clone())),
+        error
+    );
     assert!(!session.in_multi());
 }
 
@@ -613,7 +648,7 @@ fn requests_wait_for_the_node() {
 #[test]
 #[should_panic(expected = "an outcome given when the session ran no plan")]
 fn outcomes_need_a_plan() {
-    let _ = session().complete(Outcome::Committed(Vec::new()));
+    session().complete(Outcome::Committed(Vec::new()), &mut Vec::new());
 }
 
 #[test]
@@ -634,4 +669,178 @@ fn passwords_compare_whole() {
     assert!(!same_secret(b"secret", b"secreT"));
     assert!(!same_secret(b"secret", b"secret!"));
     assert!(same_secret(b"", b""));
+}
+
+/// A session that runs each data command as its own plan.
+fn unjoined() -> Session {
+    Session::new(
+        SessionConfig {
+            pipeline_commands_max: 1,
+            ..SessionConfig::default()
+        },
+        7,
+    )
+}
+
+#[test]
+fn pipelined_commands_join_one_plan_with_the_replies_of_one_by_one() {
+    // Data commands, errors among them, and commands that end a pipelined plan (MULTI,
+    // WATCH, PING, DBSIZE, an unknown command, a wrong arity), in one pipeline.
+    let script = "SET a 1\r\nINCR a\r\nINCR a\r\nGET a\r\nAPPEND a x\r\nINCR a\r\nGET a\r\n\
+                  SET b 5 NX\r\nSET b 6 NX\r\nGETDEL b\r\nEXISTS a b\r\nPING\r\nMSET c 1 d 2\r\n\
+                  MGET a b c d\r\nNOSUCH x\r\nGET\r\nINCRBY c 10\r\nWATCH c\r\nINCR c\r\n\
+                  MULTI\r\nINCR c\r\nGET d\r\nEXEC\r\nDECR d\r\nDBSIZE\r\nSETNX e 1\r\n\
+                  SETNX e 2\r\nSTRLEN e\r\nDEL a c\r\nGETSET d 9\r\nGET d\r\n";
+    let mut joined_node = Node::default();
+    let joined = joined_node.feed(&mut session(), script);
+    let mut alone_node = Node::default();
+    let alone = alone_node.feed(&mut unjoined(), script);
+    assert_eq!(joined, alone);
+    assert!(joined.starts_with("+OK\r\n:2\r\n:3\r\n$1\r\n3\r\n:2\r\n-ERR value is not"));
+    // The same values (versions differ: a plan writes each key once).
+    assert_eq!(joined_node.live_keys(), alone_node.live_keys());
+    for key in joined_node.live_keys() {
+        assert_eq!(joined_node.keys[&key].0, alone_node.keys[&key].0);
+    }
+    // One plan per run of data commands between the others.
+    let sizes: Vec<usize> = joined_node
+        .plans
+        .iter()
+        .map(|plan| plan.commands().len())
+        .collect();
+    assert_eq!(sizes, [11, 2, 1, 1, 2, 1, 6]);
+    // One by one, only EXEC's plan has more than one command.
+    let alone_sizes: Vec<usize> = alone_node
+        .plans
+        .iter()
+        .map(|plan| plan.commands().len())
+        .collect();
+    assert_eq!(
+        alone_sizes.iter().filter(|&&n| n > 1).collect::<Vec<_>>(),
+        [&2]
+    );
+    assert_eq!(
+        alone_sizes.iter().sum::<usize>(),
+        sizes.iter().sum::<usize>()
+    );
+}
+
+#[test]
+fn a_pipelined_plan_stays_within_its_bounds() {
+    let mut session = Session::new(
+        SessionConfig {
+            pipeline_commands_max: 3,
+            ..SessionConfig::default()
+        },
+        7,
+    );
+    let get = ArgsBuf::new(["GET", "a"]);
+    let Action::Run(mut plan) = session.handle(get.args()) else {
+        panic!("a plan");
+    };
+    assert!(session.join(&mut plan, get.args()));
+    assert!(session.join(&mut plan, get.args()));
+    assert!(
+        !session.join(&mut plan, get.args()),
+        "three commands at most"
+    );
+    assert_eq!(plan.commands().len(), 3);
+    let mut replies = Vec::new();
+    let error = Reply::error_static("ERR cluster unavailable");
+    session.complete(Outcome::Failed(error.clone()), &mut replies);
+    assert_eq!(replies, [error.clone(), error.clone(), error]);
+    assert!(!session.is_waiting());
+
+    // Keys: an MGET of almost every key the bound allows, then one key too many.
+    let mut session = self::session();
+    let mut many = vec!["MGET".to_owned()];
+    many.extend((0..PIPELINE_KEYS_MAX - 1).map(|i| format!("k{i}")));
+    let many = ArgsBuf::new(many.iter().map(String::as_str));
+    let Action::Run(mut plan) = session.handle(many.args()) else {
+        panic!("a plan");
+    };
+    assert!(!session.join(&mut plan, ArgsBuf::new(["MGET", "x", "y"]).args()));
+    assert!(session.join(&mut plan, ArgsBuf::new(["GET", "x"]).args()));
+    assert!(!session.join(&mut plan, ArgsBuf::new(["GET", "y"]).args()));
+
+    // Written keys: MSETs of the bound's keys, then a SET too many (a GET still joins).
+    let mut session = self::session();
+    let mut mset = vec!["MSET".to_owned()];
+    mset.extend((0..PIPELINE_WRITTEN_KEYS_MAX - 1).flat_map(|i| [format!("k{i}"), "v".into()]));
+    let mset = ArgsBuf::new(mset.iter().map(String::as_str));
+    let Action::Run(mut plan) = session.handle(mset.args()) else {
+        panic!("a plan");
+    };
+    assert!(!session.join(&mut plan, ArgsBuf::new(["MSET", "x", "1", "y", "2"]).args()));
+    assert!(session.join(&mut plan, ArgsBuf::new(["INCR", "x"]).args()));
+    assert!(!session.join(&mut plan, ArgsBuf::new(["SET", "y", "1"]).args()));
+    assert!(session.join(&mut plan, ArgsBuf::new(["GET", "y"]).args()));
+
+    // Bytes: a value of most of the bound, then one that would pass it.
+    let mut session = self::session();
+    let big = "v".repeat(PIPELINE_BYTES_MAX - 100);
+    let Action::Run(mut plan) = session.handle(ArgsBuf::new(["SET", "a", &big]).args()) else {
+        panic!("a plan");
+    };
+    assert!(!session.join(
+        &mut plan,
+        ArgsBuf::new(["SET", "b", &"w".repeat(100)]).args()
+    ));
+    assert!(session.join(&mut plan, ArgsBuf::new(["SET", "b", "w"]).args()));
+
+    // Nothing joins an EXEC's plan, or a plan before authentication.
+    let mut session = self::session();
+    let _ = session.handle(ArgsBuf::new(["MULTI"]).args());
+    let _ = session.handle(get.args());
+    let Action::Run(mut plan) = session.handle(ArgsBuf::new(["EXEC"]).args()) else {
+        panic!("a plan");
+    };
+    assert!(!session.join(&mut plan, get.args()));
+    let mut session = with_password();
+    assert!(matches!(session.handle(get.args()), Action::Reply(_)));
+    assert!(!session.is_waiting());
+}
+
+#[test]
+fn keys_only_written_blindly_are_not_read() {
+    let mut session = session();
+    let set = ArgsBuf::new(["SET", "a", "1"]);
+    let Action::Run(mut plan) = session.handle(set.args()) else {
+        panic!("a plan");
+    };
+    for args in [
+        &["MSET", "b", "2", "c", "3"][..],
+        &["SET", "b", "4", "GET"],
+        &["SET", "d", "5", "NX"],
+        &["SET", "a", "6"],
+        &["INCR", "e"],
+        &["SET", "e", "7"],
+    ] {
+        assert!(session.join(&mut plan, ArgsBuf::new(args).args()));
+    }
+    // b, d and e are looked at by some command; a and c only written blindly.
+    assert_eq!(plan.keys_to_read(), [&b"b"[..], b"d", b"e"]);
+    assert_eq!(plan.keys_written_unread(), [&b"a"[..], b"c"]);
+    let mut node = Node::default();
+    node.keys.insert(b"a".to_vec(), (Some(b"old".to_vec()), 1));
+    node.keys.insert(b"b".to_vec(), (Some(b"old".to_vec()), 1));
+    let mut replies = Vec::new();
+    session.complete(node.run(&plan), &mut replies);
+    let text: Vec<u8> = replies
+        .iter()
+        .flat_map(|reply| {
+            let mut out = Vec::new();
+            reply.encode(ProtocolVersion::Resp2, &mut out);
+            out
+        })
+        .collect();
+    assert_eq!(
+        String::from_utf8(text).unwrap(),
+        "+OK\r\n+OK\r\n$1\r\n2\r\n+OK\r\n+OK\r\n:1\r\n+OK\r\n"
+    );
+    let value = |key: &[u8]| node.keys[key].0.clone().unwrap();
+    assert_eq!(value(b"a"), b"6");
+    assert_eq!(value(b"b"), b"4");
+    assert_eq!(value(b"c"), b"3");
+    assert_eq!(value(b"e"), b"7");
 }
