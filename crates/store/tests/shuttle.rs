@@ -60,6 +60,55 @@ fn a_reader_never_accepts_a_torn_value() {
 }
 
 #[test]
+fn a_reader_never_accepts_a_torn_value_that_moves_between_object_and_buffer() {
+    // A variable-size value of 2 words (in the object) at odd versions and 8 (in its
+    // own buffer, past the object's 48 bytes) at even ones: a read mixing the two
+    // places shows as a wrong length or unequal words.
+    let words = |version: u64| if version % 2 == 1 { 2 } else { 8 };
+    shuttle::check_random(
+        move || {
+            let object = Arc::new(Object::new(
+                1,
+                &value(1, words(1)),
+                ValueSize::Variable(256),
+            ));
+            let writers: Vec<_> = (0..2)
+                .map(|_| {
+                    let object = object.clone();
+                    shuttle::thread::spawn(move || {
+                        for _ in 0..2 {
+                            let version = object.header().version();
+                            if object.try_lock(version).is_ok() {
+                                object.install(Some(&value(version + 1, words(version + 1))));
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                match object.read(&mut out) {
+                    Ok(outcome) => {
+                        assert_eq!(out.len(), words(outcome.version) * 8, "torn length");
+                        assert!(
+                            out.chunks(8)
+                                .all(|w| u64::from_le_bytes(w.try_into().unwrap())
+                                    == outcome.version),
+                            "torn: {out:?}"
+                        );
+                    }
+                    Err(ReadError::Locked | ReadError::Contended) => {}
+                }
+            }
+            for w in writers {
+                w.join().unwrap();
+            }
+        },
+        20_000,
+    );
+}
+
+#[test]
 fn a_lock_is_held_by_one_writer_at_a_time() {
     shuttle::check_random(
         || {
