@@ -38,7 +38,7 @@ pub struct Object {
 impl Object {
     /// An object of a table whose values are of `size`, holding `value` at `version`.
     pub fn new(version: u64, value: &[u8], size: ValueSize) -> Self {
-        let cell = ValueCell::new(size, initial_capacity(size).max(value.len()));
+        let cell = ValueCell::new(initial_capacity(size).max(value.len()));
         cell.write(value);
         Self {
             header: Header::new(HeaderWord::new(version, true)),
@@ -50,7 +50,7 @@ impl Object {
     pub fn absent(size: ValueSize) -> Self {
         Self {
             header: Header::new(HeaderWord::new(0, false)),
-            value: ValueCell::new(size, initial_capacity(size)),
+            value: ValueCell::new(initial_capacity(size)),
         }
     }
 

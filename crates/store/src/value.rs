@@ -3,24 +3,19 @@
 
 use std::sync::Arc;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
+use arc_swap::ArcSwapOption;
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
-use crate::table::ValueSize;
 
 /// A value's bytes in atomic words, so a reader racing a writer reads stale or mixed
 /// words (which the header check then rejects), never undefined behaviour.
 pub(crate) struct Words {
-    /// The value's length in a [`ValueCell::Heap`] buffer (a [`ValueCell::Variable`]
-    /// keeps its own, beside the small value's words).
-    len: AtomicUsize,
     data: Box<[AtomicU64]>,
 }
 
 impl Words {
     fn with_capacity(bytes: usize) -> Self {
         Self {
-            len: AtomicUsize::new(0),
             data: (0..bytes.div_ceil(8)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -30,132 +25,72 @@ impl Words {
     }
 }
 
-/// Largest fixed value kept inside the object itself: 32 bytes, the size of YCSB-like
-/// and TATP values, so reading one touches the index entry and nothing else.
-pub(crate) const INLINE_BYTES: usize = 32;
+/// Largest value kept inside the object itself: 32 bytes, the size of YCSB-like and TATP
+/// values, and of a Redis key's stored value with a 16-byte key and a short value. A value
+/// in a buffer of its own costs each read and write two more cache misses (the buffer's
+/// header, then its words): with every Redis value in a buffer, writing them took a third
+/// of a node's time under `redis-benchmark -P 16 -t set`.
+pub(crate) const SMALL_BYTES: usize = 32;
 
-/// Largest value of a variable-size table kept inside the object itself. A Redis key's
-/// stored value is its key and value with a small header, so this holds a 16-byte key
-/// with a value of 20-odd bytes. A value in its own buffer costs every read and write two
-/// more cache misses (the buffer's header, then its words): with values in buffers,
-/// writing them took a third of a node's time under `redis-benchmark -P 16 -t set`.
-pub(crate) const SMALL_BYTES: usize = 48;
-
-/// The value of one object.
-pub(crate) enum ValueCell {
-    /// A value of a fixed-size table of at most [`INLINE_BYTES`]: its words are part of
-    /// the object (one cache miss fewer per read, and no reference count to touch).
-    Inline {
-        len: AtomicUsize,
-        data: [AtomicU64; INLINE_BYTES / 8],
-    },
-    /// A larger fixed-size value in its own buffer, which never changes.
-    Heap(ArcSwap<Words>),
-    /// A value of a variable-size table: in `small` while it has at most [`SMALL_BYTES`]
-    /// (`len` says which), otherwise in `large`, a buffer replaced only to grow; readers
-    /// that still hold the old buffer read an unchanged old value, and `arc-swap` frees it
-    /// once the last of them is done. A value that shrinks back into `small` keeps the
-    /// buffer for the next large one.
-    Variable {
-        len: AtomicUsize,
-        small: [AtomicU64; SMALL_BYTES / 8],
-        large: ArcSwapOption<Words>,
-    },
+/// The value of one object: in `small` while it has at most [`SMALL_BYTES`] (`len` says
+/// which), otherwise in `large`, a buffer replaced only to grow. Readers that still hold
+/// an old buffer read an unchanged old value, and `arc-swap` frees it once the last of
+/// them is done; a value that shrinks back into `small` keeps the buffer for the next
+/// large one. 48 bytes, whatever the table.
+pub(crate) struct ValueCell {
+    len: AtomicUsize,
+    small: [AtomicU64; SMALL_BYTES / 8],
+    large: ArcSwapOption<Words>,
 }
 
 impl ValueCell {
-    /// A cell for the values of a table of `size`, with room for `capacity_bytes` at
-    /// first.
-    pub(crate) fn new(size: ValueSize, capacity_bytes: usize) -> Self {
-        match size {
-            ValueSize::Fixed(n) if n <= INLINE_BYTES && capacity_bytes <= INLINE_BYTES => {
-                Self::Inline {
-                    len: AtomicUsize::new(0),
-                    data: std::array::from_fn(|_| AtomicU64::new(0)),
-                }
-            }
-            ValueSize::Fixed(_) => {
-                Self::Heap(ArcSwap::from_pointee(Words::with_capacity(capacity_bytes)))
-            }
-            ValueSize::Variable(_) => Self::Variable {
-                len: AtomicUsize::new(0),
-                small: std::array::from_fn(|_| AtomicU64::new(0)),
-                large: ArcSwapOption::new(
-                    (capacity_bytes > SMALL_BYTES)
-                        .then(|| Arc::new(Words::with_capacity(capacity_bytes))),
-                ),
-            },
+    /// A cell with room for `capacity_bytes` at first (a fixed-size table's values, or
+    /// the first value of a variable-size one).
+    pub(crate) fn new(capacity_bytes: usize) -> Self {
+        Self {
+            len: AtomicUsize::new(0),
+            small: std::array::from_fn(|_| AtomicU64::new(0)),
+            large: ArcSwapOption::new(
+                (capacity_bytes > SMALL_BYTES)
+                    .then(|| Arc::new(Words::with_capacity(capacity_bytes))),
+            ),
         }
     }
 
     /// Copies the value into `out` (cleared first). Without the header check around it
     /// the copy may be torn.
     pub(crate) fn copy_into(&self, out: &mut Vec<u8>) {
-        match self {
-            Self::Inline { len, data } => copy_words(len.load(Ordering::Relaxed), data, out),
-            Self::Heap(words) => {
-                let words = words.load();
-                copy_words(words.len.load(Ordering::Relaxed), &words.data, out);
-            }
-            Self::Variable { len, small, large } => {
-                let len = len.load(Ordering::Relaxed);
-                if len <= SMALL_BYTES {
-                    copy_words(len, small, out);
-                } else {
-                    match &*large.load() {
-                        Some(words) => copy_words(len, &words.data, out),
-                        // Torn: a writer is between the two; the header check rejects it.
-                        None => out.clear(),
-                    }
-                }
+        let len = self.len.load(Ordering::Relaxed);
+        if len <= SMALL_BYTES {
+            copy_words(len, &self.small, out);
+        } else {
+            match &*self.large.load() {
+                Some(words) => copy_words(len, &words.data, out),
+                // Torn: a writer is between the two; the header check rejects the copy.
+                None => out.clear(),
             }
         }
     }
 
     /// Writes `value`. Only the holder of the object's lock may call this.
     pub(crate) fn write(&self, value: &[u8]) {
-        match self {
-            Self::Inline { len, data } => {
-                assert!(
-                    value.len() <= INLINE_BYTES,
-                    "a fixed-size value is checked before it is written"
-                );
-                store_words(data, value);
-                len.store(value.len(), Ordering::Relaxed);
-            }
-            Self::Heap(cell) => {
-                let words = cell.load();
-                if value.len() > words.capacity() {
+        if value.len() <= SMALL_BYTES {
+            store_words(&self.small, value);
+        } else {
+            let words = self.large.load();
+            match &*words {
+                Some(words) if words.capacity() >= value.len() => {
+                    store_words(&words.data, value);
+                }
+                _ => {
                     drop(words);
                     let grown = Words::with_capacity(value.len());
                     store_words(&grown.data, value);
-                    grown.len.store(value.len(), Ordering::Relaxed);
-                    cell.store(Arc::new(grown));
-                    return;
+                    self.large.store(Some(Arc::new(grown)));
                 }
-                store_words(&words.data, value);
-                words.len.store(value.len(), Ordering::Relaxed);
-            }
-            Self::Variable { len, small, large } => {
-                if value.len() <= SMALL_BYTES {
-                    store_words(small, value);
-                } else {
-                    let words = large.load();
-                    match &*words {
-                        Some(words) if words.capacity() >= value.len() => {
-                            store_words(&words.data, value);
-                        }
-                        _ => {
-                            drop(words);
-                            let grown = Words::with_capacity(value.len());
-                            store_words(&grown.data, value);
-                            large.store(Some(Arc::new(grown)));
-                        }
-                    }
-                }
-                len.store(value.len(), Ordering::Relaxed);
             }
         }
+        self.len.store(value.len(), Ordering::Relaxed);
     }
 }
 
@@ -197,9 +132,10 @@ mod tests {
     }
 
     #[test]
-    fn variable_values_move_between_the_object_and_a_buffer() {
-        let cell = ValueCell::new(ValueSize::Variable(1 << 20), 0);
-        assert!(matches!(&cell, ValueCell::Variable { large, .. } if large.load().is_none()));
+    fn values_move_between_the_object_and_a_buffer() {
+        assert_eq!(std::mem::size_of::<ValueCell>(), 48);
+        let cell = ValueCell::new(0);
+        assert!(cell.large.load().is_none());
         assert_eq!(read(&cell), b"");
         let sizes = [
             5,
@@ -218,25 +154,15 @@ mod tests {
             assert_eq!(read(&cell), value, "{size} bytes");
         }
         // Small values never made a buffer; the buffer grew only when it had to.
-        let ValueCell::Variable { large, .. } = &cell else {
-            unreachable!()
-        };
-        assert_eq!(large.load().as_ref().unwrap().capacity(), 4000);
-        // A new cell for a large value starts with its buffer.
-        let large = ValueCell::new(ValueSize::Variable(1 << 20), 100);
+        assert_eq!(cell.large.load().as_ref().unwrap().capacity(), 4000);
+        // A cell for large values starts with its buffer; one for small ones without.
+        let large = ValueCell::new(100);
+        assert_eq!(large.large.load().as_ref().unwrap().capacity(), 104);
         large.write(&[3; 100]);
         assert_eq!(read(&large), [3; 100]);
-    }
-
-    #[test]
-    fn fixed_values_inline_and_in_a_buffer() {
-        let inline = ValueCell::new(ValueSize::Fixed(20), 20);
-        assert!(matches!(inline, ValueCell::Inline { .. }));
-        inline.write(&[1; 20]);
-        assert_eq!(read(&inline), [1; 20]);
-        let heap = ValueCell::new(ValueSize::Fixed(100), 100);
-        assert!(matches!(heap, ValueCell::Heap(_)));
-        heap.write(&[2; 100]);
-        assert_eq!(read(&heap), [2; 100]);
+        let small = ValueCell::new(SMALL_BYTES);
+        assert!(small.large.load().is_none());
+        small.write(&[4; SMALL_BYTES]);
+        assert_eq!(read(&small), [4; SMALL_BYTES]);
     }
 }

@@ -62,7 +62,7 @@ fn a_reader_never_accepts_a_torn_value() {
 #[test]
 fn a_reader_never_accepts_a_torn_value_that_moves_between_object_and_buffer() {
     // A variable-size value of 2 words (in the object) at odd versions and 8 (in its
-    // own buffer, past the object's 48 bytes) at even ones: a read mixing the two
+    // own buffer, past the object's 32 bytes) at even ones: a read mixing the two
     // places shows as a wrong length or unequal words.
     let words = |version: u64| if version % 2 == 1 { 2 } else { 8 };
     shuttle::check_random(
