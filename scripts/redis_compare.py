@@ -30,7 +30,7 @@ KEYSPACE keys (--keyspace 0 leaves -r out).
 Usage:
   python3 scripts/redis_compare.py [--bin target/release/ferrotx] [--duration 6]
       [--tests get,set,incr,mset] [--clients 50] [--keyspace 100000] [--no-spread]
-      [--json PATH] [--md PATH]
+      [--resp-pipeline-max N] [--json PATH] [--md PATH]
 """
 
 import argparse
@@ -229,7 +229,10 @@ def markdown(report):
         f"{report['machine']['load_average_1_5_15'][0]} (1 min). "
         "ferrotx: `ferrotx cluster local`, 3 node processes with 1 worker thread each, 3 "
         "replicas of every partition (every write is applied on 3 nodes before it is "
-        "answered); redis-server: one process, no persistence, no replica. Everything, "
+        "answered)"
+        + (f", at most {report['resp_pipeline_max']} pipelined command(s) per transaction"
+           if report.get("resp_pipeline_max") else "")
+        + "; redis-server: one process, no persistence, no replica. Everything, "
         "redis-benchmark included, shares the machine's cores.",
         "",
         f"redis-benchmark `-c {report['clients']}"
@@ -277,6 +280,10 @@ def main():
     parser.add_argument("--keyspace", type=int, default=100000,
                         help="redis-benchmark -r (0: leave it out)")
     parser.add_argument("--pipelines", default="1,16")
+    parser.add_argument("--resp-pipeline-max", type=int, default=None,
+                        help="ferrotx's pipelined commands per transaction (cluster local "
+                             "--resp-pipeline-max; 1: one transaction per command; default: "
+                             "ferrotx's)")
     parser.add_argument("--no-spread", action="store_true",
                         help="skip the runs with one redis-benchmark per node")
     parser.add_argument("--json", default=os.path.join(ROOT, "docs", "results", "redis.json"))
@@ -296,7 +303,9 @@ def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     # The machine's load before the run (other work on the cores skews every figure).
     load_before = [round(x, 2) for x in os.getloadavg()]
-    servers = harness.Servers(binary)
+    cluster_args = ([] if args.resp_pipeline_max is None
+                    else ["--resp-pipeline-max", str(args.resp_pipeline_max)])
+    servers = harness.Servers(binary, cluster_args=cluster_args)
     tests = [test.strip().lower() for test in args.tests.split(",") if test.strip()]
     pipelines = [int(p) for p in args.pipelines.split(",")]
     rows = []
@@ -359,6 +368,7 @@ def main():
         "keyspace": args.keyspace,
         "duration_s": args.duration,
         "ferrotx_cluster": {"nodes": 3, "replicas": 3, "threads_per_node": 1},
+        "resp_pipeline_max": args.resp_pipeline_max,
         "rows": rows,
         "targets": targets,
         "checks": checks,

@@ -127,8 +127,11 @@ def wait_for_ping(port, what, proc, timeout=30.0):
 class Servers:
     """A ferrotx local cluster and a redis-server, both on free loopback ports."""
 
-    def __init__(self, ferrotx_bin, nodes=3, replicas=3, redis_server="redis-server"):
+    def __init__(self, ferrotx_bin, nodes=3, replicas=3, redis_server="redis-server",
+                 cluster_args=()):
         self.ferrotx_bin = ferrotx_bin
+        # Further arguments of `ferrotx cluster local`.
+        self.cluster_args = list(cluster_args)
         self.nodes = nodes
         self.replicas = replicas
         self.redis_server = redis_server
@@ -219,6 +222,7 @@ class Servers:
                 "--port-base", str(udp),
                 "--resp-port-base", str(resp),
                 "--config-out", os.path.join(self.tmp, "cluster.toml"),
+                *self.cluster_args,
             ]
             log_path = os.path.join(self.tmp, f"cluster-{attempt}.log")
             with open(log_path, "wb") as out:
