@@ -239,6 +239,29 @@ fn a_thousand_pipelined_commands_in_one_write_answer_in_order() {
 }
 
 #[test]
+fn pipelined_commands_too_large_together_for_one_commit_run_one_by_one() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(1);
+    // Two 600 KB values whose keys share a primary: APPENDs to both, pipelined, would
+    // send that primary 1.2 MB in one LOCK, more than a message may carry.
+    let keys = cluster.keys_with_primaries("big", &[2]);
+    let more = cluster.keys_with_primaries("big-b", &[2]);
+    let (a, b) = (&keys[0], &more[0]);
+    let big = "v".repeat(600 << 10);
+    for key in [a, b] {
+        assert_eq!(client.text(&["SET", key, &big]), "+OK\r\n");
+    }
+    let mut pipeline = command(&[b"APPEND", a.as_bytes(), b"x"]);
+    pipeline.extend(command(&[b"APPEND", b.as_bytes(), b"yz"]));
+    pipeline.extend(command(&[b"STRLEN", a.as_bytes()]));
+    client.send(&pipeline);
+    let len = 600 << 10;
+    assert_eq!(client.reply(), format!(":{}\r\n", len + 1).into_bytes());
+    assert_eq!(client.reply(), format!(":{}\r\n", len + 2).into_bytes());
+    assert_eq!(client.reply(), format!(":{}\r\n", len + 1).into_bytes());
+}
+
+#[test]
 fn pipelined_increments_from_clients_of_every_node_add_up_exactly_and_in_order() {
     let cluster = RedisCluster::start();
     // Pipelines of increments of four hot keys (primaries on every node), from a client
