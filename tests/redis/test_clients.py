@@ -522,6 +522,19 @@ class RedisCli(BothServers):
         seen = self.both(scenario)
         self.assertEqual(len(seen[1]), 11)
 
+    def test_bigkeys(self):
+        # --bigkeys walks the keyspace with SCAN, asks each key's TYPE, then STRLEN.
+        def scenario(r, port):
+            r.mset({"bigkeys:small": "x", "bigkeys:large": "y" * 1000})
+            code, out, err = self.cli(port, "--bigkeys")
+            strings = [line for line in out.splitlines() if b" strings with " in line]
+            # The same count and bytes of strings as redis-server's (the same keys).
+            return [code, strings]
+
+        seen = self.both(scenario)
+        self.assertEqual(seen[0], 0)
+        self.assertEqual(len(seen[1]), 1)
+
     def test_interactive_style_commands(self):
         # What redis-cli sends on its own: COMMAND DOCS for hints (interactive), HELLO
         # with -3, AUTH with -a (no password here: an error, as from Redis).

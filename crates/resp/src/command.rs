@@ -113,6 +113,11 @@ pub enum DataCommand {
         /// The key.
         key: Vec<u8>,
     },
+    /// TYPE key: `string`, or `none` if absent (ferrotx has no other types).
+    Type {
+        /// The key.
+        key: Vec<u8>,
+    },
     /// `MGET key [key ...]`.
     MGet {
         /// The keys, repeats included.
@@ -370,6 +375,7 @@ pub fn parse(spec: &CommandSpec, args: Args<'_>) -> Result<Command, Reply> {
             value: arg(2),
         }),
         CommandId::Strlen => data(DataCommand::Strlen { key: arg(1) }),
+        CommandId::Type => data(DataCommand::Type { key: arg(1) }),
         CommandId::MGet => data(DataCommand::MGet {
             keys: args.to_vecs_from(1),
         }),

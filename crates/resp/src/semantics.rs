@@ -63,7 +63,8 @@ impl DataCommand {
             | Self::GetDel { key }
             | Self::IncrBy { key, .. }
             | Self::Append { key, .. }
-            | Self::Strlen { key } => Keys::One(Some(key)),
+            | Self::Strlen { key }
+            | Self::Type { key } => Keys::One(Some(key)),
             Self::Del { keys } | Self::Exists { keys } | Self::MGet { keys } => {
                 Keys::Many(keys.iter())
             }
@@ -85,11 +86,15 @@ impl DataCommand {
         )
     }
 
-    /// True if the command never writes (GET, EXISTS, STRLEN, MGET).
+    /// True if the command never writes (GET, EXISTS, STRLEN, TYPE, MGET).
     pub fn is_read_only(&self) -> bool {
         matches!(
             self,
-            Self::Get { .. } | Self::Exists { .. } | Self::Strlen { .. } | Self::MGet { .. }
+            Self::Get { .. }
+                | Self::Exists { .. }
+                | Self::Strlen { .. }
+                | Self::Type { .. }
+                | Self::MGet { .. }
         )
     }
 }
@@ -420,6 +425,11 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
             overlay.set(key, new);
             Reply::Integer(len.try_into().expect("a value length fits in i64"))
         }
+        DataCommand::Type { key } => Reply::simple_static(if overlay.value(key).is_some() {
+            "string"
+        } else {
+            "none"
+        }),
         DataCommand::Strlen { key } => Reply::Integer(
             overlay
                 .value(key)

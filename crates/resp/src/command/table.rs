@@ -33,6 +33,7 @@ pub enum CommandId {
     DecrBy,
     Append,
     Strlen,
+    Type,
     MGet,
     MSet,
     MSetNx,
@@ -521,6 +522,21 @@ pub static COMMANDS: &[CommandSpec] = &[
             summary: "Get the length of the value stored in a key",
             since: "2.2.0",
             group: "string",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "type",
+        id: CommandId::Type,
+        arity: 2,
+        flags: READONLY_FAST,
+        acl_categories: &["@keyspace", "@read", "@fast"],
+        key_specs: &[one_key(&["RO"])],
+        docs: Docs {
+            summary: "Determine the type stored at key",
+            since: "1.0.0",
+            group: "generic",
             complexity: "O(1)",
         },
         ..NO_KEYS

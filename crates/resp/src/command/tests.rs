@@ -605,7 +605,7 @@ fn command_listing() {
         introspection::count(),
         Reply::Integer(COMMANDS.len() as i64)
     );
-    assert_eq!(COMMANDS.len(), 33);
+    assert_eq!(COMMANDS.len(), 34);
     let Reply::Array(all) = introspection::all_commands() else {
         panic!("an array");
     };

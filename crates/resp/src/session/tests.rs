@@ -654,9 +654,9 @@ fn outcomes_need_a_plan() {
 #[test]
 fn command_command_through_the_session() {
     let mut session = session();
-    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":33\r\n");
-    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*33\r\n*10\r\n$4\r\nping\r\n"));
-    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*66\r\n$4\r\nping\r\n"));
+    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":34\r\n");
+    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*34\r\n*10\r\n$4\r\nping\r\n"));
+    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*68\r\n$4\r\nping\r\n"));
     assert_eq!(
         exchange(&mut session, "COMMAND INFO nosuch\r\nCOMMAND COUNT x\r\n"),
         "*1\r\n$-1\r\n-ERR wrong number of arguments for 'command|count' command\r\n"
