@@ -14,7 +14,9 @@ pub const RESP_REQUEST_BYTES_MAX_DEFAULT: usize = 64 << 20;
 /// a node within its file descriptors, not its memory.
 pub const RESP_CLIENTS_MAX_DEFAULT: usize = 10_000;
 
-/// Default of [`RespSettings::pipeline_commands_max`].
+/// Default of [`RespSettings::pipeline_commands_max`], the Redis layer's own default
+/// (`ferrotx_resp::session::PIPELINE_COMMANDS_MAX_DEFAULT`): enough for the pipelines
+/// clients send, small enough that one conflict retries little work.
 pub const RESP_PIPELINE_COMMANDS_MAX_DEFAULT: usize = 64;
 
 /// How every node of the cluster serves Redis clients (each on its member's `resp`
