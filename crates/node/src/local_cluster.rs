@@ -10,7 +10,8 @@ use std::time::Instant;
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, Partition, PartitionId, ReadOutcome, StoreError, TableId, TableSpec};
-use ferrotx_transport::mem::MemNetwork;
+use ferrotx_transport::Transport;
+use ferrotx_transport::mem::{MemNetwork, MemTransport};
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::Role;
 use ferrotx_wire::EndpointId;
@@ -43,6 +44,18 @@ impl LocalCluster {
         schema: Vec<TableSpec>,
         options: &NodeOptions,
     ) -> Self {
+        Self::start_wrapped(config, schema, options, |_, transport| transport)
+    }
+
+    /// Starts every node of `config` with the tables of `schema` and `options`, each
+    /// worker's in-process transport wrapped by `wrap` (given its endpoint), for example
+    /// to drop datagrams.
+    pub fn start_wrapped<T: Transport + Send + 'static>(
+        config: Configuration,
+        schema: Vec<TableSpec>,
+        options: &NodeOptions,
+        wrap: impl Fn(EndpointId, MemTransport) -> T,
+    ) -> Self {
         let config = Arc::new(config.with_tables(schema).expect("a valid schema"));
         let network = MemNetwork::new();
         let epoch = Instant::now();
@@ -51,7 +64,10 @@ impl LocalCluster {
             .iter()
             .map(|member| {
                 let transports = (0..config.threads_per_node())
-                    .map(|t| network.endpoint(EndpointId::new(member.node, t)))
+                    .map(|t| {
+                        let local = EndpointId::new(member.node, t);
+                        wrap(local, network.endpoint(local))
+                    })
                     .collect();
                 Node::start(config.clone(), member.node, transports, options, epoch)
             })

@@ -7,11 +7,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use ferrotx_bench::lossy::Lossy;
 use ferrotx_cluster::{Configuration, RespSettings, default_tables};
-use ferrotx_node::LocalCluster;
+use ferrotx_node::{BATCH_DATAGRAMS, LocalCluster, NodeOptions};
 use ferrotx_resp::keys;
 use ferrotx_server::{RespServer, ServerOptions};
 use ferrotx_store::{Key, TableId};
+use ferrotx_transport::UDP_MAX_PAYLOAD_BYTES;
 
 /// The `kv` table of the default schema.
 pub const KV: TableId = TableId(1);
@@ -40,13 +42,40 @@ impl RedisCluster {
         partitions_per_node: u32,
         settings: RespSettings,
     ) -> Self {
+        Self::start_lossy(nodes, replicas, threads, partitions_per_node, settings, 0.0)
+    }
+
+    /// As [`RedisCluster::start_shaped`], with every worker dropping each datagram it
+    /// sends with probability `loss` (the RPC layer retransmits).
+    pub fn start_lossy(
+        nodes: u16,
+        replicas: u8,
+        threads: u16,
+        partitions_per_node: u32,
+        settings: RespSettings,
+        loss: f64,
+    ) -> Self {
         // The RPC ports are not used (in-process queues); the Redis ports are chosen by
         // the kernel.
         let config = Configuration::local(nodes, replicas, threads, partitions_per_node, 50_000)
             .unwrap()
             .with_resp(settings.clone())
             .unwrap();
-        let cluster = LocalCluster::start(config, default_tables());
+        let cluster = LocalCluster::start_wrapped(
+            config,
+            default_tables(),
+            &NodeOptions::default(),
+            |local, transport| {
+                let seed = u64::from(local.0);
+                Lossy::new(
+                    transport,
+                    loss,
+                    seed,
+                    BATCH_DATAGRAMS,
+                    UDP_MAX_PAYLOAD_BYTES,
+                )
+            },
+        );
         let servers = cluster
             .nodes()
             .into_iter()
