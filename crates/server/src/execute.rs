@@ -21,8 +21,6 @@ pub(crate) struct PlanRun {
     pub outcome: Outcome,
     /// Attempts that aborted (conflicts) before the last one.
     pub aborts: u32,
-    /// The plan was too large for one transaction (the outcome is the error).
-    too_large: bool,
 }
 
 /// Why one attempt did not give an outcome.
@@ -62,14 +60,17 @@ pub(crate) async fn run_plan(
     plan: &Plan,
     seed: u64,
 ) -> PlanRun {
-    let run = run_whole(co, coordinator, kv, plan, seed).await;
-    if !(run.too_large && plan.may_split()) {
-        return run;
-    }
+    let mut aborts = match run_whole(co, coordinator, kv, plan, seed).await {
+        Ok(run) => return run,
+        Err(too_large) if !plan.may_split() => return too_large.failed(),
+        Err(too_large) => too_large.aborts,
+    };
     let mut replies = Vec::with_capacity(plan.commands().len());
-    let mut aborts = run.aborts;
     for (i, single) in plan.one_by_one().enumerate() {
-        let run = run_whole(co, coordinator, kv, &single, seed ^ (i as u64 + 1)).await;
+        let seed = seed ^ (i as u64 + 1);
+        let run = run_whole(co, coordinator, kv, &single, seed)
+            .await
+            .unwrap_or_else(TooLarge::failed);
         aborts += run.aborts;
         match run.outcome {
             Outcome::Committed(mut reply) => replies.append(&mut reply),
@@ -80,60 +81,54 @@ pub(crate) async fn run_plan(
     PlanRun {
         outcome: Outcome::Committed(replies),
         aborts,
-        too_large: false,
     }
 }
 
-/// [`run_plan`] without splitting.
+/// A plan too large for one transaction: the error to reply, and the attempts that
+/// aborted before one found it so.
+struct TooLarge {
+    reply: Reply,
+    aborts: u32,
+}
+
+impl TooLarge {
+    /// The run that answers the error.
+    fn failed(self) -> PlanRun {
+        PlanRun {
+            outcome: Outcome::Failed(self.reply),
+            aborts: self.aborts,
+        }
+    }
+}
+
+/// [`run_plan`] without splitting: `Err` if the plan is too large for one transaction.
 async fn run_whole(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
     plan: &Plan,
     seed: u64,
-) -> PlanRun {
+) -> Result<PlanRun, TooLarge> {
     let mut backoff = Backoff::new(seed, co.now_ns());
     let mut aborts = 0;
     loop {
-        match attempt(co, coordinator, kv, plan).await {
-            Ok(outcome) => {
-                return PlanRun {
-                    outcome,
-                    aborts,
-                    too_large: false,
-                };
-            }
-            Err(Attempt::TooLarge(reply)) => {
-                return PlanRun {
-                    outcome: Outcome::Failed(reply),
-                    aborts,
-                    too_large: true,
-                };
-            }
-            Err(Attempt::Fail(reply)) => {
-                return PlanRun {
-                    outcome: Outcome::Failed(reply),
-                    aborts,
-                    too_large: false,
-                };
-            }
+        let outcome = match attempt(co, coordinator, kv, plan).await {
+            Ok(outcome) => outcome,
+            Err(Attempt::TooLarge(reply)) => return Err(TooLarge { reply, aborts }),
+            Err(Attempt::Fail(reply)) => Outcome::Failed(reply),
             Err(Attempt::Retry(abort)) => {
                 aborts += 1;
-                if backoff.exhausted(co) {
-                    let reply = Reply::error(format!(
-                        "ERR ferrotx: transaction aborted after {} retries ({abort}); try \
-                         again",
-                        aborts - 1
-                    ));
-                    return PlanRun {
-                        outcome: Outcome::Failed(reply),
-                        aborts,
-                        too_large: false,
-                    };
+                if !backoff.exhausted(co) {
+                    backoff.wait(co).await;
+                    continue;
                 }
-                backoff.wait(co).await;
+                Outcome::Failed(Reply::error(format!(
+                    "ERR ferrotx: transaction aborted after {} retries ({abort}); try again",
+                    aborts - 1
+                )))
             }
-        }
+        };
+        return Ok(PlanRun { outcome, aborts });
     }
 }
 
