@@ -441,33 +441,30 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
             Reply::Array(keys.iter().map(|key| overlay.get_reply(key)).collect())
         }
         DataCommand::MSet { pairs } => {
-            if pairs
-                .iter()
-                .any(|(key, value)| !overlay.fits(key, value.len()))
-            {
-                return Reply::error_static(TOO_LARGE_ERROR);
-            }
-            for (key, value) in pairs {
-                overlay.set(key, value.clone());
-            }
-            Reply::ok()
+            set_pairs(overlay, pairs).map_or_else(|e| e, |()| Reply::ok())
         }
         DataCommand::MSetNx { pairs } => {
             if pairs.iter().any(|(key, _)| overlay.value(key).is_some()) {
                 return Reply::Integer(0);
             }
-            if pairs
-                .iter()
-                .any(|(key, value)| !overlay.fits(key, value.len()))
-            {
-                return Reply::error_static(TOO_LARGE_ERROR);
-            }
-            for (key, value) in pairs {
-                overlay.set(key, value.clone());
-            }
-            Reply::Integer(1)
+            set_pairs(overlay, pairs).map_or_else(|e| e, |()| Reply::Integer(1))
         }
     }
+}
+
+/// Sets every key of `pairs` to its value (MSET, MSETNX), or none if one would not fit:
+/// then the error to reply.
+fn set_pairs(overlay: &mut Overlay, pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Reply> {
+    if pairs
+        .iter()
+        .any(|(key, value)| !overlay.fits(key, value.len()))
+    {
+        return Err(Reply::error_static(TOO_LARGE_ERROR));
+    }
+    for (key, value) in pairs {
+        overlay.set(key, value.clone());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
