@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{bench, ferrotx, number, temp_path, test_ports};
+use common::{bench, ferrotx, lines_until, number, temp_path, test_ports};
 use std::time::{Duration, Instant};
 
 /// A port range of its own for each test, so tests running at once do not collide.
@@ -216,23 +215,7 @@ fn start_local_cluster(test: u16) -> (std::process::Child, Vec<String>) {
         .stderr(Stdio::null())
         .spawn()
         .expect("run ferrotx cluster local");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended: {lines:?}");
-        lines.push(line.trim().to_owned());
-        if line.contains("Ctrl-C stops the cluster") {
-            break;
-        }
-    }
-    // Keep reading in the background so the cluster never blocks on a full pipe.
-    let rest = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
-        rest
-    });
-    drop(rest);
+    let lines = lines_until(&mut child, "Ctrl-C stops the cluster");
     (child, lines)
 }
 

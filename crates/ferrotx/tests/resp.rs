@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ferrotx, temp_path, test_ports};
+use common::{ferrotx, lines_until, temp_path, test_ports};
 
 /// A port range of its own for each test ([`test_ports`]).
 fn port_base(test: u16) -> u16 {
@@ -83,25 +83,6 @@ impl Redis {
             _ => {}
         }
     }
-}
-
-/// Reads `child`'s stdout until a line contains `last`; returns the lines. The rest is
-/// drained in the background, so the child never blocks on a full pipe.
-fn lines_until(child: &mut Child, last: &str) -> Vec<String> {
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended: {lines:?}");
-        lines.push(line.trim().to_owned());
-        if line.contains(last) {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-    });
-    lines
 }
 
 /// Sends SIGINT and requires a clean exit.

@@ -2,8 +2,9 @@
 
 #![allow(dead_code)] // Each test binary uses its own part.
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command};
 
 /// The `ferrotx` binary under test.
 pub fn ferrotx() -> Command {
@@ -51,4 +52,23 @@ pub fn number(report: &serde_json::Value, key: &str) -> f64 {
     report[key]
         .as_f64()
         .unwrap_or_else(|| panic!("{key} missing in {report}"))
+}
+
+/// Reads `child`'s stdout until a line contains `last`; returns the lines. The rest is
+/// drained in the background, so the child never blocks on a full pipe.
+pub fn lines_until(child: &mut Child, last: &str) -> Vec<String> {
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended: {lines:?}");
+        lines.push(line.trim().to_owned());
+        if line.contains(last) {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stdout, &mut std::io::sink());
+    });
+    lines
 }
