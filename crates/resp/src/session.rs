@@ -163,7 +163,7 @@ impl Plan {
     /// [`Plan::keys_written_unread`]: read them all into the overlay before
     /// [`Plan::apply`].
     pub fn keys_to_read(&self) -> Vec<&[u8]> {
-        self.keys_by_access(false)
+        self.keys().0
     }
 
     /// The keys every command that touches them writes blindly
@@ -171,11 +171,12 @@ impl Plan {
     /// them, and records them with [`Overlay::insert_unread`] (SET and MSET then cost
     /// the transaction no read).
     pub fn keys_written_unread(&self) -> Vec<&[u8]> {
-        self.keys_by_access(true)
+        self.keys().1
     }
 
-    /// The keys whose every access writes blindly (`blind`), or the others.
-    fn keys_by_access(&self, blind: bool) -> Vec<&[u8]> {
+    /// [`Plan::keys_to_read`] and [`Plan::keys_written_unread`], from one sort of the
+    /// commands' keys.
+    pub fn keys(&self) -> (Vec<&[u8]>, Vec<&[u8]>) {
         let mut keys: Vec<(&[u8], bool)> = self
             .commands
             .iter()
@@ -188,10 +189,15 @@ impl Plan {
         // says whether any access looks.
         keys.sort_unstable();
         keys.dedup_by_key(|(key, _)| *key);
-        keys.into_iter()
-            .filter(|&(_, blindly)| blindly == blind)
-            .map(|(key, _)| key)
-            .collect()
+        let (mut read, mut unread) = (Vec::new(), Vec::new());
+        for (key, blindly) in keys {
+            if blindly {
+                unread.push(key)
+            } else {
+                read.push(key)
+            }
+        }
+        (read, unread)
     }
 
     /// True for pipelined commands outside MULTI ([`Session::join`]), which the node may

@@ -141,7 +141,7 @@ async fn attempt(
 ) -> Result<Outcome, Attempt> {
     // The plan's keys (sorted, once each), then the watched keys it does not touch: read
     // in the transaction, so that its validation covers them.
-    let plan_keys = plan.keys_to_read();
+    let (plan_keys, unread) = plan.keys();
     let mut keys = plan_keys.clone();
     for watched in plan.watched() {
         if plan_keys.binary_search(&watched.key.as_slice()).is_err() {
@@ -169,7 +169,7 @@ async fn attempt(
                 )))
             })?;
     }
-    for key in plan.keys_written_unread() {
+    for key in unread {
         overlay.insert_unread(key.to_vec());
     }
     let replies = plan.apply(&mut overlay);
