@@ -5,6 +5,7 @@
 //! The production `Worker` (transport, RPC engine, executor) runs unchanged over
 //! [`SimTransport`]; [`Simulator`] advances simulated time from event to event.
 
+pub mod cluster;
 mod network;
 pub mod rpc_workload;
 pub mod seeds;
@@ -12,5 +13,6 @@ pub mod serializability;
 mod simulator;
 pub mod txn_workload;
 
+pub use cluster::SimCluster;
 pub use network::{Faults, SimNetwork, SimTransport};
-pub use simulator::Simulator;
+pub use simulator::{NodeClock, Simulator};
