@@ -6,6 +6,7 @@
 //! [`SimTransport`]; [`Simulator`] advances simulated time from event to event.
 
 pub mod cluster;
+pub mod faults;
 mod network;
 pub mod rpc_workload;
 pub mod seeds;
@@ -14,5 +15,6 @@ mod simulator;
 pub mod txn_workload;
 
 pub use cluster::SimCluster;
+pub use faults::{FaultEvent, FaultKind, FaultPlan};
 pub use network::{Faults, SimNetwork, SimTransport};
 pub use simulator::{NodeClock, Simulator};

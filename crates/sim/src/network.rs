@@ -61,6 +61,9 @@ pub struct SimNetwork {
     /// A digest of every datagram delivered (time, source, target, bytes): two runs of one
     /// seed replay exactly when their digests are equal.
     digest: u64,
+    /// The latest send sequence delivered on each path (source, target), to count
+    /// reordering.
+    last_delivered: HashMap<(EndpointId, EndpointId), u64, FixedState>,
     /// Datagrams sent, lost, duplicated, cut by a partition, dropped at a full inbox.
     pub counters: NetworkCounters,
 }
@@ -80,6 +83,8 @@ pub struct NetworkCounters {
     pub overflowed: u64,
     /// Dropped because the target endpoint no longer exists (its node crashed).
     pub to_crashed: u64,
+    /// Delivered before a datagram sent earlier on the same path (source to target).
+    pub reordered: u64,
     /// Put in an inbox.
     pub delivered: u64,
 }
@@ -98,6 +103,7 @@ impl SimNetwork {
             inboxes: HashMap::with_hasher(FixedState::with_seed(0)),
             cut: HashSet::with_hasher(FixedState::with_seed(0)),
             digest: FNV_OFFSET,
+            last_delivered: HashMap::with_hasher(FixedState::with_seed(0)),
             counters: NetworkCounters::default(),
         }))
     }
@@ -198,6 +204,14 @@ impl SimNetwork {
                     self.digest = fnv1a(self.digest, &datagram.bytes);
                     inbox.push_back((datagram.source, datagram.bytes));
                     self.counters.delivered += 1;
+                    let last = self
+                        .last_delivered
+                        .entry((datagram.source, datagram.target))
+                        .or_insert(0);
+                    if sequence < *last {
+                        self.counters.reordered += 1;
+                    }
+                    *last = (*last).max(sequence);
                 }
                 Some(_) => self.counters.overflowed += 1,
                 None => self.counters.to_crashed += 1,
