@@ -2,14 +2,44 @@
 
 use ferrotx_store::{Key, TableId};
 
-use super::Abort;
 use super::execution::Txn;
 use super::round::yes;
+use super::{Abort, Placement};
 use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, encode_record, encode_tx, encode_validate,
     request_type,
 };
 use crate::participant::Participant;
+
+/// One read-write commit in progress: its id, where its messages go, and how far it
+/// got. Each phase asserts that the ones before it finished.
+struct Commit {
+    tx: TxId,
+    /// The truncation mark its records carry (FaRM 4 step 5).
+    mark: u64,
+    /// The written partitions, ascending.
+    partitions: Vec<u32>,
+    /// Their primaries, ascending and distinct.
+    primaries: Vec<u16>,
+    /// Their backups, ascending and distinct.
+    backups: Vec<u16>,
+    /// The primaries that granted LOCK (all of them once step 1 succeeded).
+    locked: Vec<u16>,
+    /// Whether step 2 found every read current.
+    validated: bool,
+    /// Backups that acknowledged COMMIT-BACKUP (all of them once step 3 succeeded).
+    logged: usize,
+}
+
+/// Whether a write belongs in the message to primary `node`.
+fn at_primary(placement: &dyn Placement, node: u16) -> impl Fn(&&Write) -> bool + Clone + '_ {
+    move |w| placement.primary(w.partition) == node
+}
+
+/// Whether a write belongs in the record for backup `node`.
+fn at_backup(placement: &dyn Placement, node: u16) -> impl Fn(&&Write) -> bool + Clone + '_ {
+    move |w| placement.backups(w.partition).contains(&node)
+}
 
 impl Txn<'_> {
     /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4), after
@@ -39,7 +69,17 @@ impl Txn<'_> {
             .collect())
     }
 
+    /// The commit of a transaction that has not ended: a read-only one validates its
+    /// reads; a read-write one is checked against the message limits, reserves log space
+    /// (taking its id), then runs FaRM 4's steps 1-4 ([`Txn::lock`], [`Txn::validate`],
+    /// [`Txn::commit_backup`], [`Txn::commit_primary`]); step 5 ([`Txn::truncate`])
+    /// follows when the transaction finishes.
     async fn commit_inner(&mut self) -> Result<(), Abort> {
+        assert!(!self.finished);
+        assert!(
+            self.tx.is_none(),
+            "a transaction takes its id once, at commit"
+        );
         let coordinator = self.coordinator;
         let placement = &*coordinator.placement;
         let read_only: Vec<ReadItem> = self
@@ -61,7 +101,7 @@ impl Txn<'_> {
             if read_only.len() <= 1 {
                 return Ok(());
             }
-            return if self.validate(&read_only).await {
+            return if self.validate_reads(&read_only).await {
                 Ok(())
             } else {
                 Err(Abort::Conflict)
@@ -79,9 +119,6 @@ impl Txn<'_> {
             .collect();
         backups.sort_unstable();
         backups.dedup();
-        let at_primary = |node: u16| move |w: &&Write| placement.primary(w.partition) == node;
-        let at_backup =
-            |node: u16| move |w: &&Write| placement.backups(w.partition).contains(&node);
 
         // Every message of the commit is checked against the limits before anything is
         // reserved or locked: a refusal after LOCK would leave locks behind.
@@ -91,13 +128,13 @@ impl Txn<'_> {
             || primaries.iter().any(|&n| {
                 too_large(LockRecord::encoded_len(
                     partitions.len(),
-                    self.writes.iter().filter(at_primary(n)),
+                    self.writes.iter().filter(at_primary(placement, n)),
                 ))
             })
             || backups.iter().any(|&n| {
                 too_large(LockRecord::encoded_len(
                     partitions.len(),
-                    self.writes.iter().filter(at_backup(n)),
+                    self.writes.iter().filter(at_backup(placement, n)),
                 ))
             })
         {
@@ -114,18 +151,54 @@ impl Txn<'_> {
             counter,
         };
         self.tx = Some(tx);
-        let mark = coordinator.truncation_mark();
-        let abort = |abort: Abort| {
+        let mut commit = Commit {
+            tx,
+            mark: coordinator.truncation_mark(),
+            partitions,
+            primaries,
+            backups,
+            locked: Vec::new(),
+            validated: false,
+            logged: 0,
+        };
+        let abort = |commit: &Commit, abort: Abort| {
             // No record was sent: the reservations are free again.
             coordinator
                 .log_space
                 .borrow_mut()
-                .release(&backups, counter);
+                .release(&commit.backups, counter);
             abort
         };
+        if let Err(refused) = self.lock(&mut commit).await {
+            return Err(abort(&commit, refused));
+        }
+        if let Err(conflict) = self.validate(&mut commit, &read_only).await {
+            return Err(abort(&commit, conflict));
+        }
+        self.commit_backup(&mut commit).await;
+        self.commit_primary(&commit).await;
+        Ok(())
+    }
 
-        // 1. LOCK at every written primary. Each answers with the versions it locked at,
-        // which blind writes (`Txn::put`) learn here for their commit-backup records.
+    /// FaRM 4 step 1, LOCK: one message to every primary of a written partition, carrying
+    /// the writes there with the versions read. A primary locks every object at its
+    /// version or none, and answers with the versions it locked at, which blind writes
+    /// ([`Txn::put`]) learn here for their commit-backup records. If a primary refused,
+    /// the others' locks are released (ABORT) and the transaction aborts.
+    async fn lock(&mut self, commit: &mut Commit) -> Result<(), Abort> {
+        assert_eq!(self.tx, Some(commit.tx));
+        assert!(!self.writes.is_empty());
+        assert!(!commit.primaries.is_empty());
+        assert!(commit.locked.is_empty(), "LOCK is sent once");
+        let coordinator = self.coordinator;
+        let placement = &*coordinator.placement;
+        let Commit {
+            tx,
+            mark,
+            partitions,
+            primaries,
+            ..
+        } = &*commit;
         coordinator.count(|s| s.lock_messages += primaries.len() as u64);
         let blind = self.writes.iter().any(|w| w.version == VERSION_ANY);
         let mut versions: Vec<(u16, Vec<u64>)> = Vec::new();
@@ -136,13 +209,13 @@ impl Txn<'_> {
                     self.co,
                     request_type::LOCK,
                     Participant::lock,
-                    &primaries,
+                    primaries,
                     |node, buffer| {
                         encode_record(
-                            &tx,
-                            mark,
-                            &partitions,
-                            writes.iter().filter(at_primary(node)),
+                            tx,
+                            *mark,
+                            partitions,
+                            writes.iter().filter(at_primary(placement, node)),
                             buffer,
                         )
                     },
@@ -162,14 +235,14 @@ impl Txn<'_> {
                 )
                 .await
         };
-        let locked: Vec<u16> = answers
+        commit.locked = answers
             .iter()
             .filter(|(_, granted)| *granted)
             .map(|(n, _)| *n)
             .collect();
-        if locked.len() < primaries.len() {
-            self.release(&locked).await;
-            return Err(abort(Abort::Conflict));
+        if commit.locked.len() < commit.primaries.len() {
+            self.release(&commit.locked).await;
+            return Err(Abort::Conflict);
         }
         for (node, locked_at) in versions {
             let here = self
@@ -180,30 +253,77 @@ impl Txn<'_> {
                 write.version = version;
             }
         }
-        let writes = &self.writes;
-        let record = |writes_here: &dyn Fn(&&Write) -> bool, buffer: &mut Vec<u8>| {
-            encode_record(
-                &tx,
-                mark,
-                &partitions,
-                writes.iter().filter(writes_here),
-                buffer,
-            );
-        };
-        // 2. VALIDATE what was read but not written.
-        if !read_only.is_empty() && !self.validate(&read_only).await {
-            self.release(&locked).await;
-            return Err(abort(Abort::Conflict));
+        assert_eq!(commit.locked.len(), commit.primaries.len());
+        Ok(())
+    }
+
+    /// FaRM 4 step 2, VALIDATE: once every lock is held (the serialization point), one
+    /// message to every primary of a partition read but not written: each object read is
+    /// still at the version read and unlocked. If not, the locks are released (ABORT) and
+    /// the transaction aborts.
+    async fn validate(&mut self, commit: &mut Commit, read_only: &[ReadItem]) -> Result<(), Abort> {
+        assert!(!commit.validated, "VALIDATE is sent once");
+        assert_eq!(
+            commit.locked.len(),
+            commit.primaries.len(),
+            "validation follows the serialization point: every lock held"
+        );
+        if !read_only.is_empty() && !self.validate_reads(read_only).await {
+            self.release(&commit.locked).await;
+            return Err(Abort::Conflict);
         }
-        // 3. COMMIT-BACKUP at every backup of a written partition.
+        commit.validated = true;
+        Ok(())
+    }
+
+    /// FaRM 4 step 3, COMMIT-BACKUP: one message to every backup of a written partition,
+    /// the same record as LOCK's with the versions locked, appended to this coordinator
+    /// thread's log there (whose space was reserved before LOCK). The messages carry the
+    /// truncation mark, so each acknowledgement also frees the space of the records it
+    /// covers.
+    async fn commit_backup(&mut self, commit: &mut Commit) {
+        assert_eq!(
+            commit.locked.len(),
+            commit.primaries.len(),
+            "records are logged only with every written object locked"
+        );
+        assert!(commit.validated, "records are logged only after validation");
+        assert_eq!(commit.logged, 0, "COMMIT-BACKUP is sent once");
+        debug_assert!(
+            self.writes.iter().all(|w| w.version != VERSION_ANY),
+            "every write carries the version it was locked at"
+        );
+        debug_assert!(
+            self.writes.iter().all(|w| self
+                .read_version(w.table, &w.key)
+                .is_none_or(|v| v == w.version)),
+            "the versions locked are the versions read"
+        );
+        let coordinator = self.coordinator;
+        let placement = &*coordinator.placement;
+        let Commit {
+            tx,
+            mark,
+            partitions,
+            backups,
+            ..
+        } = &*commit;
         coordinator.count(|s| s.commit_backup_messages += backups.len() as u64);
         let answers = coordinator
             .round(
                 self.co,
                 request_type::COMMIT_BACKUP,
                 Participant::commit_backup,
-                &backups,
-                |node, buffer| record(&at_backup(node), buffer),
+                backups,
+                |node, buffer| {
+                    encode_record(
+                        tx,
+                        *mark,
+                        partitions,
+                        self.writes.iter().filter(at_backup(placement, node)),
+                        buffer,
+                    )
+                },
                 yes,
             )
             .await;
@@ -214,22 +334,47 @@ impl Txn<'_> {
         {
             let mut space = coordinator.log_space.borrow_mut();
             for &(node, _) in &answers {
-                space.acknowledged(node, mark);
+                space.acknowledged(node, *mark);
             }
         }
-        // 4. COMMIT-PRIMARY. Reported once the primaries acknowledged (FaRM reports at the
-        // first; with batches the coroutine resumes when all have).
-        coordinator
+        commit.logged = answers.len();
+    }
+
+    /// FaRM 4 step 4, COMMIT-PRIMARY: once every backup logged the record, one message to
+    /// every primary that locked: install the writes, bump the versions, unlock. The
+    /// commit is reported once the primaries acknowledged (FaRM reports at the first;
+    /// with batches the coroutine resumes when all have).
+    async fn commit_primary(&self, commit: &Commit) {
+        assert_eq!(
+            commit.logged,
+            commit.backups.len(),
+            "COMMIT-PRIMARY follows every backup's acknowledgement"
+        );
+        assert_eq!(commit.locked.len(), commit.primaries.len());
+        assert!(commit.validated);
+        let tx = commit.tx;
+        self.coordinator
             .round(
                 self.co,
                 request_type::COMMIT_PRIMARY,
                 Participant::commit_primary,
-                &locked,
+                &commit.locked,
                 |_, buffer| encode_tx(&tx, buffer),
                 yes,
             )
             .await;
-        Ok(())
+    }
+
+    /// FaRM 4 step 5, TRUNCATE, lazily: the transaction has ended (committed at every
+    /// primary, or aborted), so its counter may join this thread's truncation mark, which
+    /// later COMMIT-BACKUP messages (or an explicit TRUNCATE) carry to the backups; they
+    /// then apply the logged writes and free the records. A transaction that took no id
+    /// (read-only, or ended before its commit reserved log space) has nothing to truncate.
+    pub(super) fn truncate(&self) {
+        assert!(self.finished, "only an ended transaction is truncated");
+        if let Some(tx) = self.tx {
+            self.coordinator.truncation.borrow_mut().finish(tx.counter);
+        }
     }
 
     /// Whether a VALIDATE message would carry more items than a message may.
@@ -248,7 +393,10 @@ impl Txn<'_> {
             .any(|same| same.len() > crate::messages::ITEMS_MAX)
     }
 
-    async fn validate(&self, items: &[ReadItem]) -> bool {
+    /// Whether every object of `items` is still at the version read and unlocked at its
+    /// primary (VALIDATE, FaRM 4 step 2): the check of read-write transactions after
+    /// locking, and the whole commit of read-only ones.
+    async fn validate_reads(&self, items: &[ReadItem]) -> bool {
         let placement = &*self.coordinator.placement;
         let mut nodes: Vec<u16> = items
             .iter()
@@ -277,7 +425,7 @@ impl Txn<'_> {
         answers.iter().all(|(_, valid)| *valid)
     }
 
-    /// Releases the locks taken at `nodes` (ABORT).
+    /// Releases the locks taken at `nodes` (ABORT), the way out of steps 1 and 2.
     async fn release(&self, nodes: &[u16]) {
         let Some(tx) = self.tx else { return };
         self.coordinator

@@ -359,8 +359,6 @@ impl Txn<'_> {
         } else {
             coordinator.count(|s| s.aborted += 1);
         }
-        if let Some(tx) = self.tx {
-            coordinator.truncation.borrow_mut().finish(tx.counter);
-        }
+        self.truncate();
     }
 }
