@@ -9,10 +9,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use ferrotx_exec::{Co, Executor};
-use ferrotx_rpc::{Config, Engine};
+use ferrotx_rpc::{Config, Engine, HandlerError};
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_transport::{TxBatch, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
+use ferrotx_txn::messages::request_type;
 use ferrotx_txn::participant::{NodeStore, Participant, Role};
 use ferrotx_wire::EndpointId;
 
@@ -48,6 +49,7 @@ impl Placement for Layout {
 /// hosts.
 struct Node {
     engine: Engine,
+    participant: Rc<RefCell<Participant>>,
     copies: Vec<(u32, Role, Arc<Partition>)>,
 }
 
@@ -55,6 +57,7 @@ struct Cluster {
     executor: Executor,
     coordinator: Rc<Coordinator>,
     layout: Arc<Layout>,
+    schema: Arc<[TableSpec]>,
     /// Node `n` at index `n - 1`.
     nodes: Vec<Node>,
     now_ns: u64,
@@ -87,6 +90,7 @@ impl Cluster {
             executor: Executor::new(Engine::new(COORDINATOR, Config::default())),
             coordinator: Rc::new(coordinator),
             layout,
+            schema,
             nodes,
             now_ns: 0,
         }
@@ -115,7 +119,19 @@ impl Cluster {
         };
         let mut engine = Engine::new(EndpointId::new(node, 0), config);
         Participant::register(&participant, &mut engine);
-        Node { engine, copies }
+        Node {
+            engine,
+            participant,
+            copies,
+        }
+    }
+
+    /// Restarts `node`: a new incarnation that remembers nothing (empty copies, no logs,
+    /// no locks), so requests meant for its earlier life fail with `TargetRestarted`.
+    fn restart(&mut self, node: u16) {
+        let i = usize::from(node - 1);
+        let incarnation = self.nodes[i].engine.config().incarnation + 1;
+        self.nodes[i] = Self::start(&self.layout, &self.schema, node, incarnation);
     }
 
     fn node(&mut self, node: u16) -> &mut Node {
@@ -254,4 +270,116 @@ fn a_commit_reaches_more_nodes_than_one_batch_holds() {
         assert_eq!(cluster.value_at(primary, key), Some(expected));
         assert_eq!(cluster.value_at(backup, key), Some(expected));
     }
+}
+
+/// One partition: primary on node 1, backups on nodes 2 and 3.
+fn three_nodes() -> Cluster {
+    Cluster::new(Layout {
+        primaries: vec![1],
+        backups: vec![vec![2, 3]],
+    })
+}
+
+/// Commits a blind write of `number` to key 7, returning the commit's result.
+fn put(cluster: &mut Cluster, number: u64) -> Result<(), Abort> {
+    cluster.run(async move |co, coordinator| {
+        let mut txn = coordinator.begin(co);
+        txn.put(TABLE, Key::from(7), value(number)).unwrap();
+        txn.commit().await
+    })
+}
+
+/// After a commit that failed at COMMIT-BACKUP: nothing is locked at the primary, the
+/// primary kept the value of the last commit, the backup that had logged the record
+/// dropped it (a truncation covering it does not apply it), and the next commit goes
+/// through once the backup behaves.
+fn assert_nothing_left_of_the_failed_commit(cluster: &mut Cluster, last: u64) {
+    assert_eq!(
+        cluster.node(1).participant.borrow().locked_transactions(),
+        0
+    );
+    assert_eq!(cluster.value_at(1, 7), Some(last));
+    cluster.run(async |co, coordinator| coordinator.flush_truncation(co, &[2]).await);
+    assert_eq!(cluster.value_at(2, 7), Some(last));
+    put(cluster, last + 1).unwrap();
+    cluster.run(async |co, coordinator| coordinator.flush_truncation(co, &[2, 3]).await);
+    assert_eq!(cluster.value_at(1, 7), Some(last + 1));
+    assert_eq!(cluster.value_at(2, 7), Some(last + 1));
+    assert_eq!(cluster.value_at(3, 7), Some(last + 1));
+}
+
+/// A backup refuses COMMIT-BACKUP (its handler returns an error): the commit fails with
+/// `Abort::Protocol`, its locks are released and no backup keeps its record.
+#[test]
+fn a_refused_commit_backup_aborts_the_commit() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    cluster.node(3).engine.register(
+        request_type::COMMIT_BACKUP,
+        Box::new(|_, _| Err(HandlerError("refused"))),
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    let node = cluster.node(3);
+    Participant::register(&node.participant, &mut node.engine);
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// A backup answers COMMIT-BACKUP with something other than its one-byte yes.
+#[test]
+fn a_malformed_commit_backup_answer_aborts_the_commit() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    let node = cluster.node(3);
+    let participant = node.participant.clone();
+    node.engine.register(
+        request_type::COMMIT_BACKUP,
+        Box::new(move |request, response| {
+            Participant::commit_backup(&mut participant.borrow_mut(), request.payload, response)?;
+            response.push(9);
+            Ok(())
+        }),
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    let node = cluster.node(3);
+    Participant::register(&node.participant, &mut node.engine);
+    // Node 3 had logged the record before answering wrongly: the abort dropped it there
+    // too, so a truncation does not apply it.
+    cluster.run(async |co, coordinator| coordinator.flush_truncation(co, &[3]).await);
+    assert_eq!(cluster.value_at(3, 7), Some(1));
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// A backup restarts between two commits: the second's COMMIT-BACKUP, addressed to its
+/// earlier life, fails with `TargetRestarted`, and the commit fails with
+/// `Abort::Protocol`.
+#[test]
+fn a_backup_restarted_during_the_commit_aborts_it() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    cluster.restart(3);
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// A primary grants a LOCK of a blind write without the version it locked at: the
+/// coordinator cannot build the commit record, so it releases the locks and the commit
+/// fails with `Abort::Protocol`.
+#[test]
+fn a_lock_granted_without_its_versions_aborts_the_commit() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    let node = cluster.node(1);
+    let participant = node.participant.clone();
+    node.engine.register(
+        request_type::LOCK,
+        Box::new(move |request, response| {
+            Participant::lock(&mut participant.borrow_mut(), request.payload, response)?;
+            response.truncate(1);
+            Ok(())
+        }),
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    let node = cluster.node(1);
+    Participant::register(&node.participant, &mut node.engine);
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
 }

@@ -35,7 +35,10 @@ pub enum Abort {
     /// The transaction already ended; begin a new one.
     #[error("the transaction already ended")]
     Finished,
-    /// A participant refused a message (a bug or a configuration mismatch).
+    /// A participant refused a message or answered it in a way the protocol does not
+    /// allow, or restarted during the commit (a bug, a configuration mismatch, or a node
+    /// that lost its state). The transaction did not commit: what it had locked or logged
+    /// was released.
     #[error("aborted: a participant refused the protocol")]
     Protocol,
 }

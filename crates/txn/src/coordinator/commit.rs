@@ -175,7 +175,8 @@ impl Txn<'_> {
         if let Err(conflict) = self.validate(&mut commit, &read_only).await {
             return Err(abort(&commit, conflict));
         }
-        self.commit_backup(&mut commit).await;
+        // The records go out now: an abort from here on keeps the reservations.
+        self.commit_backup(&mut commit).await?;
         self.commit_primary(&commit).await;
         Ok(())
     }
@@ -202,6 +203,9 @@ impl Txn<'_> {
         coordinator.count(|s| s.lock_messages += primaries.len() as u64);
         let blind = self.writes.iter().any(|w| w.version == VERSION_ANY);
         let mut versions: Vec<(u16, Vec<u64>)> = Vec::new();
+        // A grant whose versions cannot be used: the primary may hold the locks, so it is
+        // counted as locked (and released below), and the commit fails.
+        let mut malformed = false;
         let answers = {
             let writes = &self.writes;
             coordinator
@@ -224,7 +228,13 @@ impl Txn<'_> {
                             return false;
                         }
                         if blind {
-                            let locked_at = answer[1..]
+                            let locked_at = &answer[1..];
+                            let expected = writes.iter().filter(at_primary(placement, node));
+                            if locked_at.len() != expected.count() * 8 {
+                                malformed = true;
+                                return true;
+                            }
+                            let locked_at = locked_at
                                 .chunks_exact(8)
                                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
                                 .collect();
@@ -242,7 +252,11 @@ impl Txn<'_> {
             .collect();
         if commit.locked.len() < commit.primaries.len() {
             self.release(&commit.locked).await;
-            return Err(Abort::Conflict);
+            return Err(if malformed {
+                Abort::Protocol
+            } else {
+                Abort::Conflict
+            });
         }
         for (node, locked_at) in versions {
             let here = self
@@ -250,8 +264,19 @@ impl Txn<'_> {
                 .iter_mut()
                 .filter(|w| placement.primary(w.partition) == node);
             for (write, version) in here.zip(locked_at) {
+                // A primary locks at the version read, or for a blind write at the one it
+                // has; VERSION_ANY is never an object's version.
+                let read = write.version;
+                if version == VERSION_ANY || (read != VERSION_ANY && read != version) {
+                    malformed = true;
+                    break;
+                }
                 write.version = version;
             }
+        }
+        if malformed {
+            self.release(&commit.locked).await;
+            return Err(Abort::Protocol);
         }
         assert_eq!(commit.locked.len(), commit.primaries.len());
         Ok(())
@@ -281,7 +306,15 @@ impl Txn<'_> {
     /// thread's log there (whose space was reserved before LOCK). The messages carry the
     /// truncation mark, so each acknowledgement also frees the space of the records it
     /// covers.
-    async fn commit_backup(&mut self, commit: &mut Commit) {
+    ///
+    /// If a backup did not log the record (it refused it, answered something else, or
+    /// restarted, losing its log), the transaction cannot commit: without recovery (FaRM
+    /// 5.3) nothing would ever bring that backup up to date. It is aborted instead: ABORT
+    /// to every primary (releasing the locks) and to every backup (dropping the record
+    /// where it was logged, so truncation never applies it), and it fails with
+    /// [`Abort::Protocol`]. The records were sent, so their reservations stay counted
+    /// until a truncation mark covers them.
+    async fn commit_backup(&mut self, commit: &mut Commit) -> Result<(), Abort> {
         assert_eq!(
             commit.locked.len(),
             commit.primaries.len(),
@@ -327,17 +360,27 @@ impl Txn<'_> {
                 yes,
             )
             .await;
-        assert!(
-            answers.iter().all(|(_, logged)| *logged),
-            "a backup refused a commit record: the configuration is inconsistent"
-        );
+        let mut logged = 0;
         {
+            // A backup that logged the record also applied the mark it carried.
             let mut space = coordinator.log_space.borrow_mut();
-            for &(node, _) in &answers {
-                space.acknowledged(node, *mark);
+            for &(node, yes) in &answers {
+                if yes {
+                    space.acknowledged(node, *mark);
+                    logged += 1;
+                }
             }
         }
-        commit.logged = answers.len();
+        if logged < commit.backups.len() {
+            let mut holders: Vec<u16> = commit.locked.clone();
+            holders.extend_from_slice(&commit.backups);
+            holders.sort_unstable();
+            holders.dedup();
+            self.release(&holders).await;
+            return Err(Abort::Protocol);
+        }
+        commit.logged = logged;
+        Ok(())
     }
 
     /// FaRM 4 step 4, COMMIT-PRIMARY: once every backup logged the record, one message to
@@ -425,7 +468,8 @@ impl Txn<'_> {
         answers.iter().all(|(_, valid)| *valid)
     }
 
-    /// Releases the locks taken at `nodes` (ABORT), the way out of steps 1 and 2.
+    /// Releases what the transaction holds at `nodes` (ABORT): locks at primaries, and its
+    /// logged record at backups. The way out of steps 1 to 3.
     async fn release(&self, nodes: &[u16]) {
         let Some(tx) = self.tx else { return };
         self.coordinator
