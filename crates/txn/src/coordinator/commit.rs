@@ -44,7 +44,10 @@ fn at_backup(placement: &dyn Placement, node: u16) -> impl Fn(&&Write) -> bool +
 impl Txn<'_> {
     /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4), after
     /// reserving log space at the backups. Truncation (step 5) rides on later
-    /// commit-backup messages. A read-only transaction only validates its reads.
+    /// commit-backup messages. A read-only transaction only validates its reads. An
+    /// answer outside the protocol (a refusal, a malformed answer, a participant that
+    /// restarted before logging the record) fails it with [`Abort::Protocol`], having
+    /// committed nothing and released what it held.
     pub async fn commit(mut self) -> Result<(), Abort> {
         self.commit_and_finish().await
     }
