@@ -50,9 +50,10 @@ fn classify(abort: Abort) -> Attempt {
     }
 }
 
-/// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a back-off
-/// until it is exhausted ([`Backoff::exhausted`]); `seed` draws the back-off. Pipelined
-/// commands too large together for one transaction run one by one.
+/// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a
+/// randomized, growing back-off until retries have lasted 2 seconds (of `co`'s time) or
+/// 4096 attempts; `seed` draws the back-off. Pipelined commands too large together for
+/// one transaction run one by one.
 pub async fn run_plan(
     co: &Co,
     coordinator: &Coordinator,
