@@ -130,8 +130,8 @@ impl Executor {
 mod tests {
     use super::*;
     use ferrotx_rpc::Config;
-    use ferrotx_transport::TxBatch;
     use ferrotx_wire::EndpointId;
+    use ferrotx_wire::batch::TxBatch;
     use std::cell::Cell;
 
     /// Two engines wired back to back, the second echoing; one coroutine on the first

@@ -280,7 +280,7 @@ impl Node {
         node: u16,
         options: &NodeOptions,
     ) -> Result<Vec<UdpTransport>, TransportError> {
-        let book = config.address_book();
+        let book: ferrotx_transport::AddressBook = config.endpoint_addrs().collect();
         (0..config.threads_per_node())
             .map(|thread| {
                 let local = EndpointId::new(node, thread);
