@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 # The protocol crates. A new one is added here and gets the clippy.toml symlink.
 protocol_crates=(
   ferrotx-wire
+  ferrotx-buggify
   ferrotx-store
   ferrotx-rpc
   ferrotx-exec

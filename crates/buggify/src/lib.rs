@@ -162,6 +162,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "another thread must see nothing enabled"
+    )]
     fn nothing_fires_unless_enabled_on_this_thread() {
         assert!(!fires("test.point"));
         let enabled = enable(7);

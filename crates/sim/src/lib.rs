@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod faults;
 mod network;
 pub mod rpc_workload;
+pub mod run;
 pub mod seeds;
 pub mod serializability;
 mod simulator;
