@@ -118,6 +118,8 @@ pub struct BankOutcome {
     pub partitioned: u64,
     /// Aborts by reason.
     pub abort_reasons: std::collections::BTreeMap<String, u64>,
+    /// Fault points ([`ferrotx_buggify`]) reached in the run, with how often each fired.
+    pub buggify: std::collections::BTreeMap<&'static str, u64>,
     /// Everything wrong; empty when correct.
     pub violations: Vec<String>,
 }
@@ -131,6 +133,7 @@ struct History {
 
 /// Runs the bank workload from `seed` and checks it.
 pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
+    let buggify = ferrotx_buggify::enable(seed);
     let schema = vec![TableSpec::fixed(ACCOUNTS.0, "accounts", 8)];
     let config = Configuration::local(
         workload.nodes,
@@ -444,6 +447,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
         violations: history.violations.clone(),
         abort_reasons: history.abort_reasons.clone(),
         partitioned: network.borrow().counters.partitioned,
+        buggify: buggify.fired(),
     };
     // No backup log ever held more records of one coordinator thread than it reserved.
     outcome.log_records_high_water = cluster

@@ -26,6 +26,7 @@ fn bank_histories_are_strictly_serializable() {
     let (mut committed, mut aborted, mut partitioned) = (0, 0, 0);
     let (mut single_reads, mut log_space_waits) = (0, 0);
     let mut reasons = std::collections::BTreeMap::<String, u64>::new();
+    let mut buggify = std::collections::BTreeMap::<&'static str, u64>::new();
     let mut failed = Vec::new();
     for seed in range {
         let outcome = run(seed, &BankWorkload::from_seed(seed));
@@ -37,12 +38,16 @@ fn bank_histories_are_strictly_serializable() {
         for (reason, n) in outcome.abort_reasons {
             *reasons.entry(reason).or_default() += n;
         }
+        for (point, n) in outcome.buggify {
+            *buggify.entry(point).or_default() += n;
+        }
         seeds::note_failure(seed, &outcome.violations, &mut failed);
     }
+    let fired: u64 = buggify.values().sum();
     println!(
         "{seeds} seeds: {committed} committed ({single_reads} single-key reads), {aborted} \
          aborted, {partitioned} datagrams cut, {log_space_waits} commits waited for log \
-         space; aborts: {reasons:?}"
+         space; aborts: {reasons:?}; {fired} fault points fired: {buggify:?}"
     );
     assert!(
         committed > 0 && aborted > 0,
@@ -51,6 +56,7 @@ fn bank_histories_are_strictly_serializable() {
     assert!(partitioned > 0, "the partitions cut nothing");
     assert!(single_reads > 0, "no single-key read completed");
     assert!(log_space_waits > 0, "no commit waited for log space");
+    assert!(fired > 0, "no fault point fired");
     assert!(
         failed.is_empty(),
         "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=<seed>"

@@ -25,6 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use ferrotx_exec::Co;
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
 use ferrotx_wire::EndpointId;
 
@@ -37,6 +38,23 @@ pub use stats::CoordinatorStats;
 
 use log_space::LogSpace;
 use truncation::Truncation;
+
+/// Longest wait of a fault point that delays the coordinator ([`buggify_delay`]): 2 ms,
+/// ten times the simulator's largest network delay and beyond the RPC layer's shortest
+/// retransmission timeout, so a delayed phase lets other coroutines' commits, reads and
+/// retransmissions run in between, yet well below a suspicion timeout (a coordinator
+/// that pauses is slow, not dead).
+const BUGGIFY_DELAY_MAX_NS: u64 = 2_000_000;
+
+/// The wait of a fault point that fired (`if ferrotx_buggify::fires(point) {
+/// buggify_delay(co).await }`, so production pays only the load in `fires`): the coroutine
+/// sleeps a seeded time below [`BUGGIFY_DELAY_MAX_NS`], as a coordinator descheduled or
+/// slowed by its other coroutines would. Waiting is always legal: the protocol assumes
+/// nothing about how fast a coordinator moves from one step to the next.
+async fn buggify_delay(co: &Co) {
+    let deadline = co.now_ns() + ferrotx_buggify::below(BUGGIFY_DELAY_MAX_NS);
+    co.sleep_until(deadline).await;
+}
 
 /// The coordinator of one worker thread, shared by its coroutines.
 pub struct Coordinator {

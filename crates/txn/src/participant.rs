@@ -226,6 +226,14 @@ impl Participant {
             // rather than lose track of the locks the first one holds.
             return Err(HandlerError("transaction already holds locks here"));
         }
+        // Fault point: the primary refuses the LOCK as if an object were locked or
+        // changed (it takes nothing), so the coordinator releases the other primaries'
+        // locks and aborts with a conflict, as it must for a real one.
+        if ferrotx_buggify::fires("txn.participant.lock.refuse") {
+            self.stats.locks_refused += 1;
+            response.push(0);
+            return Ok(());
+        }
         response.push(1);
         let mut taken = 0;
         let granted = record.writes().all(|write| {
@@ -275,6 +283,13 @@ impl Participant {
     /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.
     pub fn validate(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let items = decode_validate(payload).map_err(|_| MALFORMED)?;
+        // Fault point: the primary finds a read stale although it is current, as if a
+        // commit had changed it; the transaction aborts (read-write: before anything was
+        // logged) with a conflict. Failing validation is always safe; passing it is not.
+        if ferrotx_buggify::fires("txn.participant.validate.refuse") {
+            response.push(0);
+            return Ok(());
+        }
         let valid = items.iter().all(|item| {
             self.store
                 .get(item.partition, Role::Primary)

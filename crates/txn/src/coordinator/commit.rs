@@ -4,7 +4,7 @@ use ferrotx_store::{Key, TableId};
 
 use super::execution::Txn;
 use super::round::yes;
-use super::{Abort, Placement};
+use super::{Abort, Placement, buggify_delay};
 use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, encode_record, encode_tx, encode_validate,
     request_type,
@@ -57,6 +57,13 @@ impl Txn<'_> {
             return Err(Abort::Finished);
         }
         let result = self.commit_inner().await;
+        // Fault point: the coordinator is slow to end the transaction after its last
+        // phase, so its counter joins the truncation mark late (TRUNCATE, step 5, is held
+        // back: backups keep the record logged and unapplied longer) and the application
+        // hears of the outcome late.
+        if ferrotx_buggify::fires("txn.commit.before_truncate") {
+            buggify_delay(self.co).await;
+        }
         self.finish(result.is_ok());
         result
     }
@@ -103,6 +110,11 @@ impl Txn<'_> {
             // Read-only: serializable at its last read if every read is still current.
             if read_only.len() <= 1 {
                 return Ok(());
+            }
+            // Fault point: a pause between the last read and VALIDATE, the window in
+            // which a writer may change what was read.
+            if ferrotx_buggify::fires("txn.commit.before_validate_reads") {
+                buggify_delay(self.co).await;
             }
             return if self.validate_reads(&read_only).await {
                 Ok(())
@@ -172,14 +184,50 @@ impl Txn<'_> {
                 .release(&commit.backups, counter);
             abort
         };
+        // Fault point: a pause between reserving log space and LOCK, so the reads may
+        // go stale and the reservations are held longer.
+        if ferrotx_buggify::fires("txn.commit.before_lock") {
+            buggify_delay(self.co).await;
+        }
         if let Err(refused) = self.lock(&mut commit).await {
             return Err(abort(&commit, refused));
+        }
+        // Fault point: a pause with every lock held, before VALIDATE: readers of the
+        // written objects find them locked and retry, other commits' LOCKs are refused,
+        // and the objects read may change before they are validated.
+        if ferrotx_buggify::fires("txn.commit.after_lock") {
+            buggify_delay(self.co).await;
+        }
+        // Fault point: the coordinator gives up after LOCK (FaRM lets it abort any time
+        // before COMMIT-BACKUP): the locks are released and the transaction aborts as if
+        // in conflict.
+        if ferrotx_buggify::fires("txn.commit.abort_after_lock") {
+            self.release(&commit.locked).await;
+            return Err(abort(&commit, Abort::Conflict));
         }
         if let Err(conflict) = self.validate(&mut commit, &read_only).await {
             return Err(abort(&commit, conflict));
         }
+        // Fault point: a pause between VALIDATE and COMMIT-BACKUP: the reads were found
+        // current and may change now (the transaction serializes at its locks, so that is
+        // allowed), and the locks are held longer.
+        if ferrotx_buggify::fires("txn.commit.after_validate") {
+            buggify_delay(self.co).await;
+        }
+        // Fault point: the coordinator gives up after VALIDATE, the last moment it may:
+        // no record was sent, so the locks are released and the reservations returned.
+        if ferrotx_buggify::fires("txn.commit.abort_after_validate") {
+            self.release(&commit.locked).await;
+            return Err(abort(&commit, Abort::Conflict));
+        }
         // The records go out now: an abort from here on keeps the reservations.
         self.commit_backup(&mut commit).await?;
+        // Fault point: a pause between COMMIT-BACKUP and COMMIT-PRIMARY: the transaction
+        // is committed (every backup logged it) but nothing is installed, and every
+        // written object stays locked.
+        if ferrotx_buggify::fires("txn.commit.after_commit_backup") {
+            buggify_delay(self.co).await;
+        }
         self.commit_primary(&commit).await;
         Ok(())
     }
@@ -399,12 +447,33 @@ impl Txn<'_> {
         assert_eq!(commit.locked.len(), commit.primaries.len());
         assert!(commit.validated);
         let tx = commit.tx;
+        let mut primaries = &commit.locked[..];
+        // Fault point: FaRM tells the application at the first primary's acknowledgement
+        // and the others install later. Here the first primary is sent COMMIT-PRIMARY on
+        // its own, then a pause, then the rest: meanwhile one primary shows the new
+        // values unlocked while the others still hold theirs locked (a reader must retry
+        // those, never return their old values).
+        if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
+            let (first, rest) = primaries.split_at(1);
+            self.coordinator
+                .round(
+                    self.co,
+                    request_type::COMMIT_PRIMARY,
+                    Participant::commit_primary,
+                    first,
+                    |_, buffer| encode_tx(&tx, buffer),
+                    yes,
+                )
+                .await;
+            buggify_delay(self.co).await;
+            primaries = rest;
+        }
         self.coordinator
             .round(
                 self.co,
                 request_type::COMMIT_PRIMARY,
                 Participant::commit_primary,
-                &commit.locked,
+                primaries,
                 |_, buffer| encode_tx(&tx, buffer),
                 yes,
             )

@@ -4,7 +4,7 @@
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
 
-use super::{Abort, Coordinator};
+use super::{Abort, Coordinator, buggify_delay};
 use crate::messages::{
     ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read, request_type,
 };
@@ -125,6 +125,11 @@ impl Txn<'_> {
             Ok(outcome) => outcome,
             Err(abort) => return Err(self.abort_execution(abort)),
         };
+        // Fault point: the transaction goes on late after a read, widening the window
+        // in which a writer changes what it read before its commit validates or locks.
+        if ferrotx_buggify::fires("txn.read.before_use") {
+            buggify_delay(self.co).await;
+        }
         let value = outcome.present.then_some(value);
         self.reads.push(ReadItem {
             partition,
@@ -163,7 +168,12 @@ impl Txn<'_> {
         let local = coordinator.local.node();
         let mut retry = Vec::new();
         let batch = READ_BATCH_MAX.min(self.co.engine().config().max_batch);
-        for chunk in fetch.chunks(batch) {
+        for (c, chunk) in fetch.chunks(batch).enumerate() {
+            // Fault point: a pause between two batches of reads, so the keys of one call
+            // are read at different times (each is validated at commit).
+            if c > 0 && ferrotx_buggify::fires("txn.read_many.between_batches") {
+                buggify_delay(self.co).await;
+            }
             let remote: Vec<(Key, u32)> = chunk
                 .iter()
                 .filter(|(_, p)| coordinator.placement.primary(*p) != local)
@@ -192,6 +202,11 @@ impl Txn<'_> {
                     })
                 });
                 match answer {
+                    // Fault point: an unlocked object taken for locked: read again on its
+                    // own below (as `read_at_primary`'s `txn.read.pretend_locked`).
+                    Ok(Some(_)) if ferrotx_buggify::fires("txn.read_many.pretend_locked") => {
+                        retry.push(key)
+                    }
                     Ok(Some((version, value))) => {
                         self.record_read(partition, table, key, version, value)
                     }
@@ -209,6 +224,9 @@ impl Txn<'_> {
                 };
                 let mut value = Vec::new();
                 match copy.read(table, &key, &mut value) {
+                    Ok(Ok(_)) if ferrotx_buggify::fires("txn.read_many.pretend_locked") => {
+                        retry.push(key)
+                    }
                     Ok(Ok(outcome)) => {
                         let value = outcome.present.then_some(value);
                         self.record_read(partition, table, key, outcome.version, value);

@@ -104,19 +104,30 @@ impl Coordinator {
     /// reservation (a waiting commit holds no counter, so it never holds the truncation
     /// mark back).
     pub(super) async fn reserve_log_space(&self, co: &Co, backups: &[u16]) -> Result<u64, Abort> {
+        // Whether a reservation really failed (a pretended failure is not a wait).
+        let mut waited = false;
         for attempt in 0..LOG_SPACE_ATTEMPTS_MAX {
+            // Fault point: the first attempt finds the logs full although they have room,
+            // so the commit takes the rarely taken path below (an explicit TRUNCATE to
+            // every backup, then another attempt). Waiting for space is always allowed.
+            let pretend_full = attempt == 0 && ferrotx_buggify::fires("txn.log_space.pretend_full");
             let counter = self.next_counter.get();
-            if self.log_space.borrow_mut().try_reserve(backups, counter) {
+            if !pretend_full && self.log_space.borrow_mut().try_reserve(backups, counter) {
                 self.next_counter.set(counter + 1);
                 return Ok(counter);
             }
-            if attempt == 0 {
+            if !pretend_full && !waited {
+                waited = true;
                 self.count(|s| s.log_space_waits += 1);
             }
             // Free what finished: an explicit TRUNCATE to the full backups (FaRM uses its
             // reservations of truncate records the same way). A remote one is also the
             // wait: a round trip during which this thread's earlier commits progress.
-            let full: Vec<u16> = self.log_space.borrow().full(backups).collect();
+            let full: Vec<u16> = if pretend_full {
+                backups.to_vec()
+            } else {
+                self.log_space.borrow().full(backups).collect()
+            };
             self.send_truncate(co, &full, self.truncation_mark()).await;
             if full.iter().all(|&n| n == self.local.node()) {
                 co.yield_now().await;

@@ -4,7 +4,7 @@
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, ReadError, ReadOutcome, TableId};
 
-use super::{Abort, Coordinator};
+use super::{Abort, Coordinator, buggify_delay};
 use crate::messages::{ReadStatus, decode_read_response, encode_read, request_type};
 use crate::participant::Role;
 
@@ -59,6 +59,12 @@ impl Coordinator {
         let outcome = self
             .read_at_primary(co, partition, table, &key, out)
             .await?;
+        // Fault point: the answer reaches the caller late, as after a slow reply: the
+        // value may be overwritten meanwhile, which a linearizable read allows (it took
+        // effect when the primary read it, inside the call).
+        if ferrotx_buggify::fires("txn.read_one.before_answer") {
+            buggify_delay(co).await;
+        }
         self.count(|s| s.single_reads += 1);
         Ok(outcome)
     }
@@ -112,6 +118,10 @@ impl Coordinator {
                 })?
             };
             match read {
+                // Fault point: an object found unlocked is taken for locked, so the read
+                // takes the retry path: the value is dropped and read again, which is
+                // always allowed (only a locked object's value may not be returned).
+                Ok(_) if ferrotx_buggify::fires("txn.read.pretend_locked") => co.yield_now().await,
                 Ok(outcome) => return Ok(outcome),
                 Err(ReadError::Locked | ReadError::Contended) => co.yield_now().await,
             }
