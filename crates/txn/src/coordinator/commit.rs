@@ -544,6 +544,12 @@ impl Txn<'_> {
     /// logged record at backups. The way out of steps 1 to 3.
     async fn release(&self, nodes: &[u16]) {
         let Some(tx) = self.tx else { return };
+        // Fault point: a pause between deciding to abort and ABORT: the transaction holds
+        // its locks (and its record, if logged) longer than it needs to, so other
+        // transactions find its objects locked and readers retry.
+        if ferrotx_buggify::fires("txn.commit.before_release") {
+            buggify_delay(self.co).await;
+        }
         self.coordinator
             .round(
                 self.co,

@@ -142,3 +142,101 @@ fn scans_and_counts_visit_every_present_object_of_a_partition() {
         Abort::Refused(StoreError::UnknownTable(TableId(9)))
     );
 }
+
+/// [`run`] for a coroutine that may sleep (a fault point's delay): when nothing else can
+/// run, the executor's time jumps to the next sleeper's deadline.
+fn run_with_time<R: 'static>(
+    executor: &mut Executor,
+    coordinator: &Rc<Coordinator>,
+    body: impl AsyncFnOnce(&Co, &Coordinator) -> R + 'static,
+) -> R {
+    let result = Rc::new(RefCell::new(None));
+    let (slot, coordinator) = (result.clone(), coordinator.clone());
+    executor.spawn(move |co| async move {
+        *slot.borrow_mut() = Some(body(&co, &coordinator).await);
+    });
+    for _ in 0..100_000 {
+        executor.run();
+        if executor.live() == 0 {
+            break;
+        }
+        if let Some(deadline) = executor.next_timer_ns() {
+            let now = executor.shared().now_ns();
+            executor.shared().set_now_ns(deadline.max(now));
+        }
+    }
+    result.take().expect("the coroutine finished")
+}
+
+/// With the fault points enabled, a lone client sees the same answers as without them,
+/// except for the aborts they may legally cause (a conflict where there was none), which
+/// it retries: transactions over several batches of reads, read-only transactions and
+/// single-key reads return exactly what was committed.
+#[test]
+fn fault_points_change_no_answer() {
+    let mut fired = std::collections::BTreeMap::<&'static str, u64>::new();
+    for seed in 0..100 {
+        let (mut executor, coordinator, partitions) = one_node();
+        for i in 0..100u8 {
+            partitions[usize::from(i % 2)]
+                .load(KV, key(i % 2, i), &[i])
+                .unwrap();
+        }
+        let buggify = ferrotx_buggify::enable(seed);
+        let (values, single) = run_with_time(&mut executor, &coordinator, async |co, c| {
+            // More keys than one batch of reads (READ_BATCH_MAX).
+            let keys: Vec<Key> = (0..100u8).map(|i| key(i % 2, i)).collect();
+            // Adds 1 to every tenth key, retrying what aborts.
+            loop {
+                let mut txn = c.begin(co);
+                let values = txn.read_many(KV, &keys).await.unwrap();
+                for (key, value) in keys.iter().zip(values).step_by(10) {
+                    txn.put(KV, *key, Some(vec![value.unwrap()[0] + 1]))
+                        .unwrap();
+                }
+                match txn.commit().await {
+                    Ok(()) => break,
+                    Err(abort) => assert_eq!(abort, Abort::Conflict),
+                }
+            }
+            let values = loop {
+                let mut txn = c.begin_read_only(co);
+                let values = txn.read_many(KV, &keys).await.unwrap();
+                match txn.commit().await {
+                    Ok(()) => break values,
+                    Err(abort) => assert_eq!(abort, Abort::Conflict),
+                }
+            };
+            let mut single = Vec::new();
+            for key in &keys {
+                single.push(c.read_one(co, KV, *key).await.unwrap());
+            }
+            (values, single)
+        });
+        let expected: Vec<Option<Vec<u8>>> = (0..100u8)
+            .map(|i| Some(vec![i + u8::from(i % 10 == 0)]))
+            .collect();
+        assert_eq!(values, expected, "seed {seed}");
+        assert_eq!(single, expected, "seed {seed}");
+        for (point, n) in buggify.fired() {
+            *fired.entry(point).or_default() += n;
+        }
+    }
+    // The points on this path fired (a lone node has no backups and no conflicts, so
+    // not every point is reached).
+    for point in [
+        "txn.read_many.between_batches",
+        "txn.read_many.pretend_locked",
+        "txn.read_one.before_answer",
+        "txn.commit.before_lock",
+        "txn.commit.abort_after_lock",
+        "txn.participant.lock.refuse",
+        "txn.participant.validate.refuse",
+        "txn.commit.before_truncate",
+    ] {
+        assert!(
+            fired.get(point).is_some_and(|&n| n > 0),
+            "{point}: {fired:?}"
+        );
+    }
+}
