@@ -7,7 +7,11 @@
 //! seeded `ChaCha8Rng`, and a [`Recorder`](record::Recorder) that owns the event clock
 //! of a history (or records nothing, at no cost).
 
+pub mod bank;
+pub mod check;
+pub mod history;
+pub mod record;
 pub mod smallbank;
+pub mod state;
 pub mod tatp;
 pub mod workload;
-pub mod check;
