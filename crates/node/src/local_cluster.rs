@@ -148,6 +148,31 @@ impl LocalCluster {
         primary.read(table, key, out).ok()?.ok()
     }
 
+    /// What every copy of `key` of `table` holds, the primary first: node, role, version
+    /// (0 for a key that never had an object) and value (`None` if absent or deleted).
+    /// For checks, once the cluster is quiet; `None` for a copy that cannot be read
+    /// (unknown table, or an object locked).
+    pub fn read_copies(
+        &self,
+        table: TableId,
+        key: &Key,
+    ) -> Vec<(u16, Role, Option<(u64, Option<Vec<u8>>)>)> {
+        self.copies_of(self.partition_of(table, key))
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, copy))| {
+                let role = if i == 0 { Role::Primary } else { Role::Backup };
+                let mut value = Vec::new();
+                let seen = copy.read(table, key, &mut value).ok().and_then(|r| r.ok());
+                (
+                    node,
+                    role,
+                    seen.map(|s| (s.version, s.present.then_some(value))),
+                )
+            })
+            .collect()
+    }
+
     /// Compares every backup copy of every key of `table` with its primary, once the
     /// cluster is quiet and every coordinator has flushed its truncation; returns the
     /// keys that differ.

@@ -4,6 +4,7 @@
 //! truncation.
 
 use ferrotx_store::{Key, TableId};
+use ferrotx_txn::participant::Role;
 
 /// What one copy of a key holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,5 +29,35 @@ pub trait StateReader {
         let mut primaries = self.copies(table, key).into_iter().filter(|c| c.primary);
         let primary = primaries.next()?;
         primaries.next().is_none().then_some(primary)
+    }
+}
+
+/// [`CopyState::version`] of a copy that could not be read (its table unknown, or the
+/// object left locked): it equals no real version, so the checkers report it.
+pub const VERSION_UNREADABLE: u64 = u64::MAX;
+
+impl From<(u16, Role, Option<(u64, Option<Vec<u8>>)>)> for CopyState {
+    /// From a node, a role and what the copy holds (`None`: unreadable), as
+    /// `LocalCluster::read_copies` gives them.
+    fn from((node, role, seen): (u16, Role, Option<(u64, Option<Vec<u8>>)>)) -> Self {
+        let (version, value) = seen.unwrap_or((VERSION_UNREADABLE, None));
+        Self {
+            node,
+            primary: role == Role::Primary,
+            version,
+            value,
+        }
+    }
+}
+
+/// Any function from a key to its copies reads state, so a caller can pass a closure
+/// over its cluster.
+impl<F, I> StateReader for F
+where
+    F: Fn(TableId, &Key) -> I,
+    I: IntoIterator<Item = CopyState>,
+{
+    fn copies(&self, table: TableId, key: &Key) -> Vec<CopyState> {
+        self(table, key).into_iter().collect()
     }
 }

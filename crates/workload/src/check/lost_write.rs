@@ -69,3 +69,65 @@ pub fn check(
     }
     violations
 }
+
+#[cfg(test)]
+mod tests {
+    use ferrotx_store::{Key, TableId};
+
+    use super::*;
+    use crate::history::END_UNKNOWN;
+    use crate::state::CopyState;
+
+    fn x() -> Row {
+        (TableId(1), Key::from(7))
+    }
+
+    fn record(id: u64, writes: &[(Row, u64)], end_ns: u64) -> TxnRecord<Row> {
+        TxnRecord {
+            id,
+            start_ns: id * 10,
+            end_ns,
+            committed: end_ns != END_UNKNOWN,
+            reads: Vec::new(),
+            writes: writes.to_vec(),
+        }
+    }
+
+    fn primary_at(version: u64) -> impl Fn(TableId, &Key) -> Vec<CopyState> {
+        move |_, _| {
+            vec![CopyState {
+                node: 0,
+                primary: true,
+                version,
+                value: Some(vec![0; 8]),
+            }]
+        }
+    }
+
+    #[test]
+    fn a_primary_behind_the_last_committed_write_lost_it() {
+        let history = [record(1, &[(x(), 2)], 15), record(2, &[(x(), 3)], 25)];
+        let found = check(&history, [x()], |_| 1, &primary_at(2));
+        assert_eq!(
+            found,
+            [Violation {
+                row: x(),
+                primary_version: Some(2),
+                highest_committed: 3
+            }]
+        );
+        assert!(check(&history, [x()], |_| 1, &primary_at(3)).is_empty());
+    }
+
+    #[test]
+    fn an_indeterminate_write_may_or_may_not_be_there() {
+        let history = [
+            record(1, &[(x(), 2)], 15),
+            record(2, &[(x(), 3)], END_UNKNOWN),
+        ];
+        assert!(check(&history, [x()], |_| 1, &primary_at(2)).is_empty());
+        assert!(check(&history, [x()], |_| 1, &primary_at(3)).is_empty());
+        // But not a version nobody wrote.
+        assert_eq!(check(&history, [x()], |_| 1, &primary_at(4)).len(), 1);
+    }
+}

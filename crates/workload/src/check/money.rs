@@ -115,3 +115,90 @@ fn possible_sums(base: i128, maybe: &[i128]) -> Option<BTreeSet<i128>> {
     }
     Some(sums)
 }
+
+#[cfg(test)]
+mod tests {
+    use ferrotx_store::{Key, TableId};
+
+    use super::*;
+    use crate::state::CopyState;
+
+    fn rows() -> [Row; 2] {
+        [(TableId(1), Key::from(0)), (TableId(1), Key::from(1))]
+    }
+
+    /// Balances of 50 and `second`.
+    fn balances(second: i64) -> impl Fn(TableId, &Key) -> Vec<CopyState> {
+        move |_, key| {
+            let balance = if *key == Key::from(0) { 50 } else { second };
+            vec![CopyState {
+                node: 0,
+                primary: true,
+                version: 2,
+                value: Some(balance.to_le_bytes().to_vec()),
+            }]
+        }
+    }
+
+    /// A history of one transaction creating `money`, with `outcome`.
+    fn moving(money: i64, outcome: Outcome) -> History {
+        let mut history = History::new();
+        let index = history.open();
+        history.notes.push((index, Note::Money(money)));
+        history.close(index, outcome);
+        history
+    }
+
+    #[test]
+    fn money_created_is_reported() {
+        let history = History::new();
+        assert!(conserved(&history, 100, rows(), true, &balances(50)).is_empty());
+        assert_eq!(
+            conserved(&history, 100, rows(), true, &balances(51)),
+            [Violation::Total {
+                found: 101,
+                possible: (100, 100)
+            }]
+        );
+    }
+
+    #[test]
+    fn committed_deposits_count_and_indeterminate_ones_may() {
+        let committed = moving(5, Outcome::Committed);
+        assert!(conserved(&committed, 95, rows(), true, &balances(50)).is_empty());
+        let aborted = moving(5, Outcome::Aborted);
+        assert_eq!(
+            conserved(&aborted, 95, rows(), true, &balances(50)).len(),
+            1
+        );
+        let unknown = moving(5, Outcome::Indeterminate);
+        assert!(conserved(&unknown, 95, rows(), true, &balances(50)).is_empty());
+        assert!(conserved(&unknown, 100, rows(), true, &balances(50)).is_empty());
+        assert_eq!(
+            conserved(&unknown, 97, rows(), true, &balances(50)).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_audit_that_saw_another_total_is_reported_once_committed() {
+        let mut history = History::new();
+        for (total, outcome) in [
+            (100, Outcome::Committed),
+            (99, Outcome::Aborted),
+            (98, Outcome::Committed),
+        ] {
+            let index = history.open();
+            history.notes.push((index, Note::Total(total)));
+            history.close(index, outcome);
+        }
+        assert_eq!(
+            audits(&history, 100),
+            [Violation::Audit {
+                id: 2,
+                total: 98,
+                expected: 100
+            }]
+        );
+    }
+}

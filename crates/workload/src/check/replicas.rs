@@ -56,3 +56,52 @@ fn check_one(table: TableId, key: Key, state: &impl StateReader, out: &mut Vec<V
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(node: u16, primary: bool, version: u64, value: u8) -> CopyState {
+        CopyState {
+            node,
+            primary,
+            version,
+            value: Some(vec![value; 8]),
+        }
+    }
+
+    fn row() -> Row {
+        (TableId(1), Key::from(3))
+    }
+
+    #[test]
+    fn equal_copies_pass_and_a_differing_backup_is_reported() {
+        let same = |_: TableId, _: &Key| [copy(0, true, 4, 9), copy(1, false, 4, 9)];
+        assert!(check([row()], &same).is_empty());
+        let behind = |_: TableId, _: &Key| {
+            [
+                copy(0, true, 4, 9),
+                copy(1, false, 4, 9),
+                copy(2, false, 3, 8),
+            ]
+        };
+        assert!(matches!(
+            &check([row()], &behind)[..],
+            [Violation::BackupDiffers { backup, .. }] if backup.node == 2
+        ));
+        let other_value = |_: TableId, _: &Key| [copy(0, true, 4, 9), copy(1, false, 4, 1)];
+        assert_eq!(check([row()], &other_value).len(), 1);
+    }
+
+    #[test]
+    fn a_key_without_one_primary_is_reported() {
+        let two = |_: TableId, _: &Key| [copy(0, true, 4, 9), copy(1, true, 4, 9)];
+        assert_eq!(
+            check([row()], &two),
+            [Violation::NoPrimary {
+                row: row(),
+                primaries: 2
+            }]
+        );
+    }
+}
