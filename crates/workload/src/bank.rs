@@ -200,14 +200,14 @@ impl BankWorkload {
         let both = txn
             .read_many(ACCOUNTS, &[Key::from(from), Key::from(to)])
             .await?;
-        let (a, b) = (balance(&both[0]), balance(&both[1]));
+        let (a, b) = (balance(both[0].as_deref()), balance(both[1].as_deref()));
         let enough = if self.guard_read {
             // With two accounts the guard is the source itself.
             let guard = (to + 1) % self.accounts;
             let g = if guard == from {
                 a
             } else {
-                balance(&txn.read(ACCOUNTS, Key::from(guard)).await?)
+                balance(txn.read(ACCOUNTS, Key::from(guard)).await?)
             };
             a >= amount && a + g >= 2 * amount
         } else {
@@ -239,12 +239,12 @@ impl BankWorkload {
                 // Every account in one batch of reads.
                 let keys: Vec<Key> = (0..self.accounts).map(Key::from).collect();
                 for value in txn.read_many(ACCOUNTS, &keys).await? {
-                    total += i128::from(balance(&value));
+                    total += i128::from(balance(value));
                 }
             } else {
                 for account in 0..self.accounts {
                     let value = txn.read(ACCOUNTS, Key::from(account)).await?;
-                    total += i128::from(balance(&value));
+                    total += i128::from(balance(value));
                 }
             }
             Ok(total)
@@ -292,9 +292,9 @@ async fn tags<R: Recorder>(
 }
 
 /// The balance in `value` (0 if absent).
-pub fn balance(value: &Option<Vec<u8>>) -> u64 {
-    value.as_ref().map_or(0, |v| {
-        u64::from_le_bytes(v[..8].try_into().expect("8-byte balance"))
+pub fn balance(value: Option<impl AsRef<[u8]>>) -> u64 {
+    value.map_or(0, |v| {
+        u64::from_le_bytes(v.as_ref()[..8].try_into().expect("8-byte balance"))
     })
 }
 
