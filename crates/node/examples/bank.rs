@@ -61,20 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let aborted = runs_total(threads) - committed;
     let elapsed = started.elapsed();
     // Let every coordinator push its last truncation mark so backups catch up.
-    let nodes = cluster.nodes();
-    let flushes: Vec<_> = nodes
-        .iter()
-        .flat_map(|&node| (0..threads).map(move |thread| (node, thread)))
-        .map(|(node, thread)| {
-            let nodes = nodes.clone();
-            cluster.spawn(node, thread, move |co, coordinator| async move {
-                coordinator.flush_truncation(&co, &nodes).await;
-            })
-        })
-        .collect();
-    for flush in flushes {
-        flush.recv()?;
-    }
+    cluster.flush_truncation();
     let state = |table: TableId, key: &Key| {
         cluster
             .read_copies(table, key)

@@ -130,6 +130,30 @@ impl LocalCluster {
         self.node(node).spawn(thread, body)
     }
 
+    /// Has every coordinator thread push its last truncation mark to every node, and waits
+    /// for them all: afterwards backups have applied every committed write, so copies can
+    /// be compared (once no transaction runs).
+    ///
+    /// # Panics
+    ///
+    /// If a worker thread has stopped.
+    pub fn flush_truncation(&self) {
+        let nodes = self.nodes();
+        let flushes: Vec<_> = nodes
+            .iter()
+            .flat_map(|&node| (0..self.config.threads_per_node()).map(move |t| (node, t)))
+            .map(|(node, thread)| {
+                let nodes = nodes.clone();
+                self.spawn(node, thread, move |co, coordinator| async move {
+                    coordinator.flush_truncation(&co, &nodes).await;
+                })
+            })
+            .collect();
+        for flush in flushes {
+            flush.recv().expect("a worker thread stopped");
+        }
+    }
+
     /// A handle that starts coroutines on node `node` from any thread (to serve a front
     /// end, such as the Redis protocol, from it).
     pub fn handle(&self, node: u16) -> NodeHandle {

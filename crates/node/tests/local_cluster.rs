@@ -122,24 +122,7 @@ fn transfers_conserve_money_and_replicas_agree() {
         committed += run.recv().unwrap();
     }
     assert!(committed > 0);
-    let nodes = cluster.nodes();
-    let flushes: Vec<_> = nodes
-        .iter()
-        .flat_map(|&node| (0..2).map(move |thread| (node, thread)))
-        .map(|(node, thread)| {
-            let nodes = nodes.clone();
-            cluster.spawn(
-                node,
-                thread,
-                move |co, coordinator: Rc<Coordinator>| async move {
-                    coordinator.flush_truncation(&co, &nodes).await;
-                },
-            )
-        })
-        .collect();
-    for flush in flushes {
-        flush.recv().unwrap();
-    }
+    cluster.flush_truncation();
     // Money conserved, strictly serializable, no write lost, replicas equal.
     let state = |table: TableId, key: &Key| {
         cluster

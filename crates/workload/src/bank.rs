@@ -159,38 +159,63 @@ impl BankWorkload {
         recorder: &mut R,
     ) -> Done {
         let kind = pick_kind(&self.mix.shares(), rng);
-        let result = match kind {
-            0 => self.transfer(co, coordinator, rng, recorder).await,
-            1 => self.audit(co, coordinator, rng, recorder).await,
+        let read_only = match kind {
+            0 => false,
+            1 => true,
             2 => {
                 let account = Key::from(rng.random_range(0..self.accounts));
                 let mut value = Vec::new();
-                record::read_one(co, coordinator, recorder, ACCOUNTS, account, &mut value)
-                    .await
-                    .map(|_| Effect::succeeded(0))
+                let result =
+                    record::read_one(co, coordinator, recorder, ACCOUNTS, account, &mut value)
+                        .await
+                        .map(|_| Effect::succeeded(0));
+                return Done { kind, result };
             }
-            _ => tags(co, coordinator, rng, recorder).await,
+            // Tags: half write both, half read both.
+            _ => rng.random_bool(0.5),
         };
+        let index = recorder.open();
+        let mut txn = if read_only {
+            coordinator.begin_read_only(co)
+        } else {
+            coordinator.begin(co)
+        };
+        let executed = match kind {
+            0 => {
+                let from = rng.random_range(0..self.accounts);
+                let to = (from + rng.random_range(1..self.accounts)) % self.accounts;
+                let amount = rng.random_range(1..=self.amount_max);
+                self.transfer(&mut txn, from, to, amount).await
+            }
+            1 => self
+                .audit(&mut txn, rng.random_bool(0.5))
+                .await
+                .map(|total| {
+                    recorder.note(index, Note::Total(total));
+                    Effect::succeeded(0)
+                }),
+            _ if read_only => read_tags(&mut txn).await.map(|equal| {
+                if !equal {
+                    recorder.note(index, Note::TagsDiffer);
+                }
+                Effect::succeeded(0)
+            }),
+            _ => {
+                // Both tags set to one random value, without reading them.
+                let [(_, a), (_, b)] = Self::tag_rows();
+                let value = bytes(rng.random());
+                txn.put(ACCOUNTS, a, value.clone())
+                    .and_then(|()| txn.put(ACCOUNTS, b, value))
+                    .map(|()| Effect::succeeded(0))
+            }
+        };
+        let result = record::finish(txn, executed, recorder, index).await;
         Done { kind, result }
     }
 
-    async fn transfer<R: Recorder>(
-        &self,
-        co: &Co,
-        coordinator: &Coordinator,
-        rng: &mut ChaCha8Rng,
-        recorder: &mut R,
-    ) -> Result<Effect, Abort> {
-        let from = rng.random_range(0..self.accounts);
-        let to = (from + rng.random_range(1..self.accounts)) % self.accounts;
-        let amount = rng.random_range(1..=self.amount_max);
-        let index = recorder.open();
-        let mut txn = coordinator.begin(co);
-        let executed = self.transfer_body(&mut txn, from, to, amount).await;
-        record::finish(txn, executed, recorder, index).await
-    }
-
-    async fn transfer_body(
+    /// Moves `amount` from `from` to `to` if there is enough (with the guard read, if
+    /// set); otherwise only reads.
+    async fn transfer(
         &self,
         txn: &mut Txn<'_>,
         from: u64,
@@ -224,71 +249,29 @@ impl BankWorkload {
         Ok(Effect::succeeded(0))
     }
 
-    async fn audit<R: Recorder>(
-        &self,
-        co: &Co,
-        coordinator: &Coordinator,
-        rng: &mut ChaCha8Rng,
-        recorder: &mut R,
-    ) -> Result<Effect, Abort> {
-        let index = recorder.open();
-        let mut txn = coordinator.begin_read_only(co);
-        let executed = async {
-            let mut total = 0i128;
-            if rng.random_bool(0.5) {
-                // Every account in one batch of reads.
-                let keys: Vec<Key> = (0..self.accounts).map(Key::from).collect();
-                for value in txn.read_many(ACCOUNTS, &keys).await? {
-                    total += i128::from(balance(value));
-                }
-            } else {
-                for account in 0..self.accounts {
-                    let value = txn.read(ACCOUNTS, Key::from(account)).await?;
-                    total += i128::from(balance(value));
-                }
+    /// The total of every account, read in one batch or one by one.
+    async fn audit(&self, txn: &mut Txn<'_>, batch: bool) -> Result<i128, Abort> {
+        let mut total = 0i128;
+        if batch {
+            let keys: Vec<Key> = (0..self.accounts).map(Key::from).collect();
+            for value in txn.read_many(ACCOUNTS, &keys).await? {
+                total += i128::from(balance(value));
             }
-            Ok(total)
+        } else {
+            for account in 0..self.accounts {
+                let value = txn.read(ACCOUNTS, Key::from(account)).await?;
+                total += i128::from(balance(value));
+            }
         }
-        .await;
-        if let Ok(total) = executed {
-            recorder.note(index, Note::Total(total));
-        }
-        record::finish(txn, executed, recorder, index)
-            .await
-            .map(|_| Effect::succeeded(0))
+        Ok(total)
     }
 }
 
-/// Both tags set to one random value without reading them, or both read in one
-/// read-only transaction (which must see them equal).
-async fn tags<R: Recorder>(
-    co: &Co,
-    coordinator: &Coordinator,
-    rng: &mut ChaCha8Rng,
-    recorder: &mut R,
-) -> Result<Effect, Abort> {
+/// Reads both tags in one (read-only) transaction: whether they are equal.
+async fn read_tags(txn: &mut Txn<'_>) -> Result<bool, Abort> {
     let [(_, a), (_, b)] = BankWorkload::tag_rows();
-    let index = recorder.open();
-    if rng.random_bool(0.5) {
-        let mut txn = coordinator.begin(co);
-        let value = bytes(rng.random());
-        let executed = txn
-            .put(ACCOUNTS, a, value.clone())
-            .and_then(|()| txn.put(ACCOUNTS, b, value));
-        return record::finish(txn, executed, recorder, index)
-            .await
-            .map(|()| Effect::succeeded(0));
-    }
-    let mut txn = coordinator.begin_read_only(co);
-    let executed = txn.read_many(ACCOUNTS, &[a, b]).await;
-    if let Ok(values) = &executed {
-        if values[0] != values[1] {
-            recorder.note(index, Note::TagsDiffer);
-        }
-    }
-    record::finish(txn, executed, recorder, index)
-        .await
-        .map(|_| Effect::succeeded(0))
+    let values = txn.read_many(ACCOUNTS, &[a, b]).await?;
+    Ok(values[0] == values[1])
 }
 
 /// The balance in `value` (0 if absent).

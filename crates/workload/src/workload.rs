@@ -432,21 +432,11 @@ impl Runner {
                     result: result.map(|()| Effect::succeeded(0)),
                 }
             }
-            Workload::Bank(bank) => {
-                bank.clone()
-                    .run_one(co, coordinator, &mut self.rng, recorder)
-                    .await
-            }
+            Workload::Bank(bank) => bank.run_one(co, coordinator, &mut self.rng, recorder).await,
             Workload::SmallBank(bank) => {
-                bank.clone()
-                    .run_one(co, coordinator, &mut self.rng, recorder)
-                    .await
+                bank.run_one(co, coordinator, &mut self.rng, recorder).await
             }
-            Workload::Tatp(tatp) => {
-                tatp.clone()
-                    .run_one(co, coordinator, &mut self.rng, recorder)
-                    .await
-            }
+            Workload::Tatp(tatp) => tatp.run_one(co, coordinator, &mut self.rng, recorder).await,
             Workload::Latency(_) => self.latency(co, coordinator, recorder).await,
         }
     }

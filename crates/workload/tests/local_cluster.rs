@@ -52,17 +52,7 @@ fn run(workload: &Workload, seed: u64) -> (LocalCluster, History) {
     runs.into_iter()
         .for_each(|run| run.recv().expect("coroutine"));
     // Every coordinator pushes its last truncation mark, so backups apply every write.
-    let flushes: Vec<_> = nodes
-        .iter()
-        .flat_map(|&node| (0..THREADS).map(move |thread| (node, thread)))
-        .map(|(node, thread)| {
-            let nodes = nodes.clone();
-            cluster.spawn(node, thread, move |co, coordinator| async move {
-                coordinator.flush_truncation(&co, &nodes).await;
-            })
-        })
-        .collect();
-    flushes.into_iter().for_each(|f| f.recv().expect("flush"));
+    cluster.flush_truncation();
     (cluster, recorder.history())
 }
 
