@@ -12,7 +12,7 @@ mod placement;
 mod runtime;
 mod worker;
 
-pub use local_cluster::LocalCluster;
+pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{Node, NodeHandle, NodeOptions, SpawnError, WorkerReport, incarnation_from_clock};
 pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};

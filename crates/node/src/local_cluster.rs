@@ -19,6 +19,10 @@ use ferrotx_wire::EndpointId;
 use crate::node::{Node, NodeHandle, NodeOptions};
 use crate::placement::ClusterPlacement;
 
+/// What [`LocalCluster::read_copies`] gives for one copy: its node, its role, and its
+/// version and value (`None` if absent or deleted), or `None` if it cannot be read.
+pub type CopyRead = (u16, Role, Option<(u64, Option<Vec<u8>>)>);
+
 /// Every node of a configuration, each worker thread an OS thread of this process, talking
 /// over in-process queues. Data is loaded with [`LocalCluster::load`] before transactions
 /// run; transactions are coroutines started with [`LocalCluster::spawn`].
@@ -176,11 +180,7 @@ impl LocalCluster {
     /// (0 for a key that never had an object) and value (`None` if absent or deleted).
     /// For checks, once the cluster is quiet; `None` for a copy that cannot be read
     /// (unknown table, or an object locked).
-    pub fn read_copies(
-        &self,
-        table: TableId,
-        key: &Key,
-    ) -> Vec<(u16, Role, Option<(u64, Option<Vec<u8>>)>)> {
+    pub fn read_copies(&self, table: TableId, key: &Key) -> Vec<CopyRead> {
         self.copies_of(self.partition_of(table, key))
             .into_iter()
             .enumerate()

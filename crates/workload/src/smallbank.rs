@@ -132,10 +132,9 @@ impl SmallBankWorkload {
             4 => transact_saving(&mut txn, self.account(rng), rng.random_range(-10..=10)).await,
             _ => write_check(&mut txn, self.account(rng), rng.random_range(1..=10)).await,
         };
-        if let Ok(effect) = &executed {
-            if effect.money != 0 {
-                recorder.note(index, Note::Money(effect.money));
-            }
+        match &executed {
+            Ok(effect) if effect.money != 0 => recorder.note(index, Note::Money(effect.money)),
+            _ => {}
         }
         let result = record::finish(txn, executed, recorder, index).await;
         Done { kind, result }
