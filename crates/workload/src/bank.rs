@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::{Note, Row};
 use crate::record::{self, Recorder};
-use crate::workload::{Done, Effect, Loader, pick_kind};
+use crate::workload::{Done, Effect, Loader, SettingsError, ensure, pick_kind};
 
 /// The accounts (and the tags).
 pub const ACCOUNTS: TableId = TableId(1);
@@ -109,17 +109,17 @@ impl BankWorkload {
     }
 
     /// Checks the settings.
-    pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.accounts >= 2, "--accounts must be at least 2");
-        anyhow::ensure!(
+    pub fn check(&self) -> Result<(), SettingsError> {
+        ensure!(self.accounts >= 2, "--accounts must be at least 2");
+        ensure!(
             self.accounts < TAG_A,
             "--accounts must be below {TAG_A} (the tags' keys)"
         );
-        anyhow::ensure!(
+        ensure!(
             self.amount_max >= 1,
             "the largest amount must be at least 1"
         );
-        anyhow::ensure!(
+        ensure!(
             self.mix.shares().iter().sum::<u32>() == 100,
             "the bank's mix must sum to 100"
         );

@@ -140,3 +140,26 @@ impl History {
             .filter(move |&(index, _)| self.records[index].outcome() == outcome)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_never_closed_is_indeterminate_and_ticks_never_tie() {
+        let mut history = History::new();
+        let (a, b) = (history.open(), history.open());
+        history.close(a, Outcome::Committed);
+        history.close(b, Outcome::Indeterminate);
+        let c = history.open();
+        history.close(c, Outcome::Aborted);
+        let outcomes: Vec<Outcome> = history.records.iter().map(TxnRecord::outcome).collect();
+        assert_eq!(
+            outcomes,
+            [Outcome::Committed, Outcome::Indeterminate, Outcome::Aborted]
+        );
+        let [a, b, c] = [0, 1, 2].map(|i| &history.records[i]);
+        assert!(a.start_ns < b.start_ns && b.start_ns < a.end_ns && a.end_ns < c.start_ns);
+        assert_eq!(b.end_ns, END_UNKNOWN);
+    }
+}

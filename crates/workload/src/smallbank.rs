@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::{Note, Row};
 use crate::record::{self, Recorder};
-use crate::workload::{Done, Effect, Loader, pick_kind};
+use crate::workload::{Done, Effect, Loader, SettingsError, ensure, pick_kind};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(1);
@@ -54,13 +54,13 @@ impl SmallBankWorkload {
     }
 
     /// Checks the settings.
-    pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.accounts >= 2, "--accounts must be at least 2");
-        anyhow::ensure!(
+    pub fn check(&self) -> Result<(), SettingsError> {
+        ensure!(self.accounts >= 2, "--accounts must be at least 2");
+        ensure!(
             self.hot_accounts >= 2 && self.hot_accounts <= self.accounts,
             "--hot-accounts must be in 2..=--accounts"
         );
-        anyhow::ensure!(self.hot_percent <= 100, "--hot-percent must be at most 100");
+        ensure!(self.hot_percent <= 100, "--hot-percent must be at most 100");
         Ok(())
     }
 

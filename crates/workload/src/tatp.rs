@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::record::{self, Recorder};
-use crate::workload::{Done, Effect, Loader, pick_kind};
+use crate::workload::{Done, Effect, Loader, SettingsError, ensure, pick_kind};
 
 /// Subscriber: s_id -> bits, hex digits, bytes, locations (32 bytes).
 pub const SUBSCRIBER: TableId = TableId(1);
@@ -69,8 +69,8 @@ impl TatpWorkload {
     }
 
     /// Checks the settings.
-    pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
+    pub fn check(&self) -> Result<(), SettingsError> {
+        ensure!(
             self.subscribers >= 1 && self.subscribers <= 999_999_999_999_999,
             "--subscribers must be in 1..=999999999999999"
         );

@@ -19,6 +19,21 @@ pub use crate::smallbank::SmallBankWorkload;
 use crate::state::StateReader;
 pub use crate::tatp::TatpWorkload;
 
+/// Settings with which a workload cannot run; the message names the flag to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+/// Returns a [`SettingsError`] with the formatted message unless the condition holds.
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err($crate::workload::SettingsError(format!($($message)+)));
+        }
+    };
+}
+pub(crate) use ensure;
+
 /// The table of both workloads.
 pub const TABLE: TableId = TableId(1);
 
@@ -190,25 +205,25 @@ impl Workload {
     }
 
     /// Checks the settings, with a message naming the flag to change.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), SettingsError> {
         match self {
             Self::Kv(kv) => {
-                anyhow::ensure!(kv.key_count >= 1, "--key-count must be at least 1");
-                anyhow::ensure!(
+                ensure!(kv.key_count >= 1, "--key-count must be at least 1");
+                ensure!(
                     kv.keys_per_txn >= 1 && kv.keys_per_txn as u64 <= kv.key_count,
                     "--keys-per-txn must be in 1..=--key-count"
                 );
-                anyhow::ensure!(kv.keys_per_txn <= 64, "--keys-per-txn must be at most 64");
-                anyhow::ensure!(
+                ensure!(kv.keys_per_txn <= 64, "--keys-per-txn must be at most 64");
+                ensure!(
                     (0.0..=1.0).contains(&kv.write_share),
                     "--write-share must be in [0, 1]"
                 );
-                anyhow::ensure!(
+                ensure!(
                     kv.value_bytes >= 8 && kv.value_bytes <= ferrotx_store::VALUE_BYTES_MAX,
                     "--value-bytes must be in 8..={}",
                     ferrotx_store::VALUE_BYTES_MAX
                 );
-                anyhow::ensure!(
+                ensure!(
                     kv.zipf >= 0.0 && kv.zipf.is_finite(),
                     "--zipf must be 0 (uniform) or positive"
                 );
@@ -217,7 +232,7 @@ impl Workload {
             Self::SmallBank(bank) => bank.check()?,
             Self::Tatp(tatp) => tatp.check()?,
             Self::Latency(latency) => {
-                anyhow::ensure!(
+                ensure!(
                     (1..=1000).contains(&latency.objects_per_size),
                     "--objects-per-size must be in 1..=1000"
                 );
