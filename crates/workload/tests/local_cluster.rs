@@ -6,7 +6,7 @@ use ferrotx_cluster::Configuration;
 use ferrotx_node::LocalCluster;
 use ferrotx_store::{Key, TableId};
 use ferrotx_workload::bank::{ACCOUNTS, BankWorkload};
-use ferrotx_workload::check::{Violation, money};
+use ferrotx_workload::check::{Violation, money, serializability};
 use ferrotx_workload::history::{History, Outcome};
 use ferrotx_workload::record::HistoryRecorder;
 use ferrotx_workload::smallbank::SmallBankWorkload;
@@ -140,7 +140,7 @@ fn smallbank_with_ten_accounts_passes_its_checks() {
 }
 
 #[test]
-fn the_checkers_catch_money_created_and_a_replica_differing() {
+fn the_checkers_catch_money_created_a_replica_differing_a_stale_read_and_a_lost_write() {
     let workload = Workload::Bank(BankWorkload::mixed(4, 100));
     let (cluster, history) = run(&workload, 6);
     // Account 0 gains 7 at every copy (money created), and its backup on one node is
@@ -161,8 +161,40 @@ fn the_checkers_catch_money_created_and_a_replica_differing() {
         }
         copies
     };
+    // And the history: a committed read of account 1's initial version after every
+    // transaction ended (stale: a cycle through real time, as account 1 was written since), and an
+    // acknowledged write of account 2 above its primary's version (lost).
+    let mut history = history;
+    let row = |account: u64| (ACCOUNTS, Key::from(account));
+    let written = |account: u64| {
+        history
+            .records
+            .iter()
+            .any(|r| r.committed && r.writes.iter().any(|(w, _)| *w == row(account)))
+    };
+    assert!(written(1), "account 1 was never written; pick another seed");
+    let index = history.open();
+    history.records[index].reads = vec![(row(1), 1)];
+    history.close(index, Outcome::Committed);
+    let index = history.open();
+    history.records[index].writes = vec![(row(2), 1_000)];
+    history.close(index, Outcome::Committed);
     let violations = workload.end_checks(&history, &broken);
     cluster.stop();
+    assert!(
+        violations.iter().any(|v| matches!(
+            v,
+            Violation::Serializability(serializability::Violation::Cycle { anomaly, .. })
+                if anomaly.ends_with("-realtime")
+        )),
+        "{violations:?}"
+    );
+    assert!(
+        violations.iter().any(
+            |v| matches!(v, Violation::LostWrite(lost) if lost.row == row(2) && lost.highest_committed == 1_000)
+        ),
+        "{violations:?}"
+    );
     assert!(
         violations
             .iter()
