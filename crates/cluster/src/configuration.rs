@@ -3,7 +3,6 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ferrotx_store::{PartitionId, TableSpec, VALUE_BYTES_MAX};
-use ferrotx_transport::AddressBook;
 use ferrotx_wire::EndpointId;
 
 use crate::error::ConfigError;
@@ -101,8 +100,8 @@ impl Configuration {
     /// partitions of `replicas` replicas, and id [`LOCAL_CONFIGURATION_ID`].
     ///
     /// Ports, from `port_base`, with `T = threads_per_node`: thread `t` of node `n` at
-    /// `port_base + n * T + t` (the layout of `AddressBook::loopback`, which this
-    /// configuration's [`Self::address_book`] equals), then node `n`'s RESP port at
+    /// `port_base + n * T + t` (the layout of the transport's `AddressBook::loopback`,
+    /// which this configuration's [`Self::endpoint_addrs`] gives), then node `n`'s RESP port at
     /// `port_base + nodes * T + n`. So the cluster uses `nodes * (T + 1)` consecutive
     /// ports.
     pub fn local(
@@ -263,14 +262,15 @@ impl Configuration {
         Some(member.rpc_addr(endpoint.thread()))
     }
 
-    /// The address of every endpoint, for the transport.
-    pub fn address_book(&self) -> AddressBook {
-        self.endpoints()
-            .map(|endpoint| {
-                let addr = self.endpoint_addr(endpoint).expect("endpoints are members");
-                (endpoint, addr)
-            })
-            .collect()
+    /// Every endpoint of the cluster with its UDP address, in endpoint order: what the
+    /// transport's address book is collected from (`ferrotx_transport::AddressBook`
+    /// implements `FromIterator` over these pairs). Plain addresses, so that this crate
+    /// does not depend on the crate that opens sockets.
+    pub fn endpoint_addrs(&self) -> impl Iterator<Item = (EndpointId, SocketAddr)> + '_ {
+        self.endpoints().map(|endpoint| {
+            let addr = self.endpoint_addr(endpoint).expect("endpoints are members");
+            (endpoint, addr)
+        })
     }
 }
 
@@ -322,8 +322,15 @@ mod tests {
         // RESP ports after all the RPC ports.
         assert_eq!(node.resp_addr(), Some("127.0.0.1:40014".parse().unwrap()));
         assert_eq!(config.member(3), None);
-        // The same layout as the transport's loopback book.
-        assert_eq!(config.address_book(), AddressBook::loopback(40_000, 3, 4));
+        // The same layout as the transport's loopback book: consecutive ports from
+        // 40000, in endpoint order.
+        let addrs: Vec<_> = config.endpoint_addrs().collect();
+        let loopback: Vec<_> = (0..3u16)
+            .flat_map(|node| (0..4u16).map(move |thread| EndpointId::new(node, thread)))
+            .zip(40_000u16..)
+            .map(|(endpoint, port)| (endpoint, SocketAddr::from((Ipv4Addr::LOCALHOST, port))))
+            .collect();
+        assert_eq!(addrs, loopback);
         for node in 0..3 {
             assert_eq!(config.partitions().primaries_on(node).count(), 5);
             assert_eq!(config.partitions().backups_on(node).count(), 5);
@@ -440,10 +447,11 @@ mod tests {
         );
         assert_eq!(config.endpoint_addr(EndpointId::new(9, 3)), None);
         assert_eq!(config.endpoint_addr(EndpointId::new(1, 0)), None);
-        let book = config.address_book();
-        assert_eq!(book.len(), 6);
-        for endpoint in endpoints {
-            assert_eq!(book.get(endpoint), config.endpoint_addr(endpoint));
+        let addrs: Vec<_> = config.endpoint_addrs().collect();
+        assert_eq!(addrs.len(), 6);
+        for (endpoint, (listed, addr)) in endpoints.into_iter().zip(addrs) {
+            assert_eq!(listed, endpoint);
+            assert_eq!(Some(addr), config.endpoint_addr(endpoint));
         }
     }
 

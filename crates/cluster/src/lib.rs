@@ -5,7 +5,8 @@
 //! A [`Configuration`] comes from a TOML file ([`Configuration::from_toml_str`],
 //! [`Configuration::load`]; format below) or is generated for a cluster on this machine
 //! ([`Configuration::local`]). It is checked whole when built, with a [`ConfigError`] that says what to fix. It gives the
-//! transport its [`AddressBook`](ferrotx_transport::AddressBook), the RPC engine its
+//! transport every endpoint's address ([`Configuration::endpoint_addrs`], from which the
+//! transport builds its address book), the RPC engine its
 //! configuration id (datagrams of another id are dropped and counted there), and
 //! transactions the partition of each key and the nodes of each partition.
 //!
@@ -31,9 +32,8 @@
 //! assert_ne!(replicas.primary, replicas.backups[0]);
 //!
 //! // Thread 3 of node 2 listens on port 40000 + 2 * 4 + 3.
-//! let book = config.address_book();
-//! assert_eq!(book.len(), 12);
-//! assert_eq!(book.get(EndpointId::new(2, 3)), Some("127.0.0.1:40011".parse()?));
+//! assert_eq!(config.endpoint_addrs().count(), 12);
+//! assert_eq!(config.endpoint_addr(EndpointId::new(2, 3)), Some("127.0.0.1:40011".parse()?));
 //!
 //! // Written as TOML and read back.
 //! let text = config.to_toml_string();

@@ -13,8 +13,11 @@ impl Configuration {
     /// the simulator; callers that have the text already use `from_toml_str`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        // The sans-IO ban on file reads (clippy.toml) has this one exception.
-        #[allow(clippy::disallowed_methods)]
+        // The sans-IO ban on file reads (lints/sans-io.clippy.toml) has this one exception.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the one file read of the protocol crates: loading a configuration"
+        )]
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,

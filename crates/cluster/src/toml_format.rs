@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(config.replicas(), 3);
         assert_eq!(config.members().len(), 6);
         assert_eq!(config.partitions().partition_count(), 24);
-        assert_eq!(config.address_book().len(), 24);
+        assert_eq!(config.endpoint_addrs().count(), 24);
         let domain = |node: u16| config.member(node).unwrap().failure_domain.clone();
         for (_, replicas) in config.partitions().iter() {
             let racks: BTreeSet<String> = replicas.nodes().map(domain).collect();

@@ -1,6 +1,8 @@
 //! What a coroutine holds: its caller slot and the state shared with the event loop.
 
 use std::cell::{Cell, RefCell, RefMut};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -16,6 +18,9 @@ pub struct Shared {
     now_ns: Cell<u64>,
     /// Coroutines that yielded (or were just spawned) and should run in the next round.
     pub(crate) runnable: RefCell<Vec<CallerId>>,
+    /// Sleeping coroutines by deadline: at most one entry per coroutine, so bounded by
+    /// the caller slots.
+    pub(crate) timers: RefCell<BinaryHeap<Reverse<(u64, u16)>>>,
 }
 
 impl Shared {
@@ -25,7 +30,19 @@ impl Shared {
             engine: RefCell::new(engine),
             now_ns: Cell::new(0),
             runnable: RefCell::new(Vec::with_capacity(callers)),
+            timers: RefCell::new(BinaryHeap::with_capacity(callers)),
         }
+    }
+
+    /// The earliest deadline of a sleeping coroutine.
+    pub fn next_timer_ns(&self) -> Option<u64> {
+        self.timers.borrow().peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Whether a sleeping coroutine's deadline has come.
+    pub(crate) fn timer_due(&self) -> bool {
+        self.next_timer_ns()
+            .is_some_and(|at| at <= self.now_ns.get())
     }
 
     /// The engine. Panics if a coroutine holds it across an await.
@@ -124,6 +141,23 @@ impl Co {
         read(self.shared.engine().result(self.id, index))
     }
 
+    /// Sleeps until the event loop's time reaches `deadline_ns` (at once if it has): the
+    /// worker's timer wakes the coroutine, so a sleeping worker wakes for it too.
+    pub async fn sleep_until(&self, deadline_ns: u64) {
+        if self.shared.now_ns() >= deadline_ns {
+            return;
+        }
+        self.shared
+            .timers
+            .borrow_mut()
+            .push(Reverse((deadline_ns, self.id.0)));
+        Sleep {
+            shared: &self.shared,
+            deadline_ns,
+        }
+        .await;
+    }
+
     /// Lets the other coroutines and the event loop run; this one resumes in the next
     /// round.
     pub async fn yield_now(&self) {
@@ -143,6 +177,24 @@ impl Future for BatchDone<'_> {
 
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
         if self.shared.engine().is_done(self.id) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Ready once the loop's time reaches the deadline.
+struct Sleep<'a> {
+    shared: &'a Shared,
+    deadline_ns: u64,
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.shared.now_ns() >= self.deadline_ns {
             Poll::Ready(())
         } else {
             Poll::Pending

@@ -70,7 +70,14 @@ impl Executor {
 
     /// True if [`Executor::run`] would poll a coroutine.
     pub fn has_work(&self) -> bool {
-        !self.shared.runnable.borrow().is_empty() || self.shared.engine().has_ready()
+        !self.shared.runnable.borrow().is_empty()
+            || self.shared.engine().has_ready()
+            || self.shared.timer_due()
+    }
+
+    /// The earliest deadline of a sleeping coroutine ([`Co::sleep_until`]).
+    pub fn next_timer_ns(&self) -> Option<u64> {
+        self.shared.next_timer_ns()
     }
 
     /// Polls every coroutine that can progress: those spawned or yielded since the last
@@ -78,6 +85,18 @@ impl Executor {
     /// the number of polls.
     pub fn run(&mut self) -> usize {
         let mut polls = 0;
+        if self.shared.timer_due() {
+            let now = self.shared.now_ns();
+            let mut timers = self.shared.timers.borrow_mut();
+            let mut runnable = self.shared.runnable.borrow_mut();
+            while let Some(&std::cmp::Reverse((at, id))) = timers.peek() {
+                if at > now {
+                    break;
+                }
+                timers.pop();
+                runnable.push(CallerId(id));
+            }
+        }
         std::mem::swap(&mut self.round, &mut *self.shared.runnable.borrow_mut());
         let mut round = std::mem::take(&mut self.round);
         for &id in &round {
@@ -111,8 +130,8 @@ impl Executor {
 mod tests {
     use super::*;
     use ferrotx_rpc::Config;
-    use ferrotx_transport::TxBatch;
     use ferrotx_wire::EndpointId;
+    use ferrotx_wire::batch::TxBatch;
     use std::cell::Cell;
 
     /// Two engines wired back to back, the second echoing; one coroutine on the first
@@ -181,6 +200,45 @@ mod tests {
             tx.clear();
         }
         assert_eq!(finished.get(), 3);
+        assert_eq!(exec.live(), 0);
+    }
+
+    /// Sleeping coroutines wake in deadline order once the loop's time reaches their
+    /// deadline, and not before; the executor reports the next deadline.
+    #[test]
+    fn sleeping_coroutines_wake_at_their_deadlines() {
+        let mut exec = Executor::new(Engine::new(
+            EndpointId::new(0, 0),
+            Config {
+                callers: 3,
+                ..Config::default()
+            },
+        ));
+        let woke = Rc::new(std::cell::RefCell::new(Vec::new()));
+        for (name, deadline) in [(b'a', 5_000u64), (b'b', 2_000), (b'c', 0)] {
+            let woke = woke.clone();
+            exec.spawn(move |co| async move {
+                co.sleep_until(deadline).await;
+                woke.borrow_mut().push((name, co.now_ns()));
+            });
+        }
+        exec.shared().set_now_ns(1_000);
+        exec.run();
+        // A deadline already past does not sleep.
+        assert_eq!(*woke.borrow(), vec![(b'c', 1_000)]);
+        assert_eq!(exec.next_timer_ns(), Some(2_000));
+        assert!(!exec.has_work());
+        exec.shared().set_now_ns(1_999);
+        exec.run();
+        assert_eq!(woke.borrow().len(), 1);
+        exec.shared().set_now_ns(6_000);
+        assert!(exec.has_work());
+        exec.run();
+        assert_eq!(
+            *woke.borrow(),
+            vec![(b'c', 1_000), (b'b', 6_000), (b'a', 6_000)]
+        );
+        assert_eq!(exec.next_timer_ns(), None);
         assert_eq!(exec.live(), 0);
     }
 }

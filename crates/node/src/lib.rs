@@ -1,17 +1,24 @@
 //! A ferrotx node: worker threads, each one endpoint with its transport, RPC engine and
 //! coroutine executor.
 //!
+//! [`NodeCore`] is the deterministic part, shared with the simulator: the node's
+//! partitions built from a `Configuration`, and each worker's engine, participant and
+//! coordinator assembled over any transport. [`Node`] runs a core's workers on OS
+//! threads with UDP or in-process queues and the real clock.
+//!
 //! [`Worker`] is one iteration of FaSST's master loop, deterministic and driven with
 //! `now` by its caller, so the simulator runs it unchanged. [`run`] drives a worker with
 //! the real clock on the current thread: it busy-polls while there is work, spins briefly
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
+mod core;
 mod local_cluster;
 mod node;
 mod placement;
 mod runtime;
 mod worker;
 
+pub use core::{CoreOptions, CoreWorker, NodeCore};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{Node, NodeHandle, NodeOptions, SpawnError, WorkerReport, incarnation_from_clock};
 pub use placement::ClusterPlacement;

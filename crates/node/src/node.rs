@@ -1,7 +1,6 @@
 //! One node of a cluster: its partitions, and one worker thread per RPC endpoint, each with
 //! its transport, RPC engine, participant and coordinator.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -12,17 +11,16 @@ use std::time::Instant;
 
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::{Co, Executor};
-use ferrotx_rpc::{Config, Engine, Stats};
+use ferrotx_rpc::{Config, Stats};
 use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId};
 use ferrotx_transport::udp::{UdpConfig, UdpTransport};
 use ferrotx_transport::{Doorbell, Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
-use ferrotx_txn::coordinator::{Coordinator, Placement};
-use ferrotx_txn::participant::{NodeStore, Participant, ParticipantStats, Role};
+use ferrotx_txn::coordinator::Coordinator;
+use ferrotx_txn::participant::{ParticipantStats, Role};
 use ferrotx_wire::EndpointId;
 
-use crate::placement::ClusterPlacement;
+use crate::core::{CoreOptions, CoreWorker, NodeCore};
 use crate::runtime::{Idle, run};
-use crate::worker::Worker;
 
 /// Work handed to a worker thread: spawn a coroutine there.
 type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
@@ -89,11 +87,8 @@ struct Spawner {
 /// transactions are coroutines started on a worker thread with [`Node::spawn`], or from
 /// other threads with a [`NodeHandle`].
 pub struct Node {
-    node: u16,
-    config: Arc<Configuration>,
-    placement: ClusterPlacement,
-    /// The copies this node hosts: partition, role, data.
-    copies: Vec<(PartitionId, Role, Arc<Partition>)>,
+    /// Its partitions, shared with its worker threads.
+    core: NodeCore,
     handle: NodeHandle,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<WorkerReport>>,
@@ -190,28 +185,23 @@ impl Node {
         options: &NodeOptions,
         epoch: Instant,
     ) -> Self {
-        assert!(config.member(node).is_some(), "node {node} is not a member");
         assert_eq!(transports.len(), usize::from(config.threads_per_node()));
-        let schema: Arc<[_]> = Arc::from(config.tables().to_vec());
         let incarnation = options.incarnation.unwrap_or_else(incarnation_from_clock);
-        let mut store = NodeStore::new();
-        let mut copies = Vec::new();
-        for (id, replicas) in config.partitions().iter() {
-            for (i, replica) in replicas.nodes().enumerate() {
-                if replica == node {
-                    let role = if i == 0 { Role::Primary } else { Role::Backup };
-                    let partition = Arc::new(Partition::new(id, &schema));
-                    store.host(role, partition.clone());
-                    copies.push((id, role, partition));
-                }
-            }
-        }
-        let store = Arc::new(store);
+        let core = NodeCore::new(config.clone(), node, incarnation);
+        let core_options = CoreOptions {
+            coroutines: options.coroutines,
+            rpc: Config {
+                datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
+                ..Config::default()
+            },
+            ..CoreOptions::default()
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let mut spawners = Vec::new();
         let mut threads = Vec::new();
         for (thread, transport) in transports.into_iter().enumerate() {
-            let local = EndpointId::new(node, thread as u16);
+            let thread = u16::try_from(thread).expect("threads_per_node is a u16");
+            let local = EndpointId::new(node, thread);
             assert_eq!(transport.local(), local, "transports in thread order");
             let (sender, receiver) = mpsc::channel::<Spawn>();
             let pending = Arc::new(AtomicUsize::new(0));
@@ -220,36 +210,18 @@ impl Node {
                 pending: pending.clone(),
                 doorbell: transport.doorbell(),
             });
-            let store = store.clone();
-            let config = config.clone();
-            let schema = schema.clone();
+            let core = core.clone();
+            let core_options = core_options.clone();
             let stop = stop.clone();
-            let options = options.clone();
+            let idle = options.idle;
             let name = format!("ferrotx-{local}");
             let spawn = std::thread::Builder::new().name(name).spawn(move || {
-                let mut engine = Engine::new(
-                    local,
-                    Config {
-                        configuration: config.id(),
-                        incarnation,
-                        callers: options.coroutines,
-                        datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
-                        ..Config::default()
-                    },
-                );
-                let participant = Rc::new(RefCell::new(Participant::new(store)));
-                Participant::register(&participant, &mut engine);
-                let placement: Arc<dyn Placement> = Arc::new(ClusterPlacement(config.clone()));
-                let coordinator = Rc::new(Coordinator::new(
-                    local,
-                    config.id(),
-                    incarnation,
-                    participant.clone(),
-                    placement,
-                    schema,
-                ));
-                let mut worker = Worker::new(transport, engine);
-                run(&mut worker, epoch, options.idle, |worker| {
+                let CoreWorker {
+                    mut worker,
+                    coordinator,
+                    participant,
+                } = core.worker(thread, transport, &core_options);
+                run(&mut worker, epoch, idle, |worker| {
                     // One relaxed load per iteration when nothing waits, rather than the
                     // channel's receive (1% of a TATP run's CPU in a profile).
                     while pending.load(Ordering::Relaxed) > 0 && worker.executor().free_slots() > 0
@@ -270,17 +242,13 @@ impl Node {
             });
             threads.push(spawn.expect("starting a worker thread"));
         }
-        let placement = ClusterPlacement(config.clone());
         let handle = NodeHandle {
             node,
             config: config.clone(),
             spawners: spawners.into(),
         };
         Self {
-            node,
-            config,
-            placement,
-            copies,
+            core,
             handle,
             stop,
             threads,
@@ -312,7 +280,7 @@ impl Node {
         node: u16,
         options: &NodeOptions,
     ) -> Result<Vec<UdpTransport>, TransportError> {
-        let book = config.address_book();
+        let book: ferrotx_transport::AddressBook = config.endpoint_addrs().collect();
         (0..config.threads_per_node())
             .map(|thread| {
                 let local = EndpointId::new(node, thread);
@@ -326,17 +294,22 @@ impl Node {
 
     /// Its node id.
     pub fn id(&self) -> u16 {
-        self.node
+        self.core.id()
     }
 
     /// The configuration.
     pub fn config(&self) -> &Arc<Configuration> {
-        &self.config
+        self.core.config()
+    }
+
+    /// Its partitions (the deterministic core its workers run over).
+    pub fn core(&self) -> &NodeCore {
+        &self.core
     }
 
     /// The partition of `key` of `table`.
     pub fn partition_of(&self, table: TableId, key: &Key) -> PartitionId {
-        PartitionId(self.placement.partition_of(table, key))
+        self.core.partition_of(table, key)
     }
 
     /// Stores `value` under `key` in this node's copies of its partition, at version 1.
@@ -344,12 +317,7 @@ impl Node {
     /// the keys of the partitions it hosts. Returns whether this node hosts the key (and
     /// it was absent).
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
-        let partition = self.partition_of(table, &key);
-        let mut stored = false;
-        for (_, _, copy) in self.copies.iter().filter(|(id, _, _)| *id == partition) {
-            stored = copy.load(table, key, value)?;
-        }
-        Ok(stored)
+        self.core.load(table, key, value)
     }
 
     /// Stores `value` under `key` in this node's copy of its partition if this node is its
@@ -363,24 +331,17 @@ impl Node {
         key: Key,
         value: &[u8],
     ) -> Result<bool, StoreError> {
-        let partition = self.partition_of(table, &key);
-        match self.copy(partition, role) {
-            Some(copy) => copy.load(table, key, value),
-            None => Ok(false),
-        }
+        self.core.load_as(role, table, key, value)
     }
 
     /// The copies of partitions this node hosts, with its role for each.
     pub fn copies(&self) -> impl Iterator<Item = (PartitionId, Role, &Partition)> + '_ {
-        self.copies.iter().map(|(id, role, p)| (*id, *role, &**p))
+        self.core.copies()
     }
 
     /// This node's copy of `partition` in `role`, if it hosts one.
     pub fn copy(&self, partition: PartitionId, role: Role) -> Option<&Partition> {
-        self.copies
-            .iter()
-            .find(|(id, r, _)| *id == partition && *r == role)
-            .map(|(_, _, p)| &**p)
+        self.core.copy(partition, role)
     }
 
     /// A handle that starts coroutines on this node from any thread.

@@ -65,9 +65,14 @@ impl<T: Transport> Worker<T> {
         &mut self.events
     }
 
-    /// When the engine next needs `step` to run even if nothing arrives.
+    /// When the engine or a sleeping coroutine next needs `step` to run even if nothing
+    /// arrives.
     pub fn next_timeout_ns(&self) -> Option<u64> {
-        self.executor.shared().engine().next_timeout_ns()
+        let engine = self.executor.shared().engine().next_timeout_ns();
+        match (engine, self.executor.next_timer_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// One loop iteration at time `now_ns`: receive a batch, let the engine run handlers

@@ -52,7 +52,7 @@ impl Default for Config {
             callers: 20,
             max_batch: 64,
             credits: 64,
-            datagram_bytes: ferrotx_transport::UDP_MAX_PAYLOAD_BYTES,
+            datagram_bytes: ferrotx_wire::batch::UDP_MAX_PAYLOAD_BYTES,
             // Half of the 8 MiB socket buffers the UDP transport asks for.
             window_bytes: 4 << 20,
             coalesce: true,

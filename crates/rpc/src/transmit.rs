@@ -1,6 +1,6 @@
 //! Transmitting: queued messages become datagrams, coalesced per destination.
 
-use ferrotx_transport::TxBatch;
+use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
     FragmentInfo, MessageFields, MessageKind, Status, message_count, push_message, start_datagram,
 };

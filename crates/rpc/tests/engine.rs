@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use ferrotx_rpc::{CallerId, Config, Engine, Event, HandlerError, RpcError};
-use ferrotx_transport::TxBatch;
+use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
     EndpointId, FragmentInfo, MAX_MESSAGE_BYTES, MessageFields, MessageKind, Status, decode,
     push_message, start_datagram,

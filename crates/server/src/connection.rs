@@ -9,12 +9,12 @@
 
 use std::io::{self, Read, Write};
 
+use ferrotx_redis_exec::VERSION_UNREADABLE;
 use ferrotx_resp::{Action, Outcome, Parsed, Plan, Reply, RequestParser, Session};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use crate::dispatch::{Context, Work};
-use crate::execute::VERSION_UNREADABLE;
 use crate::inbox::WorkResult;
 
 /// Buffered output past which no further request is handled until the client reads:

@@ -7,10 +7,9 @@ use ferrotx_node::NodeHandle;
 use ferrotx_resp::ParserLimits;
 use ferrotx_resp::{KeyspaceRequest, Plan, SessionConfig};
 
-use crate::execute::{read_versions, run_plan};
+use ferrotx_redis_exec::{KvTable, read_versions, run_keyspace, run_plan};
+
 use crate::inbox::{Inbox, Responder, WorkResult};
-use crate::keyspace::run_keyspace;
-use crate::kv_table::KvTable;
 use crate::stats::Stats;
 
 /// Work for a worker thread.

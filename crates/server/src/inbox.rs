@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_queue::SegQueue;
+use ferrotx_redis_exec::PlanRun;
 use ferrotx_resp::Reply;
 use mio::Waker;
-
-use crate::execute::PlanRun;
 
 /// The result of work a connection handed to a worker thread.
 #[derive(Debug)]

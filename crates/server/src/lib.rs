@@ -15,10 +15,11 @@
 //!    of the node's worker threads (round robin) as a coroutine (`NodeHandle::spawn`,
 //!    which rings the worker's doorbell); the connection's later requests wait in its
 //!    input buffer meanwhile, so replies keep their order;
-//! 4. the coroutine runs the work with that thread's coordinator (`execute`, `keyspace`)
-//!    and pushes the result onto a lock-free queue, waking the I/O thread's `poll`
-//!    through a mio `Waker`; the I/O thread completes the session, writes the reply and
-//!    goes on with the buffered requests.
+//! 4. the coroutine runs the work with that thread's coordinator (the I/O-free
+//!    [`ferrotx_redis_exec`]: `run_plan`, `read_versions`, `run_keyspace`) and pushes the
+//!    result onto a lock-free queue, waking the I/O thread's `poll` through a mio
+//!    `Waker`; the I/O thread completes the session, writes the reply and goes on with
+//!    the buffered requests.
 //!
 //! Transactions: a plan reads every key it touches and every watched key in one batch of
 //! reads (`Txn::read_many`), fails with a null reply if a watched key's version changed
@@ -31,20 +32,16 @@
 //! DBSIZE, SCAN and KEYS ask every partition's primary (a SCAN or COUNT request of the
 //! transaction protocol) and are not transactions, as in Redis Cluster.
 
-mod backoff;
 mod connection;
 mod dispatch;
 mod error;
 mod event_loop;
-mod execute;
 mod inbox;
-mod keyspace;
-mod kv_table;
 mod options;
 mod server;
 mod stats;
 
 pub use error::ServerError;
-pub use kv_table::KV_TABLE_NAME;
+pub use ferrotx_redis_exec::KV_TABLE_NAME;
 pub use options::ServerOptions;
 pub use server::RespServer;

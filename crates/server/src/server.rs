@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ferrotx_node::NodeHandle;
+use ferrotx_redis_exec::KvTable;
 use ferrotx_resp::{ParserLimits, SessionConfig};
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Waker};
@@ -13,7 +14,6 @@ use crate::dispatch::Context;
 use crate::error::ServerError;
 use crate::event_loop::{EventLoop, LISTENER, WAKER};
 use crate::inbox::Inbox;
-use crate::kv_table::KvTable;
 use crate::options::ServerOptions;
 
 /// Bytes of one read from a client: large enough that a pipeline of small requests

@@ -5,8 +5,11 @@
 //! The production `Worker` (transport, RPC engine, executor) runs unchanged over
 //! [`SimTransport`]; [`Simulator`] advances simulated time from event to event.
 
+pub mod cluster;
+pub mod faults;
 mod network;
 pub mod rpc_workload;
+pub mod run;
 pub mod seeds;
 mod simulator;
 pub mod txn_workload;
@@ -15,5 +18,7 @@ pub mod txn_workload;
 /// drives its workloads and checkers from there).
 pub use ferrotx_workload::check::serializability;
 
+pub use cluster::SimCluster;
+pub use faults::{FaultEvent, FaultKind, FaultPlan};
 pub use network::{Faults, SimNetwork, SimTransport};
-pub use simulator::Simulator;
+pub use simulator::{NodeClock, Simulator};

@@ -55,8 +55,15 @@ pub struct SimNetwork {
     in_flight: BinaryHeap<Reverse<(u64, u64)>>,
     payloads: HashMap<u64, InFlight, FixedState>,
     inboxes: HashMap<EndpointId, VecDeque<(EndpointId, Vec<u8>)>, FixedState>,
-    /// Unordered pairs of nodes that cannot reach each other.
+    /// Directed pairs (from, to) of nodes: datagrams from the first to the second are
+    /// dropped. A symmetric partition cuts both directions.
     cut: HashSet<(u16, u16), FixedState>,
+    /// A digest of every datagram delivered (time, source, target, bytes): two runs of one
+    /// seed replay exactly when their digests are equal.
+    digest: u64,
+    /// The latest send sequence delivered on each path (source, target), to count
+    /// reordering.
+    last_delivered: HashMap<(EndpointId, EndpointId), u64, FixedState>,
     /// Datagrams sent, lost, duplicated, cut by a partition, dropped at a full inbox.
     pub counters: NetworkCounters,
 }
@@ -74,6 +81,10 @@ pub struct NetworkCounters {
     pub partitioned: u64,
     /// Dropped at a full inbox.
     pub overflowed: u64,
+    /// Dropped because the target endpoint no longer exists (its node crashed).
+    pub to_crashed: u64,
+    /// Delivered before a datagram sent earlier on the same path (source to target).
+    pub reordered: u64,
     /// Put in an inbox.
     pub delivered: u64,
 }
@@ -91,6 +102,8 @@ impl SimNetwork {
             payloads: HashMap::with_hasher(FixedState::with_seed(0)),
             inboxes: HashMap::with_hasher(FixedState::with_seed(0)),
             cut: HashSet::with_hasher(FixedState::with_seed(0)),
+            digest: FNV_OFFSET,
+            last_delivered: HashMap::with_hasher(FixedState::with_seed(0)),
             counters: NetworkCounters::default(),
         }))
     }
@@ -105,6 +118,18 @@ impl SimNetwork {
         }
     }
 
+    /// Removes an endpoint (its node crashed): datagrams in its inbox are gone, and those
+    /// still in flight to it are dropped on arrival. [`SimNetwork::endpoint`] adds it
+    /// back, empty, for the node's next life.
+    pub fn remove_endpoint(&mut self, local: EndpointId) {
+        self.inboxes.remove(&local);
+    }
+
+    /// The faults in force.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
     /// Changes the faults from now on.
     pub fn set_faults(&mut self, faults: Faults) {
         self.faults = faults;
@@ -113,11 +138,26 @@ impl SimNetwork {
     /// Cuts every path between a node of `side_a` and a node of `side_b`, in both
     /// directions, including datagrams already in flight.
     pub fn partition(&mut self, side_a: &[u16], side_b: &[u16]) {
-        for &a in side_a {
-            for &b in side_b {
-                self.cut.insert((a.min(b), a.max(b)));
+        self.cut_one_way(side_a, side_b);
+        self.cut_one_way(side_b, side_a);
+    }
+
+    /// Cuts the paths from every node of `from` to every node of `to`, one way only:
+    /// datagrams the other way still arrive (a one-way partition, as a broken link or a
+    /// firewall rule makes).
+    pub fn cut_one_way(&mut self, from: &[u16], to: &[u16]) {
+        for &a in from {
+            for &b in to {
+                if a != b {
+                    self.cut.insert((a, b));
+                }
             }
         }
+    }
+
+    /// A digest of every datagram delivered so far, with its time, source and target.
+    pub fn digest(&self) -> u64 {
+        self.digest
     }
 
     /// Heals every partition.
@@ -125,9 +165,8 @@ impl SimNetwork {
         self.cut.clear();
     }
 
-    fn is_cut(&self, a: EndpointId, b: EndpointId) -> bool {
-        let (x, y) = (a.node(), b.node());
-        x != y && self.cut.contains(&(x.min(y), x.max(y)))
+    fn is_cut(&self, source: EndpointId, target: EndpointId) -> bool {
+        self.cut.contains(&(source.node(), target.node()))
     }
 
     /// Current simulated time.
@@ -159,10 +198,23 @@ impl SimNetwork {
             }
             match self.inboxes.get_mut(&datagram.target) {
                 Some(inbox) if inbox.len() < INBOX_DATAGRAMS_MAX => {
+                    self.digest = fnv1a(self.digest, &t.to_le_bytes());
+                    self.digest = fnv1a(self.digest, &datagram.source.0.to_le_bytes());
+                    self.digest = fnv1a(self.digest, &datagram.target.0.to_le_bytes());
+                    self.digest = fnv1a(self.digest, &datagram.bytes);
                     inbox.push_back((datagram.source, datagram.bytes));
                     self.counters.delivered += 1;
+                    let last = self
+                        .last_delivered
+                        .entry((datagram.source, datagram.target))
+                        .or_insert(0);
+                    if sequence < *last {
+                        self.counters.reordered += 1;
+                    }
+                    *last = (*last).max(sequence);
                 }
-                _ => self.counters.overflowed += 1,
+                Some(_) => self.counters.overflowed += 1,
+                None => self.counters.to_crashed += 1,
             }
         }
     }
@@ -203,6 +255,17 @@ impl SimNetwork {
     }
 }
 
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a: a hash that is the same in every process and every build, for the replay
+/// digest.
+fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for &byte in bytes {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 /// One endpoint's view of the simulated network.
 pub struct SimTransport {
     network: Rc<RefCell<SimNetwork>>,
@@ -228,10 +291,10 @@ impl Transport for SimTransport {
     fn recv_batch(&mut self, batch: &mut RxBatch) -> usize {
         batch.clear();
         let mut network = self.network.borrow_mut();
-        let inbox = network
-            .inboxes
-            .get_mut(&self.local)
-            .expect("registered endpoint");
+        // An endpoint removed by a crash receives nothing; its worker is gone too.
+        let Some(inbox) = network.inboxes.get_mut(&self.local) else {
+            return 0;
+        };
         while batch.len() < batch.capacity() {
             let Some((source, bytes)) = inbox.pop_front() else {
                 break;

@@ -1,4 +1,10 @@
 //! Advancing a simulated cluster from event to event.
+//!
+//! Every worker runs on its node's clock: simulated time, shifted and drifting within a
+//! bound per node ([`NodeClock`]), so that protocol code sees the clocks of real machines.
+//! A paused node's workers are not stepped while its clock keeps running (a stopped
+//! process, a long garbage-collection or scheduling stall): when it resumes it sees the
+//! time jump, and what arrived meanwhile waits in its inboxes (or overflowed them).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,14 +19,64 @@ use crate::network::{SimNetwork, SimTransport};
 /// Steps a worker may take at one instant before the simulator calls it a livelock.
 const STEPS_PER_INSTANT_MAX: usize = 10_000;
 
+/// Parts per million in one.
+const PPM: i128 = 1_000_000;
+
+/// A node's clock: `local = offset + t + t * drift_ppm / 10^6` for simulated time `t`.
+/// Monotonic as long as `drift_ppm > -10^6`; real clocks drift by tens of ppm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeClock {
+    /// Added to every reading.
+    pub offset_ns: u64,
+    /// How much faster (positive) or slower (negative) than simulated time it runs, in
+    /// parts per million.
+    pub drift_ppm: i32,
+}
+
+impl NodeClock {
+    /// The node's reading at simulated time `global_ns`.
+    pub fn local_ns(&self, global_ns: u64) -> u64 {
+        assert!(
+            i128::from(self.drift_ppm) > -PPM,
+            "a clock must move forward"
+        );
+        let t = i128::from(global_ns);
+        let local = i128::from(self.offset_ns) + t + t * i128::from(self.drift_ppm) / PPM;
+        u64::try_from(local.max(0)).expect("a clock reading fits 64 bits")
+    }
+
+    /// The earliest simulated time at which the node's clock reads at least `local_ns`.
+    pub fn global_ns(&self, local_ns: u64) -> u64 {
+        let since_offset = i128::from(local_ns) - i128::from(self.offset_ns);
+        if since_offset <= 0 {
+            return 0;
+        }
+        // Invert, then correct the rounding of `local_ns` by stepping forward.
+        let rate = PPM + i128::from(self.drift_ppm);
+        let mut global = u64::try_from(since_offset * PPM / rate).unwrap_or(u64::MAX);
+        while self.local_ns(global) < local_ns {
+            global += 1;
+        }
+        while global > 0 && self.local_ns(global - 1) >= local_ns {
+            global -= 1;
+        }
+        global
+    }
+}
+
 /// Every worker of a simulated cluster and their network.
 pub struct Simulator {
     /// The network, to change faults and partitions between runs.
     pub network: Rc<RefCell<SimNetwork>>,
     /// The workers, in the order they are stepped.
     pub workers: Vec<Worker<SimTransport>>,
-    /// Events reported by the workers, with the time and the reporting endpoint.
+    /// Events reported by the workers, with the (simulated) time and the reporting
+    /// endpoint.
     pub events: Vec<(u64, EndpointId, Event)>,
+    /// Each node's clock, by node id (nodes beyond the end run on simulated time).
+    pub clocks: Vec<NodeClock>,
+    /// Until when each node is paused, by node id (0 or a past time: running).
+    pub paused_until_ns: Vec<u64>,
 }
 
 impl Simulator {
@@ -30,6 +86,8 @@ impl Simulator {
             network,
             workers: Vec::new(),
             events: Vec::new(),
+            clocks: Vec::new(),
+            paused_until_ns: Vec::new(),
         }
     }
 
@@ -38,14 +96,48 @@ impl Simulator {
         self.network.borrow().now_ns()
     }
 
+    /// Pauses node `node` from now until simulated time `until_ns`.
+    pub fn pause(&mut self, node: u16, until_ns: u64) {
+        let index = usize::from(node);
+        if self.paused_until_ns.len() <= index {
+            self.paused_until_ns.resize(index + 1, 0);
+        }
+        self.paused_until_ns[index] = self.paused_until_ns[index].max(until_ns);
+    }
+
+    fn clock(&self, node: u16) -> NodeClock {
+        self.clocks
+            .get(usize::from(node))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn paused_until(&self, node: u16) -> u64 {
+        self.paused_until_ns
+            .get(usize::from(node))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Runs until simulated time `until_ns`, or until nothing is left to happen (no
-    /// datagram in flight, no timer set, no worker busy). Returns the time reached.
+    /// datagram in flight, no timer set, no worker busy, no pause to end). Returns the
+    /// time reached.
     pub fn run_until(&mut self, until_ns: u64) -> u64 {
         loop {
             let now = self.now_ns();
-            for worker in &mut self.workers {
+            let mut next_timer: Option<u64> = None;
+            for i in 0..self.workers.len() {
+                let node = self.workers[i].transport().local().node();
+                let paused_until = self.paused_until(node);
+                if now < paused_until {
+                    next_timer = Some(next_timer.map_or(paused_until, |t| t.min(paused_until)));
+                    continue;
+                }
+                let clock = self.clock(node);
+                let local_now = clock.local_ns(now);
+                let worker = &mut self.workers[i];
                 let mut steps = 0;
-                while worker.step(now) {
+                while worker.step(local_now) {
                     steps += 1;
                     assert!(
                         steps < STEPS_PER_INSTANT_MAX,
@@ -56,13 +148,12 @@ impl Simulator {
                 for event in worker.events().drain(..) {
                     self.events.push((now, local, event));
                 }
+                if let Some(deadline) = worker.next_timeout_ns() {
+                    let at = clock.global_ns(deadline);
+                    next_timer = Some(next_timer.map_or(at, |t| t.min(at)));
+                }
             }
             let next_delivery = self.network.borrow().next_delivery_ns();
-            let next_timer = self
-                .workers
-                .iter()
-                .filter_map(|w| w.next_timeout_ns())
-                .min();
             let next = match (next_delivery, next_timer) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,
@@ -75,6 +166,37 @@ impl Simulator {
             // Time always moves on, even for a timer already due, so that each instant
             // is stepped once all workers are quiet.
             self.network.borrow_mut().advance(next.max(now + 1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_clock_inverts_to_the_earliest_simulated_time() {
+        for clock in [
+            NodeClock::default(),
+            NodeClock {
+                offset_ns: 1_234_567,
+                drift_ppm: 250,
+            },
+            NodeClock {
+                offset_ns: 99,
+                drift_ppm: -250,
+            },
+        ] {
+            let mut previous = 0;
+            for global in (0..5_000_000_000u64).step_by(7_777_777) {
+                let local = clock.local_ns(global);
+                assert!(local >= previous, "monotonic");
+                previous = local;
+                let back = clock.global_ns(local);
+                assert!(back <= global);
+                assert!(clock.local_ns(back) >= local);
+                assert!(back == 0 || clock.local_ns(back - 1) < local);
+            }
         }
     }
 }

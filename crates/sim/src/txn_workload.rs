@@ -5,26 +5,28 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
-use ferrotx_node::Worker;
-use ferrotx_rpc::{Config, Engine};
-use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
-use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
-use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
+use ferrotx_cluster::Configuration;
+use ferrotx_node::CoreOptions;
+use ferrotx_rpc::Config;
+use ferrotx_store::{Key, TableId, TableSpec};
+use ferrotx_txn::coordinator::Abort;
+use ferrotx_txn::participant::LOG_RECORDS_MAX;
 use ferrotx_wire::EndpointId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::network::{Faults, SimNetwork};
+use crate::cluster::SimCluster;
+use crate::network::Faults;
 use crate::serializability::{TxnRecord, Violation, check};
-use crate::simulator::Simulator;
 
 const ACCOUNTS: TableId = TableId(1);
 /// Two keys outside the accounts, written only together by blind writes.
 const TAG_A: u64 = 1 << 40;
 const TAG_B: u64 = (1 << 40) + 1;
 const INITIAL_BALANCE: u64 = 100;
+/// The simulated configuration's addresses are never bound; any valid port base does.
+const PORT_BASE_UNUSED: u16 = 40_000;
 
 /// Shape of the bank workload.
 #[derive(Clone, Debug)]
@@ -41,8 +43,8 @@ pub struct BankWorkload {
     pub transactions: usize,
     /// Accounts (keys).
     pub accounts: u64,
-    /// Partitions.
-    pub partitions: u32,
+    /// Partitions per node.
+    pub partitions_per_node: u32,
     /// Network faults.
     pub faults: Faults,
     /// Share of transactions on two tag keys, written together by blind writes
@@ -76,7 +78,7 @@ impl BankWorkload {
             coroutines: 3,
             transactions: 8,
             accounts: rng.random_range(3..10),
-            partitions: 6,
+            partitions_per_node: 2,
             faults: Faults {
                 loss: rng.random_range(0.0..0.05),
                 duplicate: rng.random_range(0.0..0.05),
@@ -96,48 +98,6 @@ impl BankWorkload {
                 LOG_RECORDS_MAX
             },
         }
-    }
-}
-
-/// Placement of the simulated cluster: partition p on node p % nodes, backed up on the
-/// next nodes.
-struct SimPlacement {
-    partitions: u32,
-    nodes: u16,
-    backups: Vec<Vec<u16>>,
-}
-
-impl SimPlacement {
-    fn new(nodes: u16, replicas: u16, partitions: u32) -> Self {
-        let backups = (0..partitions)
-            .map(|p| (1..replicas).map(|i| ((p as u16) + i) % nodes).collect())
-            .collect();
-        Self {
-            partitions,
-            nodes,
-            backups,
-        }
-    }
-}
-
-impl Placement for SimPlacement {
-    fn partition_of(&self, _table: TableId, key: &Key) -> u32 {
-        // FNV-1a: stable, so every process places keys alike.
-        let hash = key
-            .as_bytes()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
-        (hash % u64::from(self.partitions)) as u32
-    }
-
-    fn primary(&self, partition: u32) -> u16 {
-        (partition % u32::from(self.nodes)) as u16
-    }
-
-    fn backups(&self, partition: u32) -> &[u16] {
-        &self.backups[partition as usize]
     }
 }
 
@@ -171,38 +131,32 @@ struct History {
 
 /// Runs the bank workload from `seed` and checks it.
 pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
-    let network = SimNetwork::new(seed, workload.faults.clone());
-    let mut sim = Simulator::new(network.clone());
-    let schema: Arc<[TableSpec]> = Arc::from(vec![TableSpec::fixed(1, "accounts", 8)]);
-    let placement = Arc::new(SimPlacement::new(
+    let schema = vec![TableSpec::fixed(ACCOUNTS.0, "accounts", 8)];
+    let config = Configuration::local(
         workload.nodes,
-        workload.replicas,
-        workload.partitions,
-    ));
-    // Every node's partitions, loaded with the initial balances on every replica.
-    let mut stores: Vec<NodeStore> = (0..workload.nodes).map(|_| NodeStore::new()).collect();
-    let mut replicas: Vec<Vec<(u16, Arc<Partition>)>> = Vec::new();
-    for p in 0..workload.partitions {
-        let mut copies = Vec::new();
-        let primary = placement.primary(p);
-        for (node, role) in std::iter::once((primary, Role::Primary))
-            .chain(placement.backups(p).iter().map(|&b| (b, Role::Backup)))
-        {
-            let partition = Arc::new(Partition::new(PartitionId(p), &schema));
-            for account in 0..workload.accounts {
-                let key = Key::from(account);
-                if placement.partition_of(ACCOUNTS, &key) == p {
-                    partition
-                        .load(ACCOUNTS, key, &INITIAL_BALANCE.to_le_bytes())
-                        .expect("load");
-                }
-            }
-            stores[usize::from(node)].host(role, partition.clone());
-            copies.push((node, partition));
-        }
-        replicas.push(copies);
+        u8::try_from(workload.replicas).expect("replicas fit a u8"),
+        workload.threads,
+        workload.partitions_per_node,
+        PORT_BASE_UNUSED,
+    )
+    .and_then(|c| c.with_tables(schema))
+    .expect("a valid simulated configuration");
+    let options = CoreOptions {
+        coroutines: workload.coroutines,
+        rpc: Config {
+            datagram_bytes: 1_400,
+            rto_min_ns: 200_000,
+            suspect_after_ns: 5_000_000,
+            ..Config::default()
+        },
+        log_records_max: workload.log_records,
+    };
+    let mut cluster = SimCluster::new(config, options, seed, workload.faults.clone());
+    let network = cluster.sim.network.clone();
+    // Every copy of every account, loaded with the initial balance.
+    for account in 0..workload.accounts {
+        cluster.load(ACCOUNTS, Key::from(account), &INITIAL_BALANCE.to_le_bytes());
     }
-    let stores: Vec<Arc<NodeStore>> = stores.into_iter().map(Arc::new).collect();
     let history = Rc::new(RefCell::new(History::default()));
     // The simulator runs everything in one thread, so the order in which starts and ends
     // happen is real-time order. Counting them gives timestamps with no ties: simulated
@@ -210,43 +164,11 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
     // from the checker.
     let clock = Rc::new(std::cell::Cell::new(0u64));
     let all_nodes: Vec<u16> = (0..workload.nodes).collect();
-    let mut participants = Vec::new();
-    let mut coordinators = Vec::new();
 
     for node in 0..workload.nodes {
         for thread in 0..workload.threads {
             let local = EndpointId::new(node, thread);
-            let mut engine = Engine::new(
-                local,
-                Config {
-                    callers: workload.coroutines,
-                    datagram_bytes: 1_400,
-                    rto_min_ns: 200_000,
-                    suspect_after_ns: 5_000_000,
-                    ..Config::default()
-                },
-            );
-            let participant = Rc::new(RefCell::new(Participant::new(
-                stores[usize::from(node)].clone(),
-            )));
-            Participant::register(&participant, &mut engine);
-            let incarnation = engine.config().incarnation;
-            participants.push(participant.clone());
-            let coordinator = Rc::new(
-                Coordinator::new(
-                    local,
-                    1,
-                    incarnation,
-                    participant,
-                    placement.clone(),
-                    schema.clone(),
-                )
-                .with_log_records_max(workload.log_records),
-            );
-            coordinators.push(coordinator.clone());
-            let mut worker = Worker::new(SimNetwork::endpoint(&network, local), engine);
             for c in 0..workload.coroutines {
-                let coordinator = coordinator.clone();
                 let history = history.clone();
                 let clock = clock.clone();
                 let tick = move || {
@@ -257,7 +179,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                 let all_nodes = all_nodes.clone();
                 let mut rng =
                     ChaCha8Rng::seed_from_u64(seed ^ (u64::from(local.0) << 20) ^ c as u64);
-                worker.executor().spawn(move |co| async move {
+                let spawned = cluster.spawn(node, thread, move |co, coordinator| async move {
                     for i in 0..workload.transactions {
                         let id = (u64::from(local.node()) << 48)
                             | (u64::from(local.thread()) << 32)
@@ -496,33 +418,36 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                     }
                     coordinator.flush_truncation(&co, &all_nodes).await;
                 });
+                assert!(spawned, "a coroutine slot per client");
             }
-            sim.workers.push(worker);
         }
     }
     if let Some((start, end)) = workload.partition_ns {
-        sim.run_until(start);
+        cluster.run_until(start);
         let others: Vec<u16> = (1..workload.nodes).collect();
         network.borrow_mut().partition(&[0], &others);
-        sim.run_until(end);
+        cluster.run_until(end);
         network.borrow_mut().heal();
     }
-    sim.run_until(60_000_000_000);
+    cluster.run_until(60_000_000_000);
 
     let history = history.borrow();
     let mut outcome = BankOutcome {
         committed: history.records.iter().filter(|r| r.committed).count() as u64,
         aborted: history.records.iter().filter(|r| !r.committed).count() as u64,
-        single_reads: coordinators.iter().map(|c| c.stats().single_reads).sum(),
-        log_space_waits: coordinators.iter().map(|c| c.stats().log_space_waits).sum(),
+        single_reads: cluster.coordinators().map(|c| c.stats().single_reads).sum(),
+        log_space_waits: cluster
+            .coordinators()
+            .map(|c| c.stats().log_space_waits)
+            .sum(),
         log_records_high_water: 0,
         violations: history.violations.clone(),
         abort_reasons: history.abort_reasons.clone(),
         partitioned: network.borrow().counters.partitioned,
     };
     // No backup log ever held more records of one coordinator thread than it reserved.
-    outcome.log_records_high_water = participants
-        .iter()
+    outcome.log_records_high_water = cluster
+        .participants()
         .map(|p| p.borrow().stats().log_records_high_water)
         .max()
         .unwrap_or(0);
@@ -532,7 +457,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             outcome.log_records_high_water, workload.log_records
         ));
     }
-    let unfinished: usize = sim.workers.iter_mut().map(|w| w.executor().live()).sum();
+    let unfinished = cluster.coroutines_live();
     if unfinished > 0 {
         outcome
             .violations
@@ -562,8 +487,8 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
     let mut copy = Vec::new();
     for account in 0..workload.accounts {
         let key = Key::from(account);
-        let p = placement.partition_of(ACCOUNTS, &key) as usize;
-        let primary = &replicas[p][0].1;
+        let copies = cluster.copies_of(cluster.partition_of(ACCOUNTS, &key));
+        let primary = copies[0].2;
         let seen = match primary.read(ACCOUNTS, &key, &mut out).expect("table") {
             Ok(seen) => seen,
             Err(e) => {
@@ -581,7 +506,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
             ));
         }
         total += balance(Some(out.clone()));
-        for (node, backup) in &replicas[p][1..] {
+        for (node, _, backup) in &copies[1..] {
             let copy_seen = backup.read(ACCOUNTS, &key, &mut copy).expect("table").ok();
             if copy_seen != Some(seen) || copy != out {
                 outcome.violations.push(format!(
@@ -593,8 +518,8 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
     // The tags: no lost blind write, and backups equal to the primary.
     for tag in [TAG_A, TAG_B] {
         let key = Key::from(tag);
-        let p = placement.partition_of(ACCOUNTS, &key) as usize;
-        let primary = &replicas[p][0].1;
+        let copies = cluster.copies_of(cluster.partition_of(ACCOUNTS, &key));
+        let primary = copies[0].2;
         let seen = primary.read(ACCOUNTS, &key, &mut out).expect("table");
         let version = seen.map_or(u64::MAX, |s| s.version);
         let expected_version = highest.get(&tag).copied().unwrap_or(0);
@@ -603,7 +528,7 @@ pub fn run(seed: u64, workload: &BankWorkload) -> BankOutcome {
                 "tag {tag}: primary at version {version}, but the last committed write installed {expected_version}"
             ));
         }
-        for (node, backup) in &replicas[p][1..] {
+        for (node, _, backup) in &copies[1..] {
             let copy_seen = backup.read(ACCOUNTS, &key, &mut copy).expect("table");
             if copy_seen.map(|s| (s.version, s.present)) != seen.map(|s| (s.version, s.present))
                 || copy != out

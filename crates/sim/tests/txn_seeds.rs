@@ -72,7 +72,7 @@ fn reservations_bound_backup_logs_while_a_commit_is_stuck() {
         coroutines: 8,
         transactions: 100,
         accounts: 200,
-        partitions: 8,
+        partitions_per_node: 2,
         faults: Faults {
             loss: 0.0,
             duplicate: 0.0,

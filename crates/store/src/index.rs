@@ -316,6 +316,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a concurrency test: the index's lock-free inserts under real threads"
+    )]
     fn concurrent_inserts_and_lookups_agree() {
         use std::sync::Arc;
         let index = Arc::new(Index::new(3));

@@ -1,6 +1,13 @@
 //! The header protocol under real threads: readers never accept a torn or unpublished
 //! value, and locks are exclusive. Counts are checked, not timed.
 #![cfg(not(feature = "shuttle"))]
+// The sans-IO lint (lints/sans-io.clippy.toml) bans threads and clocks in this crate; these
+// tests exist to run the store's lock-free structures under real threads, and time only
+// how long to keep them racing.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "concurrency tests of the store run real threads and bound their run by time"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

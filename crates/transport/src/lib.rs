@@ -9,7 +9,6 @@
 //! cluster inside one process), and the simulated network in `ferrotx-sim`.
 
 mod address_book;
-mod batch;
 mod doorbell;
 mod error;
 pub mod mem;
@@ -20,13 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use address_book::AddressBook;
-pub use batch::{RxBatch, TxBatch};
 pub use doorbell::Doorbell;
 pub use error::TransportError;
 use ferrotx_wire::EndpointId;
-
-/// Largest UDP payload over IPv4 (65,535 minus the IP and UDP headers).
-pub const UDP_MAX_PAYLOAD_BYTES: usize = 65_507;
+// The batches and the datagram size limit belong to the packet format (`ferrotx-wire`),
+// so that protocol crates need not link this crate; re-exported here for transports and
+// their callers.
+pub use ferrotx_wire::batch::{RxBatch, TxBatch, UDP_MAX_PAYLOAD_BYTES};
 
 /// Counters every transport keeps.
 #[derive(Clone, Copy, Default, Debug)]

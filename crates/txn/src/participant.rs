@@ -398,9 +398,17 @@ impl Participant {
         Ok(())
     }
 
-    /// ABORT: release the transaction's locks here.
+    /// ABORT: release the transaction's locks here, and drop its record from its
+    /// coordinator's log here (a commit that failed at COMMIT-BACKUP, where some backups
+    /// had logged it): truncation must never apply an aborted transaction's writes.
     pub fn abort(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
+        let coordinator = (tx.node, tx.thread, tx.incarnation);
+        if let Some(log) = self.logs.get_mut(&coordinator)
+            && let Some(bytes) = log.records.remove(&tx.counter)
+        {
+            self.recycle(bytes);
+        }
         if let Some(bytes) = self.locked.remove(&tx) {
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {

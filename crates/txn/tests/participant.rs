@@ -539,3 +539,23 @@ fn scans_answer_from_primaries_in_pages_bounded_in_objects_and_bytes() {
     let mut response = Vec::new();
     assert!(Participant::scan(&mut p, &[1, 2, 3], &mut response).is_err());
 }
+
+#[test]
+fn abort_drops_a_logged_record_so_truncation_never_applies_it() {
+    let (mut p, _, backup) = node();
+    let mut out = Vec::new();
+    for counter in [1, 2] {
+        let logged = record(counter, vec![write(BACKUP, 5, counter - 1, counter)], 0);
+        assert_eq!(call(Participant::commit_backup, &mut p, &logged), [1]);
+    }
+    // Transaction 2 failed at another backup: its coordinator aborts it everywhere.
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(2)), [1]);
+    let mark = record(3, vec![write(BACKUP, 6, 0, 60)], 2);
+    assert_eq!(call(Participant::commit_backup, &mut p, &mark), [1]);
+    let outcome = backup
+        .read(TABLE, &Key::from(5), &mut out)
+        .unwrap()
+        .unwrap();
+    assert_eq!((outcome.version, out), (1, 1u64.to_le_bytes().to_vec()));
+    assert_eq!(p.stats().records_applied, 1);
+}

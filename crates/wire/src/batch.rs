@@ -1,6 +1,14 @@
-//! Reusable batches of packet buffers.
+//! Reusable batches of packet buffers: what the RPC layer fills and a transport sends
+//! ([`TxBatch`]), and what a transport fills and the RPC layer decodes ([`RxBatch`]).
+//!
+//! They live here, beside the packet format, rather than in `ferrotx-transport`, so that
+//! the protocol crates that build and read datagrams do not link the crate that opens
+//! sockets; `ferrotx-transport` re-exports them.
 
-use ferrotx_wire::EndpointId;
+use crate::EndpointId;
+
+/// Largest UDP payload over IPv4 (65,535 minus the IP and UDP headers).
+pub const UDP_MAX_PAYLOAD_BYTES: usize = 65_507;
 
 /// Datagrams to send, each with its target. Buffers keep their capacity between batches.
 pub struct TxBatch {

@@ -4,14 +4,14 @@ use ferrotx_cluster::Configuration;
 use ferrotx_resp::keys;
 use ferrotx_store::{Key, TableId, ValueSize};
 
-use crate::error::ServerError;
+use crate::error::KvTableError;
 
 /// The name of the table that holds the Redis keyspace (the default schema has it).
 pub const KV_TABLE_NAME: &str = "kv";
 
 /// The table of the Redis keyspace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct KvTable {
+pub struct KvTable {
     /// Its id.
     pub id: TableId,
     /// Its largest value: the largest stored value (Redis key and value encoded) a write
@@ -21,28 +21,28 @@ pub(crate) struct KvTable {
 
 impl KvTable {
     /// The `kv` table of `config`'s schema: it must exist and hold values of any size.
-    pub fn find(config: &Configuration) -> Result<Self, ServerError> {
+    pub fn find(config: &Configuration) -> Result<Self, KvTableError> {
         let Some(spec) = config.tables().iter().find(|t| t.name == KV_TABLE_NAME) else {
             let names: Vec<&str> = config.tables().iter().map(|t| t.name.as_str()).collect();
-            return Err(ServerError::NoKvTable {
+            return Err(KvTableError::NoKvTable {
                 tables: names.join(", "),
             });
         };
         if spec.partition_key_bytes.is_some() {
-            return Err(ServerError::KvTableWithPartitionKey);
+            return Err(KvTableError::KvTableWithPartitionKey);
         }
         match spec.value_size {
             ValueSize::Variable(bytes) => Ok(Self {
                 id: spec.id,
                 stored_bytes_max: bytes,
             }),
-            ValueSize::Fixed(bytes) => Err(ServerError::FixedSizeKvTable { bytes }),
+            ValueSize::Fixed(bytes) => Err(KvTableError::FixedSizeKvTable { bytes }),
         }
     }
 }
 
 /// The store key of the Redis key `key` ([`keys::store_key`]).
-pub(crate) fn store_key(key: &[u8]) -> Key {
+pub fn store_key(key: &[u8]) -> Key {
     Key::from_bytes(&keys::store_key(key)).expect("a store key has 16 bytes, the most a key may")
 }
 
@@ -72,12 +72,12 @@ mod tests {
         );
         assert!(matches!(
             KvTable::find(&other(vec![TableSpec::fixed(2, "kv", 8)])),
-            Err(ServerError::FixedSizeKvTable { bytes: 8 })
+            Err(KvTableError::FixedSizeKvTable { bytes: 8 })
         ));
         let hinted = TableSpec::variable(3, "kv", 100).with_partition_key(8);
         assert!(matches!(
             KvTable::find(&other(vec![hinted])),
-            Err(ServerError::KvTableWithPartitionKey)
+            Err(KvTableError::KvTableWithPartitionKey)
         ));
         let found = KvTable::find(&other(vec![
             TableSpec::fixed(2, "accounts", 8),

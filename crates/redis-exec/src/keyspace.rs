@@ -23,7 +23,7 @@ use crate::backoff::Backoff;
 use crate::kv_table::KvTable;
 
 /// Low bits of a SCAN cursor that hold the partition index.
-pub(crate) const PARTITION_BITS: u32 = 16;
+pub const PARTITION_BITS: u32 = 16;
 
 const _: () = assert!(PARTITIONS_MAX <= 1 << PARTITION_BITS);
 
@@ -50,7 +50,7 @@ fn split(cursor: u64) -> (u32, u64) {
 
 /// Answers `request` over the `partitions` partitions of the `kv` table; `seed` draws
 /// KEYS's back-off.
-pub(crate) async fn run_keyspace(
+pub async fn run_keyspace(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,

@@ -16,7 +16,7 @@ use crate::kv_table::{KvTable, store_key};
 
 /// How a plan's run ended.
 #[derive(Debug)]
-pub(crate) struct PlanRun {
+pub struct PlanRun {
     /// What the session completes the command with.
     pub outcome: Outcome,
     /// Attempts that aborted (conflicts) before the last one.
@@ -50,10 +50,11 @@ fn classify(abort: Abort) -> Attempt {
     }
 }
 
-/// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a back-off
-/// until it is exhausted ([`Backoff::exhausted`]); `seed` draws the back-off. Pipelined
-/// commands too large together for one transaction run one by one.
-pub(crate) async fn run_plan(
+/// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a
+/// randomized, growing back-off until retries have lasted 2 seconds (of `co`'s time) or
+/// 4096 attempts; `seed` draws the back-off. Pipelined commands too large together for
+/// one transaction run one by one.
+pub async fn run_plan(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
@@ -195,11 +196,11 @@ fn watched_unchanged(txn: &Txn<'_>, kv: KvTable, plan: &Plan) -> bool {
 
 /// The version WATCH records for a key it could not read: versions have 62 bits, so no
 /// key ever has it, and an EXEC watching the key fails (answers nil).
-pub(crate) const VERSION_UNREADABLE: u64 = u64::MAX;
+pub const VERSION_UNREADABLE: u64 = u64::MAX;
 
 /// WATCH: the current version of each of `keys` (absent keys have versions too), read
 /// together at their primaries as a read-only transaction, retried on conflicts.
-pub(crate) async fn read_versions(
+pub async fn read_versions(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,

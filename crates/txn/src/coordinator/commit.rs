@@ -1,0 +1,489 @@
+//! The commit of a transaction (FaRM 4, steps 1-5).
+
+use ferrotx_store::{Key, TableId};
+
+use super::execution::Txn;
+use super::round::yes;
+use super::{Abort, Placement};
+use crate::messages::{
+    LockRecord, ReadItem, TxId, VERSION_ANY, Write, encode_record, encode_tx, encode_validate,
+    request_type,
+};
+use crate::participant::Participant;
+
+/// One read-write commit in progress: its id, where its messages go, and how far it
+/// got. Each phase asserts that the ones before it finished.
+struct Commit {
+    tx: TxId,
+    /// The truncation mark its records carry (FaRM 4 step 5).
+    mark: u64,
+    /// The written partitions, ascending.
+    partitions: Vec<u32>,
+    /// Their primaries, ascending and distinct.
+    primaries: Vec<u16>,
+    /// Their backups, ascending and distinct.
+    backups: Vec<u16>,
+    /// The primaries that granted LOCK (all of them once step 1 succeeded).
+    locked: Vec<u16>,
+    /// Whether step 2 found every read current.
+    validated: bool,
+    /// Backups that acknowledged COMMIT-BACKUP (all of them once step 3 succeeded).
+    logged: usize,
+}
+
+/// Whether a write belongs in the message to primary `node`.
+fn at_primary(placement: &dyn Placement, node: u16) -> impl Fn(&&Write) -> bool + Clone + '_ {
+    move |w| placement.primary(w.partition) == node
+}
+
+/// Whether a write belongs in the record for backup `node`.
+fn at_backup(placement: &dyn Placement, node: u16) -> impl Fn(&&Write) -> bool + Clone + '_ {
+    move |w| placement.backups(w.partition).contains(&node)
+}
+
+impl Txn<'_> {
+    /// Commits: FaRM's lock, validate, commit-backup, commit-primary (steps 1-4), after
+    /// reserving log space at the backups. Truncation (step 5) rides on later
+    /// commit-backup messages. A read-only transaction only validates its reads. An
+    /// answer outside the protocol (a refusal, a malformed answer, a participant that
+    /// restarted before logging the record) fails it with [`Abort::Protocol`], having
+    /// committed nothing and released what it held.
+    pub async fn commit(mut self) -> Result<(), Abort> {
+        self.commit_and_finish().await
+    }
+
+    async fn commit_and_finish(&mut self) -> Result<(), Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        let result = self.commit_inner().await;
+        self.finish(result.is_ok());
+        result
+    }
+
+    /// [`Txn::commit`], returning the version each write installed (for histories: a
+    /// blind write learns its version only at LOCK).
+    pub async fn commit_installed(mut self) -> Result<Vec<(TableId, Key, u64)>, Abort> {
+        self.commit_and_finish().await?;
+        Ok(self
+            .writes
+            .iter()
+            .map(|w| (w.table, w.key, w.version + 1))
+            .collect())
+    }
+
+    /// The commit of a transaction that has not ended: a read-only one validates its
+    /// reads; a read-write one is checked against the message limits, reserves log space
+    /// (taking its id), then runs FaRM 4's steps 1-4 ([`Txn::lock`], [`Txn::validate`],
+    /// [`Txn::commit_backup`], [`Txn::commit_primary`]); step 5 ([`Txn::truncate`])
+    /// follows when the transaction finishes.
+    async fn commit_inner(&mut self) -> Result<(), Abort> {
+        assert!(!self.finished);
+        assert!(
+            self.tx.is_none(),
+            "a transaction takes its id once, at commit"
+        );
+        let coordinator = self.coordinator;
+        let placement = &*coordinator.placement;
+        let read_only: Vec<ReadItem> = self
+            .reads
+            .iter()
+            .filter(|r| {
+                !self
+                    .writes
+                    .iter()
+                    .any(|w| w.table == r.table && w.key == r.key)
+            })
+            .copied()
+            .collect();
+        if self.validation_too_large(&read_only) {
+            return Err(Abort::TooLarge);
+        }
+        if self.writes.is_empty() {
+            // Read-only: serializable at its last read if every read is still current.
+            if read_only.len() <= 1 {
+                return Ok(());
+            }
+            return if self.validate_reads(&read_only).await {
+                Ok(())
+            } else {
+                Err(Abort::Conflict)
+            };
+        }
+        let mut partitions: Vec<u32> = self.writes.iter().map(|w| w.partition).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        let mut primaries: Vec<u16> = partitions.iter().map(|&p| placement.primary(p)).collect();
+        primaries.sort_unstable();
+        primaries.dedup();
+        let mut backups: Vec<u16> = partitions
+            .iter()
+            .flat_map(|&p| placement.backups(p).iter().copied())
+            .collect();
+        backups.sort_unstable();
+        backups.dedup();
+
+        // Every message of the commit is checked against the limits before anything is
+        // reserved or locked: a refusal after LOCK would leave locks behind.
+        let too_large = |len: usize| len > ferrotx_wire::MAX_MESSAGE_BYTES as usize;
+        if self.writes.len() > crate::messages::ITEMS_MAX
+            || partitions.len() > crate::messages::ITEMS_MAX
+            || primaries.iter().any(|&n| {
+                too_large(LockRecord::encoded_len(
+                    partitions.len(),
+                    self.writes.iter().filter(at_primary(placement, n)),
+                ))
+            })
+            || backups.iter().any(|&n| {
+                too_large(LockRecord::encoded_len(
+                    partitions.len(),
+                    self.writes.iter().filter(at_backup(placement, n)),
+                ))
+            })
+        {
+            return Err(Abort::TooLarge);
+        }
+
+        // Log space at every backup, and with it the transaction's id.
+        let counter = coordinator.reserve_log_space(self.co, &backups).await?;
+        let tx = TxId {
+            configuration: coordinator.configuration,
+            node: coordinator.local.node(),
+            thread: coordinator.local.thread(),
+            incarnation: coordinator.incarnation,
+            counter,
+        };
+        self.tx = Some(tx);
+        let mut commit = Commit {
+            tx,
+            mark: coordinator.truncation_mark(),
+            partitions,
+            primaries,
+            backups,
+            locked: Vec::new(),
+            validated: false,
+            logged: 0,
+        };
+        let abort = |commit: &Commit, abort: Abort| {
+            // No record was sent: the reservations are free again.
+            coordinator
+                .log_space
+                .borrow_mut()
+                .release(&commit.backups, counter);
+            abort
+        };
+        if let Err(refused) = self.lock(&mut commit).await {
+            return Err(abort(&commit, refused));
+        }
+        if let Err(conflict) = self.validate(&mut commit, &read_only).await {
+            return Err(abort(&commit, conflict));
+        }
+        // The records go out now: an abort from here on keeps the reservations.
+        self.commit_backup(&mut commit).await?;
+        self.commit_primary(&commit).await;
+        Ok(())
+    }
+
+    /// FaRM 4 step 1, LOCK: one message to every primary of a written partition, carrying
+    /// the writes there with the versions read. A primary locks every object at its
+    /// version or none, and answers with the versions it locked at, which blind writes
+    /// ([`Txn::put`]) learn here for their commit-backup records. If a primary refused,
+    /// the others' locks are released (ABORT) and the transaction aborts.
+    async fn lock(&mut self, commit: &mut Commit) -> Result<(), Abort> {
+        assert_eq!(self.tx, Some(commit.tx));
+        assert!(!self.writes.is_empty());
+        assert!(!commit.primaries.is_empty());
+        assert!(commit.locked.is_empty(), "LOCK is sent once");
+        let coordinator = self.coordinator;
+        let placement = &*coordinator.placement;
+        let Commit {
+            tx,
+            mark,
+            partitions,
+            primaries,
+            ..
+        } = &*commit;
+        coordinator.count(|s| s.lock_messages += primaries.len() as u64);
+        let blind = self.writes.iter().any(|w| w.version == VERSION_ANY);
+        let mut versions: Vec<(u16, Vec<u64>)> = Vec::new();
+        // A grant whose versions cannot be used: the primary may hold the locks, so it is
+        // counted as locked (and released below), and the commit fails.
+        let mut malformed = false;
+        let answers = {
+            let writes = &self.writes;
+            coordinator
+                .round(
+                    self.co,
+                    request_type::LOCK,
+                    Participant::lock,
+                    primaries,
+                    |node, buffer| {
+                        encode_record(
+                            tx,
+                            *mark,
+                            partitions,
+                            writes.iter().filter(at_primary(placement, node)),
+                            buffer,
+                        )
+                    },
+                    |node, answer| {
+                        if answer.first() != Some(&1) {
+                            return false;
+                        }
+                        if blind {
+                            let locked_at = &answer[1..];
+                            let expected = writes.iter().filter(at_primary(placement, node));
+                            if locked_at.len() != expected.count() * 8 {
+                                malformed = true;
+                                return true;
+                            }
+                            let locked_at = locked_at
+                                .chunks_exact(8)
+                                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                                .collect();
+                            versions.push((node, locked_at));
+                        }
+                        true
+                    },
+                )
+                .await
+        };
+        commit.locked = answers
+            .iter()
+            .filter(|(_, granted)| *granted)
+            .map(|(n, _)| *n)
+            .collect();
+        if commit.locked.len() < commit.primaries.len() {
+            self.release(&commit.locked).await;
+            return Err(if malformed {
+                Abort::Protocol
+            } else {
+                Abort::Conflict
+            });
+        }
+        for (node, locked_at) in versions {
+            let here = self
+                .writes
+                .iter_mut()
+                .filter(|w| placement.primary(w.partition) == node);
+            for (write, version) in here.zip(locked_at) {
+                // A primary locks at the version read, or for a blind write at the one it
+                // has; VERSION_ANY is never an object's version.
+                let read = write.version;
+                if version == VERSION_ANY || (read != VERSION_ANY && read != version) {
+                    malformed = true;
+                    break;
+                }
+                write.version = version;
+            }
+        }
+        if malformed {
+            self.release(&commit.locked).await;
+            return Err(Abort::Protocol);
+        }
+        assert_eq!(commit.locked.len(), commit.primaries.len());
+        Ok(())
+    }
+
+    /// FaRM 4 step 2, VALIDATE: once every lock is held (the serialization point), one
+    /// message to every primary of a partition read but not written: each object read is
+    /// still at the version read and unlocked. If not, the locks are released (ABORT) and
+    /// the transaction aborts.
+    async fn validate(&mut self, commit: &mut Commit, read_only: &[ReadItem]) -> Result<(), Abort> {
+        assert!(!commit.validated, "VALIDATE is sent once");
+        assert_eq!(
+            commit.locked.len(),
+            commit.primaries.len(),
+            "validation follows the serialization point: every lock held"
+        );
+        if !read_only.is_empty() && !self.validate_reads(read_only).await {
+            self.release(&commit.locked).await;
+            return Err(Abort::Conflict);
+        }
+        commit.validated = true;
+        Ok(())
+    }
+
+    /// FaRM 4 step 3, COMMIT-BACKUP: one message to every backup of a written partition,
+    /// the same record as LOCK's with the versions locked, appended to this coordinator
+    /// thread's log there (whose space was reserved before LOCK). The messages carry the
+    /// truncation mark, so each acknowledgement also frees the space of the records it
+    /// covers.
+    ///
+    /// If a backup did not log the record (it refused it, answered something else, or
+    /// restarted, losing its log), the transaction cannot commit: without recovery (FaRM
+    /// 5.3) nothing would ever bring that backup up to date. It is aborted instead: ABORT
+    /// to every primary (releasing the locks) and to every backup (dropping the record
+    /// where it was logged, so truncation never applies it), and it fails with
+    /// [`Abort::Protocol`]. The records were sent, so their reservations stay counted
+    /// until a truncation mark covers them.
+    async fn commit_backup(&mut self, commit: &mut Commit) -> Result<(), Abort> {
+        assert_eq!(
+            commit.locked.len(),
+            commit.primaries.len(),
+            "records are logged only with every written object locked"
+        );
+        assert!(commit.validated, "records are logged only after validation");
+        assert_eq!(commit.logged, 0, "COMMIT-BACKUP is sent once");
+        debug_assert!(
+            self.writes.iter().all(|w| w.version != VERSION_ANY),
+            "every write carries the version it was locked at"
+        );
+        debug_assert!(
+            self.writes.iter().all(|w| self
+                .read_version(w.table, &w.key)
+                .is_none_or(|v| v == w.version)),
+            "the versions locked are the versions read"
+        );
+        let coordinator = self.coordinator;
+        let placement = &*coordinator.placement;
+        let Commit {
+            tx,
+            mark,
+            partitions,
+            backups,
+            ..
+        } = &*commit;
+        coordinator.count(|s| s.commit_backup_messages += backups.len() as u64);
+        let answers = coordinator
+            .round(
+                self.co,
+                request_type::COMMIT_BACKUP,
+                Participant::commit_backup,
+                backups,
+                |node, buffer| {
+                    encode_record(
+                        tx,
+                        *mark,
+                        partitions,
+                        self.writes.iter().filter(at_backup(placement, node)),
+                        buffer,
+                    )
+                },
+                yes,
+            )
+            .await;
+        let mut logged = 0;
+        {
+            // A backup that logged the record also applied the mark it carried.
+            let mut space = coordinator.log_space.borrow_mut();
+            for &(node, yes) in &answers {
+                if yes {
+                    space.acknowledged(node, *mark);
+                    logged += 1;
+                }
+            }
+        }
+        if logged < commit.backups.len() {
+            let mut holders: Vec<u16> = commit.locked.clone();
+            holders.extend_from_slice(&commit.backups);
+            holders.sort_unstable();
+            holders.dedup();
+            self.release(&holders).await;
+            return Err(Abort::Protocol);
+        }
+        commit.logged = logged;
+        Ok(())
+    }
+
+    /// FaRM 4 step 4, COMMIT-PRIMARY: once every backup logged the record, one message to
+    /// every primary that locked: install the writes, bump the versions, unlock. The
+    /// commit is reported once the primaries acknowledged (FaRM reports at the first;
+    /// with batches the coroutine resumes when all have).
+    async fn commit_primary(&self, commit: &Commit) {
+        assert_eq!(
+            commit.logged,
+            commit.backups.len(),
+            "COMMIT-PRIMARY follows every backup's acknowledgement"
+        );
+        assert_eq!(commit.locked.len(), commit.primaries.len());
+        assert!(commit.validated);
+        let tx = commit.tx;
+        self.coordinator
+            .round(
+                self.co,
+                request_type::COMMIT_PRIMARY,
+                Participant::commit_primary,
+                &commit.locked,
+                |_, buffer| encode_tx(&tx, buffer),
+                yes,
+            )
+            .await;
+    }
+
+    /// FaRM 4 step 5, TRUNCATE, lazily: the transaction has ended (committed at every
+    /// primary, or aborted), so its counter may join this thread's truncation mark, which
+    /// later COMMIT-BACKUP messages (or an explicit TRUNCATE) carry to the backups; they
+    /// then apply the logged writes and free the records. A transaction that took no id
+    /// (read-only, or ended before its commit reserved log space) has nothing to truncate.
+    pub(super) fn truncate(&self) {
+        assert!(self.finished, "only an ended transaction is truncated");
+        if let Some(tx) = self.tx {
+            self.coordinator.truncation.borrow_mut().finish(tx.counter);
+        }
+    }
+
+    /// Whether a VALIDATE message would carry more items than a message may.
+    fn validation_too_large(&self, items: &[ReadItem]) -> bool {
+        if items.len() <= crate::messages::ITEMS_MAX {
+            return false;
+        }
+        let placement = &*self.coordinator.placement;
+        let mut nodes: Vec<u16> = items
+            .iter()
+            .map(|r| placement.primary(r.partition))
+            .collect();
+        nodes.sort_unstable();
+        nodes
+            .chunk_by(|a, b| a == b)
+            .any(|same| same.len() > crate::messages::ITEMS_MAX)
+    }
+
+    /// Whether every object of `items` is still at the version read and unlocked at its
+    /// primary (VALIDATE, FaRM 4 step 2): the check of read-write transactions after
+    /// locking, and the whole commit of read-only ones.
+    async fn validate_reads(&self, items: &[ReadItem]) -> bool {
+        let placement = &*self.coordinator.placement;
+        let mut nodes: Vec<u16> = items
+            .iter()
+            .map(|r| placement.primary(r.partition))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let answers = self
+            .coordinator
+            .round(
+                self.co,
+                request_type::VALIDATE,
+                Participant::validate,
+                &nodes,
+                |node, buffer| {
+                    encode_validate(
+                        items
+                            .iter()
+                            .filter(|r| placement.primary(r.partition) == node),
+                        buffer,
+                    )
+                },
+                yes,
+            )
+            .await;
+        answers.iter().all(|(_, valid)| *valid)
+    }
+
+    /// Releases what the transaction holds at `nodes` (ABORT): locks at primaries, and its
+    /// logged record at backups. The way out of steps 1 to 3.
+    async fn release(&self, nodes: &[u16]) {
+        let Some(tx) = self.tx else { return };
+        self.coordinator
+            .round(
+                self.co,
+                request_type::ABORT,
+                Participant::abort,
+                nodes,
+                |_, buffer| encode_tx(&tx, buffer),
+                yes,
+            )
+            .await;
+    }
+}

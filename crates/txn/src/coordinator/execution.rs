@@ -1,0 +1,364 @@
+//! A transaction's execution (FaRM 4, before the commit): begin, reads, buffered writes,
+//! and read-only transactions.
+
+use ferrotx_exec::Co;
+use ferrotx_store::{Key, TableId};
+
+use super::{Abort, Coordinator};
+use crate::messages::{
+    ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read, request_type,
+};
+use crate::participant::Role;
+
+/// Reads [`Txn::read_many`] sends in one batch (the RPC engine's default batch holds 64).
+const READ_BATCH_MAX: usize = 32;
+
+impl Coordinator {
+    /// Begins a read-write transaction. It takes no transaction id and reserves nothing
+    /// until it commits.
+    pub fn begin<'a>(&'a self, co: &'a Co) -> Txn<'a> {
+        self.begin_with(co, false)
+    }
+
+    /// Begins a read-only transaction: writes, inserts and deletes are refused with
+    /// [`Abort::ReadOnly`] (changing nothing), and its commit only validates the reads.
+    pub fn begin_read_only<'a>(&'a self, co: &'a Co) -> Txn<'a> {
+        self.begin_with(co, true)
+    }
+
+    fn begin_with<'a>(&'a self, co: &'a Co, read_only: bool) -> Txn<'a> {
+        Txn {
+            coordinator: self,
+            co,
+            tx: None,
+            read_only,
+            reads: Vec::new(),
+            values: Vec::new(),
+            writes: Vec::new(),
+            finished: false,
+        }
+    }
+}
+
+/// A transaction in a coroutine. Reads see the transaction's own writes; writes are
+/// buffered until [`Txn::commit`]. Dropping it uncommitted abandons it (nothing is locked
+/// before `commit`).
+pub struct Txn<'a> {
+    pub(super) coordinator: &'a Coordinator,
+    pub(super) co: &'a Co,
+    /// Its id, taken when the commit starts (with the log space reservation).
+    pub(super) tx: Option<TxId>,
+    pub(super) read_only: bool,
+    /// Objects read from the store, with the version seen.
+    pub(super) reads: Vec<ReadItem>,
+    /// Values read, parallel to `reads` (`None`: absent), so repeated reads agree.
+    pub(super) values: Vec<Option<Vec<u8>>>,
+    pub(super) writes: Vec<Write>,
+    pub(super) finished: bool,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        // A transaction dropped during its commit must still count as finished, or this
+        // thread's truncation mark would stop at it and the backups' logs would fill.
+        self.finish(false);
+    }
+}
+
+impl Txn<'_> {
+    /// True for a transaction begun with [`Coordinator::begin_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Objects read from the store so far, with versions (for histories).
+    pub fn reads(&self) -> &[ReadItem] {
+        &self.reads
+    }
+
+    /// Writes buffered so far.
+    pub fn writes(&self) -> &[Write] {
+        &self.writes
+    }
+
+    /// The version at which this transaction read `key` of `table` from the store, if
+    /// it did (not if it only wrote it blind, [`Txn::put`]). The commit validates or
+    /// locks the key at this version, so a caller that compares it with a version seen
+    /// earlier (Redis's WATCH) learns whether the key changed in between, up to the
+    /// commit point.
+    pub fn read_version(&self, table: TableId, key: &Key) -> Option<u64> {
+        self.reads
+            .iter()
+            .find(|read| read.table == table && read.key == *key)
+            .map(|read| read.version)
+    }
+
+    /// Reads `key` of `table`: the transaction's own write if any, else the value at its
+    /// primary (`None` if absent). Bad input (an unknown table, a key shorter than the
+    /// table's partition key) is refused and leaves the transaction usable.
+    pub async fn read(&mut self, table: TableId, key: Key) -> Result<Option<Vec<u8>>, Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        if let Some(w) = self
+            .writes
+            .iter()
+            .find(|w| w.table == table && w.key == key)
+        {
+            return Ok(w.value.clone());
+        }
+        if let Some(i) = self
+            .reads
+            .iter()
+            .position(|r| r.table == table && r.key == key)
+        {
+            return Ok(self.values[i].clone());
+        }
+        let coordinator = self.coordinator;
+        coordinator.check_key(table, &key)?;
+        let partition = coordinator.placement.partition_of(table, &key);
+        let mut value = Vec::new();
+        let outcome = match coordinator
+            .read_at_primary(self.co, partition, table, &key, &mut value)
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(abort) => return Err(self.abort_execution(abort)),
+        };
+        let value = outcome.present.then_some(value);
+        self.reads.push(ReadItem {
+            partition,
+            table,
+            key,
+            version: outcome.version,
+        });
+        self.values.push(value.clone());
+        Ok(value)
+    }
+
+    /// Reads several keys of `table` at once, in the order given (`None`: absent), as
+    /// [`Txn::read`] would one by one, but with the remote reads sent together: one round
+    /// trip for all of them (FaSST issues a transaction's reads as one batch), and the
+    /// primaries on this node read in memory meanwhile. A key found locked is read again
+    /// on its own. Bad input refuses the whole call before anything is read.
+    pub async fn read_many(
+        &mut self,
+        table: TableId,
+        keys: &[Key],
+    ) -> Result<Vec<Option<Vec<u8>>>, Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        let coordinator = self.coordinator;
+        for key in keys {
+            coordinator.check_key(table, key)?;
+        }
+        // Keys neither written nor read yet, once each, with their partitions.
+        let mut fetch: Vec<(Key, u32)> = Vec::new();
+        for &key in keys {
+            if self.known(table, &key).is_none() && !fetch.iter().any(|(k, _)| *k == key) {
+                fetch.push((key, coordinator.placement.partition_of(table, &key)));
+            }
+        }
+        let local = coordinator.local.node();
+        let mut retry = Vec::new();
+        let batch = READ_BATCH_MAX.min(self.co.engine().config().max_batch);
+        for chunk in fetch.chunks(batch) {
+            let remote: Vec<(Key, u32)> = chunk
+                .iter()
+                .filter(|(_, p)| coordinator.placement.primary(*p) != local)
+                .copied()
+                .collect();
+            for (key, partition) in &remote {
+                let primary = coordinator.placement.primary(*partition);
+                self.co
+                    .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
+                        encode_read(*partition, table, key, buf);
+                    });
+            }
+            if !remote.is_empty() {
+                self.co.call().await;
+            }
+            for (i, (key, partition)) in remote.into_iter().enumerate() {
+                let answer = self.co.result(i, |response| {
+                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let (status, version, value) =
+                        decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
+                    Ok(match status {
+                        ReadStatus::Present => Some((version, Some(value.to_vec()))),
+                        ReadStatus::Absent => Some((version, None)),
+                        ReadStatus::Locked | ReadStatus::Contended => None,
+                        ReadStatus::Refused => return Err(Abort::Protocol),
+                    })
+                });
+                match answer {
+                    Ok(Some((version, value))) => {
+                        self.record_read(partition, table, key, version, value)
+                    }
+                    Ok(None) => retry.push(key),
+                    Err(abort) => return Err(self.abort_execution(abort)),
+                }
+            }
+            // This node's primaries, in memory (a locked one is retried below).
+            for &(key, partition) in chunk {
+                if coordinator.placement.primary(partition) != local {
+                    continue;
+                }
+                let Some(copy) = coordinator.store.get(partition, Role::Primary) else {
+                    return Err(self.abort_execution(Abort::Protocol));
+                };
+                let mut value = Vec::new();
+                match copy.read(table, &key, &mut value) {
+                    Ok(Ok(outcome)) => {
+                        let value = outcome.present.then_some(value);
+                        self.record_read(partition, table, key, outcome.version, value);
+                    }
+                    Ok(Err(_)) => retry.push(key),
+                    Err(_) => return Err(self.abort_execution(Abort::Protocol)),
+                }
+            }
+        }
+        for key in retry {
+            self.read(table, key).await?;
+        }
+        Ok(keys
+            .iter()
+            .map(|key| self.known(table, key).expect("every key was read"))
+            .collect())
+    }
+
+    /// The value of `key` as this transaction sees it, if it wrote or read it.
+    fn known(&self, table: TableId, key: &Key) -> Option<Option<Vec<u8>>> {
+        if let Some(w) = self
+            .writes
+            .iter()
+            .find(|w| w.table == table && w.key == *key)
+        {
+            return Some(w.value.clone());
+        }
+        self.reads
+            .iter()
+            .position(|r| r.table == table && r.key == *key)
+            .map(|i| self.values[i].clone())
+    }
+
+    fn record_read(
+        &mut self,
+        partition: u32,
+        table: TableId,
+        key: Key,
+        version: u64,
+        value: Option<Vec<u8>>,
+    ) {
+        self.reads.push(ReadItem {
+            partition,
+            table,
+            key,
+            version,
+        });
+        self.values.push(value);
+    }
+
+    /// Refuses a write that cannot be done, before anything happens (the transaction
+    /// stays usable).
+    fn check_write(&self, table: TableId, key: &Key, value: Option<&[u8]>) -> Result<(), Abort> {
+        if self.finished {
+            return Err(Abort::Finished);
+        }
+        if self.read_only {
+            return Err(Abort::ReadOnly);
+        }
+        let spec = self.coordinator.check_key(table, key)?;
+        if let Some(value) = value {
+            spec.check_value(value).map_err(Abort::Refused)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `value` to `key` (inserting it if absent); `None` deletes it. The key is
+    /// read first if this transaction has not read or written it, so that the commit
+    /// locks it at the version read (FaRM's optimistic execution).
+    pub async fn write(
+        &mut self,
+        table: TableId,
+        key: Key,
+        value: Option<Vec<u8>>,
+    ) -> Result<(), Abort> {
+        self.check_write(table, &key, value.as_deref())?;
+        if !self.writes.iter().any(|w| w.table == table && w.key == key) {
+            self.read(table, key).await?;
+        }
+        self.put(table, key, value)
+    }
+
+    /// Writes `value` to `key` without reading it (a blind write; `None` deletes): at
+    /// commit the primary locks the object at whatever version it has then, and the new
+    /// value replaces it. The transaction does not depend on the old value, so no read is
+    /// needed to keep it serializable, and the write costs one round trip less than
+    /// [`Txn::write`]. If the transaction read the key before, this is that read's
+    /// ordinary write.
+    pub fn put(&mut self, table: TableId, key: Key, value: Option<Vec<u8>>) -> Result<(), Abort> {
+        self.check_write(table, &key, value.as_deref())?;
+        if let Some(w) = self
+            .writes
+            .iter_mut()
+            .find(|w| w.table == table && w.key == key)
+        {
+            w.value = value;
+            return Ok(());
+        }
+        let version = self
+            .reads
+            .iter()
+            .find(|r| r.table == table && r.key == key)
+            .map_or(VERSION_ANY, |r| r.version);
+        let partition = self.coordinator.placement.partition_of(table, &key);
+        self.writes.push(Write {
+            partition,
+            table,
+            key,
+            version,
+            value,
+        });
+        Ok(())
+    }
+
+    /// Inserts `value` under `key`, which must be absent: if it exists (in the store or
+    /// by this transaction's own write), refuses with [`Abort::KeyExists`] and changes
+    /// nothing (the transaction stays usable, and its read of the key is validated at
+    /// commit like any other).
+    pub async fn insert(&mut self, table: TableId, key: Key, value: Vec<u8>) -> Result<(), Abort> {
+        self.check_write(table, &key, Some(&value))?;
+        if self.read(table, key).await?.is_some() {
+            return Err(Abort::KeyExists);
+        }
+        self.write(table, key, Some(value)).await
+    }
+
+    /// Deletes `key` (a write of `None`; deleting an absent key is allowed).
+    pub async fn delete(&mut self, table: TableId, key: Key) -> Result<(), Abort> {
+        self.write(table, key, None).await
+    }
+
+    /// Aborts during execution: nothing is locked yet, so nothing to release.
+    fn abort_execution(&mut self, abort: Abort) -> Abort {
+        self.finish(false);
+        abort
+    }
+
+    /// Ends the transaction: counts it, and its id (if it took one) as done for
+    /// truncation.
+    pub(super) fn finish(&mut self, committed: bool) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let coordinator = self.coordinator;
+        if committed {
+            coordinator.count(|s| s.committed += 1);
+        } else {
+            coordinator.count(|s| s.aborted += 1);
+        }
+        self.truncate();
+    }
+}

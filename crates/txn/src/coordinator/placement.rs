@@ -1,0 +1,14 @@
+//! Where keys live: the placement the coordinator asks for a key's partition and that
+//! partition's primary and backups.
+
+use ferrotx_store::{Key, TableId};
+
+/// Where keys live: the partition of a key and the nodes of a partition.
+pub trait Placement {
+    /// The partition of `key` of `table`.
+    fn partition_of(&self, table: TableId, key: &Key) -> u32;
+    /// The node that is primary for `partition`.
+    fn primary(&self, partition: u32) -> u16;
+    /// The nodes that are its backups.
+    fn backups(&self, partition: u32) -> &[u16];
+}

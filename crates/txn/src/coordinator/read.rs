@@ -1,0 +1,121 @@
+//! Reads of one key at its primary: single-key lock-free reads (no transaction), and the
+//! reads a transaction's execution makes.
+
+use ferrotx_exec::Co;
+use ferrotx_store::{Key, ReadError, ReadOutcome, TableId};
+
+use super::{Abort, Coordinator};
+use crate::messages::{ReadStatus, decode_read_response, encode_read, request_type};
+use crate::participant::Role;
+
+/// Attempts at reading a locked object before the transaction aborts. The lock holder is
+/// committing (its COMMIT-PRIMARY is one round trip away), so a few retries usually see
+/// the new version; many mean contention, and aborting frees the coroutine.
+const LOCKED_READ_ATTEMPTS_MAX: usize = 32;
+
+impl Coordinator {
+    /// Single-key lock-free read: the committed value of `key` of `table` (`None` if
+    /// absent), read at its primary, with no transaction (no id, no validation, nothing
+    /// to truncate). Linearizable: the primary installs a transaction's writes before the
+    /// transaction is reported committed and keeps them locked until then, and a locked
+    /// object is read again rather than returned, so the read returns the latest
+    /// committed value at the moment it runs at the primary.
+    pub async fn read_one(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+    ) -> Result<Option<Vec<u8>>, Abort> {
+        let mut value = Vec::new();
+        let present = self.read_one_into(co, table, key, &mut value).await?;
+        Ok(present.then_some(value))
+    }
+
+    /// [`Coordinator::read_one`] into the caller's buffer (cleared first): returns true
+    /// if the key is present. Allocates nothing once `out` has room for the value.
+    pub async fn read_one_into(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Abort> {
+        Ok(self
+            .read_one_with_version(co, table, key, out)
+            .await?
+            .present)
+    }
+
+    /// [`Coordinator::read_one_into`] that also returns the version read (for histories).
+    pub async fn read_one_with_version(
+        &self,
+        co: &Co,
+        table: TableId,
+        key: Key,
+        out: &mut Vec<u8>,
+    ) -> Result<ReadOutcome, Abort> {
+        self.check_key(table, &key)?;
+        let partition = self.placement.partition_of(table, &key);
+        let outcome = self
+            .read_at_primary(co, partition, table, &key, out)
+            .await?;
+        self.count(|s| s.single_reads += 1);
+        Ok(outcome)
+    }
+
+    /// Reads `key` at the primary of `partition` into `out`: in memory if the primary is
+    /// this node, else one READ RPC, written straight into the engine's batch (no
+    /// allocation). A locked (or contended) object is read again after a yield, up to
+    /// [`LOCKED_READ_ATTEMPTS_MAX`] times: its holder may already be reported committed,
+    /// so the old value must not be returned.
+    pub(super) async fn read_at_primary(
+        &self,
+        co: &Co,
+        partition: u32,
+        table: TableId,
+        key: &Key,
+        out: &mut Vec<u8>,
+    ) -> Result<ReadOutcome, Abort> {
+        let primary = self.placement.primary(partition);
+        for _ in 0..LOCKED_READ_ATTEMPTS_MAX {
+            let read: Result<ReadOutcome, ReadError> = if primary == self.local.node() {
+                let Some(copy) = self.store.get(partition, Role::Primary) else {
+                    return Err(Abort::Protocol);
+                };
+                copy.read(table, key, out).map_err(|_| Abort::Protocol)?
+            } else {
+                co.push_with(self.endpoint(primary), request_type::READ, |buf| {
+                    encode_read(partition, table, key, buf);
+                });
+                co.call().await;
+                co.result(0, |response| {
+                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let (status, version, value) =
+                        decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
+                    out.clear();
+                    Ok(match status {
+                        ReadStatus::Present => {
+                            out.extend_from_slice(value);
+                            Ok(ReadOutcome {
+                                version,
+                                present: true,
+                            })
+                        }
+                        ReadStatus::Absent => Ok(ReadOutcome {
+                            version,
+                            present: false,
+                        }),
+                        ReadStatus::Locked => Err(ReadError::Locked),
+                        ReadStatus::Contended => Err(ReadError::Contended),
+                        ReadStatus::Refused => return Err(Abort::Protocol),
+                    })
+                })?
+            };
+            match read {
+                Ok(outcome) => return Ok(outcome),
+                Err(ReadError::Locked | ReadError::Contended) => co.yield_now().await,
+            }
+        }
+        Err(Abort::Locked)
+    }
+}

@@ -1,0 +1,90 @@
+//! One message of a protocol phase to each of a set of nodes, and their answers.
+
+use ferrotx_exec::Co;
+
+use super::Coordinator;
+use crate::participant::ParticipantHandler;
+
+impl Coordinator {
+    /// Sends one message to each of `nodes`, written by `encode(node, buffer)`: straight
+    /// into the RPC batch for the other nodes, sent in batches of at most the engine's
+    /// `max_batch` requests (one batch, one round trip, unless a phase reaches more
+    /// remote nodes than that); into a scratch buffer for this node, handled here and now
+    /// by this thread's participant. Returns, for each node, whether `read` took its
+    /// answer as a yes (most phases: [`yes`], an answer of exactly `1`: granted, valid,
+    /// logged, done); an answer that did not arrive (an RPC error) is a no.
+    pub(super) async fn round(
+        &self,
+        co: &Co,
+        request_type: u8,
+        handler: ParticipantHandler,
+        nodes: &[u16],
+        encode: impl Fn(u16, &mut Vec<u8>),
+        mut read: impl FnMut(u16, &[u8]) -> bool,
+    ) -> Vec<(u16, bool)> {
+        let mut answers = Vec::with_capacity(nodes.len());
+        let local = self.local.node();
+        let batch_max = co.engine().config().max_batch;
+        assert!(batch_max > 0);
+        // The nodes of the batch being filled start at `nodes[batch_start]`.
+        let mut batch_start = 0;
+        let mut batched = 0;
+        for (i, &node) in nodes.iter().enumerate() {
+            if node == local {
+                let (mut request, mut response) =
+                    (self.scratch.borrow_mut(), self.response.borrow_mut());
+                request.clear();
+                response.clear();
+                encode(node, &mut request);
+                let ok = handler(&mut self.participant.borrow_mut(), &request, &mut response)
+                    .is_ok()
+                    && read(node, &response);
+                answers.push((node, ok));
+                continue;
+            }
+            if batched == batch_max {
+                self.call(co, &nodes[batch_start..i], &mut read, &mut answers)
+                    .await;
+                batch_start = i;
+                batched = 0;
+            }
+            co.push_with(self.endpoint(node), request_type, |buffer| {
+                encode(node, buffer)
+            });
+            batched += 1;
+        }
+        if batched > 0 {
+            self.call(co, &nodes[batch_start..], &mut read, &mut answers)
+                .await;
+        }
+        debug_assert_eq!(answers.len(), nodes.len());
+        answers
+    }
+
+    /// Sends the batch of requests pushed for the remote ones of `nodes`, in that order,
+    /// and appends each one's answer as `read` takes it.
+    async fn call(
+        &self,
+        co: &Co,
+        nodes: &[u16],
+        read: &mut impl FnMut(u16, &[u8]) -> bool,
+        answers: &mut Vec<(u16, bool)>,
+    ) {
+        co.call().await;
+        let local = self.local.node();
+        let mut i = 0;
+        for &node in nodes {
+            if node != local {
+                let ok = co.result(i, |r| r.is_ok_and(|answer| read(node, answer)));
+                answers.push((node, ok));
+                i += 1;
+            }
+        }
+        debug_assert_eq!(i, co.batch_len());
+    }
+}
+
+/// The answer of most phases: exactly `1`.
+pub(super) fn yes(_: u16, answer: &[u8]) -> bool {
+    answer == [1]
+}

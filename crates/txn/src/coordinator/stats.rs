@@ -1,0 +1,24 @@
+//! The coordinator's counters.
+
+/// Counters of one coordinator thread.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct CoordinatorStats {
+    /// Transactions committed (read-write and read-only).
+    pub committed: u64,
+    /// Transactions that ended without committing (conflicts, refusals at commit,
+    /// abandoned ones).
+    pub aborted: u64,
+    /// Single-key lock-free reads ([`Coordinator::read_one`]) that returned a value or
+    /// absence.
+    pub single_reads: u64,
+    /// LOCK messages sent (one per written primary of a committing transaction).
+    pub lock_messages: u64,
+    /// COMMIT-BACKUP messages sent (one per backup node of a committing transaction).
+    pub commit_backup_messages: u64,
+    /// Explicit TRUNCATE messages sent (flushes and log-space waits).
+    pub truncate_messages: u64,
+    /// Commits that found a backup's log full and had to wait.
+    pub log_space_waits: u64,
+    /// Commits refused with [`Abort::LogFull`] after waiting.
+    pub log_full_aborts: u64,
+}
