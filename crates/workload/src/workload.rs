@@ -1,5 +1,7 @@
-//! The workloads a benchmark cluster runs: what each node loads, what one transaction of a
-//! coroutine does, and what is checked at the end.
+//! The workloads, as one enum that benchmarks, the simulator and tests share: what each
+//! node loads, what one transaction of a coroutine does (recorded or not), and what is
+//! checked at the end. KV and the latency workload live here; the bank, TATP and
+//! SmallBank in their own files.
 
 use std::collections::BTreeSet;
 
@@ -393,7 +395,8 @@ pub struct Done {
     pub result: Result<Effect, Abort>,
 }
 
-/// State of one coroutine running a workload.
+/// State of one coroutine running a workload: its random numbers and buffers. Create one
+/// per coroutine, from a seed of its own, and call [`Runner::run_one`] in a loop.
 pub struct Runner {
     workload: Workload,
     chooser: KeyChooser,
