@@ -13,6 +13,8 @@ use ferrotx_workload::smallbank::SmallBankWorkload;
 use ferrotx_workload::state::CopyState;
 use ferrotx_workload::tatp::TatpWorkload;
 use ferrotx_workload::workload::{KvWorkload, Runner, Workload};
+use std::sync::mpsc::Receiver;
+
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -20,18 +22,22 @@ const THREADS: u16 = 2;
 const COROUTINES: u64 = 3;
 const TRANSACTIONS: usize = 40;
 
-/// Runs `workload` from every coroutine, recording one history; returns the cluster
-/// (quiet, truncation flushed) and the history.
-fn run(workload: &Workload, seed: u64) -> (LocalCluster, History) {
+/// Starts a cluster with `workload` loaded and `transactions` transactions running in
+/// every coroutine (`usize::MAX`: until the cluster stops), all recorded by one recorder;
+/// returns the cluster, the recorder and each coroutine's end.
+fn start(
+    workload: &Workload,
+    seed: u64,
+    transactions: usize,
+) -> (LocalCluster, HistoryRecorder, Vec<Receiver<()>>) {
     let config = Configuration::local(3, 3, THREADS, 2, 42_000).expect("configuration");
     let cluster = LocalCluster::start(config, workload.schema());
     workload
         .load(&mut |table, key, value| cluster.load(table, key, value))
         .expect("load");
     let recorder = HistoryRecorder::new();
-    let nodes = cluster.nodes();
     let mut runs = Vec::new();
-    for &node in &nodes {
+    for node in cluster.nodes() {
         for thread in 0..THREADS {
             for c in 0..COROUTINES {
                 let rng = ChaCha8Rng::seed_from_u64(
@@ -41,7 +47,7 @@ fn run(workload: &Workload, seed: u64) -> (LocalCluster, History) {
                 let mut recorder = recorder.clone();
                 runs.push(
                     cluster.spawn(node, thread, move |co, coordinator| async move {
-                        for _ in 0..TRANSACTIONS {
+                        for _ in 0..transactions {
                             runner.run_one(&co, &coordinator, &mut recorder).await;
                         }
                     }),
@@ -49,6 +55,13 @@ fn run(workload: &Workload, seed: u64) -> (LocalCluster, History) {
             }
         }
     }
+    (cluster, recorder, runs)
+}
+
+/// Runs `workload` from every coroutine, recording one history; returns the cluster
+/// (quiet, truncation flushed) and the history.
+fn run(workload: &Workload, seed: u64) -> (LocalCluster, History) {
+    let (cluster, recorder, runs) = start(workload, seed, TRANSACTIONS);
     runs.into_iter()
         .for_each(|run| run.recv().expect("coroutine"));
     // Every coordinator pushes its last truncation mark, so backups apply every write.
@@ -207,4 +220,30 @@ fn the_checkers_catch_money_created_a_replica_differing_a_stale_read_and_a_lost_
             .any(|v| matches!(v, Violation::Replica(_))),
         "{violations:?}"
     );
+}
+
+#[test]
+fn transactions_cut_off_by_a_stopping_cluster_are_indeterminate_and_still_check() {
+    let workload = Workload::Bank(BankWorkload::mixed(5, 100));
+    let (cluster, recorder, _runs) = start(&workload, 7, usize::MAX);
+    while recorder.history().records.len() < 300 {
+        #[allow(clippy::disallowed_methods, reason = "a test waits for the cluster")]
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // Stopping drops every coroutine where it is, some of them mid-commit.
+    cluster.stop();
+    let history = recorder.history();
+    let open = history
+        .records
+        .iter()
+        .filter(|r| r.outcome() == Outcome::Indeterminate)
+        .count();
+    assert!(open > 0, "every coroutine was between transactions");
+    let loaded = workload.loaded_rows();
+    let found = serializability::check(&history.records, |row, version| {
+        version == u64::from(loaded.contains(row))
+    });
+    assert_eq!(found, []);
+    let bank = BankWorkload::mixed(5, 100);
+    assert_eq!(money::audits(&history, bank.total()), []);
 }

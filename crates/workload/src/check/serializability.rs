@@ -213,19 +213,33 @@ pub fn check<K: Ord + Clone + Debug>(
 }
 
 /// For each record: true if it committed, or if it is indeterminate and a transaction
-/// counted as committed read a version it wrote (which proves it committed, since only a
-/// committed transaction's versions can be read). Aborted records never count.
+/// counted as committed read a version that only it can have written (which proves it
+/// committed, since only a committed transaction's versions can be read). A version a
+/// committed transaction installed, or one that two indeterminate transactions would
+/// have installed, proves nothing: an indeterminate transaction that read version v and
+/// never locked intends v + 1, which another may have installed. Aborted records never
+/// count.
 pub fn committed_or_proved<K: Ord>(history: &[TxnRecord<K>]) -> Vec<bool> {
     let mut proved: Vec<bool> = history
         .iter()
         .map(|t| t.outcome() == Outcome::Committed)
         .collect();
-    // The indeterminate writer of each version.
-    let mut maybe_writer: BTreeMap<(&K, u64), usize> = BTreeMap::new();
+    let committed_versions: BTreeSet<(&K, u64)> = history
+        .iter()
+        .filter(|t| t.outcome() == Outcome::Committed)
+        .flat_map(|t| t.writes.iter().map(|(key, version)| (key, *version)))
+        .collect();
+    // The one indeterminate writer of each version (`None`: more than one).
+    let mut maybe_writer: BTreeMap<(&K, u64), Option<usize>> = BTreeMap::new();
     for (i, t) in history.iter().enumerate() {
         if t.outcome() == Outcome::Indeterminate {
             for (key, version) in t.writes.iter().filter(|(_, v)| *v != VERSION_UNKNOWN) {
-                maybe_writer.entry((key, *version)).or_insert(i);
+                if !committed_versions.contains(&(key, *version)) {
+                    maybe_writer
+                        .entry((key, *version))
+                        .and_modify(|w| *w = None)
+                        .or_insert(Some(i));
+                }
             }
         }
     }
@@ -234,7 +248,7 @@ pub fn committed_or_proved<K: Ord>(history: &[TxnRecord<K>]) -> Vec<bool> {
     while let Some(i) = pending.pop() {
         for (key, version) in &history[i].reads {
             match maybe_writer.get(&(key, *version)) {
-                Some(&w) if !proved[w] => {
+                Some(&Some(w)) if !proved[w] => {
                     proved[w] = true;
                     pending.push(w);
                 }
@@ -574,6 +588,30 @@ mod tests {
             )),
             txn(2, (20, 30), &[("x", 7)], &[]),
         ];
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn a_read_of_a_version_a_committed_transaction_installed_proves_no_indeterminate_one() {
+        // T1 read x@1 and was cut off before locking; T2 installed x@2, which T3 read.
+        // T1 intended x@2 too, but T3's read is T2's.
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(2, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(3, (20, 30), &[("x", 2)], &[]),
+        ];
+        assert_eq!(committed_or_proved(&h), [false, true, true]);
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn a_version_two_indeterminate_transactions_intended_proves_neither() {
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            indeterminate(txn(2, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(3, (20, 30), &[("x", 2)], &[]),
+        ];
+        assert_eq!(committed_or_proved(&h), [false, false, true]);
         assert!(check(&h, initial).is_empty());
     }
 }
