@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::cpu::process_cpu_s;
 use crate::lossy::Lossy;
 use crate::workload::{Runner, Workload};
+use ferrotx_workload::record::NoRecorder;
 
 /// What a driven node runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -436,7 +437,7 @@ async fn coroutine(
         // the two compare); one that never waited, on the real clock.
         let start = co.now_ns();
         let started = Instant::now();
-        let done = runner.run_one(&co, &coordinator).await;
+        let done = runner.run_one(&co, &coordinator, &mut NoRecorder).await;
         let waited = co.now_ns() != start;
         let window = measuring.load(Ordering::Relaxed);
         if run.types.len() <= done.kind {

@@ -11,7 +11,8 @@ pub mod png;
 pub mod processes;
 mod raster;
 pub mod rpc;
-pub mod smallbank;
 pub mod sweep;
-pub mod tatp;
-pub mod workload;
+
+// The workloads live in their own crate (used by the simulator and tests too); these
+// paths stay for the binary and the reports.
+pub use ferrotx_workload::{smallbank, tatp, workload};

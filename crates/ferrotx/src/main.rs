@@ -439,10 +439,8 @@ fn main() -> anyhow::Result<()> {
             run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Bank(args)) => {
-            let workload = Workload::Bank(BankWorkload {
-                accounts: args.accounts,
-                initial_balance: args.initial_balance,
-            });
+            let workload =
+                Workload::Bank(BankWorkload::transfers(args.accounts, args.initial_balance));
             run_cluster_bench(&args.run.options(workload), &args.run)?;
         }
         Command::Bench(Bench::Rpc(args)) => {

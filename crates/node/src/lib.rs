@@ -19,7 +19,7 @@ mod runtime;
 mod worker;
 
 pub use core::{CoreOptions, CoreWorker, NodeCore};
-pub use local_cluster::LocalCluster;
+pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{Node, NodeHandle, NodeOptions, SpawnError, WorkerReport, incarnation_from_clock};
 pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};

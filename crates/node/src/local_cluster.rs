@@ -19,6 +19,10 @@ use ferrotx_wire::EndpointId;
 use crate::node::{Node, NodeHandle, NodeOptions};
 use crate::placement::ClusterPlacement;
 
+/// What [`LocalCluster::read_copies`] gives for one copy: its node, its role, and its
+/// version and value (`None` if absent or deleted), or `None` if it cannot be read.
+pub type CopyRead = (u16, Role, Option<(u64, Option<Vec<u8>>)>);
+
 /// Every node of a configuration, each worker thread an OS thread of this process, talking
 /// over in-process queues. Data is loaded with [`LocalCluster::load`] before transactions
 /// run; transactions are coroutines started with [`LocalCluster::spawn`].
@@ -130,6 +134,30 @@ impl LocalCluster {
         self.node(node).spawn(thread, body)
     }
 
+    /// Has every coordinator thread push its last truncation mark to every node, and waits
+    /// for them all: afterwards backups have applied every committed write, so copies can
+    /// be compared (once no transaction runs).
+    ///
+    /// # Panics
+    ///
+    /// If a worker thread has stopped.
+    pub fn flush_truncation(&self) {
+        let nodes = self.nodes();
+        let flushes: Vec<_> = nodes
+            .iter()
+            .flat_map(|&node| (0..self.config.threads_per_node()).map(move |t| (node, t)))
+            .map(|(node, thread)| {
+                let nodes = nodes.clone();
+                self.spawn(node, thread, move |co, coordinator| async move {
+                    coordinator.flush_truncation(&co, &nodes).await;
+                })
+            })
+            .collect();
+        for flush in flushes {
+            flush.recv().expect("a worker thread stopped");
+        }
+    }
+
     /// A handle that starts coroutines on node `node` from any thread (to serve a front
     /// end, such as the Redis protocol, from it).
     pub fn handle(&self, node: u16) -> NodeHandle {
@@ -146,6 +174,27 @@ impl LocalCluster {
         let partition = self.partition_of(table, key);
         let (_, primary) = self.copies_of(partition)[0];
         primary.read(table, key, out).ok()?.ok()
+    }
+
+    /// What every copy of `key` of `table` holds, the primary first: node, role, version
+    /// (0 for a key that never had an object) and value (`None` if absent or deleted).
+    /// For checks, once the cluster is quiet; `None` for a copy that cannot be read
+    /// (unknown table, or an object locked).
+    pub fn read_copies(&self, table: TableId, key: &Key) -> Vec<CopyRead> {
+        self.copies_of(self.partition_of(table, key))
+            .into_iter()
+            .enumerate()
+            .map(|(i, (node, copy))| {
+                let role = if i == 0 { Role::Primary } else { Role::Backup };
+                let mut value = Vec::new();
+                let seen = copy.read(table, key, &mut value).ok().and_then(|r| r.ok());
+                (
+                    node,
+                    role,
+                    seen.map(|s| (s.version, s.present.then_some(value))),
+                )
+            })
+            .collect()
     }
 
     /// Compares every backup copy of every key of `table` with its primary, once the

@@ -13,6 +13,12 @@ use ferrotx_node::LocalCluster;
 use ferrotx_store::{KEY_BYTES_MAX, Key, StoreError, TableId, TableSpec};
 use ferrotx_txn::coordinator::{Abort, Coordinator};
 use ferrotx_txn::participant::LOG_RECORDS_MAX;
+use ferrotx_workload::bank::{BankWorkload, balance};
+use ferrotx_workload::record::HistoryRecorder;
+use ferrotx_workload::state::CopyState;
+use ferrotx_workload::workload::{Runner, Workload};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
 /// Counts the allocations of each thread, so a coroutine can count its own worker
 /// thread's (other threads allocate as they like).
@@ -58,70 +64,36 @@ const ACCOUNTS: TableId = TableId(1);
 const COUNT: u64 = 50;
 const INITIAL: u64 = 100;
 
-fn balance(value: Option<Vec<u8>>) -> u64 {
-    value.map_or(0, |v| {
-        u64::from_le_bytes(v.try_into().expect("8-byte balance"))
-    })
-}
-
 #[test]
 fn transfers_conserve_money_and_replicas_agree() {
     let config = Configuration::local(3, 3, 2, 2, 41_000).unwrap();
-    let cluster = LocalCluster::start(config, vec![TableSpec::fixed(1, "accounts", 8)]);
-    for account in 0..COUNT {
-        assert!(
-            cluster
-                .load(ACCOUNTS, Key::from(account), &INITIAL.to_le_bytes())
-                .unwrap()
-        );
-    }
+    let workload = Workload::Bank(BankWorkload {
+        amount_max: 30,
+        ..BankWorkload::transfers(COUNT, INITIAL)
+    });
+    let cluster = LocalCluster::start(config, workload.schema());
+    workload
+        .load(&mut |table, key, value| {
+            assert!(cluster.load(table, key, value)?);
+            Ok(true)
+        })
+        .unwrap();
+    let recorder = HistoryRecorder::new();
     let mut runs = Vec::new();
     for node in cluster.nodes() {
         for thread in 0..2 {
             for c in 0..3u64 {
                 let seed = (u64::from(node) << 8) | (u64::from(thread) << 4) | c;
+                let mut runner = Runner::new(workload.clone(), ChaCha8Rng::seed_from_u64(seed));
+                let mut recorder = recorder.clone();
                 runs.push(cluster.spawn(
                     node,
                     thread,
                     move |co, coordinator: Rc<Coordinator>| async move {
-                        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                        let (mut committed, mut aborted) = (0u32, 0u32);
+                        let mut committed = 0u32;
                         for _ in 0..60 {
-                            state ^= state << 13;
-                            state ^= state >> 7;
-                            state ^= state << 17;
-                            let from = state % COUNT;
-                            let to = (from + 1 + (state >> 20) % (COUNT - 1)) % COUNT;
-                            let amount = 1 + (state >> 40) % 30;
-                            let mut tx = coordinator.begin(&co);
-                            let run = async {
-                                let a = balance(tx.read(ACCOUNTS, Key::from(from)).await?);
-                                let b = balance(tx.read(ACCOUNTS, Key::from(to)).await?);
-                                if a >= amount {
-                                    tx.write(
-                                        ACCOUNTS,
-                                        Key::from(from),
-                                        Some((a - amount).to_le_bytes().to_vec()),
-                                    )
-                                    .await?;
-                                    tx.write(
-                                        ACCOUNTS,
-                                        Key::from(to),
-                                        Some((b + amount).to_le_bytes().to_vec()),
-                                    )
-                                    .await?;
-                                }
-                                Ok::<(), Abort>(())
-                            }
-                            .await;
-                            let outcome = match run {
-                                Ok(()) => tx.commit().await,
-                                Err(abort) => Err(abort),
-                            };
-                            match outcome {
-                                Ok(()) => committed += 1,
-                                Err(_) => aborted += 1,
-                            }
+                            let done = runner.run_one(&co, &coordinator, &mut recorder).await;
+                            committed += u32::from(done.result.is_ok());
                         }
                         // Bad input is refused with a clear error and changes nothing.
                         let mut tx = coordinator.begin(&co);
@@ -139,7 +111,7 @@ fn transfers_conserve_money_and_replicas_agree() {
                             }))
                         );
                         assert!(tx.commit().await.is_ok(), "an empty transaction commits");
-                        (committed, aborted)
+                        committed
                     },
                 ));
             }
@@ -147,41 +119,18 @@ fn transfers_conserve_money_and_replicas_agree() {
     }
     let mut committed = 0;
     for run in runs {
-        committed += run.recv().unwrap().0;
+        committed += run.recv().unwrap();
     }
     assert!(committed > 0);
-    let nodes = cluster.nodes();
-    let flushes: Vec<_> = nodes
-        .iter()
-        .flat_map(|&node| (0..2).map(move |thread| (node, thread)))
-        .map(|(node, thread)| {
-            let nodes = nodes.clone();
-            cluster.spawn(
-                node,
-                thread,
-                move |co, coordinator: Rc<Coordinator>| async move {
-                    coordinator.flush_truncation(&co, &nodes).await;
-                },
-            )
-        })
-        .collect();
-    for flush in flushes {
-        flush.recv().unwrap();
-    }
-    let mut total = 0;
-    let mut out = Vec::new();
-    for account in 0..COUNT {
+    cluster.flush_truncation();
+    // Money conserved, strictly serializable, no write lost, replicas equal.
+    let state = |table: TableId, key: &Key| {
         cluster
-            .read_primary(ACCOUNTS, &Key::from(account), &mut out)
-            .unwrap();
-        total += balance(Some(out.clone()));
-    }
-    assert_eq!(total, COUNT * INITIAL, "money created or destroyed");
-    assert!(
-        cluster
-            .replicas_differ(ACCOUNTS, (0..COUNT).map(Key::from))
-            .is_empty()
-    );
+            .read_copies(table, key)
+            .into_iter()
+            .map(CopyState::from)
+    };
+    assert_eq!(workload.end_checks(&recorder.history(), &state), []);
     cluster.stop();
 }
 

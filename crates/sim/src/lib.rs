@@ -11,9 +11,12 @@ mod network;
 pub mod rpc_workload;
 pub mod run;
 pub mod seeds;
-pub mod serializability;
 mod simulator;
 pub mod txn_workload;
+
+/// The checker of strict serializability, now in the workload crate (the simulator
+/// drives its workloads and checkers from there).
+pub use ferrotx_workload::check::serializability;
 
 pub use cluster::SimCluster;
 pub use faults::{FaultEvent, FaultKind, FaultPlan};

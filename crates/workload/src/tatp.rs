@@ -4,16 +4,15 @@
 //! subscriber's rows share a partition; SecondarySubscriber is keyed by the subscriber's
 //! number (a 15-digit string), so it lives elsewhere, as in the specification.
 
-use std::rc::Rc;
-
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
-use ferrotx_txn::coordinator::{Abort, Coordinator};
+use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Done, Loader, Outcome, pick_kind};
+use crate::record::{self, Recorder};
+use crate::workload::{Done, Effect, Loader, SettingsError, ensure, pick_kind};
 
 /// Subscriber: s_id -> bits, hex digits, bytes, locations (32 bytes).
 pub const SUBSCRIBER: TableId = TableId(1);
@@ -70,8 +69,8 @@ impl TatpWorkload {
     }
 
     /// Checks the settings.
-    pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
+    pub fn check(&self) -> Result<(), SettingsError> {
+        ensure!(
             self.subscribers >= 1 && self.subscribers <= 999_999_999_999_999,
             "--subscribers must be in 1..=999999999999999"
         );
@@ -131,43 +130,67 @@ impl TatpWorkload {
     }
 
     /// Runs one transaction of the mix.
-    pub async fn run_one(
+    pub async fn run_one<R: Recorder>(
         &self,
         co: &Co,
-        coordinator: &Rc<Coordinator>,
+        coordinator: &Coordinator,
         rng: &mut ChaCha8Rng,
+        recorder: &mut R,
     ) -> Done {
         let kind = pick_kind(&Self::MIX, rng);
         let s_id = self.subscriber(rng);
-        let result = match kind {
-            0 => get_subscriber_data(co, coordinator, s_id).await,
+        let mut row = Vec::new();
+        if kind == 0 || kind == 2 {
+            // GetSubscriberData and GetAccessData: single-key lock-free reads.
+            let (table, key) = if kind == 0 {
+                (SUBSCRIBER, Key::from(s_id))
+            } else {
+                (ACCESS_INFO, row_key(s_id, rng.random_range(1..=4), 0))
+            };
+            let result = record::read_one(co, coordinator, recorder, table, key, &mut row)
+                .await
+                .map(|found| {
+                    if found {
+                        Effect::succeeded(0)
+                    } else {
+                        Effect::failed()
+                    }
+                });
+            return Done { kind, result };
+        }
+        let index = recorder.open();
+        let mut txn = if kind == 1 {
+            coordinator.begin_read_only(co)
+        } else {
+            coordinator.begin(co)
+        };
+        let executed = match kind {
             1 => {
                 let sf_type = rng.random_range(1..=4);
                 let start_time = [0u8, 8, 16][rng.random_range(0..3)];
                 let end_time = rng.random_range(0..24);
-                get_new_destination(co, coordinator, s_id, sf_type, start_time, end_time).await
+                get_new_destination(&mut txn, s_id, sf_type, start_time, end_time).await
             }
-            2 => get_access_data(co, coordinator, s_id, rng.random_range(1..=4)).await,
             3 => {
                 let bit = rng.random_range(0..2u8);
                 let data_a = rng.random::<u8>();
-                update_subscriber_data(co, coordinator, s_id, rng.random_range(1..=4), bit, data_a)
-                    .await
+                update_subscriber_data(&mut txn, s_id, rng.random_range(1..=4), bit, data_a).await
             }
-            4 => update_location(co, coordinator, s_id, rng.random::<u32>()).await,
+            4 => update_location(&mut txn, s_id, rng.random::<u32>()).await,
             5 => {
                 let sf_type = rng.random_range(1..=4);
                 let start_time = [0u8, 8, 16][rng.random_range(0..3)];
                 let end_time = rng.random_range(0..24);
                 let row = call_forwarding(end_time, rng);
-                insert_call_forwarding(co, coordinator, s_id, sf_type, start_time, row).await
+                insert_call_forwarding(&mut txn, s_id, sf_type, start_time, row).await
             }
             _ => {
                 let sf_type = rng.random_range(1..=4);
                 let start_time = [0u8, 8, 16][rng.random_range(0..3)];
-                delete_call_forwarding(co, coordinator, s_id, sf_type, start_time).await
+                delete_call_forwarding(&mut txn, s_id, sf_type, start_time).await
             }
         };
+        let result = record::finish(txn, executed, recorder, index).await;
         Done { kind, result }
     }
 }
@@ -211,33 +234,18 @@ fn call_forwarding(end_time: u8, rng: &mut ChaCha8Rng) -> [u8; 16] {
     row
 }
 
-async fn get_subscriber_data(
-    co: &Co,
-    coordinator: &Coordinator,
-    s_id: u64,
-) -> Result<Outcome, Abort> {
-    let mut row = Vec::new();
-    coordinator
-        .read_one_into(co, SUBSCRIBER, Key::from(s_id), &mut row)
-        .await?;
-    Ok(Outcome::succeeded(0))
-}
-
 async fn get_new_destination(
-    co: &Co,
-    coordinator: &Coordinator,
+    txn: &mut Txn<'_>,
     s_id: u64,
     sf_type: u8,
     start_time: u8,
     end_time: u8,
-) -> Result<Outcome, Abort> {
-    let mut txn = coordinator.begin_read_only(co);
+) -> Result<Effect, Abort> {
     let facility = txn
         .read(SPECIAL_FACILITY, row_key(s_id, sf_type, 0))
         .await?;
     if facility.is_none_or(|f| f[0] != 1) {
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     }
     let keys: Vec<Key> = [0u8, 8, 16]
         .into_iter()
@@ -246,45 +254,24 @@ async fn get_new_destination(
         .collect();
     let rows = txn.read_many(CALL_FORWARDING, &keys).await?;
     let found = rows.iter().flatten().any(|row| end_time < row[0]);
-    txn.commit().await?;
     Ok(if found {
-        Outcome::succeeded(0)
+        Effect::succeeded(0)
     } else {
-        Outcome::failed()
-    })
-}
-
-async fn get_access_data(
-    co: &Co,
-    coordinator: &Coordinator,
-    s_id: u64,
-    ai_type: u8,
-) -> Result<Outcome, Abort> {
-    let mut row = Vec::new();
-    let found = coordinator
-        .read_one_into(co, ACCESS_INFO, row_key(s_id, ai_type, 0), &mut row)
-        .await?;
-    Ok(if found {
-        Outcome::succeeded(0)
-    } else {
-        Outcome::failed()
+        Effect::failed()
     })
 }
 
 async fn update_subscriber_data(
-    co: &Co,
-    coordinator: &Coordinator,
+    txn: &mut Txn<'_>,
     s_id: u64,
     sf_type: u8,
     bit: u8,
     data_a: u8,
-) -> Result<Outcome, Abort> {
-    let mut txn = coordinator.begin(co);
+) -> Result<Effect, Abort> {
     let key = row_key(s_id, sf_type, 0);
     let Some(mut facility) = txn.read(SPECIAL_FACILITY, key).await? else {
         // No such facility: the update finds no row, and nothing is written.
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     };
     let mut subscriber = txn
         .read(SUBSCRIBER, Key::from(s_id))
@@ -295,12 +282,11 @@ async fn update_subscriber_data(
     txn.write(SUBSCRIBER, Key::from(s_id), Some(subscriber))
         .await?;
     txn.write(SPECIAL_FACILITY, key, Some(facility)).await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 /// The subscriber id of `s_id`'s number, looked up in SecondarySubscriber.
-async fn lookup(txn: &mut ferrotx_txn::coordinator::Txn<'_>, s_id: u64) -> Result<u64, Abort> {
+async fn lookup(txn: &mut Txn<'_>, s_id: u64) -> Result<u64, Abort> {
     let row = txn
         .read(SECONDARY_SUBSCRIBER, sub_nbr(s_id))
         .await?
@@ -308,14 +294,8 @@ async fn lookup(txn: &mut ferrotx_txn::coordinator::Txn<'_>, s_id: u64) -> Resul
     Ok(u64::from_le_bytes(row[..8].try_into().expect("8 bytes")))
 }
 
-async fn update_location(
-    co: &Co,
-    coordinator: &Coordinator,
-    s_id: u64,
-    location: u32,
-) -> Result<Outcome, Abort> {
-    let mut txn = coordinator.begin(co);
-    let id = lookup(&mut txn, s_id).await?;
+async fn update_location(txn: &mut Txn<'_>, s_id: u64, location: u32) -> Result<Effect, Abort> {
+    let id = lookup(txn, s_id).await?;
     let mut subscriber = txn
         .read(SUBSCRIBER, Key::from(id))
         .await?
@@ -323,27 +303,23 @@ async fn update_location(
     subscriber[21..25].copy_from_slice(&location.to_le_bytes());
     txn.write(SUBSCRIBER, Key::from(id), Some(subscriber))
         .await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 async fn insert_call_forwarding(
-    co: &Co,
-    coordinator: &Coordinator,
+    txn: &mut Txn<'_>,
     s_id: u64,
     sf_type: u8,
     start_time: u8,
     row: [u8; 16],
-) -> Result<Outcome, Abort> {
-    let mut txn = coordinator.begin(co);
-    let id = lookup(&mut txn, s_id).await?;
+) -> Result<Effect, Abort> {
+    let id = lookup(txn, s_id).await?;
     if txn
         .read(SPECIAL_FACILITY, row_key(id, sf_type, 0))
         .await?
         .is_none()
     {
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     }
     match txn
         .insert(
@@ -355,30 +331,24 @@ async fn insert_call_forwarding(
     {
         Ok(()) => {}
         Err(Abort::KeyExists) => {
-            txn.commit().await?;
-            return Ok(Outcome::failed());
+            return Ok(Effect::failed());
         }
         Err(abort) => return Err(abort),
     }
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 async fn delete_call_forwarding(
-    co: &Co,
-    coordinator: &Coordinator,
+    txn: &mut Txn<'_>,
     s_id: u64,
     sf_type: u8,
     start_time: u8,
-) -> Result<Outcome, Abort> {
-    let mut txn = coordinator.begin(co);
-    let id = lookup(&mut txn, s_id).await?;
+) -> Result<Effect, Abort> {
+    let id = lookup(txn, s_id).await?;
     let key = row_key(id, sf_type, start_time);
     if txn.read(CALL_FORWARDING, key).await?.is_none() {
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     }
     txn.delete(CALL_FORWARDING, key).await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }

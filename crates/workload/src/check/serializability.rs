@@ -16,6 +16,13 @@
 //! G-single (exactly one anti-dependency), G2 (several); "-realtime" when it needs a
 //! real-time edge. Reads of versions no committed transaction wrote are G1a/G1b.
 //!
+//! Indeterminate transactions (whose outcome the client never learned) may or may not have
+//! committed. One whose written version another committed transaction read did commit,
+//! and counts as committed, with no end in real time (it precedes nothing). The others
+//! are left out: their versions are neither required nor forbidden, and a read of a
+//! version only they may have written (or of a key one of them wrote blind, at a version
+//! it never learned) is not reported.
+//!
 //! Real-time edges are not added pairwise (quadratic): every start and end is an event
 //! node on one chain ordered by time, a transaction points to its end event and its start
 //! event points to it, so T1 reaches T2 through the chain exactly when T1 ended before T2
@@ -24,25 +31,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
-/// One transaction of a history.
-#[derive(Clone, Debug)]
-pub struct TxnRecord<K> {
-    /// Unique id, for reports.
-    pub id: u64,
-    /// When the client started it.
-    pub start_ns: u64,
-    /// When the client learned its outcome. Real-time order is strict: T1 precedes T2 only
-    /// if `T1.end_ns < T2.start_ns`, and equal times count as concurrent, so a recorder
-    /// whose clock can stand still between two events (simulated time within one loop
-    /// iteration) must use a counter of events instead, or real-time anomalies go unseen.
-    pub end_ns: u64,
-    /// True if it was reported committed.
-    pub committed: bool,
-    /// Versions read from the store (not the transaction's own writes).
-    pub reads: Vec<(K, u64)>,
-    /// Versions installed by its writes (only meaningful when committed).
-    pub writes: Vec<(K, u64)>,
-}
+pub use crate::history::TxnRecord;
+use crate::history::{Outcome, VERSION_UNKNOWN};
 
 /// Kinds of dependency edges.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -101,12 +91,27 @@ pub fn check<K: Ord + Clone + Debug>(
     initial: impl Fn(&K, u64) -> bool,
 ) -> Vec<Violation> {
     let mut violations = Vec::new();
-    let committed: Vec<&TxnRecord<K>> = history.iter().filter(|t| t.committed).collect();
+    let proved = committed_or_proved(history);
+    let committed: Vec<&TxnRecord<K>> = history
+        .iter()
+        .zip(&proved)
+        .filter_map(|(t, &proved)| proved.then_some(t))
+        .collect();
+    // Keys an unproved indeterminate transaction wrote, with the versions it would install:
+    // reads of these are not reported unwritten.
+    let mut maybe: BTreeSet<(&K, u64)> = BTreeSet::new();
+    for (t, _) in history
+        .iter()
+        .zip(&proved)
+        .filter(|(t, proved)| !**proved && t.outcome() == Outcome::Indeterminate)
+    {
+        maybe.extend(t.writes.iter().map(|(key, version)| (key, *version)));
+    }
 
     // Who installed each version of each key.
     let mut writer: BTreeMap<(&K, u64), usize> = BTreeMap::new();
     for (i, t) in committed.iter().enumerate() {
-        for (key, version) in &t.writes {
+        for (key, version) in t.writes.iter().filter(|(_, v)| *v != VERSION_UNKNOWN) {
             if let Some(&other) = writer.get(&(key, *version)) {
                 violations.push(Violation::DuplicateVersion {
                     key: format!("{key:?}"),
@@ -150,6 +155,8 @@ pub fn check<K: Ord + Clone + Debug>(
             match writer.get(&(key, *version)) {
                 Some(&w) => add(&mut edges, w, i, Edge::Wr),
                 None if *version == 0 || initial(key, *version) => {}
+                None if maybe.contains(&(key, *version))
+                    || maybe.contains(&(key, VERSION_UNKNOWN)) => {}
                 None => violations.push(Violation::ReadOfUnwrittenVersion {
                     reader: t.id,
                     key: format!("{key:?}"),
@@ -203,6 +210,53 @@ pub fn check<K: Ord + Clone + Debug>(
         });
     }
     violations
+}
+
+/// For each record: true if it committed, or if it is indeterminate and a transaction
+/// counted as committed read a version that only it can have written (which proves it
+/// committed, since only a committed transaction's versions can be read). A version a
+/// committed transaction installed, or one that two indeterminate transactions would
+/// have installed, proves nothing: an indeterminate transaction that read version v and
+/// never locked intends v + 1, which another may have installed. Aborted records never
+/// count.
+pub fn committed_or_proved<K: Ord>(history: &[TxnRecord<K>]) -> Vec<bool> {
+    let mut proved: Vec<bool> = history
+        .iter()
+        .map(|t| t.outcome() == Outcome::Committed)
+        .collect();
+    let committed_versions: BTreeSet<(&K, u64)> = history
+        .iter()
+        .filter(|t| t.outcome() == Outcome::Committed)
+        .flat_map(|t| t.writes.iter().map(|(key, version)| (key, *version)))
+        .collect();
+    // The one indeterminate writer of each version (`None`: more than one).
+    let mut maybe_writer: BTreeMap<(&K, u64), Option<usize>> = BTreeMap::new();
+    for (i, t) in history.iter().enumerate() {
+        if t.outcome() == Outcome::Indeterminate {
+            for (key, version) in t.writes.iter().filter(|(_, v)| *v != VERSION_UNKNOWN) {
+                if !committed_versions.contains(&(key, *version)) {
+                    maybe_writer
+                        .entry((key, *version))
+                        .and_modify(|w| *w = None)
+                        .or_insert(Some(i));
+                }
+            }
+        }
+    }
+    // A proved transaction's reads may prove others: follow them until none is new.
+    let mut pending: Vec<usize> = (0..history.len()).filter(|&i| proved[i]).collect();
+    while let Some(i) = pending.pop() {
+        for (key, version) in &history[i].reads {
+            match maybe_writer.get(&(key, *version)) {
+                Some(&Some(w)) if !proved[w] => {
+                    proved[w] = true;
+                    pending.push(w);
+                }
+                _ => {}
+            }
+        }
+    }
+    proved
 }
 
 /// Adya's name for a cycle with these edge kinds.
@@ -463,6 +517,101 @@ mod tests {
                 writes: vec![("x", i + 2)],
             })
             .collect();
+        assert!(check(&h, initial).is_empty());
+    }
+
+    fn indeterminate(mut record: TxnRecord<&'static str>) -> TxnRecord<&'static str> {
+        record.end_ns = crate::history::END_UNKNOWN;
+        record.committed = false;
+        record
+    }
+
+    #[test]
+    fn an_indeterminate_write_nobody_read_is_neither_required_nor_reported() {
+        // T1's commit answer never came; T2, later, still reads x@1: fine, T1 may have
+        // failed. Its version 2 is not a duplicate of T3's either.
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(2, (20, 30), &[("x", 1)], &[]),
+            txn(3, (40, 50), &[("x", 1)], &[("x", 2)]),
+        ];
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn a_read_of_an_indeterminate_write_proves_it_committed() {
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(2, (20, 30), &[("x", 2)], &[]),
+        ];
+        assert!(check(&h, initial).is_empty());
+        assert_eq!(committed_or_proved(&h), [true, true]);
+    }
+
+    #[test]
+    fn a_proved_indeterminate_write_then_a_stale_read_is_g_single_realtime() {
+        // T2 saw T1's x@2 and ended before T3 started, yet T3 read x@1.
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(2, (20, 30), &[("x", 2)], &[]),
+            txn(3, (40, 50), &[("x", 1)], &[]),
+        ];
+        assert_eq!(anomalies(&h), ["G-single-realtime"]);
+    }
+
+    #[test]
+    fn proof_of_commit_follows_chains_of_indeterminate_transactions() {
+        // T3 read T2's y@2, T2 (indeterminate) read T1's x@2: both proved; then T1's
+        // write is lost to T4, which overwrote x@1 without seeing it.
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            indeterminate(txn(2, (0, 10), &[("x", 2)], &[("y", 2)])),
+            txn(3, (20, 30), &[("y", 2)], &[]),
+            txn(4, (0, 10), &[("x", 1)], &[("x", 3)]),
+        ];
+        assert_eq!(committed_or_proved(&h), [true, true, true, true]);
+        let found = anomalies(&h);
+        assert!(
+            matches!(&found[..], [one] if one.starts_with('G')),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_of_a_version_an_indeterminate_blind_write_may_have_installed_passes() {
+        let h = [
+            indeterminate(txn(
+                1,
+                (0, 10),
+                &[],
+                &[("x", crate::history::VERSION_UNKNOWN)],
+            )),
+            txn(2, (20, 30), &[("x", 7)], &[]),
+        ];
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn a_read_of_a_version_a_committed_transaction_installed_proves_no_indeterminate_one() {
+        // T1 read x@1 and was cut off before locking; T2 installed x@2, which T3 read.
+        // T1 intended x@2 too, but T3's read is T2's.
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(2, (0, 10), &[("x", 1)], &[("x", 2)]),
+            txn(3, (20, 30), &[("x", 2)], &[]),
+        ];
+        assert_eq!(committed_or_proved(&h), [false, true, true]);
+        assert!(check(&h, initial).is_empty());
+    }
+
+    #[test]
+    fn a_version_two_indeterminate_transactions_intended_proves_neither() {
+        let h = [
+            indeterminate(txn(1, (0, 10), &[("x", 1)], &[("x", 2)])),
+            indeterminate(txn(2, (0, 10), &[("x", 1)], &[("x", 2)])),
+            txn(3, (20, 30), &[("x", 2)], &[]),
+        ];
+        assert_eq!(committed_or_proved(&h), [false, false, true]);
         assert!(check(&h, initial).is_empty());
     }
 }

@@ -2,16 +2,16 @@
 //! per account, six transaction types, most transactions on a small hot set of accounts.
 //! Both tables are keyed by the account id, so an account's two rows share a partition.
 
-use std::rc::Rc;
-
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
-use ferrotx_txn::coordinator::Coordinator;
+use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{Done, Loader, Outcome, pick_kind};
+use crate::history::{Note, Row};
+use crate::record::{self, Recorder};
+use crate::workload::{Done, Effect, Loader, SettingsError, ensure, pick_kind};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(1);
@@ -54,13 +54,13 @@ impl SmallBankWorkload {
     }
 
     /// Checks the settings.
-    pub fn check(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.accounts >= 2, "--accounts must be at least 2");
-        anyhow::ensure!(
+    pub fn check(&self) -> Result<(), SettingsError> {
+        ensure!(self.accounts >= 2, "--accounts must be at least 2");
+        ensure!(
             self.hot_accounts >= 2 && self.hot_accounts <= self.accounts,
             "--hot-accounts must be in 2..=--accounts"
         );
-        anyhow::ensure!(self.hot_percent <= 100, "--hot-percent must be at most 100");
+        ensure!(self.hot_percent <= 100, "--hot-percent must be at most 100");
         Ok(())
     }
 
@@ -97,38 +97,46 @@ impl SmallBankWorkload {
         }
     }
 
+    /// Both balances of every account.
+    pub fn rows(&self) -> impl Iterator<Item = Row> + use<> {
+        (0..self.accounts).flat_map(|k| [(SAVINGS, Key::from(k)), (CHECKING, Key::from(k))])
+    }
+
     /// Runs one transaction of the mix.
-    pub async fn run_one(
+    pub async fn run_one<R: Recorder>(
         &self,
         co: &Co,
-        coordinator: &Rc<Coordinator>,
+        coordinator: &Coordinator,
         rng: &mut ChaCha8Rng,
+        recorder: &mut R,
     ) -> Done {
         let kind = pick_kind(&Self::MIX, rng);
-        let result = match kind {
+        let index = recorder.open();
+        // Balance only reads.
+        let mut txn = if kind == 2 {
+            coordinator.begin_read_only(co)
+        } else {
+            coordinator.begin(co)
+        };
+        let executed = match kind {
             0 => {
                 let (from, to) = self.two_accounts(rng);
-                send_payment(co, coordinator, from, to, rng.random_range(1..=10)).await
+                send_payment(&mut txn, from, to, rng.random_range(1..=10)).await
             }
             1 => {
                 let (from, to) = self.two_accounts(rng);
-                amalgamate(co, coordinator, from, to).await
+                amalgamate(&mut txn, from, to).await
             }
-            2 => balance(co, coordinator, self.account(rng)).await,
-            3 => {
-                deposit_checking(co, coordinator, self.account(rng), rng.random_range(1..=10)).await
-            }
-            4 => {
-                transact_saving(
-                    co,
-                    coordinator,
-                    self.account(rng),
-                    rng.random_range(-10..=10),
-                )
-                .await
-            }
-            _ => write_check(co, coordinator, self.account(rng), rng.random_range(1..=10)).await,
+            2 => balance(&mut txn, self.account(rng)).await,
+            3 => deposit_checking(&mut txn, self.account(rng), rng.random_range(1..=10)).await,
+            4 => transact_saving(&mut txn, self.account(rng), rng.random_range(-10..=10)).await,
+            _ => write_check(&mut txn, self.account(rng), rng.random_range(1..=10)).await,
         };
+        match &executed {
+            Ok(effect) if effect.money != 0 => recorder.note(index, Note::Money(effect.money)),
+            _ => {}
+        }
+        let result = record::finish(txn, executed, recorder, index).await;
         Done { kind, result }
     }
 }
@@ -144,37 +152,22 @@ fn bytes(balance: i64) -> Option<Vec<u8>> {
 }
 
 /// Moves `amount` from `from`'s checking to `to`'s checking if `from` has it.
-async fn send_payment(
-    co: &Co,
-    coordinator: &Coordinator,
-    from: u64,
-    to: u64,
-    value: i64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin(co);
+async fn send_payment(txn: &mut Txn<'_>, from: u64, to: u64, value: i64) -> Result<Effect, Abort> {
     let both = txn
         .read_many(CHECKING, &[Key::from(from), Key::from(to)])
         .await?;
     let (a, b) = (amount(both[0].clone()), amount(both[1].clone()));
     if a < value {
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     }
     txn.write(CHECKING, Key::from(from), bytes(a - value))
         .await?;
     txn.write(CHECKING, Key::from(to), bytes(b + value)).await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 /// Moves everything `from` has, savings and checking, into `to`'s checking.
-async fn amalgamate(
-    co: &Co,
-    coordinator: &Coordinator,
-    from: u64,
-    to: u64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin(co);
+async fn amalgamate(txn: &mut Txn<'_>, from: u64, to: u64) -> Result<Effect, Abort> {
     let savings = amount(txn.read(SAVINGS, Key::from(from)).await?);
     let checking = txn
         .read_many(CHECKING, &[Key::from(from), Key::from(to)])
@@ -184,71 +177,42 @@ async fn amalgamate(
     txn.write(CHECKING, Key::from(from), bytes(0)).await?;
     txn.write(CHECKING, Key::from(to), bytes(d + savings + c))
         .await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 /// Reads both balances (read-only).
-async fn balance(
-    co: &Co,
-    coordinator: &Coordinator,
-    account: u64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin_read_only(co);
+async fn balance(txn: &mut Txn<'_>, account: u64) -> Result<Effect, Abort> {
     txn.read(SAVINGS, Key::from(account)).await?;
     txn.read(CHECKING, Key::from(account)).await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(0))
+    Ok(Effect::succeeded(0))
 }
 
 /// Adds `value` to checking: money comes in.
-async fn deposit_checking(
-    co: &Co,
-    coordinator: &Coordinator,
-    account: u64,
-    value: i64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin(co);
+async fn deposit_checking(txn: &mut Txn<'_>, account: u64, value: i64) -> Result<Effect, Abort> {
     let c = amount(txn.read(CHECKING, Key::from(account)).await?);
     txn.write(CHECKING, Key::from(account), bytes(c + value))
         .await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(value))
+    Ok(Effect::succeeded(value))
 }
 
 /// Adds `value` (which may be negative) to savings, unless that would take it below zero.
-async fn transact_saving(
-    co: &Co,
-    coordinator: &Coordinator,
-    account: u64,
-    value: i64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin(co);
+async fn transact_saving(txn: &mut Txn<'_>, account: u64, value: i64) -> Result<Effect, Abort> {
     let s = amount(txn.read(SAVINGS, Key::from(account)).await?);
     if s + value < 0 {
-        txn.commit().await?;
-        return Ok(Outcome::failed());
+        return Ok(Effect::failed());
     }
     txn.write(SAVINGS, Key::from(account), bytes(s + value))
         .await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(value))
+    Ok(Effect::succeeded(value))
 }
 
 /// Writes a check of `value` against checking; if savings and checking together do not
 /// cover it, the account pays a penalty of 1 (money goes out either way).
-async fn write_check(
-    co: &Co,
-    coordinator: &Coordinator,
-    account: u64,
-    value: i64,
-) -> Result<Outcome, ferrotx_txn::coordinator::Abort> {
-    let mut txn = coordinator.begin(co);
+async fn write_check(txn: &mut Txn<'_>, account: u64, value: i64) -> Result<Effect, Abort> {
     let s = amount(txn.read(SAVINGS, Key::from(account)).await?);
     let c = amount(txn.read(CHECKING, Key::from(account)).await?);
     let paid = if s + c < value { value + 1 } else { value };
     txn.write(CHECKING, Key::from(account), bytes(c - paid))
         .await?;
-    txn.commit().await?;
-    Ok(Outcome::succeeded(-paid))
+    Ok(Effect::succeeded(-paid))
 }

@@ -1,7 +1,9 @@
-//! The workloads a benchmark cluster runs: what each node loads, what one transaction of a
-//! coroutine does, and what is checked at the end.
+//! The workloads, as one enum that benchmarks, the simulator and tests share: what each
+//! node loads, what one transaction of a coroutine does (recorded or not), and what is
+//! checked at the end. KV and the latency workload live here; the bank, TATP and
+//! SmallBank in their own files.
 
-use std::rc::Rc;
+use std::collections::BTreeSet;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
@@ -11,8 +13,28 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Zipf};
 use serde::{Deserialize, Serialize};
 
+pub use crate::bank::BankWorkload;
+use crate::check::{self, lost_write, money, replicas, serializability};
+use crate::history::{History, Note, Outcome, Row};
+use crate::record::{self, Recorder};
 pub use crate::smallbank::SmallBankWorkload;
+use crate::state::StateReader;
 pub use crate::tatp::TatpWorkload;
+
+/// Settings with which a workload cannot run; the message names the flag to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+/// Returns a [`SettingsError`] with the formatted message unless the condition holds.
+macro_rules! ensure {
+    ($condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err($crate::workload::SettingsError(format!($($message)+)));
+        }
+    };
+}
+pub(crate) use ensure;
 
 /// The table of both workloads.
 pub const TABLE: TableId = TableId(1);
@@ -42,15 +64,6 @@ impl KvWorkload {
     pub fn single_reads(&self) -> bool {
         self.keys_per_txn == 1 && self.writes_per_txn() == 0
     }
-}
-
-/// Bank transfers between accounts (`bench bank`): money must be conserved.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BankWorkload {
-    /// Accounts.
-    pub accounts: u64,
-    /// Balance of every account at the start.
-    pub initial_balance: u64,
 }
 
 /// A workload.
@@ -102,7 +115,7 @@ impl Workload {
     pub fn schema(&self) -> Vec<TableSpec> {
         match self {
             Self::Kv(kv) => vec![TableSpec::fixed(TABLE.0, "kv", kv.value_bytes)],
-            Self::Bank(_) => vec![TableSpec::fixed(TABLE.0, "accounts", 8)],
+            Self::Bank(_) => BankWorkload::schema(),
             Self::SmallBank(_) => SmallBankWorkload::schema(),
             Self::Tatp(_) => TatpWorkload::schema(),
             Self::Latency(_) => vec![TableSpec::variable(
@@ -134,7 +147,7 @@ impl Workload {
     pub fn types(&self) -> &'static [&'static str] {
         match self {
             Self::Kv(_) => &["kv"],
-            Self::Bank(_) => &["transfer"],
+            Self::Bank(bank) => bank.types(),
             Self::SmallBank(_) => &crate::smallbank::TYPES,
             Self::Tatp(_) => &crate::tatp::TYPES,
             Self::Latency(_) => &LatencyWorkload::TYPES,
@@ -149,21 +162,8 @@ impl Workload {
                 (0..kv.key_count).map(|k| (TABLE, Key::from(k))).collect(),
                 false,
             ),
-            Self::Bank(bank) => (
-                (0..bank.accounts).map(|k| (TABLE, Key::from(k))).collect(),
-                false,
-            ),
-            Self::SmallBank(bank) => (
-                (0..bank.accounts)
-                    .flat_map(|k| {
-                        [
-                            (crate::smallbank::SAVINGS, Key::from(k)),
-                            (crate::smallbank::CHECKING, Key::from(k)),
-                        ]
-                    })
-                    .collect(),
-                true,
-            ),
+            Self::Bank(bank) => (bank.account_rows().collect(), false),
+            Self::SmallBank(bank) => (bank.rows().collect(), true),
             Self::Tatp(_) | Self::Latency(_) => (Vec::new(), false),
         }
     }
@@ -191,12 +191,7 @@ impl Workload {
                     load(TABLE, Key::from(k), &value)?;
                 }
             }
-            Self::Bank(bank) => {
-                let value = bank.initial_balance.to_le_bytes();
-                for k in 0..bank.accounts {
-                    load(TABLE, Key::from(k), &value)?;
-                }
-            }
+            Self::Bank(bank) => bank.load(load)?,
             Self::SmallBank(bank) => bank.load(load)?,
             Self::Tatp(tatp) => tatp.load(load)?,
             Self::Latency(latency) => {
@@ -212,42 +207,110 @@ impl Workload {
     }
 
     /// Checks the settings, with a message naming the flag to change.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), SettingsError> {
         match self {
             Self::Kv(kv) => {
-                anyhow::ensure!(kv.key_count >= 1, "--key-count must be at least 1");
-                anyhow::ensure!(
+                ensure!(kv.key_count >= 1, "--key-count must be at least 1");
+                ensure!(
                     kv.keys_per_txn >= 1 && kv.keys_per_txn as u64 <= kv.key_count,
                     "--keys-per-txn must be in 1..=--key-count"
                 );
-                anyhow::ensure!(kv.keys_per_txn <= 64, "--keys-per-txn must be at most 64");
-                anyhow::ensure!(
+                ensure!(kv.keys_per_txn <= 64, "--keys-per-txn must be at most 64");
+                ensure!(
                     (0.0..=1.0).contains(&kv.write_share),
                     "--write-share must be in [0, 1]"
                 );
-                anyhow::ensure!(
+                ensure!(
                     kv.value_bytes >= 8 && kv.value_bytes <= ferrotx_store::VALUE_BYTES_MAX,
                     "--value-bytes must be in 8..={}",
                     ferrotx_store::VALUE_BYTES_MAX
                 );
-                anyhow::ensure!(
+                ensure!(
                     kv.zipf >= 0.0 && kv.zipf.is_finite(),
                     "--zipf must be 0 (uniform) or positive"
                 );
             }
-            Self::Bank(bank) => {
-                anyhow::ensure!(bank.accounts >= 2, "--accounts must be at least 2");
-            }
+            Self::Bank(bank) => bank.check()?,
             Self::SmallBank(bank) => bank.check()?,
             Self::Tatp(tatp) => tatp.check()?,
             Self::Latency(latency) => {
-                anyhow::ensure!(
+                ensure!(
                     (1..=1000).contains(&latency.objects_per_size),
                     "--objects-per-size must be in 1..=1000"
                 );
             }
         }
         Ok(())
+    }
+
+    /// Every row the workload loads, for the end checks (TATP's are many at benchmark
+    /// sizes: this is for the small populations of tests and simulations).
+    pub fn loaded_rows(&self) -> BTreeSet<Row> {
+        let mut rows = BTreeSet::new();
+        self.load(&mut |table, key, _| {
+            rows.insert((table, key));
+            Ok(true)
+        })
+        .expect("collecting rows never fails");
+        rows
+    }
+
+    /// Checks a finished run from its `history` and the cluster's final `state` (read once
+    /// the cluster is quiet and every coordinator has flushed its truncation): strict
+    /// serializability, no acknowledged write lost, replicas equal to their primaries,
+    /// and for the bank and SmallBank money conserved (and the bank's audits and tags).
+    pub fn end_checks(&self, history: &History, state: &impl StateReader) -> Vec<check::Violation> {
+        let loaded = self.loaded_rows();
+        // Loaded rows are at version 1; every other key starts absent, at version 0.
+        let initial_version = |row: &Row| u64::from(loaded.contains(row));
+        let mut violations: Vec<check::Violation> =
+            serializability::check(&history.records, |row, version| {
+                version == initial_version(row)
+            })
+            .into_iter()
+            .map(check::Violation::Serializability)
+            .collect();
+        violations.extend(
+            lost_write::check(
+                &history.records,
+                loaded.iter().copied(),
+                initial_version,
+                state,
+            )
+            .into_iter()
+            .map(check::Violation::LostWrite),
+        );
+        let mut rows = loaded.clone();
+        for record in &history.records {
+            rows.extend(record.writes.iter().map(|(row, _)| *row));
+        }
+        violations.extend(
+            replicas::check(rows, state)
+                .into_iter()
+                .map(check::Violation::Replica),
+        );
+        let money = match self {
+            Self::Bank(bank) => {
+                let mut found =
+                    money::conserved(history, bank.total(), bank.account_rows(), false, state);
+                found.extend(money::audits(history, bank.total()));
+                found
+            }
+            Self::SmallBank(bank) => {
+                money::conserved(history, bank.initial_total(), bank.rows(), true, state)
+            }
+            Self::Kv(_) | Self::Tatp(_) | Self::Latency(_) => Vec::new(),
+        };
+        violations.extend(money.into_iter().map(check::Violation::Money));
+        violations.extend(
+            history
+                .notes_of(Outcome::Committed)
+                .filter(|&(_, note)| note == Note::TagsDiffer)
+                .map(|(index, _)| check::Violation::TagsDiffer {
+                    id: history.records[index].id,
+                }),
+        );
+        violations
     }
 }
 
@@ -299,14 +362,14 @@ pub type Loader<'a> = dyn FnMut(TableId, Key, &[u8]) -> Result<bool, StoreError>
 
 /// What a committed transaction did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Effect {
     /// It found what it looked for (TATP counts the others as failed, though committed).
     pub succeeded: bool,
     /// Money it created (positive) or destroyed (negative): SmallBank's checked total.
     pub money: i64,
 }
 
-impl Outcome {
+impl Effect {
     /// Found what it looked for; created `money`.
     pub fn succeeded(money: i64) -> Self {
         Self {
@@ -329,10 +392,11 @@ pub struct Done {
     /// Its type.
     pub kind: usize,
     /// Committed, with what it did, or aborted.
-    pub result: Result<Outcome, Abort>,
+    pub result: Result<Effect, Abort>,
 }
 
-/// State of one coroutine running a workload.
+/// State of one coroutine running a workload: its random numbers and buffers. Create one
+/// per coroutine, from a seed of its own, and call [`Runner::run_one`] in a loop.
 pub struct Runner {
     workload: Workload,
     chooser: KeyChooser,
@@ -349,8 +413,9 @@ impl Runner {
     pub fn new(workload: Workload, rng: ChaCha8Rng) -> Self {
         let chooser = match &workload {
             Workload::Kv(kv) => KeyChooser::new(kv.key_count, kv.zipf),
-            Workload::Bank(bank) => KeyChooser::new(bank.accounts, 0.0),
-            Workload::SmallBank(_) | Workload::Tatp(_) => KeyChooser::new(1, 0.0),
+            Workload::Bank(_) | Workload::SmallBank(_) | Workload::Tatp(_) => {
+                KeyChooser::new(1, 0.0)
+            }
             Workload::Latency(latency) => KeyChooser::new(latency.objects_per_size, 0.0),
         };
         Self {
@@ -369,33 +434,39 @@ impl Runner {
         &self.workload
     }
 
-    /// Runs one transaction.
-    pub async fn run_one(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Done {
+    /// Runs one transaction, recorded by `recorder`.
+    pub async fn run_one<R: Recorder>(
+        &mut self,
+        co: &Co,
+        coordinator: &Coordinator,
+        recorder: &mut R,
+    ) -> Done {
         match &self.workload {
             Workload::Kv(kv) => {
                 let kv = kv.clone();
-                let result = self.kv(co, coordinator, &kv).await;
+                let result = self.kv(co, coordinator, &kv, recorder).await;
                 Done {
                     kind: 0,
-                    result: result.map(|()| Outcome::succeeded(0)),
+                    result: result.map(|()| Effect::succeeded(0)),
                 }
             }
-            Workload::Bank(_) => Done {
-                kind: 0,
-                result: self
-                    .transfer(co, coordinator)
-                    .await
-                    .map(|()| Outcome::succeeded(0)),
-            },
-            Workload::SmallBank(bank) => bank.clone().run_one(co, coordinator, &mut self.rng).await,
-            Workload::Tatp(tatp) => tatp.clone().run_one(co, coordinator, &mut self.rng).await,
-            Workload::Latency(_) => self.latency(co, coordinator).await,
+            Workload::Bank(bank) => bank.run_one(co, coordinator, &mut self.rng, recorder).await,
+            Workload::SmallBank(bank) => {
+                bank.run_one(co, coordinator, &mut self.rng, recorder).await
+            }
+            Workload::Tatp(tatp) => tatp.run_one(co, coordinator, &mut self.rng, recorder).await,
+            Workload::Latency(_) => self.latency(co, coordinator, recorder).await,
         }
     }
 
     /// The next of the ten operations: runs of 64 of each, in turn (so that an operation
     /// follows one like itself, as when each size is measured on its own).
-    async fn latency(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Done {
+    async fn latency<R: Recorder>(
+        &mut self,
+        co: &Co,
+        coordinator: &Coordinator,
+        recorder: &mut R,
+    ) -> Done {
         let kind = (self.turn / 64) % LatencyWorkload::TYPES.len();
         self.turn += 1;
         let size = LatencyWorkload::SIZES[kind / 2];
@@ -409,21 +480,19 @@ impl Runner {
             key = LatencyWorkload::key(size, self.chooser.pick(&mut self.rng));
         }
         let result = if kind & 1 == 0 {
-            coordinator
-                .read_one_into(co, TABLE, key, &mut self.value)
+            record::read_one(co, coordinator, recorder, TABLE, key, &mut self.value)
                 .await
-                .map(|_| Outcome::succeeded(0))
+                .map(|_| Effect::succeeded(0))
         } else {
-            async {
-                // An overwrite, as RAMCloud's write: a blind write (no read first).
-                let mut txn = coordinator.begin(co);
-                self.value.clear();
-                self.value.resize(size, (self.turn % 251) as u8);
-                txn.put(TABLE, key, Some(self.value.clone()))?;
-                txn.commit().await?;
-                Ok(Outcome::succeeded(0))
-            }
-            .await
+            // An overwrite, as RAMCloud's write: a blind write (no read first).
+            let index = recorder.open();
+            let mut txn = coordinator.begin(co);
+            self.value.clear();
+            self.value.resize(size, (self.turn % 251) as u8);
+            let executed = txn.put(TABLE, key, Some(self.value.clone()));
+            record::finish(txn, executed, recorder, index)
+                .await
+                .map(|()| Effect::succeeded(0))
         };
         Done { kind, result }
     }
@@ -439,22 +508,22 @@ impl Runner {
         }
     }
 
-    async fn kv(
+    async fn kv<R: Recorder>(
         &mut self,
         co: &Co,
-        coordinator: &Rc<Coordinator>,
+        coordinator: &Coordinator,
         kv: &KvWorkload,
+        recorder: &mut R,
     ) -> Result<(), Abort> {
         self.pick_distinct(kv.keys_per_txn);
         let writes = kv.writes_per_txn();
         if kv.single_reads() {
             // Single-key lock-free read: one READ at the primary, no transaction.
             let key = Key::from(self.ids[0]);
-            coordinator
-                .read_one_into(co, TABLE, key, &mut self.value)
-                .await?;
+            record::read_one(co, coordinator, recorder, TABLE, key, &mut self.value).await?;
             return Ok(());
         }
+        let index = recorder.open();
         let mut txn = if writes == 0 {
             coordinator.begin_read_only(co)
         } else {
@@ -463,51 +532,24 @@ impl Runner {
         // Every key in one batch of reads (one round trip to each remote primary).
         self.keys.clear();
         self.keys.extend(self.ids.iter().map(|&id| Key::from(id)));
-        let values = txn.read_many(TABLE, &self.keys).await?;
-        for (i, (&id, value)) in self.ids.iter().zip(values).enumerate() {
-            if i < writes {
-                // Read-modify-write: bump the counter in the value's first 8 bytes.
-                self.value.clear();
-                self.value
-                    .extend_from_slice(value.as_deref().unwrap_or(&[0; 8]));
-                self.value.resize(kv.value_bytes, 0);
-                let count = u64::from_le_bytes(self.value[..8].try_into().expect("8 bytes"));
-                self.value[..8].copy_from_slice(&(count + 1).to_le_bytes());
-                txn.write(TABLE, Key::from(id), Some(self.value.clone()))
-                    .await?;
+        let executed = async {
+            let values = txn.read_many(TABLE, &self.keys).await?;
+            for (i, (&id, value)) in self.ids.iter().zip(values).enumerate() {
+                if i < writes {
+                    // Read-modify-write: bump the counter in the value's first 8 bytes.
+                    self.value.clear();
+                    self.value
+                        .extend_from_slice(value.as_deref().unwrap_or(&[0; 8]));
+                    self.value.resize(kv.value_bytes, 0);
+                    let count = u64::from_le_bytes(self.value[..8].try_into().expect("8 bytes"));
+                    self.value[..8].copy_from_slice(&(count + 1).to_le_bytes());
+                    txn.write(TABLE, Key::from(id), Some(self.value.clone()))
+                        .await?;
+                }
             }
+            Ok(())
         }
-        txn.commit().await
-    }
-
-    async fn transfer(&mut self, co: &Co, coordinator: &Rc<Coordinator>) -> Result<(), Abort> {
-        self.pick_distinct(2);
-        let (from, to) = (Key::from(self.ids[0]), Key::from(self.ids[1]));
-        let amount = self.rng.random_range(1..=10u64);
-        let mut txn = coordinator.begin(co);
-        let balance = |v: Option<Vec<u8>>| {
-            v.map(|b| u64::from_le_bytes(b[..8].try_into().expect("8-byte balance")))
-                .unwrap_or(0)
-        };
-        let mut both = txn.read_many(TABLE, &[from, to]).await?.into_iter();
-        let from_balance = balance(both.next().expect("two values"));
-        let to_balance = balance(both.next().expect("two values"));
-        if from_balance < amount {
-            // Not enough money: commit the reads only (a read-only transaction).
-            return txn.commit().await;
-        }
-        txn.write(
-            TABLE,
-            from,
-            Some((from_balance - amount).to_le_bytes().to_vec()),
-        )
-        .await?;
-        txn.write(
-            TABLE,
-            to,
-            Some((to_balance + amount).to_le_bytes().to_vec()),
-        )
-        .await?;
-        txn.commit().await
+        .await;
+        record::finish(txn, executed, recorder, index).await
     }
 }
