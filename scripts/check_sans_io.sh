@@ -25,6 +25,7 @@ protocol_crates=(
   ferrotx-cluster
   ferrotx-resp
   ferrotx-redis-exec
+  ferrotx-workload
 )
 
 # Crates no protocol crate may reach: system interfaces and event loops, the OS's random
