@@ -1,0 +1,3 @@
+//! Checkers of recorded histories.
+
+pub mod list_append;
