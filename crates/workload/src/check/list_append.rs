@@ -37,7 +37,7 @@
 //!    predicate), with `-realtime` when the cycle needs a real-time edge.
 //!
 //! Everything is linear in the size of the history except the cycle search inside a
-//! cyclic component, which is bounded ([`CYCLE_STARTS_MAX`], [`ANTI_DEPENDENCIES_TRIED_MAX`]).
+//! cyclic component, which is bounded ([`CYCLE_STARTS_MAX`], [`REACHABILITY_PASSES_MAX`]).
 //! Any history is accepted: malformed ones yield violations, never a panic.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -67,9 +67,10 @@ fn new_set<K>() -> Set<K> {
 /// of the component, so this bounds the search to a constant number of passes.
 pub const CYCLE_STARTS_MAX: usize = 16;
 
-/// The most anti-dependency edges of one component tried as the single `rw` edge of a
-/// G-single cycle; each costs a breadth-first search of the component.
-pub const ANTI_DEPENDENCIES_TRIED_MAX: usize = 256;
+/// The most passes over a cyclic component that decide which anti-dependencies close a
+/// G-single cycle, each for 64 readers; past 4096 readers a G-single may be reported as
+/// the G2 it also is (a less specific name, never a false one).
+pub const REACHABILITY_PASSES_MAX: usize = 64;
 
 /// One operation of a transaction, as the client recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -928,36 +929,80 @@ fn plain_cycle(
     best
 }
 
-/// The shortest cycle made of one anti-dependency edge and a path of allowed edges back,
-/// over up to [`ANTI_DEPENDENCIES_TRIED_MAX`] anti-dependency edges that could close one.
+/// A cycle made of one anti-dependency edge `a -rw-> b` and a shortest path of allowed
+/// edges from `b` back to `a`.
 ///
-/// An edge `a -rw-> b` closes such a cycle only if `b` reaches `a` through allowed edges,
-/// which needs `b`'s component of the allowed subgraph to come no later than `a`'s in
-/// topological order. Tarjan emits components in reverse topological order, so that test
-/// is one comparison, and it rules out most anti-dependencies of a long history (a reader
-/// usually misses an append that comes after it), leaving the bounded search for the
-/// edges that matter. Those tried first are the most backward (a reader far later than
-/// the writer it missed, as in a stale read), so past the bound the search may miss a
-/// G-single and report the cycle as G2 instead: a less specific name, never a false one.
+/// Which anti-dependencies close such a cycle is decided exactly, without a search per
+/// edge: over the allowed subgraph's components in reverse topological order (as Tarjan
+/// emits them), each component's set of reachable candidate `a`s is the union of its
+/// successors' and its own, as bit sets of 64 candidates per pass over the graph
+/// (at most [`REACHABILITY_PASSES_MAX`] passes). Two topological orders first rule out
+/// the pairs they place the wrong way round, which are most of a long history's (a reader
+/// usually misses an append that comes after it). Of the edges that close a cycle, the
+/// most backward (a reader far later than the writer it missed, as in a stale read) is
+/// reported, after a search of the path back from up to [`CYCLE_STARTS_MAX`] of them.
 fn single_anti_dependency_cycle(
     arcs: &[Vec<Arc>],
     allow: impl Fn(Edge) -> bool + Copy,
 ) -> Option<Cycle> {
-    let mut emitted = vec![0; arcs.len()];
-    for (position, component) in components(arcs, allow).iter().enumerate() {
+    let forward_components = components_ordered(arcs, allow, false);
+    let mut component_of = vec![0; arcs.len()];
+    for (position, component) in forward_components.iter().enumerate() {
         for &v in component {
-            emitted[v] = position;
+            component_of[v] = position;
         }
     }
-    let mut anti_dependencies: Vec<(usize, Arc)> = arcs
+    let mut backward = vec![0; arcs.len()];
+    for (position, component) in components_ordered(arcs, allow, true).iter().enumerate() {
+        for &v in component {
+            backward[v] = position;
+        }
+    }
+    let forward = &component_of;
+    let mut candidates: Vec<(usize, Arc)> = arcs
         .iter()
         .enumerate()
         .flat_map(|(from, out)| out.iter().map(move |a| (from, *a)))
-        .filter(|(from, a)| a.edge == Edge::Rw && emitted[a.to] >= emitted[*from])
+        .filter(|(from, a)| {
+            a.edge == Edge::Rw
+                && forward[a.to] >= forward[*from]
+                && backward[a.to] >= backward[*from]
+        })
         .collect();
-    anti_dependencies.sort_by_key(|(from, a)| std::cmp::Reverse(emitted[a.to] - emitted[*from]));
+    candidates.sort_by_key(|(from, a)| std::cmp::Reverse(forward[a.to] - forward[*from]));
+
+    // The distinct readers, 64 per pass.
+    let mut readers: Vec<usize> = candidates.iter().map(|(from, _)| *from).collect();
+    readers.sort_unstable();
+    readers.dedup();
+    let mut closing: Vec<(usize, Arc)> = Vec::new();
+    let mut bit_of: Map<usize, u64> = new_map();
+    for chunk in readers.chunks(64).take(REACHABILITY_PASSES_MAX) {
+        bit_of.clear();
+        for (bit, &reader) in chunk.iter().enumerate() {
+            bit_of.insert(reader, 1 << bit);
+        }
+        let mut reaches = vec![0u64; forward_components.len()];
+        for (position, component) in forward_components.iter().enumerate() {
+            let mut bits = 0;
+            for &v in component {
+                bits |= bit_of.get(&v).copied().unwrap_or(0);
+                for a in arcs[v].iter().filter(|a| allow(a.edge)) {
+                    // Emitted earlier, so already complete (or this component itself).
+                    bits |= reaches[component_of[a.to]];
+                }
+            }
+            reaches[position] = bits;
+        }
+        closing.extend(candidates.iter().filter(|(from, a)| {
+            bit_of
+                .get(from)
+                .is_some_and(|bit| reaches[component_of[a.to]] & bit != 0)
+        }));
+    }
+    closing.sort_by_key(|(from, a)| std::cmp::Reverse(forward[a.to] - forward[*from]));
     let mut best: Option<Cycle> = None;
-    for &(from, arc) in anti_dependencies.iter().take(ANTI_DEPENDENCIES_TRIED_MAX) {
+    for &(from, arc) in closing.iter().take(CYCLE_STARTS_MAX) {
         if let Some(back) = shortest_path(arcs, allow, arc.to, from)
             && best.as_ref().is_none_or(|b| back.len() + 1 < b.len())
         {
@@ -1013,8 +1058,19 @@ fn shortest_path(
     Some(path)
 }
 
-/// Tarjan's strongly connected components over the allowed edges, iteratively.
+/// Tarjan's strongly connected components over the allowed edges, iteratively, in
+/// reverse topological order (a component comes before every component that reaches it).
 fn components(arcs: &[Vec<Arc>], allow: impl Fn(Edge) -> bool) -> Vec<Vec<usize>> {
+    components_ordered(arcs, allow, false)
+}
+
+/// [`components`], searching from the last node and the last edge of each first when
+/// `reverse`, which yields another topological order of the same components.
+fn components_ordered(
+    arcs: &[Vec<Arc>],
+    allow: impl Fn(Edge) -> bool,
+    reverse: bool,
+) -> Vec<Vec<usize>> {
     let n = arcs.len();
     let mut index = vec![usize::MAX; n];
     let mut low = vec![0; n];
@@ -1022,7 +1078,7 @@ fn components(arcs: &[Vec<Arc>], allow: impl Fn(Edge) -> bool) -> Vec<Vec<usize>
     let mut stack = Vec::new();
     let mut found = Vec::new();
     let mut next = 0;
-    for root in 0..n {
+    for root in (0..n).map(|r| if reverse { n - 1 - r } else { r }) {
         if index[root] != usize::MAX {
             continue;
         }
@@ -1035,7 +1091,13 @@ fn components(arcs: &[Vec<Arc>], allow: impl Fn(Edge) -> bool) -> Vec<Vec<usize>
         on_stack[root] = true;
         while let Some(frame) = frames.last_mut() {
             let v = frame.0;
-            if let Some(a) = arcs[v].get(frame.1) {
+            let out = &arcs[v];
+            let next_arc = if reverse {
+                out.len().checked_sub(frame.1 + 1).map(|i| &out[i])
+            } else {
+                out.get(frame.1)
+            };
+            if let Some(a) = next_arc {
                 frame.1 += 1;
                 if !allow(a.edge) {
                     continue;
