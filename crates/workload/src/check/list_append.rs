@@ -68,9 +68,9 @@ fn new_set<K>() -> Set<K> {
 pub const CYCLE_STARTS_MAX: usize = 16;
 
 /// The most passes over a cyclic component that decide which anti-dependencies close a
-/// G-single cycle, each for 64 readers; past 4096 readers a G-single may be reported as
+/// G-single cycle, each for 64 readers; past 1024 readers a G-single may be reported as
 /// the G2 it also is (a less specific name, never a false one).
-pub const REACHABILITY_PASSES_MAX: usize = 64;
+pub const REACHABILITY_PASSES_MAX: usize = 16;
 
 /// One operation of a transaction, as the client recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -936,7 +936,8 @@ fn plain_cycle(
 /// edge: over the allowed subgraph's components in reverse topological order (as Tarjan
 /// emits them), each component's set of reachable candidate `a`s is the union of its
 /// successors' and its own, as bit sets of 64 candidates per pass over the graph
-/// (at most [`REACHABILITY_PASSES_MAX`] passes). Two topological orders first rule out
+/// (at most [`REACHABILITY_PASSES_MAX`] passes, the most backward readers first, stopping
+/// at the first pass that finds one). Two topological orders first rule out
 /// the pairs they place the wrong way round, which are most of a long history's (a reader
 /// usually misses an append that comes after it). Of the edges that close a cycle, the
 /// most backward (a reader far later than the writer it missed, as in a stale read) is
@@ -971,22 +972,26 @@ fn single_anti_dependency_cycle(
         .collect();
     candidates.sort_by_key(|(from, a)| std::cmp::Reverse(forward[a.to] - forward[*from]));
 
-    // The distinct readers, 64 per pass.
-    let mut readers: Vec<usize> = candidates.iter().map(|(from, _)| *from).collect();
-    readers.sort_unstable();
-    readers.dedup();
+    // The distinct readers, most backward first, 64 per pass; the passes stop at the
+    // first that finds a closing edge.
+    let mut listed = vec![false; arcs.len()];
+    let readers: Vec<usize> = candidates
+        .iter()
+        .map(|(from, _)| *from)
+        .filter(|&from| !std::mem::replace(&mut listed[from], true))
+        .collect();
     let mut closing: Vec<(usize, Arc)> = Vec::new();
-    let mut bit_of: Map<usize, u64> = new_map();
+    let mut bit_of = vec![0u64; arcs.len()];
     for chunk in readers.chunks(64).take(REACHABILITY_PASSES_MAX) {
-        bit_of.clear();
+        bit_of.fill(0);
         for (bit, &reader) in chunk.iter().enumerate() {
-            bit_of.insert(reader, 1 << bit);
+            bit_of[reader] = 1 << bit;
         }
         let mut reaches = vec![0u64; forward_components.len()];
         for (position, component) in forward_components.iter().enumerate() {
             let mut bits = 0;
             for &v in component {
-                bits |= bit_of.get(&v).copied().unwrap_or(0);
+                bits |= bit_of[v];
                 for a in arcs[v].iter().filter(|a| allow(a.edge)) {
                     // Emitted earlier, so already complete (or this component itself).
                     bits |= reaches[component_of[a.to]];
@@ -994,11 +999,14 @@ fn single_anti_dependency_cycle(
             }
             reaches[position] = bits;
         }
-        closing.extend(candidates.iter().filter(|(from, a)| {
-            bit_of
-                .get(from)
-                .is_some_and(|bit| reaches[component_of[a.to]] & bit != 0)
-        }));
+        closing.extend(
+            candidates
+                .iter()
+                .filter(|(from, a)| reaches[component_of[a.to]] & bit_of[*from] != 0),
+        );
+        if !closing.is_empty() {
+            break;
+        }
     }
     closing.sort_by_key(|(from, a)| std::cmp::Reverse(forward[a.to] - forward[*from]));
     let mut best: Option<Cycle> = None;
