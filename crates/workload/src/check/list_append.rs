@@ -12,7 +12,9 @@
 //! 2. Decide which transactions are in the graph: the committed ones, and the
 //!    indeterminate ones whose appends some observed read saw (that proves they
 //!    committed). An indeterminate transaction never observed is left out: it may have
-//!    aborted, and leaving it out can only hide anomalies, never invent one.
+//!    aborted, and leaving it out can only hide anomalies, never invent one. A proven
+//!    transaction's own recorded reads are observations too, so this repeats until no
+//!    more are proven (once, unless indeterminate transactions recorded reads).
 //! 3. Check each observed read (reads of transactions in the graph, and the final reads
 //!    taken after the history): no element twice, no element nobody appended (garbage),
 //!    none appended only by an aborted transaction (G1a), not ending in a transaction's
@@ -20,6 +22,9 @@
 //!    earlier reads and appends (internal consistency).
 //! 4. Infer each key's version order as its longest observed read; every other read must
 //!    be a prefix of it. A committed append missing from the key's final read is lost.
+//!    An append that no read saw has no place in the order and takes part in no edge:
+//!    without final reads, a stale read of the last appends to a key goes unseen, so a
+//!    run should end with them.
 //! 5. Build the dependency graph (Adya): `ww` from the writer of element i to the writer
 //!    of element i+1, `wr` from the writer of the last element a read saw to the reader,
 //!    `rw` from that reader to the writer of the next element (a read of the empty list
@@ -36,9 +41,18 @@
 //!    `G1c`, `G-single-item`, `G2-item` (every anti-dependency here is on an item, not a
 //!    predicate), with `-realtime` when the cycle needs a real-time edge.
 //!
-//! Everything is linear in the size of the history except the cycle search inside a
-//! cyclic component, which is bounded ([`CYCLE_STARTS_MAX`], [`REACHABILITY_PASSES_MAX`]).
+//! Everything is linear in the size of the history (the total length of its reads)
+//! except the cycle search inside a cyclic component, which is a bounded number of
+//! passes over the component ([`CYCLE_STARTS_MAX`], [`REACHABILITY_PASSES_MAX`]). Only
+//! the elements of each key's longest read and of reads that are not its prefixes are
+//! looked up one by one: a prefix holds nothing the longest does not.
 //! Any history is accepted: malformed ones yield violations, never a panic.
+//!
+//! Why not the `adya` crate (0.1.0, an Elle port): it takes Jepsen's JSON or EDN
+//! histories rather than values, always pulls in `clap`, keys its maps with std's
+//! randomly seeded hasher, and adds real-time edges per pair of transactions (a frontier
+//! of the operations completed so far), where the simulator needs a deterministic,
+//! dependency-light library call whose real-time edges stay linear.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -421,7 +435,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// A node of the dependency graph's edge list.
+/// An edge of the dependency graph, kept in its source's list.
 #[derive(Clone, Copy, Debug)]
 struct Arc {
     to: usize,
