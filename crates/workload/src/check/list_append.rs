@@ -50,9 +50,10 @@
 //!
 //! Why not the `adya` crate (0.1.0, an Elle port): it takes Jepsen's JSON or EDN
 //! histories rather than values, always pulls in `clap`, keys its maps with std's
-//! randomly seeded hasher, and adds real-time edges per pair of transactions (a frontier
-//! of the operations completed so far), where the simulator needs a deterministic,
-//! dependency-light library call whose real-time edges stay linear.
+//! randomly seeded hasher, and adds one real-time edge from every operation on the
+//! frontier of those completed so far to each that follows (more edges the more
+//! concurrency), where the simulator needs a deterministic, dependency-light library
+//! call whose real-time edges stay linear.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
