@@ -11,7 +11,9 @@ use ferrotx_cluster::Configuration;
 use ferrotx_node::LocalCluster;
 use ferrotx_store::{Key, TableId};
 use ferrotx_txn::coordinator::Coordinator;
-use ferrotx_workload::check::list_append::{Element, ListKey, Outcome, check};
+use ferrotx_workload::check::list_append::{
+    Element, ListKey, MicroOp, Outcome, Transaction, check,
+};
 use ferrotx_workload::list_append::{Generator, decode_list, run_one, table_spec};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -118,5 +120,27 @@ fn concurrent_list_appends_are_strictly_serializable() {
     list.pop();
     let names: Vec<String> = check(&history, &damaged).iter().map(|v| v.name()).collect();
     assert!(names.contains(&"lost-append".to_owned()), "{names:?}");
+    // And so is a read, after everything ended, of an appended list as still empty.
+    let (&key, _) = final_reads
+        .iter()
+        .find(|(_, l)| !l.is_empty())
+        .expect("a list was appended to");
+    let last = history.iter().map(|t| t.end).max().unwrap();
+    let mut stale = history.clone();
+    stale.push(Transaction {
+        id: u64::MAX,
+        start: last + 1,
+        end: last + 2,
+        outcome: Outcome::Committed,
+        ops: vec![MicroOp::Read {
+            key,
+            list: Some(Vec::new()),
+        }],
+    });
+    let names: Vec<String> = check(&stale, &final_reads)
+        .iter()
+        .map(|v| v.name())
+        .collect();
+    assert_eq!(names, ["G-single-item-realtime"]);
     cluster.stop();
 }
