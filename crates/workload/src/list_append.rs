@@ -21,6 +21,8 @@
 //! key per client (reads instead after that), and [`run_one`] skips, and does not
 //! record, an append to a list already [`LIST_ELEMENTS_MAX`] long.
 
+use std::collections::BTreeMap;
+
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId, TableSpec};
 use ferrotx_txn::coordinator::{Abort, Coordinator};
@@ -191,6 +193,25 @@ pub async fn run_one(
         outcome,
         ops: recorded,
     }
+}
+
+/// Reads lists `0..keys` in one read-only transaction: the final reads to pass the
+/// checker once every client has finished. An abort (a commit still finishing holds a
+/// lock) is returned for the caller to retry.
+pub async fn read_lists(
+    co: &Co,
+    coordinator: &Coordinator,
+    table: TableId,
+    keys: u64,
+) -> Result<BTreeMap<ListKey, Vec<Element>>, Abort> {
+    let mut tx = coordinator.begin_read_only(co);
+    let mut lists = BTreeMap::new();
+    for key in 0..keys {
+        let value = tx.read(table, Key::from(key)).await?;
+        lists.insert(key, value.as_deref().map_or_else(Vec::new, decode_list));
+    }
+    tx.commit().await?;
+    Ok(lists)
 }
 
 /// The Redis key of list `key`.

@@ -2,19 +2,16 @@
 //! thread append and read concurrently, and the history they record, with final reads
 //! of every list, is strictly serializable.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrotx_cluster::Configuration;
 use ferrotx_node::LocalCluster;
-use ferrotx_store::{Key, TableId};
+use ferrotx_store::TableId;
 use ferrotx_txn::coordinator::Coordinator;
-use ferrotx_workload::check::list_append::{
-    Element, ListKey, MicroOp, Outcome, Transaction, check,
-};
-use ferrotx_workload::list_append::{Generator, decode_list, run_one, table_spec};
+use ferrotx_workload::check::list_append::{MicroOp, Outcome, Transaction, check};
+use ferrotx_workload::list_append::{Generator, read_lists, run_one, table_spec};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -22,8 +19,8 @@ const LISTS: TableId = TableId(7);
 const KEYS: u64 = 5;
 const TXNS_PER_CLIENT: u64 = 60;
 const CLIENTS_PER_THREAD: u32 = 3;
-/// Final reads retried this often if they conflict with nothing (the cluster is quiet
-/// by then, so one attempt should do).
+/// Final reads retried this often if they abort (the cluster is quiet by then, so one
+/// attempt should do).
 const FINAL_READ_ATTEMPTS_MAX: usize = 16;
 
 #[test]
@@ -74,21 +71,7 @@ fn concurrent_list_appends_are_strictly_serializable() {
     // Final reads, in one read-only transaction after every client finished.
     let finals = cluster.spawn(0, 0, |co, coordinator: Rc<Coordinator>| async move {
         for _ in 0..FINAL_READ_ATTEMPTS_MAX {
-            let mut tx = coordinator.begin_read_only(&co);
-            let mut lists: BTreeMap<ListKey, Vec<Element>> = BTreeMap::new();
-            let mut failed = false;
-            for key in 0..KEYS {
-                match tx.read(LISTS, Key::from(key)).await {
-                    Ok(value) => {
-                        lists.insert(key, value.as_deref().map_or_else(Vec::new, decode_list));
-                    }
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            if !failed && tx.commit().await.is_ok() {
+            if let Ok(lists) = read_lists(&co, &coordinator, LISTS, KEYS).await {
                 return Some(lists);
             }
         }
