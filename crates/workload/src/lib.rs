@@ -1,4 +1,3 @@
-
 pub mod bank;
 pub mod check;
 pub mod history;

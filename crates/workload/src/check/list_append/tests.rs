@@ -1,5 +1,3 @@
-use std::time::Instant;
-
 use proptest::prelude::*;
 
 use super::*;
@@ -341,13 +339,10 @@ fn serial_history(
 }
 
 #[test]
-fn a_large_serializable_history_passes_in_milliseconds() {
+fn a_large_serializable_history_passes() {
     let (history, final_reads) = serial_history(7, 5_000, 8);
-    let started = Instant::now();
     let violations = check(&history, &final_reads);
-    let elapsed = started.elapsed();
     assert!(violations.is_empty(), "{}", violations[0]);
-    eprintln!("checked 5000 transactions in {elapsed:?}");
 }
 
 #[test]
@@ -356,11 +351,8 @@ fn a_large_history_with_one_stale_read_is_caught() {
     // A read late in the history that misses everything: stale by far.
     let last = history.last().unwrap().end;
     history.push(txn(9_999, (last + 1, last + 2), vec![read(3, &[])]));
-    let started = Instant::now();
     let found = names(&history, &final_reads);
-    let elapsed = started.elapsed();
     assert_eq!(found, ["G-single-item-realtime"]);
-    eprintln!("checked a broken history of 5001 transactions in {elapsed:?}");
 }
 
 fn arbitrary_op() -> impl Strategy<Value = MicroOp> {
