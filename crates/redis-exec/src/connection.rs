@@ -65,7 +65,7 @@ pub enum Stop {
 }
 
 /// What [`RespConnection::handle`] asks of its caller.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Step {
     /// Run `work` with `seed` ([`crate::execute`]) and give its result to
     /// [`RespConnection::complete`].
@@ -434,5 +434,202 @@ impl RespConnection {
             counters.error_replies += 1;
         }
         reply.encode(self.session.protocol(), &mut self.output);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrotx_resp::{Outcome, ProtocolVersion, Reply};
+
+    use super::*;
+    use crate::execute::PlanRun;
+
+    fn connection() -> RespConnection {
+        RespConnection::new(SessionConfig::default(), ParserLimits::default(), 9)
+    }
+
+    /// Takes the whole output, as a socket that takes everything would.
+    fn take(connection: &mut RespConnection) -> Vec<u8> {
+        let output = connection.output().to_vec();
+        connection.consume_output(output.len());
+        connection.compact_output();
+        output
+    }
+
+    fn committed(replies: Vec<Reply>, aborts: u32) -> WorkResult {
+        WorkResult::Plan(PlanRun {
+            outcome: Outcome::Committed(replies),
+            aborts,
+        })
+    }
+
+    #[test]
+    fn answers_alone_at_once_and_later_requests_wait_for_the_work() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"PING\r\nGET k\r\nPING\r\n");
+        let Step::Work {
+            work: Work::Plan(plan),
+            seed,
+        } = connection.handle(&mut shared)
+        else {
+            panic!("GET needs the data");
+        };
+        assert_eq!(plan.commands().len(), 1);
+        assert_eq!(
+            seed,
+            9u64.rotate_left(32) ^ 2,
+            "the client id and request count"
+        );
+        assert_eq!(connection.output(), b"+PONG\r\n");
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Waiting),
+            "one request at a time"
+        );
+        assert!(connection.is_waiting() && connection.wants_input());
+        connection.complete(committed(vec![Reply::bulk_static("v")], 2), &mut shared);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        assert_eq!(take(&mut connection), b"+PONG\r\n$1\r\nv\r\n+PONG\r\n");
+        assert_eq!(
+            shared.counters,
+            Counters {
+                commands_processed: 3,
+                commands_pipelined: 0,
+                error_replies: 0,
+                transactions_committed: 1,
+                transactions_aborted: 2,
+            }
+        );
+        assert_eq!(connection.unhandled_input(), 0);
+        connection.end_input();
+        assert!(connection.is_over());
+    }
+
+    #[test]
+    fn pipelined_data_commands_join_the_plan() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"SET a 1\r\nINCR a\r\nGET a\r\nPING\r\nGET");
+        let Step::Work {
+            work: Work::Plan(plan),
+            ..
+        } = connection.handle(&mut shared)
+        else {
+            panic!("SET needs the data");
+        };
+        assert_eq!(plan.commands().len(), 3);
+        assert_eq!(shared.counters.commands_pipelined, 2);
+        let replies = vec![Reply::ok(), Reply::Integer(2), Reply::bulk_static("2")];
+        connection.complete(committed(replies, 0), &mut shared);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        assert_eq!(take(&mut connection), b"+OK\r\n:2\r\n$1\r\n2\r\n+PONG\r\n");
+        assert_eq!(
+            connection.unhandled_input(),
+            3,
+            "the incomplete request stays"
+        );
+    }
+
+    #[test]
+    fn watch_without_versions_makes_exec_fail_and_dropped_work_answers_an_error() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"WATCH k\r\n");
+        let Step::Work {
+            work: Work::Versions(keys),
+            ..
+        } = connection.handle(&mut shared)
+        else {
+            panic!("WATCH reads versions");
+        };
+        assert_eq!(keys, [b"k".to_vec()]);
+        let error = Reply::error_static("ERR ferrotx: WATCH could not read its keys");
+        connection.complete(WorkResult::Versions(Err(error)), &mut shared);
+        assert_eq!(
+            connection.session().watched_keys()[0].version,
+            VERSION_UNREADABLE
+        );
+        connection.feed(b"GET k\r\n");
+        assert!(matches!(connection.handle(&mut shared), Step::Work { .. }));
+        connection.complete(WorkResult::Dropped, &mut shared);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        assert_eq!(
+            take(&mut connection),
+            b"-ERR ferrotx: WATCH could not read its keys\r\n\
+              -ERR ferrotx: the node is stopping\r\n"
+        );
+        assert_eq!(shared.counters.error_replies, 2);
+    }
+
+    #[test]
+    fn info_asks_the_caller_for_the_numbers() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"INFO stats\r\nPING\r\n");
+        let Step::Info(request) = connection.handle(&mut shared) else {
+            panic!("INFO needs the node's numbers");
+        };
+        let stats = InfoStats {
+            total_commands_processed: 41,
+            ..InfoStats::default()
+        };
+        connection.info_reply(&request, &stats, &mut shared);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        let output = take(&mut connection);
+        let text = String::from_utf8_lossy(&output);
+        assert!(text.contains("total_commands_processed:41"), "{text}");
+        assert!(text.ends_with("+PONG\r\n"), "{text}");
+    }
+
+    #[test]
+    fn a_protocol_error_is_answered_and_closes() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"*1\r\n$x\r\nPING\r\n");
+        assert_eq!(connection.handle(&mut shared), Step::Stopped(Stop::Closing));
+        assert!(connection.is_closing() && !connection.wants_input());
+        assert!(!connection.is_over(), "until its reply is sent");
+        let output = take(&mut connection);
+        assert!(output.starts_with(b"-ERR Protocol error"), "{output:?}");
+        assert!(connection.is_over());
+    }
+
+    #[test]
+    fn output_past_the_pause_waits_for_the_client() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        let mut request = Vec::new();
+        let arg = vec![b'x'; 1 << 20];
+        for _ in 0..5 {
+            request.clear();
+            request.extend_from_slice(b"*2\r\n$4\r\nECHO\r\n$1048576\r\n");
+            request.extend_from_slice(&arg);
+            request.extend_from_slice(b"\r\n");
+            connection.feed(&request);
+        }
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::OutputFull)
+        );
+        assert!(connection.output_full());
+        assert_eq!(shared.counters.commands_processed, 4);
+        let sent = connection.output().len() - 10;
+        connection.consume_output(sent);
+        connection.compact_output();
+        assert_eq!(connection.output().len(), 10);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        assert_eq!(shared.counters.commands_processed, 5);
+        let echo = Reply::bulk(arg).to_bytes(ProtocolVersion::Resp2);
+        assert_eq!(connection.output().len(), 10 + echo.len());
     }
 }

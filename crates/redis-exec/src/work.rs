@@ -15,7 +15,7 @@ use crate::keyspace::run_keyspace;
 use crate::kv_table::KvTable;
 
 /// Work for a worker: what a request needs from the data.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Work {
     /// Run this plan (an ordinary command with the data commands pipelined behind it, or
     /// EXEC's block) as one transaction: [`run_plan`].
