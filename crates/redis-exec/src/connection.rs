@@ -95,7 +95,7 @@ enum InFlight {
 /// One client connection without its transport.
 ///
 /// The caller owns the transport (a mio socket in `ferrotx-server`, a simulated client's
-/// byte stream) and drives the connection:
+/// byte stream in [`RespClient`](crate::RespClient)) and drives the connection:
 ///
 /// 1. [`RespConnection::feed`] appends the bytes received (and
 ///    [`RespConnection::end_input`] says the client closed its side);

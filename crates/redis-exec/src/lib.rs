@@ -36,6 +36,11 @@
 //! - DBSIZE, SCAN, KEYS (`Action::Keyspace`): [`run_keyspace`] over the configuration's
 //!   partition count; its result is the reply, and the session is not told.
 //!
+//! 3. A simulated client: a [`RespClient`] drives a [`RespConnection`] from one
+//!    coroutine, awaiting each work item's [`execute`] itself, and parses its output
+//!    into [`RespValue`]s ([`parse_reply`]); [`encode_request`] writes the bytes of a
+//!    command as clients send them.
+//!
 //! A plan is one transaction (retried on conflicts after a randomized, growing back-off,
 //! for up to 2 seconds); pipelined commands too large together for one transaction run
 //! one by one. DBSIZE, SCAN and KEYS ask every partition's primary and are not
@@ -43,13 +48,16 @@
 //! ([`store_key`], [`ferrotx_resp::keys`]).
 
 mod backoff;
+mod client;
 mod connection;
 mod error;
 mod execute;
 mod keyspace;
 mod kv_table;
+mod resp_value;
 mod work;
 
+pub use client::RespClient;
 pub use connection::{
     Counters, IDLE_BUFFER_BYTES_MAX, OUTPUT_PAUSE_BYTES, READ_AHEAD_BYTES_MAX, RespConnection,
     Shared, Step, Stop,
@@ -58,4 +66,5 @@ pub use error::KvTableError;
 pub use execute::{PlanRun, VERSION_UNREADABLE, read_versions, run_plan};
 pub use keyspace::{PARTITION_BITS, run_keyspace};
 pub use kv_table::{KV_TABLE_NAME, KvTable, store_key};
+pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
 pub use work::{Work, WorkResult, execute};
