@@ -13,8 +13,8 @@ use ferrotx_exec::Co;
 /// below the timeouts clients commonly set.
 const RETRY_NS_MAX: u64 = 2_000_000_000;
 
-/// Most attempts of one transaction, whatever the time: where time stands still while
-/// there is work (the simulator), the retries still end.
+/// Most attempts of one transaction, whatever the time: retries end even where the
+/// clock barely moves.
 const ATTEMPTS_MAX: u32 = 4096;
 
 /// The first back-off's ceiling: a couple of round trips between nodes.
@@ -23,10 +23,6 @@ const BACKOFF_FIRST_NS: u64 = 10_000;
 /// The largest back-off: long enough for a few commits of other coordinators to finish,
 /// short enough that a retried command still answers within milliseconds.
 const BACKOFF_MAX_NS: u64 = 2_000_000;
-
-/// A worker's loop iteration takes at least this long: bounds the yields of one back-off
-/// where time does not pass while there is work (the simulator).
-const ITERATION_NS_MIN: u64 = 100;
 
 /// The back-off of one transaction's attempts.
 pub(crate) struct Backoff {
@@ -65,17 +61,14 @@ impl Backoff {
         ceiling / 2 + self.state % (ceiling / 2 + 1)
     }
 
-    /// Waits the next delay by yielding the coroutine (the executor has no timers), so
-    /// the worker's other coroutines and its event loop go on meanwhile.
+    /// Waits the next delay asleep on the worker's timer ([`Co::sleep_until`]), so the
+    /// worker's other coroutines and its event loop go on meanwhile, and an otherwise
+    /// idle worker sleeps. Time passes while it sleeps in the simulator too, which a
+    /// coroutine that yielded until its deadline would not let it do (time stands still
+    /// while a worker has work).
     pub async fn wait(&mut self, co: &Co) {
         let delay = self.next_delay_ns();
-        let deadline = co.now_ns() + delay;
-        let yields_max = delay / ITERATION_NS_MIN;
-        let mut yields = 0;
-        while co.now_ns() < deadline && yields < yields_max {
-            co.yield_now().await;
-            yields += 1;
-        }
+        co.sleep_until(co.now_ns() + delay).await;
     }
 }
 

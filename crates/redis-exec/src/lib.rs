@@ -15,20 +15,31 @@
 //! 1. Once, when the front end starts: [`KvTable::find`] finds the configuration's `kv`
 //!    table ([`KV_TABLE_NAME`]), where Redis keys live; a [`KvTableError`] says what to
 //!    fix in the configuration.
-//! 2. Per client: a [`Session`](ferrotx_resp::Session) takes each parsed request
-//!    (`Session::handle`) and answers an [`Action`](ferrotx_resp::Action). Replies it
-//!    gives alone need nothing from here. For the three that need the data, the caller
-//!    runs one coroutine on a worker (one at a time per client, so replies keep their
-//!    order) with a seed that differs per request (the back-off's draws):
-//!    - `Action::Run(plan)`: [`run_plan`], then `Session::complete` with the
-//!      [`PlanRun::outcome`];
-//!    - `Action::ReadVersions(keys)` (WATCH): [`read_versions`], then `Session::watched`
-//!      with the versions; on an error reply, `Session::watched` with
-//!      [`VERSION_UNREADABLE`] for every key (so a later EXEC fails safely), and the
-//!      error is the reply;
-//!    - `Action::Keyspace(request)` (DBSIZE, SCAN, KEYS): [`run_keyspace`] over the
-//!      configuration's partition count; its result is the reply, and the session is not
-//!      told.
+//! 2. Per client: a [`RespConnection`] is the connection without its transport. It is
+//!    fed the bytes the client sends, parses them, hands each request to its
+//!    [`Session`](ferrotx_resp::Session) (which keeps MULTI, WATCH, AUTH, ...), writes
+//!    what the session answers alone to its output, and joins the data commands
+//!    pipelined behind one into the same plan. A request that needs the data stops it
+//!    with a [`Step::Work`]: the caller runs that [`Work`] with [`execute`] in one
+//!    coroutine on a worker (one at a time per client, so replies keep their order),
+//!    with the step's seed (it differs per request: the back-off's draws), and gives the
+//!    [`WorkResult`] back to [`RespConnection::complete`]. INFO stops it with a
+//!    [`Step::Info`], for the caller's numbers. The caller sends
+//!    [`RespConnection::output`].
+//!
+//! [`execute`] runs the three kinds of work:
+//! - a plan (`Action::Run`): [`run_plan`], whose [`PlanRun::outcome`] completes the
+//!   session (`Session::complete`);
+//! - WATCH's versions (`Action::ReadVersions`): [`read_versions`], given to
+//!   `Session::watched`; on an error reply, the keys are watched at
+//!   [`VERSION_UNREADABLE`] (so a later EXEC fails safely), and the error is the reply;
+//! - DBSIZE, SCAN, KEYS (`Action::Keyspace`): [`run_keyspace`] over the configuration's
+//!   partition count; its result is the reply, and the session is not told.
+//!
+//! 3. A simulated client: a [`RespClient`] drives a [`RespConnection`] from one
+//!    coroutine, awaiting each work item's [`execute`] itself, and parses its output
+//!    into [`RespValue`]s ([`parse_reply`]); [`encode_request`] writes the bytes of a
+//!    command as clients send them.
 //!
 //! A plan is one transaction (retried on conflicts after a randomized, growing back-off,
 //! for up to 2 seconds); pipelined commands too large together for one transaction run
@@ -37,12 +48,23 @@
 //! ([`store_key`], [`ferrotx_resp::keys`]).
 
 mod backoff;
+mod client;
+mod connection;
 mod error;
 mod execute;
 mod keyspace;
 mod kv_table;
+mod resp_value;
+mod work;
 
+pub use client::RespClient;
+pub use connection::{
+    Counters, IDLE_BUFFER_BYTES_MAX, OUTPUT_PAUSE_BYTES, READ_AHEAD_BYTES_MAX, RespConnection,
+    Shared, Step, Stop,
+};
 pub use error::KvTableError;
 pub use execute::{PlanRun, VERSION_UNREADABLE, read_versions, run_plan};
 pub use keyspace::{PARTITION_BITS, run_keyspace};
 pub use kv_table::{KV_TABLE_NAME, KvTable, store_key};
+pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
+pub use work::{Work, WorkResult, execute};

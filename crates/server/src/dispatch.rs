@@ -4,20 +4,11 @@
 use std::sync::Arc;
 
 use ferrotx_node::NodeHandle;
-use ferrotx_resp::ParserLimits;
-use ferrotx_resp::{KeyspaceRequest, Plan, SessionConfig};
+use ferrotx_redis_exec::{KvTable, Shared, Work, execute};
+use ferrotx_resp::{ParserLimits, SessionConfig};
 
-use ferrotx_redis_exec::{KvTable, read_versions, run_keyspace, run_plan};
-
-use crate::inbox::{Inbox, Responder, WorkResult};
+use crate::inbox::{Inbox, Responder};
 use crate::stats::Stats;
-
-/// Work for a worker thread.
-pub(crate) enum Work {
-    Plan(Plan),
-    Versions(Vec<Vec<u8>>),
-    Keyspace(KeyspaceRequest),
-}
 
 /// The event loop's state apart from its connections.
 pub(crate) struct Context {
@@ -29,13 +20,13 @@ pub(crate) struct Context {
     pub clients_max: usize,
     pub port: u16,
     pub stats: Stats,
+    /// The counters the connections keep, and their scratch space.
+    pub shared: Shared,
     /// Connections to pump again without waiting for an event (they stopped reading to
     /// let others have a turn).
     pub ready: Vec<usize>,
     /// Read buffer shared by every connection.
     pub scratch: Vec<u8>,
-    /// Replies of finished work on their way to a connection's output (kept for reuse).
-    pub replies: Vec<ferrotx_resp::Reply>,
     next_thread: u16,
 }
 
@@ -60,9 +51,9 @@ impl Context {
             clients_max,
             port,
             stats: Stats::new(),
+            shared: Shared::default(),
             ready: Vec::new(),
             scratch: vec![0; scratch_bytes],
-            replies: Vec::new(),
             next_thread: 0,
         }
     }
@@ -79,19 +70,9 @@ impl Context {
         let partitions = self.node.config().partitions().partition_count();
         // A refused spawn drops the closure, and with it the responder, which reports
         // the work dropped.
-        let _ = match work {
-            Work::Plan(plan) => self.node.spawn(thread, move |co, coordinator| async move {
-                let run = run_plan(&co, &coordinator, kv, &plan, seed).await;
-                responder.send(WorkResult::Plan(run));
-            }),
-            Work::Versions(keys) => self.node.spawn(thread, move |co, coordinator| async move {
-                let versions = read_versions(&co, &coordinator, kv, &keys, seed).await;
-                responder.send(WorkResult::Versions(versions));
-            }),
-            Work::Keyspace(request) => self.node.spawn(thread, move |co, coordinator| async move {
-                let reply = run_keyspace(&co, &coordinator, kv, partitions, &request, seed).await;
-                responder.send(WorkResult::Keyspace(reply));
-            }),
-        };
+        let _ = self.node.spawn(thread, move |co, coordinator| async move {
+            let result = execute(&co, &coordinator, kv, partitions, work, seed).await;
+            responder.send(result);
+        });
     }
 }

@@ -5,22 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_queue::SegQueue;
-use ferrotx_redis_exec::PlanRun;
-use ferrotx_resp::Reply;
+use ferrotx_redis_exec::WorkResult;
 use mio::Waker;
-
-/// The result of work a connection handed to a worker thread.
-#[derive(Debug)]
-pub(crate) enum WorkResult {
-    /// A plan ran (an ordinary command, or EXEC's block).
-    Plan(PlanRun),
-    /// The versions of WATCH's keys, in order, or the error to reply.
-    Versions(Result<Vec<u64>, Reply>),
-    /// DBSIZE, SCAN or KEYS: the reply (an error reply if it failed).
-    Keyspace(Reply),
-    /// The worker dropped the work unfinished: the node is stopping.
-    Dropped,
-}
 
 /// Finished work for connection `token` (a slab key), whose client id was `client_id`
 /// when it was sent (a closed connection's slot may hold another connection by then).

@@ -3,9 +3,10 @@
 //!
 //! [`RespServer::start`] gives a node (through its [`NodeHandle`](ferrotx_node::NodeHandle))
 //! one I/O thread running a mio event loop: a listener, and a slab of connections, each
-//! with its read and write buffers, an incremental RESP parser and a
-//! [`Session`](ferrotx_resp::Session) (the I/O-free protocol and command layer of
-//! `ferrotx-resp`). The I/O thread never runs a transaction and never blocks on a worker:
+//! a socket around a [`RespConnection`](ferrotx_redis_exec::RespConnection) (the
+//! I/O-free connection core of `ferrotx-redis-exec`: read and write buffers, an
+//! incremental RESP parser and a [`Session`](ferrotx_resp::Session) of `ferrotx-resp`).
+//! The I/O thread never runs a transaction and never blocks on a worker:
 //!
 //! 1. it reads, parses the pipelined requests and hands each to the session;
 //! 2. what the session answers alone (PING, AUTH, MULTI, queued commands, INFO, ...) is
@@ -16,10 +17,9 @@
 //!    which rings the worker's doorbell); the connection's later requests wait in its
 //!    input buffer meanwhile, so replies keep their order;
 //! 4. the coroutine runs the work with that thread's coordinator (the I/O-free
-//!    [`ferrotx_redis_exec`]: `run_plan`, `read_versions`, `run_keyspace`) and pushes the
-//!    result onto a lock-free queue, waking the I/O thread's `poll` through a mio
-//!    `Waker`; the I/O thread completes the session, writes the reply and goes on with
-//!    the buffered requests.
+//!    [`ferrotx_redis_exec::execute`]) and pushes the result onto a lock-free queue,
+//!    waking the I/O thread's `poll` through a mio `Waker`; the I/O thread completes the
+//!    session, writes the reply and goes on with the buffered requests.
 //!
 //! Transactions: a plan reads every key it touches and every watched key in one batch of
 //! reads (`Txn::read_many`), fails with a null reply if a watched key's version changed

@@ -1,8 +1,11 @@
-//! The counters INFO reports, kept by the I/O thread (no atomics: one thread owns them).
+//! The counters INFO reports, kept by the I/O thread (no atomics: one thread owns them):
+//! connections and bytes here, requests and transactions in the connections'
+//! [`Counters`].
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferrotx_cluster::Configuration;
+use ferrotx_redis_exec::Counters;
 use ferrotx_resp::InfoStats;
 
 /// What a server counted since it started.
@@ -12,14 +15,8 @@ pub(crate) struct Stats {
     pub connected_clients: u64,
     pub connections_received: u64,
     pub connections_rejected: u64,
-    pub commands_processed: u64,
-    /// Commands that joined the transaction of the pipelined command before them.
-    pub commands_pipelined: u64,
     pub input_bytes: u64,
     pub output_bytes: u64,
-    pub error_replies: u64,
-    pub transactions_committed: u64,
-    pub transactions_aborted: u64,
 }
 
 impl Stats {
@@ -29,20 +26,16 @@ impl Stats {
             connected_clients: 0,
             connections_received: 0,
             connections_rejected: 0,
-            commands_processed: 0,
-            commands_pipelined: 0,
             input_bytes: 0,
             output_bytes: 0,
-            error_replies: 0,
-            transactions_committed: 0,
-            transactions_aborted: 0,
         }
     }
 
-    /// INFO's numbers for node `node` of `config`, serving on `port` with at most
-    /// `clients_max` clients.
+    /// INFO's numbers, with the connections' `counters`, for node `node` of `config`,
+    /// serving on `port` with at most `clients_max` clients.
     pub fn info(
         &self,
+        counters: &Counters,
         config: &Configuration,
         node: u16,
         port: u16,
@@ -61,17 +54,17 @@ impl Stats {
             connected_clients: self.connected_clients,
             clients_max: clients_max as u64,
             total_connections_received: self.connections_received,
-            total_commands_processed: self.commands_processed,
+            total_commands_processed: counters.commands_processed,
             total_net_input_bytes: self.input_bytes,
             total_net_output_bytes: self.output_bytes,
             rejected_connections: self.connections_rejected,
-            total_error_replies: self.error_replies,
+            total_error_replies: counters.error_replies,
             node_id: u32::from(node),
             cluster_nodes: u32::try_from(config.members().len()).unwrap_or(u32::MAX),
             partitions: config.partitions().partition_count(),
             replicas: u32::from(config.replicas()),
-            transactions_committed: self.transactions_committed,
-            transactions_aborted: self.transactions_aborted,
+            transactions_committed: counters.transactions_committed,
+            transactions_aborted: counters.transactions_aborted,
             extra: vec![
                 ("configuration_id".to_owned(), config.id().to_string()),
                 (
@@ -80,7 +73,7 @@ impl Stats {
                 ),
                 (
                     "pipelined_commands_joined".to_owned(),
-                    self.commands_pipelined.to_string(),
+                    counters.commands_pipelined.to_string(),
                 ),
             ],
             ..InfoStats::default()
