@@ -2,6 +2,7 @@
 //! `processes` starts and stops node processes.
 
 mod processes;
+mod sim;
 
 /// See the `mimalloc` feature in Cargo.toml.
 #[cfg(feature = "mimalloc")]
@@ -39,6 +40,9 @@ enum Command {
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(Bench),
+    /// Run whole clusters in simulation, one thread per seed, under faults, and check
+    /// every history (strict serializability, money, lost writes, replicas).
+    Sim(sim::SimArgs),
 }
 
 #[derive(Args)]
@@ -386,6 +390,7 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Node(args) => processes::node(&args.config, args.id, args.drive.as_deref())?,
+        Command::Sim(args) => sim::main(&args)?,
         Command::Cluster(ClusterCommand::Local(args)) => processes::cluster_local(
             &processes::LocalCluster {
                 nodes: args.nodes,

@@ -10,6 +10,7 @@ pub mod faults;
 mod network;
 pub mod rpc_workload;
 pub mod run;
+pub mod scenarios;
 pub mod seeds;
 mod simulator;
 pub mod txn_workload;

@@ -1,0 +1,332 @@
+//! `ferrotx sim`: whole clusters in simulation, many seeds, with a progress bar, a summary
+//! per workload, a JSON report, and the exact command that replays a failing seed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use ferrotx_sim::FaultKind;
+use ferrotx_sim::run::{RunOptions, RunReport, run};
+use ferrotx_sim::scenarios;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Workloads to run, comma-separated, or `all`.
+    #[arg(long, value_delimiter = ',', default_value = "bank")]
+    workload: Vec<String>,
+    /// Seeds per workload, from --seed-base.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed of the sweep.
+    #[arg(long, default_value_t = 0)]
+    seed_base: u64,
+    /// Run this one seed only (replay), and print its digest.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Fault kinds to inject, comma-separated (loss, dup, reorder, partition, pause,
+    /// drift, crash, buggify), or `none`. Default: every kind but crash.
+    #[arg(long, value_delimiter = ',')]
+    faults: Option<Vec<String>>,
+    /// Nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Copies of each partition (f + 1; at most --nodes).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Threads running seeds at once (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// The totals of one workload.
+#[derive(Default, Serialize)]
+struct WorkloadSummary {
+    seeds: u64,
+    passed: u64,
+    /// Seeds with a safety violation.
+    failed_seeds: Vec<u64>,
+    /// Seeds whose clients never finished (a liveness report).
+    stalled_seeds: Vec<u64>,
+    committed: u64,
+    aborted: u64,
+    indeterminate: u64,
+    simulated_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    seeds: u64,
+    wall_s: f64,
+    simulated_s: f64,
+    simulated_s_per_wall_s: f64,
+    fault_kinds: Vec<&'static str>,
+    faults_injected: BTreeMap<&'static str, u64>,
+    buggify_fired: BTreeMap<&'static str, u64>,
+    workloads: BTreeMap<&'static str, WorkloadSummary>,
+}
+
+pub fn main(args: &SimArgs) -> anyhow::Result<()> {
+    let workloads: Vec<&'static str> = if args.workload.iter().any(|w| w == "all") {
+        scenarios::NAMES.to_vec()
+    } else {
+        args.workload
+            .iter()
+            .map(|w| {
+                scenarios::NAMES
+                    .iter()
+                    .copied()
+                    .find(|n| n == w)
+                    .with_context(|| {
+                        format!(
+                            "unknown workload {w:?}; the workloads are {}",
+                            scenarios::NAMES.join(", ")
+                        )
+                    })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let kinds: Vec<FaultKind> = match &args.faults {
+        None => FaultKind::DEFAULT.to_vec(),
+        Some(names) if names.iter().any(|n| n == "none") => Vec::new(),
+        Some(names) => names
+            .iter()
+            .map(|n| n.parse::<FaultKind>().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?,
+    };
+    if args.replicas == 0 || u16::from(args.replicas) > args.nodes {
+        bail!(
+            "--replicas must be between 1 and --nodes ({}), not {}",
+            args.nodes,
+            args.replicas
+        );
+    }
+    let options_for = |seed: u64| RunOptions {
+        nodes: args.nodes,
+        replicas: args.replicas,
+        faults: kinds.clone(),
+        ..RunOptions::new(seed)
+    };
+
+    if let Some(seed) = args.seed {
+        let mut failed = false;
+        for workload in &workloads {
+            let mut scenario = scenarios::scenario(workload);
+            let report = run(&mut *scenario, &options_for(seed));
+            print_replay(&report);
+            failed |= !report_passes(&report, &kinds);
+        }
+        if failed {
+            bail!("seed {seed} failed");
+        }
+        return Ok(());
+    }
+
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let total = args.seeds * workloads.len() as u64;
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} seeds ({per_sec}) {msg}",
+        )
+        .expect("a valid progress template"),
+    );
+    let next = AtomicU64::new(0);
+    let reports: Mutex<Vec<RunReport>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        break;
+                    }
+                    let workload = workloads[(i / args.seeds) as usize];
+                    let seed = args.seed_base + i % args.seeds;
+                    let mut scenario = scenarios::scenario(workload);
+                    let report = run(&mut *scenario, &options_for(seed));
+                    if !report_passes(&report, &kinds) {
+                        bar.println(format!(
+                            "FAILED {workload} seed {seed}: {}",
+                            first_problem(&report)
+                        ));
+                    }
+                    reports.lock().expect("no panics").push(report);
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let wall_s = started.elapsed().as_secs_f64();
+    let mut reports = reports.into_inner().expect("no panics");
+    reports.sort_by_key(|r| (r.workload, r.seed));
+
+    let mut summary = Report {
+        seeds: total,
+        wall_s,
+        simulated_s: 0.0,
+        simulated_s_per_wall_s: 0.0,
+        fault_kinds: kinds.iter().map(|k| k.name()).collect(),
+        faults_injected: kinds.iter().map(|k| (k.name(), 0)).collect(),
+        buggify_fired: BTreeMap::new(),
+        workloads: BTreeMap::new(),
+    };
+    let mut failures = Vec::new();
+    for report in &reports {
+        let w = summary.workloads.entry(report.workload).or_default();
+        w.seeds += 1;
+        w.committed += report.checked.committed;
+        w.aborted += report.checked.aborted;
+        w.indeterminate += report.checked.indeterminate;
+        w.simulated_s += report.simulated_ns as f64 / 1e9;
+        summary.simulated_s += report.simulated_ns as f64 / 1e9;
+        if !report.checked.violations.is_empty() {
+            w.failed_seeds.push(report.seed);
+            failures.push(report);
+        } else if report.liveness.is_some() {
+            w.stalled_seeds.push(report.seed);
+            if !kinds.contains(&FaultKind::Crash) {
+                failures.push(report);
+            }
+        } else {
+            w.passed += 1;
+        }
+        for (kind, n) in &report.faults {
+            *summary.faults_injected.entry(kind).or_default() += n;
+        }
+        for (point, n) in &report.buggify {
+            *summary.buggify_fired.entry(point).or_default() += n;
+        }
+    }
+    summary.simulated_s_per_wall_s = summary.simulated_s / wall_s.max(1e-9);
+
+    println!(
+        "{} seeds checked in {wall_s:.1} s ({:.1} simulated s per wall s, {jobs} threads); faults: {}",
+        total,
+        summary.simulated_s_per_wall_s,
+        if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            summary.fault_kinds.join(",")
+        }
+    );
+    println!(
+        "{:<18} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
+        "workload", "seeds", "passed", "failed", "stalled", "committed", "aborted", "indeterminate"
+    );
+    for (name, w) in &summary.workloads {
+        println!(
+            "{name:<18} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
+            w.seeds,
+            w.passed,
+            w.failed_seeds.len(),
+            w.stalled_seeds.len(),
+            w.committed,
+            w.aborted,
+            w.indeterminate
+        );
+    }
+    let injected: Vec<String> = summary
+        .faults_injected
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!("faults injected: {}", injected.join(", "));
+    if !summary.buggify_fired.is_empty() {
+        let fired: Vec<String> = summary
+            .buggify_fired
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!("fault points fired: {}", fired.join(", "));
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    // Every kind enabled must have happened somewhere, or the sweep tested less than it
+    // says.
+    let silent: Vec<&str> = summary
+        .faults_injected
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(k, _)| *k)
+        .collect();
+    let faults_flag = if kinds.is_empty() {
+        "none".to_string()
+    } else {
+        summary.fault_kinds.join(",")
+    };
+    for report in failures.iter().take(10) {
+        println!(
+            "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {} --faults {faults_flag} --nodes {} --replicas {}",
+            report.workload,
+            report.seed,
+            first_problem(report),
+            report.workload,
+            report.seed,
+            args.nodes,
+            args.replicas
+        );
+    }
+    if !failures.is_empty() {
+        bail!("{} of {total} seeds failed", failures.len());
+    }
+    if !silent.is_empty() {
+        bail!(
+            "fault kinds enabled but never injected in {total} seeds: {}",
+            silent.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Whether a run passes: no violation, and finished unless crashes were injected (a
+/// stalled cluster after a crash is expected until failure handling exists, and reported).
+fn report_passes(report: &RunReport, kinds: &[FaultKind]) -> bool {
+    report.checked.violations.is_empty()
+        && (report.liveness.is_none() || kinds.contains(&FaultKind::Crash))
+}
+
+fn first_problem(report: &RunReport) -> String {
+    match (report.checked.violations.first(), &report.liveness) {
+        (Some(v), _) => format!("{v} ({} violations)", report.checked.violations.len()),
+        (None, Some(l)) => l.clone(),
+        (None, None) => "passed".to_string(),
+    }
+}
+
+fn print_replay(report: &RunReport) {
+    println!(
+        "{} seed {}: {} committed, {} aborted, {} indeterminate, {:.3} simulated s",
+        report.workload,
+        report.seed,
+        report.checked.committed,
+        report.checked.aborted,
+        report.checked.indeterminate,
+        report.simulated_ns as f64 / 1e9
+    );
+    println!("faults injected: {:?}", report.faults);
+    if !report.buggify.is_empty() {
+        println!("fault points: {:?}", report.buggify);
+    }
+    if let Some(liveness) = &report.liveness {
+        println!("liveness: {liveness}");
+    }
+    for violation in &report.checked.violations {
+        println!("violation: {violation}");
+    }
+    println!("digest: {:016x}", report.digest);
+}

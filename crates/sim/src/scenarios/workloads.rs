@@ -1,0 +1,133 @@
+//! The workload crate's workloads (bank, kv, TATP, SmallBank) as scenarios: each client a
+//! coroutine with a [`Runner`] of its own, recording into one history, checked at the end
+//! by the workload's own end checks.
+
+use std::rc::Rc;
+
+use ferrotx_store::TableSpec;
+use ferrotx_workload::bank::BankWorkload;
+use ferrotx_workload::history::Outcome;
+use ferrotx_workload::record::HistoryRecorder;
+use ferrotx_workload::smallbank::SmallBankWorkload;
+use ferrotx_workload::tatp::TatpWorkload;
+use ferrotx_workload::workload::{KvWorkload, Runner, Workload};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::{client_id, clients, copies, log_bound_violations};
+use crate::cluster::SimCluster;
+use crate::run::{Checked, Scenario};
+
+/// Client coroutines per worker.
+const CLIENTS_PER_WORKER: usize = 3;
+
+/// A workload of the workload crate, run by clients on every worker.
+pub struct WorkloadScenario {
+    name: &'static str,
+    workload: Workload,
+    transactions: usize,
+    recorder: HistoryRecorder,
+}
+
+impl WorkloadScenario {
+    /// The scenario `name` (bank, kv, tatp or smallbank) at the simulator's small scale,
+    /// each client running `transactions` transactions.
+    pub fn new(name: &str, transactions: usize) -> Self {
+        let (name, workload) = match name {
+            // Few accounts and small balances: transfers conflict and run dry.
+            "bank" => ("bank", Workload::Bank(BankWorkload::mixed(6, 100))),
+            "kv" => (
+                "kv",
+                Workload::Kv(KvWorkload {
+                    keys_per_txn: 3,
+                    write_share: 0.67,
+                    key_count: 24,
+                    value_bytes: 16,
+                    zipf: 0.0,
+                }),
+            ),
+            "tatp" => ("tatp", Workload::Tatp(TatpWorkload { subscribers: 12 })),
+            "smallbank" => (
+                "smallbank",
+                Workload::SmallBank(SmallBankWorkload {
+                    accounts: 10,
+                    hot_accounts: 4,
+                    hot_percent: 90,
+                    initial_balance: 1_000,
+                }),
+            ),
+            other => panic!("{other} is not a workload of the workload crate"),
+        };
+        Self {
+            name,
+            workload,
+            transactions,
+            recorder: HistoryRecorder::new(),
+        }
+    }
+}
+
+impl Scenario for WorkloadScenario {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn schema(&self) -> Vec<TableSpec> {
+        self.workload.schema()
+    }
+
+    fn load(&self, cluster: &SimCluster) {
+        self.workload
+            .load(&mut |table, key, value| {
+                cluster.load(table, key, value);
+                Ok(true)
+            })
+            .expect("the workload's rows fit its schema");
+    }
+
+    fn start_clients(&mut self, cluster: &mut SimCluster, seed: u64) {
+        let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
+        for (node, thread, slot) in clients(cluster, CLIENTS_PER_WORKER) {
+            let rng =
+                ChaCha8Rng::seed_from_u64(seed ^ client_id(node, thread, slot).rotate_left(17));
+            let mut runner = Runner::new(self.workload.clone(), rng);
+            let mut recorder = self.recorder.clone();
+            let transactions = self.transactions;
+            let all_nodes = all_nodes.clone();
+            let spawned = cluster.spawn(node, thread, move |co, coordinator| async move {
+                for _ in 0..transactions {
+                    runner.run_one(&co, &coordinator, &mut recorder).await;
+                }
+                // Backups apply what the last transactions logged, so that replicas can
+                // be compared once the run is over.
+                coordinator.flush_truncation(&co, &all_nodes).await;
+            });
+            assert!(spawned, "a coroutine slot for every client");
+        }
+    }
+
+    fn check(&self, cluster: &SimCluster) -> Checked {
+        let history = self.recorder.history();
+        let count = |outcome| {
+            history
+                .records
+                .iter()
+                .filter(|r| r.outcome() == outcome)
+                .count() as u64
+        };
+        let state = |table, key: &_| copies(cluster, table, key);
+        let mut violations: Vec<String> = self
+            .workload
+            .end_checks(&history, &state)
+            .into_iter()
+            .map(|v| format!("{v:?}"))
+            .collect();
+        violations.extend(log_bound_violations(cluster));
+        Checked {
+            committed: count(Outcome::Committed),
+            aborted: count(Outcome::Aborted),
+            indeterminate: count(Outcome::Indeterminate),
+            violations,
+        }
+    }
+}
