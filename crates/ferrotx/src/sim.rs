@@ -281,6 +281,18 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             args.replicas
         );
     }
+    if kinds.contains(&FaultKind::Crash) {
+        println!(
+            "note: a crashed node restarts empty as the same member, so crashes lose data \
+             and stall clients until failure handling exists (issues 12 and 13)"
+        );
+    }
+    // The closing line CI counts.
+    println!(
+        "sim: {} passed, {} failed",
+        total - failures.len() as u64,
+        failures.len()
+    );
     if !failures.is_empty() {
         bail!("{} of {total} seeds failed", failures.len());
     }

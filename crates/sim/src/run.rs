@@ -51,6 +51,9 @@ pub struct Checked {
     pub indeterminate: u64,
     /// Everything that is wrong; empty when correct.
     pub violations: Vec<String>,
+    /// A digest of the recorded history: with the network's, it shows that a seed
+    /// replays exactly.
+    pub history_digest: u64,
 }
 
 /// The shape of a run.
@@ -112,7 +115,8 @@ pub struct RunReport {
     pub buggify: BTreeMap<&'static str, u64>,
     /// Simulated time at the end.
     pub simulated_ns: u64,
-    /// Digest of every datagram delivered: equal for two runs of one seed.
+    /// Digest of every datagram delivered and of the history: equal for two runs of
+    /// one seed.
     pub digest: u64,
 }
 
@@ -121,6 +125,16 @@ impl RunReport {
     pub fn passed(&self) -> bool {
         self.checked.violations.is_empty() && self.liveness.is_none()
     }
+}
+
+/// A digest of anything's debug form, the same in every process and build of one
+/// source: FNV-1a.
+pub fn digest_of(value: &impl std::fmt::Debug) -> u64 {
+    format!("{value:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
 }
 
 /// Runs `scenario` once with `options`.
@@ -210,6 +224,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
     if options.faults.contains(&FaultKind::Buggify) {
         faults.insert(FaultKind::Buggify.name(), buggify.values().sum());
     }
+    let digest = network.digest() ^ checked.history_digest.rotate_left(32);
     RunReport {
         seed: options.seed,
         workload: scenario.name(),
@@ -217,7 +232,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         liveness,
         faults,
         buggify,
-        simulated_ns: now,
-        digest: network.digest(),
+        simulated_ns: cluster.sim.now_ns(),
+        digest,
     }
 }

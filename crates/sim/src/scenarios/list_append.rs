@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{Ticks, client_id, clients, copies, log_bound_violations};
 use crate::cluster::SimCluster;
-use crate::run::{Checked, Scenario};
+use crate::run::{Checked, Scenario, digest_of};
 
 /// The lists' table.
 const LISTS: TableId = TableId(1);
@@ -94,6 +94,7 @@ pub(super) fn check_history(
             .iter()
             .map(ToString::to_string)
             .collect(),
+        history_digest: digest_of(&history),
     }
 }
 

@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{client_id, clients, copies, log_bound_violations};
 use crate::cluster::SimCluster;
-use crate::run::{Checked, Scenario};
+use crate::run::{Checked, Scenario, digest_of};
 
 /// Client coroutines per worker.
 const CLIENTS_PER_WORKER: usize = 3;
@@ -128,6 +128,7 @@ impl Scenario for WorkloadScenario {
             aborted: count(Outcome::Aborted),
             indeterminate: count(Outcome::Indeterminate),
             violations,
+            history_digest: digest_of(&history.records),
         }
     }
 }
