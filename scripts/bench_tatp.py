@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs TATP at the default scale in one go, beside `bench rpc`.
+"""Runs TATP at FaSST's scale (1 M subscribers per node) in one go, beside `bench rpc`.
 
 Measures `ferrotx bench rpc` at one coroutine (the RPC round trip), then `ferrotx bench
 tatp` (3 node processes, 1 M subscribers each, 3 replicas, UDP) as a sweep of the offered

@@ -783,7 +783,7 @@ def parse_args():
         description="PostgreSQL on TATP and SmallBank with pgbench, beside ferrotx",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--subscribers", type=int, default=3000000,
-                   help="TATP subscribers (ferrotx's default: 1 M per node, 3 nodes)")
+                   help="TATP subscribers (FaSST's scale: 1 M per node on ferrotx's 3 nodes)")
     p.add_argument("--accounts", type=int, default=300000, help="SmallBank accounts")
     p.add_argument("--hot-accounts", type=int, default=12000,
                    help="SmallBank accounts in the hot set")
