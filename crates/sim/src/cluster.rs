@@ -88,6 +88,11 @@ impl SimCluster {
         &self.config
     }
 
+    /// How its workers are built.
+    pub fn options(&self) -> &CoreOptions {
+        &self.options
+    }
+
     /// Nodes in the cluster (up or not).
     pub fn node_count(&self) -> u16 {
         u16::try_from(self.nodes.len()).expect("node ids are u16")

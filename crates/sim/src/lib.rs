@@ -2,8 +2,12 @@
 //! simulated network that drops, duplicates, delays, reorders and partitions datagrams,
 //! all drawn from one seed, so that any failing run replays exactly.
 //!
-//! The production `Worker` (transport, RPC engine, executor) runs unchanged over
-//! [`SimTransport`]; [`Simulator`] advances simulated time from event to event.
+//! The production node runs unchanged: [`SimCluster`] builds every member's
+//! `NodeCore` from a `Configuration` (placement, key hash, partition map) and its workers
+//! over [`SimTransport`]; [`Simulator`] advances simulated time from event to event on
+//! each node's drifting clock, pausing and crashing nodes. [`run::run`] runs one
+//! [`run::Scenario`] (a workload's clients and checks, see [`scenarios`]) under the
+//! [`FaultPlan`] its seed draws; `ferrotx sim` runs many.
 
 pub mod cluster;
 pub mod faults;
@@ -13,11 +17,6 @@ pub mod run;
 pub mod scenarios;
 pub mod seeds;
 mod simulator;
-pub mod txn_workload;
-
-/// The checker of strict serializability, now in the workload crate (the simulator
-/// drives its workloads and checkers from there).
-pub use ferrotx_workload::check::serializability;
 
 pub use cluster::SimCluster;
 pub use faults::{FaultEvent, FaultKind, FaultPlan};

@@ -77,6 +77,12 @@ pub struct RunOptions {
     pub fault_horizon_ns: u64,
     /// Simulated time after which clients still running are a liveness failure.
     pub deadline_ns: u64,
+    /// Records each coordinator thread may keep in one backup's log (small values make
+    /// commits wait for log space).
+    pub log_records_max: usize,
+    /// The faults to inject instead of those drawn from the seed (a scenario written by
+    /// hand).
+    pub plan: Option<FaultPlan>,
 }
 
 impl RunOptions {
@@ -93,6 +99,8 @@ impl RunOptions {
             faults: FaultKind::DEFAULT.to_vec(),
             fault_horizon_ns: 20_000_000,
             deadline_ns: 60_000_000_000,
+            log_records_max: ferrotx_txn::participant::LOG_RECORDS_MAX,
+            plan: None,
         }
     }
 }
@@ -118,6 +126,10 @@ pub struct RunReport {
     /// Digest of every datagram delivered and of the history: equal for two runs of
     /// one seed.
     pub digest: u64,
+    /// Commits that waited for log space at a backup.
+    pub log_space_waits: u64,
+    /// Datagrams cut by partitions.
+    pub partitioned: u64,
 }
 
 impl RunReport {
@@ -139,12 +151,14 @@ pub fn digest_of(value: &impl std::fmt::Debug) -> u64 {
 
 /// Runs `scenario` once with `options`.
 pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
-    let mut plan = FaultPlan::draw(
-        options.seed,
-        &options.faults,
-        options.nodes,
-        options.fault_horizon_ns,
-    );
+    let mut plan = options.plan.clone().unwrap_or_else(|| {
+        FaultPlan::draw(
+            options.seed,
+            &options.faults,
+            options.nodes,
+            options.fault_horizon_ns,
+        )
+    });
     let config = Configuration::local(
         options.nodes,
         options.replicas,
@@ -164,7 +178,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             suspect_after_ns: 5_000_000,
             ..Config::default()
         },
-        ..CoreOptions::default()
+        log_records_max: options.log_records_max,
     };
     let mut cluster = SimCluster::new(config, core, options.seed, plan.network.clone());
     for (node, clock) in plan.clocks.iter().enumerate() {
@@ -225,6 +239,10 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         faults.insert(FaultKind::Buggify.name(), buggify.values().sum());
     }
     let digest = network.digest() ^ checked.history_digest.rotate_left(32);
+    let log_space_waits = cluster
+        .coordinators()
+        .map(|c| c.stats().log_space_waits)
+        .sum();
     RunReport {
         seed: options.seed,
         workload: scenario.name(),
@@ -234,5 +252,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         buggify,
         simulated_ns: cluster.sim.now_ns(),
         digest,
+        log_space_waits,
+        partitioned: counters.partitioned,
     }
 }

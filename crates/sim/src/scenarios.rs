@@ -9,6 +9,8 @@
 mod list_append;
 mod workloads;
 
+pub use workloads::WorkloadScenario;
+
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -89,8 +91,8 @@ fn copies(cluster: &SimCluster, table: ferrotx_store::TableId, key: &Key) -> Vec
 
 /// The log-bound check every scenario shares: no backup's log held more records of one
 /// coordinator thread than it reserved.
-fn log_bound_violations(cluster: &SimCluster) -> Vec<String> {
-    let limit = ferrotx_txn::participant::LOG_RECORDS_MAX as u64;
+fn log_bound_violations(cluster: &SimCluster, limit: usize) -> Vec<String> {
+    let limit = limit as u64;
     let high = cluster
         .participants()
         .map(|p| p.borrow().stats().log_records_high_water)

@@ -26,10 +26,15 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// The plan the environment asks for.
 pub fn from_env() -> SeedPlan {
+    from_env_with_default(SEEDS_DEFAULT)
+}
+
+/// The plan the environment asks for, sweeping `count` seeds when it does not say.
+pub fn from_env_with_default(count: u64) -> SeedPlan {
     if let Some(seed) = env_u64("FERROTX_SIM_SEED") {
         return SeedPlan::Replay(seed);
     }
-    let count = env_u64("FERROTX_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
+    let count = env_u64("FERROTX_SIM_SEEDS").unwrap_or(count);
     let base = env_u64("FERROTX_SIM_SEED_BASE").unwrap_or(0);
     SeedPlan::Sweep(base..base + count)
 }

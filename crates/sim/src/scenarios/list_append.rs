@@ -161,7 +161,10 @@ impl Scenario for ListAppend {
             )
         });
         let mut checked = check_history(&self.history.borrow(), &finals);
-        checked.violations.extend(log_bound_violations(cluster));
+        checked.violations.extend(log_bound_violations(
+            cluster,
+            cluster.options().log_records_max,
+        ));
         // Every backup holds what its primary holds.
         for key in 0..KEYS {
             let copies = copies(cluster, LISTS, &Key::from(key));

@@ -25,6 +25,7 @@ const CLIENTS_PER_WORKER: usize = 3;
 pub struct WorkloadScenario {
     name: &'static str,
     workload: Workload,
+    clients_per_worker: usize,
     transactions: usize,
     recorder: HistoryRecorder,
 }
@@ -58,9 +59,21 @@ impl WorkloadScenario {
             ),
             other => panic!("{other} is not a workload of the workload crate"),
         };
+        Self::custom(name, workload, CLIENTS_PER_WORKER, transactions)
+    }
+
+    /// A scenario of `workload` under `name`: `clients_per_worker` clients on every
+    /// worker (at most its coroutine slots), each running `transactions` transactions.
+    pub fn custom(
+        name: &'static str,
+        workload: Workload,
+        clients_per_worker: usize,
+        transactions: usize,
+    ) -> Self {
         Self {
             name,
             workload,
+            clients_per_worker,
             transactions,
             recorder: HistoryRecorder::new(),
         }
@@ -87,7 +100,7 @@ impl Scenario for WorkloadScenario {
 
     fn start_clients(&mut self, cluster: &mut SimCluster, seed: u64) {
         let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
-        for (node, thread, slot) in clients(cluster, CLIENTS_PER_WORKER) {
+        for (node, thread, slot) in clients(cluster, self.clients_per_worker) {
             let rng =
                 ChaCha8Rng::seed_from_u64(seed ^ client_id(node, thread, slot).rotate_left(17));
             let mut runner = Runner::new(self.workload.clone(), rng);
@@ -108,6 +121,7 @@ impl Scenario for WorkloadScenario {
 
     fn check(&self, cluster: &SimCluster) -> Checked {
         let history = self.recorder.history();
+        let limit = cluster.options().log_records_max;
         let count = |outcome| {
             history
                 .records
@@ -122,7 +136,7 @@ impl Scenario for WorkloadScenario {
             .into_iter()
             .map(|v| format!("{v:?}"))
             .collect();
-        violations.extend(log_bound_violations(cluster));
+        violations.extend(log_bound_violations(cluster, limit));
         Checked {
             committed: count(Outcome::Committed),
             aborted: count(Outcome::Aborted),
