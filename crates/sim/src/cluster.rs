@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::Co;
-use ferrotx_node::{CoreOptions, CoreWorker, NodeCore};
+use ferrotx_node::{ClusterPlacement, CoreOptions, CoreWorker, NodeCore};
 use ferrotx_store::{Key, Partition, PartitionId, TableId};
 use ferrotx_transport::Transport;
-use ferrotx_txn::coordinator::Coordinator;
+use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{Participant, Role};
 use ferrotx_wire::EndpointId;
 
@@ -36,6 +36,8 @@ pub struct SimCluster {
     /// The simulator: workers, network, clocks, pauses.
     pub sim: Simulator,
     config: Arc<Configuration>,
+    /// The configuration's placement, as every node's coordinator has it.
+    placement: ClusterPlacement,
     options: CoreOptions,
     nodes: Vec<SimNode>,
     /// Crashes so far.
@@ -71,6 +73,7 @@ impl SimCluster {
                     incarnation: 0,
                 })
                 .collect(),
+            placement: ClusterPlacement(config.clone()),
             config,
             options,
             crashes: 0,
@@ -160,11 +163,7 @@ impl SimCluster {
 
     /// The partition of `key` of `table`, by the configuration.
     pub fn partition_of(&self, table: TableId, key: &Key) -> PartitionId {
-        let partition_key = match self.config.tables().iter().find(|t| t.id == table) {
-            Some(spec) => spec.partition_key(key),
-            None => key.as_bytes(),
-        };
-        self.config.partition_of_key(partition_key)
+        PartitionId(self.placement.partition_of(table, key))
     }
 
     /// Starts `body` as a coroutine on worker `thread` of node `node`, with that worker's

@@ -1,6 +1,7 @@
 //! Checkers of histories and final states, one file each. Each returns what it finds
 //! wrong as values and never panics on a bad history.
 
+mod graph;
 pub mod list_append;
 pub mod lost_write;
 pub mod money;

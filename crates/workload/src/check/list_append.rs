@@ -58,6 +58,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
+use super::graph;
 use foldhash::fast::FixedState;
 
 /// A key of the list-append workload.
@@ -1081,8 +1082,8 @@ fn shortest_path(
     Some(path)
 }
 
-/// Tarjan's strongly connected components over the allowed edges, iteratively, in
-/// reverse topological order (a component comes before every component that reaches it).
+/// Tarjan's strongly connected components over the allowed edges, in reverse
+/// topological order (a component comes before every component that reaches it).
 fn components(arcs: &[Vec<Arc>], allow: impl Fn(Edge) -> bool) -> Vec<Vec<usize>> {
     components_ordered(arcs, allow, false)
 }
@@ -1094,68 +1095,7 @@ fn components_ordered(
     allow: impl Fn(Edge) -> bool,
     reverse: bool,
 ) -> Vec<Vec<usize>> {
-    let n = arcs.len();
-    let mut index = vec![usize::MAX; n];
-    let mut low = vec![0; n];
-    let mut on_stack = vec![false; n];
-    let mut stack = Vec::new();
-    let mut found = Vec::new();
-    let mut next = 0;
-    for root in (0..n).map(|r| if reverse { n - 1 - r } else { r }) {
-        if index[root] != usize::MAX {
-            continue;
-        }
-        // Each frame: a node and how many of its arcs were looked at.
-        let mut frames = vec![(root, 0usize)];
-        index[root] = next;
-        low[root] = next;
-        next += 1;
-        stack.push(root);
-        on_stack[root] = true;
-        while let Some(frame) = frames.last_mut() {
-            let v = frame.0;
-            let out = &arcs[v];
-            let next_arc = if reverse {
-                out.len().checked_sub(frame.1 + 1).map(|i| &out[i])
-            } else {
-                out.get(frame.1)
-            };
-            if let Some(a) = next_arc {
-                frame.1 += 1;
-                if !allow(a.edge) {
-                    continue;
-                }
-                let w = a.to;
-                if index[w] == usize::MAX {
-                    index[w] = next;
-                    low[w] = next;
-                    next += 1;
-                    stack.push(w);
-                    on_stack[w] = true;
-                    frames.push((w, 0));
-                } else if on_stack[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-                continue;
-            }
-            frames.pop();
-            if let Some(&(parent, _)) = frames.last() {
-                low[parent] = low[parent].min(low[v]);
-            }
-            if low[v] == index[v] {
-                let mut component = Vec::new();
-                while let Some(w) = stack.pop() {
-                    on_stack[w] = false;
-                    component.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                found.push(component);
-            }
-        }
-    }
-    found
+    graph::strongly_connected(arcs, |a| allow(a.edge).then_some(a.to), reverse)
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
+use super::graph;
 pub use crate::history::TxnRecord;
 use crate::history::{Outcome, VERSION_UNKNOWN};
 
@@ -191,7 +192,7 @@ pub fn check<K: Ord + Clone + Debug>(
         }
     }
 
-    for component in strongly_connected(&edges) {
+    for component in graph::strongly_connected(&edges, |&(w, _)| Some(w), false) {
         let txns: Vec<usize> = component
             .iter()
             .copied()
@@ -273,53 +274,6 @@ fn name(steps: &[(usize, Edge)]) -> String {
     } else {
         base.to_owned()
     }
-}
-
-/// Tarjan's algorithm, iterative; returns the components.
-fn strongly_connected(edges: &[Vec<(usize, Edge)>]) -> Vec<Vec<usize>> {
-    let n = edges.len();
-    let (mut index, mut low, mut on_stack) = (vec![usize::MAX; n], vec![0; n], vec![false; n]);
-    let (mut stack, mut components, mut next) = (Vec::new(), Vec::new(), 0);
-    for root in 0..n {
-        if index[root] != usize::MAX {
-            continue;
-        }
-        let mut work = vec![(root, 0usize)];
-        while let Some(&mut (v, ref mut child)) = work.last_mut() {
-            if *child == 0 && index[v] == usize::MAX {
-                index[v] = next;
-                low[v] = next;
-                next += 1;
-                stack.push(v);
-                on_stack[v] = true;
-            }
-            if let Some(&(w, _)) = edges[v].get(*child) {
-                *child += 1;
-                if index[w] == usize::MAX {
-                    work.push((w, 0));
-                } else if on_stack[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-                continue;
-            }
-            work.pop();
-            if let Some(&(parent, _)) = work.last() {
-                low[parent] = low[parent].min(low[v]);
-            }
-            if low[v] == index[v] {
-                let mut component = Vec::new();
-                while let Some(w) = stack.pop() {
-                    on_stack[w] = false;
-                    component.push(w);
-                    if w == v {
-                        break;
-                    }
-                }
-                components.push(component);
-            }
-        }
-    }
-    components
 }
 
 /// A cycle through `start` inside `component`, as transactions and the kind of the first
