@@ -739,3 +739,22 @@ impl Scenario for RespBank {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::explained;
+
+    #[test]
+    fn balances_are_explained_only_by_a_subset_of_whole_transfers() {
+        // Two unknown transfers: 0 -> 1 of 5, 1 -> 2 of 3.
+        let unknown = [vec![-5, 5, 0], vec![0, -3, 3]];
+        assert!(explained(&[0, 0, 0], &unknown));
+        assert!(explained(&[-5, 5, 0], &unknown));
+        assert!(explained(&[0, -3, 3], &unknown));
+        assert!(explained(&[-5, 2, 3], &unknown));
+        // Half a transfer, or money made, is no subset's doing.
+        assert!(!explained(&[-5, 0, 0], &unknown));
+        assert!(!explained(&[0, 0, 1], &unknown));
+        assert!(!explained(&[1, -1, 0], &[]));
+    }
+}
