@@ -7,6 +7,7 @@
 //! its history and the final state once the run is over.
 
 mod list_append;
+mod resp;
 mod workloads;
 
 pub use workloads::WorkloadScenario;
@@ -21,7 +22,15 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 5] = ["bank", "kv", "tatp", "smallbank", "list-append"];
+pub const NAMES: [&str; 7] = [
+    "bank",
+    "kv",
+    "tatp",
+    "smallbank",
+    "list-append",
+    "resp-bank",
+    "resp-list-append",
+];
 
 /// Transactions each client runs.
 const TRANSACTIONS_PER_CLIENT: usize = 8;
@@ -38,6 +47,8 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
             TRANSACTIONS_PER_CLIENT,
         )),
         "list-append" => Box::new(list_append::ListAppend::new(TRANSACTIONS_PER_CLIENT)),
+        "resp-bank" => Box::new(resp::RespBank::new(TRANSACTIONS_PER_CLIENT)),
+        "resp-list-append" => Box::new(resp::RespListAppend::new(TRANSACTIONS_PER_CLIENT)),
         other => panic!("no scenario {other:?}; the scenarios are {NAMES:?}"),
     }
 }
