@@ -30,7 +30,7 @@ use super::list_append::{
 };
 use super::{Ticks, client_id, clients, copies, log_bound_violations};
 use crate::cluster::SimCluster;
-use crate::run::{Checked, Scenario};
+use crate::run::{Checked, Scenario, digest_of};
 
 /// Everything wrong a client saw while running (a reply no correct front end sends).
 type Problems = Rc<RefCell<Vec<String>>>;
@@ -312,7 +312,10 @@ impl Scenario for RespListAppend {
         checked
             .violations
             .extend(self.problems.borrow().iter().cloned());
-        checked.violations.extend(log_bound_violations(cluster));
+        checked.violations.extend(log_bound_violations(
+            cluster,
+            cluster.options().log_records_max,
+        ));
         for key in finals.keys() {
             checked
                 .violations
@@ -668,7 +671,10 @@ impl Scenario for RespBank {
                 .count() as u64
         };
         let mut violations = log.problems.clone();
-        violations.extend(log_bound_violations(cluster));
+        violations.extend(log_bound_violations(
+            cluster,
+            cluster.options().log_records_max,
+        ));
         let mut finals = Vec::new();
         for i in 0..ACCOUNTS {
             let key = account(i);
@@ -736,6 +742,7 @@ impl Scenario for RespBank {
             aborted: log.null_execs,
             indeterminate: count(Outcome::Indeterminate),
             violations,
+            history_digest: digest_of(&log.transfers),
         }
     }
 }
