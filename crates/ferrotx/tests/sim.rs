@@ -66,7 +66,11 @@ fn a_sweep_reports_every_workload_and_fault_kind() {
         assert_eq!(w["seeds"], 30, "{name}");
         assert_eq!(w["passed"], 30, "{name}");
         assert!(w["committed"].as_u64().unwrap() > 0, "{name}");
-        assert!(w["aborted"].as_u64().unwrap() > 0, "{name}: no contention");
+        // The Redis front end retries conflicts itself, so resp-list-append, which
+        // uses no WATCH, reports none; every other workload's clients see aborts.
+        if name != "resp-list-append" {
+            assert!(w["aborted"].as_u64().unwrap() > 0, "{name}: no contention");
+        }
     }
     for (kind, n) in report["faults_injected"].as_object().expect("faults") {
         assert!(n.as_u64().unwrap() > 0, "{kind} never injected");
