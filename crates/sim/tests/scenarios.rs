@@ -21,7 +21,10 @@ fn every_scenario_is_correct_under_every_fault_but_crashes() {
     };
     let mut failed = Vec::new();
     // The Redis scenarios have their own test, with their own counters (tests/resp_seeds.rs).
-    for name in scenarios::NAMES.into_iter().filter(|n| !n.starts_with("resp-")) {
+    for name in scenarios::NAMES
+        .into_iter()
+        .filter(|n| !n.starts_with("resp-"))
+    {
         let (mut committed, mut aborted, mut partitioned, mut fired) = (0, 0, 0, 0);
         for seed in range.clone() {
             let report = run(&mut *scenarios::scenario(name), &RunOptions::new(seed));
