@@ -6,9 +6,9 @@
 //! 2. build the cluster ([`SimCluster`]) from a `Configuration` with the workload's
 //!    schema, set the node clocks, load the initial data;
 //! 3. start the workload's clients (coroutines on every worker);
-//! 4. run simulated time, applying the plan's events at their instants, until the
-//!    clients are done or the deadline passes; then heal every partition and give the
-//!    cluster a quiet period to finish what it can;
+//! 4. run simulated time, applying the plan's events at their instants (every partition
+//!    the plan makes it also heals, and every pause ends), until the clients are done,
+//!    nothing is left to happen, or the deadline passes;
 //! 5. check: the workload's checkers over its history and the final state, and liveness
 //!    (clients that never finished are reported, never waited for).
 

@@ -273,10 +273,10 @@ async fn update_subscriber_data(
         // No such facility: the update finds no row, and nothing is written.
         return Ok(Effect::failed());
     };
-    let mut subscriber = txn
-        .read(SUBSCRIBER, Key::from(s_id))
-        .await?
-        .expect("every subscriber has a row");
+    let Some(mut subscriber) = txn.read(SUBSCRIBER, Key::from(s_id)).await? else {
+        // Data lost (see `lookup`): nothing to update.
+        return Ok(Effect::failed());
+    };
     subscriber[0] = (subscriber[0] & !1) | bit;
     facility[2] = data_a;
     txn.write(SUBSCRIBER, Key::from(s_id), Some(subscriber))
@@ -285,21 +285,23 @@ async fn update_subscriber_data(
     Ok(Effect::succeeded(0))
 }
 
-/// The subscriber id of `s_id`'s number, looked up in SecondarySubscriber.
-async fn lookup(txn: &mut Txn<'_>, s_id: u64) -> Result<u64, Abort> {
-    let row = txn
-        .read(SECONDARY_SUBSCRIBER, sub_nbr(s_id))
-        .await?
-        .expect("every subscriber has a number");
-    Ok(u64::from_le_bytes(row[..8].try_into().expect("8 bytes")))
+/// The subscriber id of `s_id`'s number, looked up in SecondarySubscriber; `None` if
+/// the row is missing. Every loaded subscriber has one, so a missing row is data lost
+/// (a primary that came back empty): the transaction finds nothing, and the end checks
+/// report the loss. A client never panics on what the store returns.
+async fn lookup(txn: &mut Txn<'_>, s_id: u64) -> Result<Option<u64>, Abort> {
+    let row = txn.read(SECONDARY_SUBSCRIBER, sub_nbr(s_id)).await?;
+    Ok(row.map(|row| u64::from_le_bytes(row[..8].try_into().expect("a fixed 8-byte column"))))
 }
 
 async fn update_location(txn: &mut Txn<'_>, s_id: u64, location: u32) -> Result<Effect, Abort> {
-    let id = lookup(txn, s_id).await?;
-    let mut subscriber = txn
-        .read(SUBSCRIBER, Key::from(id))
-        .await?
-        .expect("every subscriber has a row");
+    let Some(id) = lookup(txn, s_id).await? else {
+        return Ok(Effect::failed());
+    };
+    let Some(mut subscriber) = txn.read(SUBSCRIBER, Key::from(id)).await? else {
+        // Data lost (see `lookup`): nothing to update.
+        return Ok(Effect::failed());
+    };
     subscriber[21..25].copy_from_slice(&location.to_le_bytes());
     txn.write(SUBSCRIBER, Key::from(id), Some(subscriber))
         .await?;
@@ -313,7 +315,9 @@ async fn insert_call_forwarding(
     start_time: u8,
     row: [u8; 16],
 ) -> Result<Effect, Abort> {
-    let id = lookup(txn, s_id).await?;
+    let Some(id) = lookup(txn, s_id).await? else {
+        return Ok(Effect::failed());
+    };
     if txn
         .read(SPECIAL_FACILITY, row_key(id, sf_type, 0))
         .await?
@@ -344,7 +348,9 @@ async fn delete_call_forwarding(
     sf_type: u8,
     start_time: u8,
 ) -> Result<Effect, Abort> {
-    let id = lookup(txn, s_id).await?;
+    let Some(id) = lookup(txn, s_id).await? else {
+        return Ok(Effect::failed());
+    };
     let key = row_key(id, sf_type, start_time);
     if txn.read(CALL_FORWARDING, key).await?.is_none() {
         return Ok(Effect::failed());
