@@ -21,6 +21,9 @@ pub struct Shared {
     /// Sleeping coroutines by deadline: at most one entry per coroutine, so bounded by
     /// the caller slots.
     pub(crate) timers: RefCell<BinaryHeap<Reverse<(u64, u16)>>>,
+    /// The earliest deadline in `timers` (`u64::MAX` if none), so that the event loop's
+    /// check for a due timer, made every iteration, is two loads and no borrow.
+    pub(crate) next_deadline_ns: Cell<u64>,
 }
 
 impl Shared {
@@ -31,18 +34,19 @@ impl Shared {
             now_ns: Cell::new(0),
             runnable: RefCell::new(Vec::with_capacity(callers)),
             timers: RefCell::new(BinaryHeap::with_capacity(callers)),
+            next_deadline_ns: Cell::new(u64::MAX),
         }
     }
 
     /// The earliest deadline of a sleeping coroutine.
     pub fn next_timer_ns(&self) -> Option<u64> {
-        self.timers.borrow().peek().map(|Reverse((at, _))| *at)
+        let next = self.next_deadline_ns.get();
+        (next != u64::MAX).then_some(next)
     }
 
     /// Whether a sleeping coroutine's deadline has come.
     pub(crate) fn timer_due(&self) -> bool {
-        self.next_timer_ns()
-            .is_some_and(|at| at <= self.now_ns.get())
+        self.next_deadline_ns.get() <= self.now_ns.get()
     }
 
     /// The engine. Panics if a coroutine holds it across an await.
@@ -151,6 +155,8 @@ impl Co {
             .timers
             .borrow_mut()
             .push(Reverse((deadline_ns, self.id.0)));
+        let next = &self.shared.next_deadline_ns;
+        next.set(next.get().min(deadline_ns));
         Sleep {
             shared: &self.shared,
             deadline_ns,

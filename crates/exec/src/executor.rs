@@ -96,6 +96,10 @@ impl Executor {
                 timers.pop();
                 runnable.push(CallerId(id));
             }
+            let next = timers
+                .peek()
+                .map_or(u64::MAX, |std::cmp::Reverse((at, _))| *at);
+            self.shared.next_deadline_ns.set(next);
         }
         std::mem::swap(&mut self.round, &mut *self.shared.runnable.borrow_mut());
         let mut round = std::mem::take(&mut self.round);

@@ -3,7 +3,9 @@
 //!
 //! They live here, beside the packet format, rather than in `ferrotx-transport`, so that
 //! the protocol crates that build and read datagrams do not link the crate that opens
-//! sockets; `ferrotx-transport` re-exports them.
+//! sockets; `ferrotx-transport` re-exports them. Their small methods are `#[inline]`:
+//! the transports and the RPC engine call them per datagram from other crates, where
+//! without it they would be calls (no LTO in the release profile).
 
 use crate::EndpointId;
 
@@ -33,26 +35,31 @@ impl TxBatch {
     }
 
     /// Largest datagram a buffer of this batch holds.
+    #[inline]
     pub fn datagram_bytes(&self) -> usize {
         self.datagram_bytes
     }
 
     /// Number of datagrams in the batch.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True if the batch holds no datagram.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// True if no further datagram fits.
+    #[inline]
     pub fn is_full(&self) -> bool {
         self.len == self.buffers.len()
     }
 
     /// Forgets every datagram, keeping the buffers.
+    #[inline]
     pub fn clear(&mut self) {
         self.len = 0;
     }
@@ -60,6 +67,7 @@ impl TxBatch {
     /// The next free buffer, cleared, with capacity `datagram_bytes`; `None` if the batch
     /// is full. What is written there becomes part of the batch only through
     /// [`TxBatch::commit`].
+    #[inline]
     pub fn open(&mut self) -> Option<&mut Vec<u8>> {
         let buf = self.buffers.get_mut(self.len)?;
         buf.clear();
@@ -69,12 +77,14 @@ impl TxBatch {
 
     /// The buffer last returned by [`TxBatch::open`], not yet committed, to append more.
     /// Panics if the batch is full.
+    #[inline]
     pub fn pending_mut(&mut self) -> &mut Vec<u8> {
         &mut self.buffers[self.len]
     }
 
     /// Adds the buffer last returned by [`TxBatch::open`] to the batch, addressed to
     /// `target`, unless it was left empty.
+    #[inline]
     pub fn commit(&mut self, target: EndpointId) {
         let buf = &self.buffers[self.len];
         assert!(
@@ -89,6 +99,7 @@ impl TxBatch {
 
     /// Copies a finished datagram into the batch; false if the batch is full or the
     /// datagram too large.
+    #[inline]
     pub fn push(&mut self, target: EndpointId, datagram: &[u8]) -> bool {
         if datagram.len() > self.datagram_bytes {
             return false;
@@ -102,12 +113,14 @@ impl TxBatch {
     }
 
     /// The datagram at `index` and its target.
+    #[inline]
     pub fn get(&self, index: usize) -> (EndpointId, &[u8]) {
         assert!(index < self.len);
         (self.targets[index], &self.buffers[index])
     }
 
     /// The datagrams, in order, with their targets.
+    #[inline]
     pub fn iter(&self) -> impl Iterator<Item = (EndpointId, &[u8])> {
         (0..self.len).map(|i| self.get(i))
     }
@@ -150,36 +163,43 @@ impl RxBatch {
     /// reallocate while it lives (nothing writes past a buffer's capacity), so a transport
     /// that prepared system-call arrays pointing at a batch's buffers may reuse them for
     /// as long as it is given the batch with the same id.
+    #[inline]
     pub fn id(&self) -> u64 {
         self.id
     }
 
     /// Largest datagram a buffer of this batch holds; longer ones are truncated.
+    #[inline]
     pub fn datagram_bytes(&self) -> usize {
         self.datagram_bytes
     }
 
     /// Number of datagrams received into the batch.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True if the batch holds no datagram.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Number of datagrams the batch can hold.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.buffers.len()
     }
 
     /// Forgets every datagram.
+    #[inline]
     pub fn clear(&mut self) {
         self.len = 0;
     }
 
     /// The datagram at `index` and the endpoint it came from.
+    #[inline]
     pub fn get(&self, index: usize) -> (Option<EndpointId>, &[u8]) {
         assert!(index < self.len);
         (self.sources[index], &self.buffers[index])
@@ -187,6 +207,7 @@ impl RxBatch {
 
     /// Copies a datagram in; false if the batch is full. Longer datagrams are truncated
     /// to [`RxBatch::datagram_bytes`], as the kernel does, and the decoder then rejects them.
+    #[inline]
     pub fn push(&mut self, source: Option<EndpointId>, datagram: &[u8]) -> bool {
         let Some(buf) = self.buffers.get_mut(self.len) else {
             return false;
@@ -207,6 +228,7 @@ impl RxBatch {
     /// start and the bytes it can take, taken with `Vec::as_mut_ptr`, which creates no
     /// reference to the contents, so the pointers stay usable while the batch lives (see
     /// [`RxBatch::id`]).
+    #[inline]
     pub fn buffer_pointers(&mut self) -> impl ExactSizeIterator<Item = (*mut u8, usize)> + '_ {
         let datagram_bytes = self.datagram_bytes;
         self.buffers
