@@ -109,6 +109,15 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             args.replicas
         );
     }
+    if args.seed.is_none() && args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    if args.nodes < 2 && kinds.contains(&FaultKind::Partition) {
+        bail!(
+            "a partition needs at least 2 nodes: pass --nodes 2 or more, or --faults without \
+             partition"
+        );
+    }
     let options_for = |seed: u64| RunOptions {
         nodes: args.nodes,
         replicas: args.replicas,

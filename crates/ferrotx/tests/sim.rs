@@ -108,4 +108,8 @@ fn bad_arguments_get_a_clear_error() {
     assert!(err.contains("unknown fault kind \"lose\""), "{err}");
     let out = sim(&["--replicas", "4"]);
     assert!(!out.status.success());
+    let out = sim(&["--seeds", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seeds must be at least 1"));
+    let out = sim(&["--nodes", "1", "--replicas", "1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a partition needs at least 2 nodes"));
 }
