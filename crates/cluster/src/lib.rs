@@ -79,6 +79,7 @@
 //! a misspelt setting is not silently ignored.
 
 mod configuration;
+mod coordination;
 mod error;
 mod key_hash;
 mod limits;
@@ -89,8 +90,10 @@ mod placement;
 mod ports;
 mod resp;
 mod toml_format;
+mod view;
 
 pub use configuration::{Configuration, LOCAL_CONFIGURATION_ID, default_tables};
+pub use coordination::{CoordinationError, CoordinationService, MemoryCoordination};
 pub use error::ConfigError;
 pub use key_hash::hash_partition_key;
 pub use limits::{CONFIGURATION_ID_MAX, MEMBERS_MAX, PARTITIONS_MAX, THREADS_PER_NODE_MAX};
@@ -100,5 +103,6 @@ pub use resp::{
     RESP_CLIENTS_MAX_DEFAULT, RESP_PIPELINE_COMMANDS_MAX_DEFAULT, RESP_REQUEST_BYTES_MAX_DEFAULT,
     RespSettings,
 };
+pub use view::{NO_NODE, View, ViewError, ViewMember};
 #[cfg(test)]
 mod testing;

@@ -1,0 +1,345 @@
+//! A view: the part of a cluster's configuration that reconfiguration changes (FaRM
+//! section 5.2). The [`Configuration`] file says which nodes may exist, where they listen
+//! and the schema; the view says which lives of them are members now, which member is the
+//! configuration manager (CM), and which members hold each partition.
+//!
+//! Views live in the coordination service ([`crate::CoordinationService`]) and change only
+//! by compare-and-swap on their id, so at most one view has each id. Every datagram carries
+//! the id of its sender's view.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::configuration::Configuration;
+
+/// Marks a partition with no copy left in [`View::primary`]: no node serves it.
+pub const NO_NODE: u16 = u16::MAX;
+
+/// One member: a node id and the life (incarnation) of the process admitted as it. A new
+/// life of a node is a new member: the earlier one failed, and its data went with it.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct ViewMember {
+    /// The node id (its entry in the configuration file).
+    pub node: u16,
+    /// The incarnation of the process admitted for it.
+    pub incarnation: u64,
+}
+
+/// The members, the CM and the partition map of one configuration id.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct View {
+    /// The configuration id: grows by one with each change.
+    pub id: u64,
+    /// The configuration manager: a member, which grants leases and reconfigures.
+    pub cm: u16,
+    /// The members, in node order. Empty for a cluster that ended (every member died): its
+    /// id is kept, so that the next cluster started on this coordination service uses
+    /// higher ids.
+    pub members: Vec<ViewMember>,
+    /// Copies of each partition (partition `p` at index `p`): the primary first, then the
+    /// backups in the order they would be promoted. Empty for a partition whose every copy
+    /// was lost.
+    pub copies: Vec<Vec<u16>>,
+}
+
+/// Why a view could not be made or read.
+#[derive(Clone, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum ViewError {
+    /// The text is not a view.
+    #[error("not a valid view: {0}")]
+    Parse(String),
+    /// The view names a node the configuration file does not have, or repeats one.
+    #[error("view {id}: {what}")]
+    Invalid {
+        /// The view's id.
+        id: u64,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl View {
+    /// The first view of a cluster started from `config`, with the given lives of its
+    /// members, the partition map of the configuration file, and the member of lowest node
+    /// id as CM.
+    pub fn initial(id: u64, config: &Configuration, members: Vec<ViewMember>) -> Self {
+        let mut members = members;
+        members.sort();
+        let cm = members.first().map_or(NO_NODE, |m| m.node);
+        let copies = config
+            .partitions()
+            .iter()
+            .map(|(_, r)| r.nodes().collect())
+            .collect();
+        Self {
+            id,
+            cm,
+            members,
+            copies,
+        }
+    }
+
+    /// The view of a cluster that ended: no members, no copies, only its id (see
+    /// [`View::members`]).
+    pub fn ended(id: u64, partition_count: usize) -> Self {
+        Self {
+            id,
+            cm: NO_NODE,
+            members: Vec::new(),
+            copies: vec![Vec::new(); partition_count],
+        }
+    }
+
+    /// True for the view of a cluster that ended.
+    pub fn is_ended(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The incarnation of member `node`, if it is one.
+    pub fn incarnation(&self, node: u16) -> Option<u64> {
+        self.members
+            .iter()
+            .find(|m| m.node == node)
+            .map(|m| m.incarnation)
+    }
+
+    /// True if (`node`, `incarnation`) is a member.
+    pub fn is_member(&self, node: u16, incarnation: u64) -> bool {
+        self.incarnation(node) == Some(incarnation)
+    }
+
+    /// The node of the primary of `partition`, or [`NO_NODE`] if no copy is left.
+    pub fn primary(&self, partition: u32) -> u16 {
+        self.copies
+            .get(partition as usize)
+            .and_then(|c| c.first().copied())
+            .unwrap_or(NO_NODE)
+    }
+
+    /// The backups of `partition` (empty if it has none or is lost).
+    pub fn backups(&self, partition: u32) -> &[u16] {
+        match self.copies.get(partition as usize) {
+            Some(copies) if !copies.is_empty() => &copies[1..],
+            _ => &[],
+        }
+    }
+
+    /// Partitions with fewer than `replicas` copies, and with none.
+    pub fn short_and_lost(&self, replicas: usize) -> (usize, usize) {
+        let short = self
+            .copies
+            .iter()
+            .filter(|c| !c.is_empty() && c.len() < replicas)
+            .count();
+        let lost = self.copies.iter().filter(|c| c.is_empty()).count();
+        (short, lost)
+    }
+
+    /// The backup CMs: the members after the CM in node order (wrapping), `count` of them.
+    /// When the CM fails, the first of them that can reach a majority takes over.
+    pub fn backup_cms(&self, count: usize) -> Vec<u16> {
+        let Some(at) = self.members.iter().position(|m| m.node == self.cm) else {
+            return self.members.iter().take(count).map(|m| m.node).collect();
+        };
+        let n = self.members.len();
+        (1..n)
+            .map(|i| self.members[(at + i) % n].node)
+            .take(count)
+            .collect()
+    }
+
+    /// The next view: id + 1, with `members` (the survivors and any admitted lives) and
+    /// `cm`. Remap (FaRM 5.2 step 4): each partition keeps its copies on surviving members,
+    /// in order, so that where the primary was lost its first surviving backup is
+    /// promoted. No backup is added: a new, empty backup would count as a copy before it
+    /// holds the data. A partition with no surviving copy is left empty (lost).
+    pub fn next(&self, cm: u16, members: Vec<ViewMember>) -> Self {
+        let mut members = members;
+        members.sort();
+        members.dedup_by_key(|m| m.node);
+        let survivors: BTreeSet<u16> = members
+            .iter()
+            .filter(|m| self.is_member(m.node, m.incarnation))
+            .map(|m| m.node)
+            .collect();
+        let copies = self
+            .copies
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .copied()
+                    .filter(|n| survivors.contains(n))
+                    .collect()
+            })
+            .collect();
+        Self {
+            id: self.id + 1,
+            cm,
+            members,
+            copies,
+        }
+    }
+
+    /// Partitions that had a copy in `self` and have none in `next` although a node that
+    /// held one in `self` is still a member of `next` with the same life: a remap that
+    /// would lose data that is still alive. Empty for every view made by [`View::next`].
+    pub fn orphaned_in(&self, next: &View) -> Vec<u32> {
+        let mut orphaned = Vec::new();
+        for (p, (old, new)) in self.copies.iter().zip(&next.copies).enumerate() {
+            let alive = old
+                .iter()
+                .any(|&n| self.incarnation(n).is_some_and(|i| next.is_member(n, i)));
+            if new.is_empty() && alive {
+                orphaned.push(p as u32);
+            }
+        }
+        orphaned
+    }
+
+    /// Checks the view against the configuration file: members are nodes of the file,
+    /// each once, the CM is a member, every copy is on a member and the partition count is
+    /// the file's.
+    pub fn check(&self, config: &Configuration) -> Result<(), ViewError> {
+        let invalid = |what: String| ViewError::Invalid { id: self.id, what };
+        let mut seen = BTreeSet::new();
+        for m in &self.members {
+            if config.member(m.node).is_none() {
+                return Err(invalid(format!(
+                    "node {} is not in the configuration file",
+                    m.node
+                )));
+            }
+            if !seen.insert(m.node) {
+                return Err(invalid(format!("node {} is a member twice", m.node)));
+            }
+            if m.incarnation == 0 {
+                return Err(invalid(format!("node {} has incarnation 0", m.node)));
+            }
+        }
+        if !self.members.is_empty() && !seen.contains(&self.cm) {
+            return Err(invalid(format!(
+                "the CM, node {}, is not a member",
+                self.cm
+            )));
+        }
+        if self.copies.len() != config.partitions().partition_count() as usize {
+            return Err(invalid(format!(
+                "{} partitions, the configuration file has {}",
+                self.copies.len(),
+                config.partitions().partition_count()
+            )));
+        }
+        for (p, copies) in self.copies.iter().enumerate() {
+            let mut on = BTreeSet::new();
+            for n in copies {
+                if !seen.contains(n) {
+                    return Err(invalid(format!(
+                        "partition {p} has a copy on non-member {n}"
+                    )));
+                }
+                if !on.insert(*n) {
+                    return Err(invalid(format!("partition {p} has two copies on node {n}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The view as text (TOML), as the coordination service stores it.
+    pub fn to_text(&self) -> String {
+        toml::to_string(self).expect("a view serializes")
+    }
+
+    /// A view from [`View::to_text`]'s text.
+    pub fn from_text(text: &str) -> Result<Self, ViewError> {
+        toml::from_str(text).map_err(|e| ViewError::Parse(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view3() -> View {
+        let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
+        let members = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 10 + u64::from(node),
+            })
+            .collect();
+        View::initial(5, &config, members)
+    }
+
+    #[test]
+    fn remap_promotes_the_first_surviving_backup_and_adds_no_copy() {
+        let v = view3();
+        let survivors: Vec<_> = v.members.iter().copied().filter(|m| m.node != 0).collect();
+        let next = v.next(1, survivors);
+        assert_eq!(next.id, 6);
+        for (old, new) in v.copies.iter().zip(&next.copies) {
+            let kept: Vec<u16> = old.iter().copied().filter(|&n| n != 0).collect();
+            assert_eq!(&kept, new);
+            assert_eq!(new.len(), 2);
+        }
+        assert!(v.orphaned_in(&next).is_empty());
+        assert_eq!(next.short_and_lost(3), (12, 0));
+    }
+
+    #[test]
+    fn a_new_life_of_a_node_holds_nothing() {
+        let v = view3();
+        let mut members = v.members.clone();
+        members[2].incarnation = 99;
+        let next = v.next(0, members);
+        assert!(next.copies.iter().all(|c| !c.contains(&2)));
+        assert!(next.is_member(2, 99));
+        assert!(!next.is_member(2, 12));
+    }
+
+    #[test]
+    fn partitions_whose_copies_all_died_are_lost_and_an_orphan_is_detected() {
+        let config = Configuration::local(3, 1, 1, 2, 7000).unwrap();
+        let members = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 1,
+            })
+            .collect();
+        let v = View::initial(1, &config, members);
+        let next = v.next(0, v.members[..2].to_vec());
+        assert_eq!(next.short_and_lost(1).1, 2);
+        assert_eq!(
+            next.primary(next.copies.iter().position(Vec::is_empty).unwrap() as u32),
+            NO_NODE
+        );
+        assert!(v.orphaned_in(&next).is_empty());
+        // A hand-made map that drops node 0's copies while node 0 stays a member.
+        let mut bad = next.clone();
+        for c in &mut bad.copies {
+            c.retain(|&n| n != 0);
+        }
+        assert!(!v.orphaned_in(&bad).is_empty());
+        bad.check(&config).unwrap();
+    }
+
+    #[test]
+    fn text_round_trips_and_bad_views_are_refused() {
+        let v = view3();
+        let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
+        v.check(&config).unwrap();
+        assert_eq!(View::from_text(&v.to_text()).unwrap(), v);
+        assert!(View::from_text("id = \"x\"").is_err());
+        let mut bad = v.clone();
+        bad.members.push(ViewMember {
+            node: 7,
+            incarnation: 1,
+        });
+        assert!(bad.check(&config).is_err());
+        let mut bad = v.clone();
+        bad.cm = 9;
+        assert!(bad.check(&config).is_err());
+        assert_eq!(v.backup_cms(2), vec![1, 2]);
+    }
+}
