@@ -1,0 +1,316 @@
+//! A file-backed [`CoordinationService`]: the embedded default for clusters whose nodes
+//! all run on one host (several `ferrotx node` processes on one machine share it).
+//!
+//! # Why a file
+//!
+//! A cluster on one host needs a place for its current [`View`] that outlives every node
+//! process and that every node can change by compare-and-swap. A file next to the
+//! configuration file does that with no setup: no daemon to start, nothing to install.
+//! Clusters over several hosts will use etcd instead (same trait, a transaction comparing
+//! the key's value or mod revision); a file only coordinates processes that share a file
+//! system with working `flock`-style locks, that is one host.
+//!
+//! # Files
+//!
+//! For a state file `PATH` (by default the configuration file's path with `.state.toml`
+//! appended, see [`default_state_path`]):
+//!
+//! - `PATH`: the current view as TOML ([`View::to_text`]). Absent until the first view is
+//!   stored: no cluster has run on it yet.
+//! - `PATH.lock`: the state lock, an exclusive lock ([`File::lock`]) taken for the
+//!   duration of every change ([`FileCoordination::compare_and_swap`],
+//!   [`FileCoordination::retire_if_dead`]). The file itself stays empty.
+//! - `PATH.node-N.lock`: node `N`'s liveness lock, held exclusively ([`File::try_lock`])
+//!   by the [`FileCoordination`] of node `N` for as long as it lives, so by the node
+//!   process. The operating system releases it when the process dies, however it dies, so
+//!   a lock that can be taken means no process runs as node `N`. It also stops two
+//!   processes from running as the same node on one state file.
+//! - `PATH.tmp`: a new view being written (only under the state lock).
+//!
+//! # Atomic replace
+//!
+//! A change writes the new view to `PATH.tmp`, fsyncs it, renames it over `PATH` and
+//! fsyncs the directory. A reader therefore sees the whole old view or the whole new one,
+//! never a partly written file, and a change that returned is on disk; reads take no lock.
+//! Compare-and-swap reads the current view id and replaces the file under the state lock,
+//! so two changes never both succeed from the same id.
+//!
+//! # A cluster that died
+//!
+//! When every node of a cluster died (a crash, or a test run that ended), the stored view
+//! still names them as members. A node started later calls
+//! [`FileCoordination::retire_if_dead`]: if no member's liveness lock is held, the view is
+//! replaced by an ended one ([`View::ended`]) with the same id, so that the next cluster
+//! starts afresh and still uses higher ids.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ferrotx_cluster::{CoordinationError, CoordinationService, View};
+
+/// How often [`FileCoordination::open`] tries the liveness lock before concluding that
+/// another process holds it: [`FileCoordination::retire_if_dead`] probes other nodes' locks
+/// by taking them for an instant, which must not make a node starting at that moment fail.
+const LIVENESS_LOCK_TRIES: u32 = 20;
+
+/// The pause between two of those tries.
+const LIVENESS_LOCK_PAUSE: Duration = Duration::from_millis(5);
+
+/// Why [`FileCoordination::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Another live process, or another [`FileCoordination`] in this one, holds the node's
+    /// liveness lock: it runs as this node on this coordination file.
+    #[error("node {node} already runs on this coordination file (lock held: {})", .lock.display())]
+    NodeRunning {
+        /// The node id.
+        node: u16,
+        /// The liveness lock file.
+        lock: PathBuf,
+    },
+    /// A file or directory could not be created, opened or locked.
+    #[error("coordination file: cannot {what} {}: {source}", .path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl From<OpenError> for CoordinationError {
+    fn from(e: OpenError) -> Self {
+        CoordinationError::Unavailable(e.to_string())
+    }
+}
+
+/// The state file path for a configuration file: its path with `.state.toml` appended to
+/// the file name (`cluster.toml` gives `cluster.toml.state.toml`).
+pub fn default_state_path(config_path: &Path) -> PathBuf {
+    with_suffix(config_path, ".state.toml")
+}
+
+/// `path` with `suffix` appended to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = OsString::from(path.as_os_str());
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// A [`CoordinationService`] keeping the view in a file (see the crate documentation for
+/// the files and the locks). Holds node `node`'s liveness lock for as long as it lives.
+#[derive(Debug)]
+pub struct FileCoordination {
+    /// The state file.
+    path: PathBuf,
+    /// The node this value runs as.
+    node: u16,
+    /// The liveness lock file, locked exclusively (released when dropped).
+    _liveness: File,
+}
+
+impl FileCoordination {
+    /// Opens the coordination state file `path` as node `node`: creates its directory if
+    /// missing and takes the node's liveness lock (`PATH.node-N.lock`), held until the
+    /// value is dropped. Fails with [`OpenError::NodeRunning`] if another process, or
+    /// another value in this one, holds it. The state file itself need not exist.
+    pub fn open(path: impl AsRef<Path>, node: u16) -> Result<Self, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        let dir = parent_dir(&path);
+        fs::create_dir_all(&dir).map_err(|source| OpenError::Io {
+            what: "create directory",
+            path: dir.clone(),
+            source,
+        })?;
+        let lock_path = node_lock_path(&path, node);
+        let file = open_lock_file(&lock_path).map_err(|source| OpenError::Io {
+            what: "open",
+            path: lock_path.clone(),
+            source,
+        })?;
+        let mut tries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) => {
+                    tries += 1;
+                    if tries >= LIVENESS_LOCK_TRIES {
+                        return Err(OpenError::NodeRunning {
+                            node,
+                            lock: lock_path,
+                        });
+                    }
+                    std::thread::sleep(LIVENESS_LOCK_PAUSE);
+                }
+                Err(TryLockError::Error(source)) => {
+                    return Err(OpenError::Io {
+                        what: "lock",
+                        path: lock_path,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            path,
+            node,
+            _liveness: file,
+        })
+    }
+
+    /// The state file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The node this value runs as (whose liveness lock it holds).
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
+    /// Retires the stored view if its cluster died: under the state lock, if the view has
+    /// members and none of them is alive, replaces it by [`View::ended`] with the same id
+    /// and the same partition count, and returns that id. A member is alive if another
+    /// process (or another value in this one) holds its liveness lock; a member that is
+    /// this node is an earlier life of it, so dead. Returns `None` (and changes nothing) if
+    /// there is no view, it has already ended, or a member is alive.
+    ///
+    /// This is how a node started after a whole cluster died (a test run again on the
+    /// same configuration file, say) learns that the stored view is stale. Compare-and-swap
+    /// could not do it: the ended view keeps the id, so that the next cluster uses higher
+    /// ones.
+    pub fn retire_if_dead(&mut self) -> Result<Option<u64>, CoordinationError> {
+        let _lock = self.state_lock()?;
+        let Some(view) = self.read_file()? else {
+            return Ok(None);
+        };
+        if view.is_ended() {
+            return Ok(None);
+        }
+        for m in &view.members {
+            if m.node != self.node && self.node_alive(m.node)? {
+                return Ok(None);
+            }
+        }
+        self.write_file(&View::ended(view.id, view.copies.len()))?;
+        Ok(Some(view.id))
+    }
+
+    /// True if node `node`'s liveness lock is held. Takes it for an instant if not.
+    fn node_alive(&self, node: u16) -> Result<bool, CoordinationError> {
+        let lock_path = node_lock_path(&self.path, node);
+        let file = match File::open(&lock_path) {
+            Ok(f) => f,
+            // Never opened: no process runs as that node.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(unavailable("open", &lock_path, &e)),
+        };
+        match file.try_lock() {
+            // Released when `file` is dropped, right away.
+            Ok(()) => Ok(false),
+            Err(TryLockError::WouldBlock) => Ok(true),
+            Err(TryLockError::Error(e)) => Err(unavailable("probe", &lock_path, &e)),
+        }
+    }
+
+    /// Takes the state lock (blocking); released when the file returned is dropped.
+    fn state_lock(&self) -> Result<File, CoordinationError> {
+        let lock_path = with_suffix(&self.path, ".lock");
+        let file = open_lock_file(&lock_path).map_err(|e| unavailable("open", &lock_path, &e))?;
+        file.lock()
+            .map_err(|e| unavailable("lock", &lock_path, &e))?;
+        Ok(file)
+    }
+
+    /// The view in the state file, `None` if there is none.
+    fn read_file(&self) -> Result<Option<View>, CoordinationError> {
+        let text = match fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(unavailable("read", &self.path, &e)),
+        };
+        View::from_text(&text).map(Some).map_err(|e| {
+            CoordinationError::Unavailable(format!(
+                "coordination file {} is malformed: {e}",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// Replaces the state file by `view`: writes a temporary file in the same directory,
+    /// fsyncs it, renames it over the state file and fsyncs the directory. Only under the
+    /// state lock.
+    fn write_file(&self, view: &View) -> Result<(), CoordinationError> {
+        let tmp = with_suffix(&self.path, ".tmp");
+        let mut file = File::create(&tmp).map_err(|e| unavailable("create", &tmp, &e))?;
+        file.write_all(view.to_text().as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| unavailable("write", &tmp, &e))?;
+        drop(file);
+        fs::rename(&tmp, &self.path).map_err(|e| unavailable("replace", &self.path, &e))?;
+        let dir = parent_dir(&self.path);
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| unavailable("sync directory", &dir, &e))
+    }
+}
+
+impl CoordinationService for FileCoordination {
+    fn read(&mut self) -> Result<Option<View>, CoordinationError> {
+        self.read_file()
+    }
+
+    fn compare_and_swap(
+        &mut self,
+        expected: Option<u64>,
+        next: &View,
+    ) -> Result<(), CoordinationError> {
+        let _lock = self.state_lock()?;
+        let current = self.read_file()?;
+        let current_id = current.as_ref().map(|v| v.id);
+        if current_id != expected || expected.is_some_and(|id| next.id <= id) {
+            return Err(CoordinationError::Conflict(current.map(Box::new)));
+        }
+        self.write_file(next)
+    }
+}
+
+/// Node `node`'s liveness lock file for state file `path`.
+fn node_lock_path(path: &Path, node: u16) -> PathBuf {
+    with_suffix(path, &format!(".node-{node}.lock"))
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Opens (creating if missing) a file used only for its lock.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// An I/O failure as [`CoordinationError::Unavailable`], naming the file.
+fn unavailable(what: &str, path: &Path, e: &io::Error) -> CoordinationError {
+    CoordinationError::Unavailable(format!(
+        "coordination file: cannot {what} {}: {e}",
+        path.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests;
