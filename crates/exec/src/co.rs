@@ -18,9 +18,13 @@ pub struct Shared {
     now_ns: Cell<u64>,
     /// Coroutines that yielded (or were just spawned) and should run in the next round.
     pub(crate) runnable: RefCell<Vec<CallerId>>,
-    /// Sleeping coroutines by deadline: at most one entry per coroutine, so bounded by
-    /// the caller slots.
-    pub(crate) timers: RefCell<BinaryHeap<Reverse<(u64, u16)>>>,
+    /// Parked coroutines with a deadline (sleeping, or waiting on a signal with a
+    /// deadline), by deadline: (deadline, coroutine, park token). Only live parks have an
+    /// entry (one woken otherwise, or abandoned, is removed at once), so there is at most
+    /// one per coroutine and the heap never outgrows the caller slots.
+    pub(crate) timers: RefCell<BinaryHeap<Reverse<(u64, u16, u32)>>>,
+    /// Per coroutine: its current park (see [`Park`]).
+    pub(crate) parks: Box<[Park]>,
     /// The earliest deadline in `timers` (`u64::MAX` if none), so that the event loop's
     /// check for a due timer, made every iteration, is two loads and no borrow.
     pub(crate) next_deadline_ns: Cell<u64>,
@@ -34,8 +38,92 @@ impl Shared {
             now_ns: Cell::new(0),
             runnable: RefCell::new(Vec::with_capacity(callers)),
             timers: RefCell::new(BinaryHeap::with_capacity(callers)),
+            parks: (0..callers).map(|_| Park::default()).collect(),
             next_deadline_ns: Cell::new(u64::MAX),
         }
+    }
+
+    /// Makes every coroutine waiting on `signal` runnable (in the next
+    /// [`crate::Executor::run`]); returns how many. For the event loop, or a coroutine of
+    /// the same thread. A coroutine whose wait already ended (its deadline fired) is not
+    /// woken a second time.
+    pub fn notify_all(&self, signal: &Signal) -> usize {
+        let mut woken = 0;
+        let mut timed = false;
+        for (id, token) in signal.waiters.borrow_mut().drain(..) {
+            if self.wake(id, token, Wake::Signal) {
+                woken += 1;
+                timed |= self.parks[usize::from(id)].timed.get();
+            }
+        }
+        if timed {
+            // Their deadlines must not wake them again.
+            self.prune_timers();
+        }
+        woken
+    }
+
+    /// Starts a new park of coroutine `id`: wake-ups meant for an earlier one no longer
+    /// match its token.
+    fn park(&self, id: u16) -> u32 {
+        let park = &self.parks[usize::from(id)];
+        let token = park.token.get().wrapping_add(1);
+        park.token.set(token);
+        park.woken.set(Wake::No);
+        park.timed.set(false);
+        token
+    }
+
+    /// True if coroutine `id` is still in park `token`, not woken.
+    fn is_parked(&self, id: u16, token: u32) -> bool {
+        let park = &self.parks[usize::from(id)];
+        park.token.get() == token && park.woken.get() == Wake::No
+    }
+
+    /// Ends park `token` of coroutine `id` and makes it runnable, unless it already ended.
+    fn wake(&self, id: u16, token: u32, how: Wake) -> bool {
+        if !self.is_parked(id, token) {
+            return false;
+        }
+        self.parks[usize::from(id)].woken.set(how);
+        self.runnable.borrow_mut().push(CallerId(id));
+        true
+    }
+
+    /// Sets a deadline on park `token` of coroutine `id`.
+    fn add_timer(&self, id: u16, token: u32, deadline_ns: u64) {
+        let mut timers = self.timers.borrow_mut();
+        if timers.len() == timers.capacity() {
+            // Cannot happen while only live parks have entries; never allocate for it.
+            timers.retain(|&Reverse((_, id, token))| self.is_parked(id, token));
+        }
+        timers.push(Reverse((deadline_ns, id, token)));
+        self.parks[usize::from(id)].timed.set(true);
+        let next = &self.next_deadline_ns;
+        next.set(next.get().min(deadline_ns));
+    }
+
+    /// Wakes the coroutines whose deadline has come.
+    pub(crate) fn fire_timers(&self) {
+        let now = self.now_ns.get();
+        let mut timers = self.timers.borrow_mut();
+        while let Some(&Reverse((at, id, token))) = timers.peek() {
+            if at > now {
+                break;
+            }
+            timers.pop();
+            self.wake(id, token, Wake::Timer);
+        }
+        let next = timers.peek().map_or(u64::MAX, |Reverse((at, _, _))| *at);
+        self.next_deadline_ns.set(next);
+    }
+
+    /// Drops the deadlines of parks that ended otherwise.
+    fn prune_timers(&self) {
+        let mut timers = self.timers.borrow_mut();
+        timers.retain(|&Reverse((_, id, token))| self.is_parked(id, token));
+        let next = timers.peek().map_or(u64::MAX, |Reverse((at, _, _))| *at);
+        self.next_deadline_ns.set(next);
     }
 
     /// The earliest deadline of a sleeping coroutine.
@@ -151,17 +239,46 @@ impl Co {
         if self.shared.now_ns() >= deadline_ns {
             return;
         }
-        self.shared
-            .timers
-            .borrow_mut()
-            .push(Reverse((deadline_ns, self.id.0)));
-        let next = &self.shared.next_deadline_ns;
-        next.set(next.get().min(deadline_ns));
-        Sleep {
-            shared: &self.shared,
-            deadline_ns,
+        let token = self.shared.park(self.id.0);
+        self.shared.add_timer(self.id.0, token, deadline_ns);
+        self.parked(token, None).await;
+    }
+
+    /// Parks the coroutine until `signal` is notified ([`Shared::notify_all`]): it is not
+    /// polled meanwhile. Only notifications after the wait began count, so check the
+    /// condition first and wait in a loop, without awaiting in between.
+    pub async fn wait(&self, signal: &Signal) {
+        let token = self.shared.park(self.id.0);
+        signal.waiters.borrow_mut().push((self.id.0, token));
+        self.parked(token, Some(signal)).await;
+    }
+
+    /// Like [`Co::wait`], but gives up when the event loop's time reaches `deadline_ns`:
+    /// true if notified, false at the deadline (at once if it has passed). Whichever comes
+    /// first ends the wait; the other does not wake the coroutine later.
+    pub async fn wait_until(&self, signal: &Signal, deadline_ns: u64) -> bool {
+        if self.shared.now_ns() >= deadline_ns {
+            return false;
         }
-        .await;
+        let token = self.shared.park(self.id.0);
+        signal.waiters.borrow_mut().push((self.id.0, token));
+        self.shared.add_timer(self.id.0, token, deadline_ns);
+        self.parked(token, Some(signal)).await == Wake::Signal
+    }
+
+    /// Notifies `signal` (see [`Shared::notify_all`]); returns the coroutines woken.
+    pub fn notify_all(&self, signal: &Signal) -> usize {
+        self.shared.notify_all(signal)
+    }
+
+    fn parked<'a>(&'a self, token: u32, signal: Option<&'a Signal>) -> Parked<'a> {
+        Parked {
+            shared: &self.shared,
+            id: self.id.0,
+            token,
+            signal,
+            done: false,
+        }
     }
 
     /// Lets the other coroutines and the event loop run; this one resumes in the next
@@ -190,21 +307,114 @@ impl Future for BatchDone<'_> {
     }
 }
 
-/// Ready once the loop's time reaches the deadline.
-struct Sleep<'a> {
-    shared: &'a Shared,
-    deadline_ns: u64,
+/// What ended a park.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) enum Wake {
+    /// Not ended: the coroutine is parked.
+    #[default]
+    No,
+    /// Its deadline came.
+    Timer,
+    /// The signal it waited on was notified.
+    Signal,
 }
 
-impl Future for Sleep<'_> {
-    type Output = ();
+/// One coroutine's park: a sleep or a wait, which its deadline or a signal ends. The token
+/// grows with each park, and every wake-up names the park it is for, so a wake-up of an
+/// ended park (a deadline after the notification, a notification after the deadline)
+/// does nothing: a coroutine is made runnable once per park.
+#[derive(Default)]
+pub(crate) struct Park {
+    token: Cell<u32>,
+    woken: Cell<Wake>,
+    /// The park has a deadline in the timer heap.
+    timed: Cell<bool>,
+}
 
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if self.shared.now_ns() >= self.deadline_ns {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+/// Ready once the coroutine's park ended, with what ended it. Dropped before that (a
+/// coroutine that stopped waiting), it withdraws its deadline and its place on the signal.
+struct Parked<'a> {
+    shared: &'a Shared,
+    id: u16,
+    token: u32,
+    signal: Option<&'a Signal>,
+    done: bool,
+}
+
+impl Parked<'_> {
+    /// Leaves no trace of the park: not on the signal, not in the timer heap.
+    fn finish(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
         }
+        let park = &self.shared.parks[usize::from(self.id)];
+        if park.token.get() != self.token {
+            return;
+        }
+        let woken = park.woken.get();
+        if woken != Wake::Signal
+            && let Some(signal) = self.signal
+        {
+            // Ended by its deadline, or abandoned: the signal still lists it.
+            let entry = (self.id, self.token);
+            signal.waiters.borrow_mut().retain(|&w| w != entry);
+        }
+        if woken == Wake::No {
+            // Abandoned: nothing may wake this park any more.
+            park.token.set(self.token.wrapping_add(1));
+            if park.timed.get() {
+                self.shared.prune_timers();
+            }
+        }
+    }
+}
+
+impl Future for Parked<'_> {
+    type Output = Wake;
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Wake> {
+        let park = &self.shared.parks[usize::from(self.id)];
+        debug_assert_eq!(park.token.get(), self.token, "a coroutine parked twice");
+        match park.woken.get() {
+            Wake::No => Poll::Pending,
+            woken => {
+                self.finish();
+                Poll::Ready(woken)
+            }
+        }
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// A condition coroutines of one worker wait on ([`Co::wait`], [`Co::wait_until`]) and
+/// the event loop or another coroutine of the same thread notifies
+/// ([`Shared::notify_all`], [`Co::notify_all`]). A waiting coroutine is not polled until
+/// it is notified (or its deadline comes): no busy polling. Its list of waiters is
+/// allocated once; each coroutine is on it at most once, so a capacity of the executor's
+/// caller slots means no allocation per wait.
+pub struct Signal {
+    /// (coroutine, park token) of each waiter.
+    pub(crate) waiters: RefCell<Vec<(u16, u32)>>,
+}
+
+impl Signal {
+    /// A signal with room for `capacity` waiters (the caller slots of the executor that
+    /// waits on it, to never allocate).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            waiters: RefCell::new(Vec::with_capacity(capacity)),
+        }
+    }
+
+    /// Coroutines waiting on it (including one whose deadline fired and that has not run
+    /// since).
+    pub fn waiters(&self) -> usize {
+        self.waiters.borrow().len()
     }
 }
 

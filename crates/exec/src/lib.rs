@@ -7,11 +7,15 @@
 //! engine which coroutine can progress, so there are no wake-ups across threads and no
 //! allocation per RPC (each coroutine's future is boxed once, when it is spawned).
 //!
+//! A coroutine may also wait for something other than its batch: a deadline
+//! ([`Co::sleep_until`]) or a [`Signal`] that the event loop or another coroutine notifies
+//! ([`Co::wait`], [`Co::wait_until`]); it is not polled until then.
+//!
 //! The executor is deterministic and takes time from its caller, like the engine, so the
 //! simulator runs it unchanged.
 
 mod co;
 mod executor;
 
-pub use co::{Co, Shared};
+pub use co::{Co, Shared, Signal};
 pub use executor::Executor;

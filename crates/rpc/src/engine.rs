@@ -34,6 +34,11 @@ pub enum Event {
     Suspect(EndpointId),
     /// A peer reported suspect was heard from again.
     Recovered(EndpointId),
+    /// Membership mode: a datagram of this configuration id, newer than the engine's, was
+    /// received (and dropped). Reported once per id higher than any reported before, so a
+    /// flood of them makes one event; the membership layer should fetch the new
+    /// configuration and call `Engine::switch_configuration`.
+    NewerConfiguration(u64),
 }
 
 /// The RPC engine of one endpoint. See the crate documentation for the order of calls.
@@ -54,6 +59,12 @@ pub struct Engine {
     pub(crate) next_scan_ns: u64,
     pub(crate) events: VecDeque<Event>,
     pub(crate) stats: Stats,
+    /// Set by the first [`Engine::switch_configuration`]: membership is then precise.
+    pub(crate) membership: bool,
+    /// Membership mode: the members' nodes and their incarnations.
+    pub(crate) members: HashMap<u16, u64, FixedState>,
+    /// Highest configuration id reported as `Event::NewerConfiguration`.
+    pub(crate) newest_reported: u64,
 }
 
 impl Engine {
@@ -73,6 +84,9 @@ impl Engine {
             next_scan_ns: 0,
             events: VecDeque::new(),
             stats: Stats::default(),
+            membership: false,
+            members: HashMap::with_hasher(FixedState::with_seed(0)),
+            newest_reported: 0,
             config,
         }
     }
@@ -106,14 +120,126 @@ impl Engine {
     /// Tells the engine the incarnation of `endpoint`, as a membership layer that knows it
     /// may, so that requests to it need no connect round trip first. Learning it from the
     /// peer itself (the default) costs one round trip per session.
+    ///
+    /// In membership mode it does nothing: the configuration pins incarnations (see
+    /// [`Engine::switch_configuration`]).
     pub fn set_peer_incarnation(&mut self, endpoint: EndpointId, incarnation: u64) {
         assert!(incarnation > 0, "incarnation 0 means unknown");
+        if self.membership {
+            return;
+        }
         if let Some(p) = self.peer(endpoint) {
             let peer = &mut self.peers[p as usize];
             if peer.incarnation < incarnation {
                 peer.incarnation = incarnation;
             }
         }
+    }
+
+    /// Switches to configuration `id`, whose members are `members` (node, incarnation),
+    /// and puts the engine in membership mode (FaRM's precise membership: no new request
+    /// to a machine not in the configuration, nothing accepted from one). Called by the
+    /// membership layer when a configuration commits; the first call ends the default mode
+    /// (any configuration id accepted as long as it equals ours, incarnations learned by
+    /// connecting, a new incarnation a restart). See `docs/rpc.md`, "Membership mode".
+    ///
+    /// - Datagrams sent from now on carry `id`; received ones of any other id are dropped.
+    /// - Every call outstanding under the previous configuration completes at once (its
+    ///   caller is reported by [`Engine::poll_ready`] when its batch is done): with
+    ///   [`RpcError::ConfigurationChanged`] if it was sent (it may have run), with
+    ///   [`RpcError::NotSent`] if it never left (waiting for a credit or a connect, or
+    ///   queued but not yet written). Nothing is retransmitted across the change.
+    /// - Endpoints of member nodes get the given incarnation, so requests to them need no
+    ///   connect. Sessions with members of the same incarnation continue (request numbers
+    ///   keep growing); a member with another incarnation than before is a new life, and
+    ///   its server half starts afresh.
+    /// - Endpoints of other nodes are non-members: requests to them fail at submit with
+    ///   [`RpcError::NotMember`], their datagrams are dropped, their server half is freed.
+    ///
+    /// `id` must not be lower than the current configuration (it may equal it: the
+    /// members are replaced and what is outstanding fails all the same). Not for the hot
+    /// path: it visits every peer.
+    pub fn switch_configuration(&mut self, now_ns: u64, id: u64, members: &[(u16, u64)]) {
+        assert!(
+            id >= self.config.configuration,
+            "configuration ids only grow: {} after {}",
+            id,
+            self.config.configuration
+        );
+        assert!(
+            members.iter().all(|&(_, incarnation)| incarnation > 0),
+            "incarnation 0 means unknown"
+        );
+        self.config.configuration = id;
+        self.membership = true;
+        self.members.clear();
+        self.members.extend(members.iter().copied());
+        for p in 0..self.peers.len() {
+            self.fail_for_reconfiguration(p as u32);
+            let peer = &mut self.peers[p];
+            match self.members.get(&peer.endpoint.node()) {
+                Some(&incarnation) => {
+                    if peer.incarnation != 0 && peer.incarnation != incarnation {
+                        // Another life of the node: its request numbers start again.
+                        peer.reset_for_restart();
+                    }
+                    peer.incarnation = incarnation;
+                    peer.member = true;
+                    peer.last_heard_ns = now_ns;
+                }
+                None => {
+                    peer.member = false;
+                    peer.suspect = false;
+                    peer.server.clear();
+                    peer.server.shrink_to_fit();
+                }
+            }
+        }
+        debug_assert_eq!(self.outstanding, 0);
+        debug_assert_eq!(self.connecting, 0);
+    }
+
+    /// Completes every call waiting on peer `p` because the configuration changed, and
+    /// drops whatever was queued for it: responses queued now answer requests of the
+    /// previous configuration, which its client no longer waits for.
+    fn fail_for_reconfiguration(&mut self, p: u32) {
+        for slot in 0..self.peers[p as usize].client.len() {
+            let peer = &mut self.peers[p as usize];
+            let client_slot = &mut peer.client[slot];
+            let queued = std::mem::replace(&mut client_slot.queued, false);
+            let Some(waiting) = client_slot.waiting.take() else {
+                continue;
+            };
+            client_slot.reassembly.reset();
+            peer.free_slots.push(slot as u8);
+            peer.outstanding_bytes -= waiting.request_bytes;
+            self.outstanding -= 1;
+            // Queued and never retransmitted: its first transmission has not been written.
+            let error = if queued && waiting.retransmits == 0 {
+                RpcError::NotSent
+            } else {
+                RpcError::ConfigurationChanged
+            };
+            self.stats.calls_failed_by_reconfiguration += 1;
+            self.complete_call(waiting.caller, waiting.index, Outcome::Failed(error));
+        }
+        while let Some((caller, index)) = self.peers[p as usize].backlog.pop_front() {
+            self.stats.calls_failed_by_reconfiguration += 1;
+            self.complete_call(caller, index, Outcome::Failed(RpcError::NotSent));
+        }
+        let peer = &mut self.peers[p as usize];
+        if peer.connect_sent_ns.take().is_some() {
+            self.connecting -= 1;
+        }
+        peer.connect_retransmits = 0;
+        peer.connect_queued = false;
+        peer.connect_reply_queued = false;
+        for slot in &mut peer.server {
+            slot.queued = false;
+        }
+        peer.tx.clear();
+        peer.tx_done = 0;
+        peer.tx_packet = 0;
     }
 
     /// Adds a request to `caller`'s batch and returns its payload buffer (empty) to write
@@ -186,13 +312,19 @@ impl Engine {
                 continue;
             }
             let target = call.target;
-            let Some(p) = self.peer(target) else {
-                // The peer table is full; fail like an oversized request rather than
-                // waiting forever.
-                self.stats.peers_exhausted += 1;
-                self.stats.calls_completed += 1;
-                self.callers[index].complete(i, Outcome::Failed(RpcError::TooManyPeers));
-                continue;
+            let p = match self.member_peer(target) {
+                Ok(p) => p,
+                Err(e) => {
+                    // The peer table is full (fail like an oversized request rather than
+                    // waiting forever), or the target is not a member.
+                    match e {
+                        RpcError::NotMember => self.stats.requests_to_non_members += 1,
+                        _ => self.stats.peers_exhausted += 1,
+                    }
+                    self.stats.calls_completed += 1;
+                    self.callers[index].complete(i, Outcome::Failed(e));
+                    continue;
+                }
             };
             self.start_call(p, caller, i as u16, now_ns);
         }
@@ -265,6 +397,33 @@ impl Engine {
     /// outstanding (an idle engine needs no timer).
     pub fn next_timeout_ns(&self) -> Option<u64> {
         (self.outstanding > 0 || self.connecting > 0).then_some(self.next_scan_ns)
+    }
+
+    /// The index of `endpoint`'s session state if its node is a member (always, outside
+    /// membership mode), created on first contact: `Err(NotMember)` for a non-member,
+    /// `Err(TooManyPeers)` if the table is full. A non-member gets no session state
+    /// unless it had one before it left.
+    pub(crate) fn member_peer(&mut self, endpoint: EndpointId) -> Result<u32, RpcError> {
+        if let Some(&p) = self.peer_index.get(&endpoint) {
+            return if self.peers[p as usize].member {
+                Ok(p)
+            } else {
+                Err(RpcError::NotMember)
+            };
+        }
+        let pinned = if self.membership {
+            match self.members.get(&endpoint.node()) {
+                Some(&incarnation) => incarnation,
+                None => return Err(RpcError::NotMember),
+            }
+        } else {
+            0
+        };
+        let p = self.peer(endpoint).ok_or(RpcError::TooManyPeers)?;
+        if self.membership {
+            self.peers[p as usize].incarnation = pinned;
+        }
+        Ok(p)
     }
 
     /// The index of `endpoint`'s session state, created on first contact.

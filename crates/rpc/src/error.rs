@@ -19,6 +19,20 @@ pub enum RpcError {
     /// The handler at the target rejected the request; its text is the response payload.
     #[error("the handler rejected the request")]
     Handler,
+    /// The configuration changed while the request was outstanding; it may or may not
+    /// have run. It is not retransmitted under the new configuration.
+    #[error(
+        "the configuration changed while the request was outstanding; it may or may not have run"
+    )]
+    ConfigurationChanged,
+    /// The configuration changed before the request was sent (it waited for a credit or
+    /// for a connect): never sent, so certainly not run; safe to retry.
+    #[error("the request was never sent (the configuration changed); it certainly did not run")]
+    NotSent,
+    /// The target is not a member of the current configuration (membership mode, see
+    /// `Engine::switch_configuration`); the request was not sent.
+    #[error("the target is not a member of the configuration; the request was not sent")]
+    NotMember,
 }
 
 /// A handler's refusal of a request; its text goes back to the caller.

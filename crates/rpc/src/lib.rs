@@ -20,7 +20,9 @@
 //! client has the previous response, which frees it. Messages longer than a datagram are
 //! split into packets and reassembled. A peer that stays silent while requests wait on it
 //! is reported as suspect with [`Event::Suspect`]; the engine never gives up on a request
-//! by itself.
+//! by itself. Once the membership layer calls [`Engine::switch_configuration`], the engine
+//! talks to members of the configuration only, and a change of configuration completes
+//! every outstanding call with an error (see `docs/rpc.md`, "Membership mode").
 
 mod caller;
 mod config;

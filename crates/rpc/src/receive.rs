@@ -1,10 +1,11 @@
 //! Receiving: datagram checks, the server half (execute once, answer duplicates) and the
 //! client half (match responses to waiting requests).
 
-use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
+use ferrotx_wire::{Datagram, EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
 
 use crate::caller::Outcome;
 use crate::engine::{CONNECT_REQUEST_TYPE, Engine, Event};
+use crate::error::RpcError;
 use crate::handler::{Handler, Request};
 use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
 use crate::stats::Stats;
@@ -24,6 +25,10 @@ impl Engine {
         };
         if datagram.target() != self.local {
             self.stats.misdirected += 1;
+            return;
+        }
+        if self.membership {
+            self.handle_member_datagram(now_ns, from, &datagram);
             return;
         }
         if datagram.configuration() != self.config.configuration {
@@ -61,6 +66,76 @@ impl Engine {
         if recovered {
             self.push_event(Event::Recovered(source));
         }
+        self.handle_messages(now_ns, p, source, &datagram);
+        if learned {
+            // Anything from the peer tells its incarnation, a connect reply or not.
+            self.connected(p, now_ns);
+        } else if restarted {
+            self.release_backlog(p, now_ns);
+        }
+    }
+
+    /// A decoded, correctly addressed datagram in membership mode: only the current
+    /// configuration, only members, only the incarnation the configuration names. A new
+    /// life of a member is not a restart here: it is dropped until the membership layer
+    /// admits it with a later configuration.
+    fn handle_member_datagram(
+        &mut self,
+        now_ns: u64,
+        from: Option<EndpointId>,
+        datagram: &Datagram<'_>,
+    ) {
+        let source = datagram.source();
+        // Checked first here, so that a forged datagram cannot raise a newer configuration.
+        if from != Some(source) {
+            self.stats.forged_source += 1;
+            return;
+        }
+        let configuration = datagram.configuration();
+        if configuration != self.config.configuration {
+            if configuration < self.config.configuration {
+                self.stats.stale_configuration += 1;
+            } else {
+                self.stats.newer_configuration += 1;
+                if configuration > self.newest_reported {
+                    self.newest_reported = configuration;
+                    self.push_event(Event::NewerConfiguration(configuration));
+                }
+            }
+            return;
+        }
+        let p = match self.member_peer(source) {
+            Ok(p) => p,
+            Err(RpcError::NotMember) => {
+                self.stats.not_member += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.peers_exhausted += 1;
+                return;
+            }
+        };
+        let peer = &mut self.peers[p as usize];
+        if datagram.incarnation() != peer.incarnation {
+            self.stats.not_member += 1;
+            return;
+        }
+        peer.last_heard_ns = now_ns;
+        if std::mem::replace(&mut peer.suspect, false) {
+            self.push_event(Event::Recovered(source));
+        }
+        self.handle_messages(now_ns, p, source, datagram);
+    }
+
+    /// The messages of a datagram accepted from peer `p`.
+    #[inline(always)]
+    fn handle_messages(
+        &mut self,
+        now_ns: u64,
+        p: u32,
+        source: EndpointId,
+        datagram: &Datagram<'_>,
+    ) {
         // Messages must name this incarnation. Responses to an earlier life answer requests
         // it no longer has, though they may carry the slot and request number of new
         // ones: dropped. Requests to an earlier life may have run in it already: not run
@@ -68,19 +143,12 @@ impl Engine {
         // Clients connect before sending requests (connect requests are exempt), so a
         // request naming no incarnation (0) is refused the same way.
         let current = datagram.target_incarnation() == self.config.incarnation;
-        let (responses_current, requests_current) = (current, current);
         for message in datagram.messages() {
             match message.kind() {
-                MessageKind::Request => self.on_request(p, source, &message, requests_current),
-                MessageKind::Response if responses_current => self.on_response(p, &message, now_ns),
+                MessageKind::Request => self.on_request(p, source, &message, current),
+                MessageKind::Response if current => self.on_response(p, &message, now_ns),
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
-        }
-        if learned {
-            // Anything from the peer tells its incarnation, a connect reply or not.
-            self.connected(p, now_ns);
-        } else if restarted {
-            self.release_backlog(p, now_ns);
         }
     }
 

@@ -170,8 +170,12 @@ pub(crate) enum TxOp {
 
 pub(crate) struct Peer {
     pub(crate) endpoint: EndpointId,
-    /// Latest incarnation heard from the peer; 0 before the first datagram.
+    /// Latest incarnation heard from the peer; 0 before the first datagram. In membership
+    /// mode, the incarnation the configuration names (pinned).
     pub(crate) incarnation: u64,
+    /// The peer's node is a member of the configuration. Always true outside membership
+    /// mode; a non-member is sent nothing and heard from not at all.
+    pub(crate) member: bool,
 
     // Client half.
     pub(crate) next_request_number: u64,
@@ -220,6 +224,7 @@ impl Peer {
         Self {
             endpoint,
             incarnation: 0,
+            member: true,
             next_request_number: 1,
             client: (0..credits)
                 .map(|_| ClientSlot {

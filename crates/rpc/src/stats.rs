@@ -26,8 +26,26 @@ pub struct Stats {
     pub stale_responses: u64,
     /// Datagrams rejected by the decoder, by reason (`DecodeError::index`).
     pub decode_errors: [u64; DecodeError::COUNT],
-    /// Datagrams of another configuration, dropped.
+    /// Datagrams of another configuration, dropped (before membership mode; see
+    /// `Engine::switch_configuration`). In membership mode they are counted by
+    /// `stale_configuration` and `newer_configuration` instead.
     pub wrong_configuration: u64,
+    /// Membership mode: datagrams of an older configuration than this engine's, dropped.
+    pub stale_configuration: u64,
+    /// Membership mode: datagrams of a newer configuration than this engine's, dropped
+    /// (the first of each id higher than any before is reported as
+    /// `Event::NewerConfiguration`).
+    pub newer_configuration: u64,
+    /// Membership mode: datagrams from an endpoint whose node is not a member of the
+    /// configuration, or from a member's incarnation other than the one the configuration
+    /// names (a restarted member not admitted yet), dropped.
+    pub not_member: u64,
+    /// Membership mode: requests to a non-member, failed at submit with
+    /// `RpcError::NotMember` and never sent.
+    pub requests_to_non_members: u64,
+    /// Calls that failed because the configuration changed: sent ones with
+    /// `RpcError::ConfigurationChanged`, unsent ones with `RpcError::NotSent`.
+    pub calls_failed_by_reconfiguration: u64,
     /// Datagrams addressed to another endpoint, dropped.
     pub misdirected: u64,
     /// Datagrams whose claimed source is not where the transport saw them come from.
@@ -54,6 +72,9 @@ impl Stats {
     pub fn datagrams_dropped(&self) -> u64 {
         self.decode_errors_total()
             + self.wrong_configuration
+            + self.stale_configuration
+            + self.newer_configuration
+            + self.not_member
             + self.misdirected
             + self.forged_source
             + self.stale_incarnation
