@@ -1,0 +1,1257 @@
+//! One node's membership state machine: leases, suspicion, probes, the view's
+//! compare-and-swap, NEW-CONFIG, NEW-CONFIG-ACK and NEW-CONFIG-COMMIT, and joining.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use ferrotx_cluster::{Configuration, CoordinationError, View, ViewMember};
+
+use crate::message::{Body, Message};
+
+/// Lease requests remembered for matching their grants.
+const REQUESTS_REMEMBERED: usize = 16;
+
+/// How long leases are and how the state machine times things.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Length of a lease. Renewed every fifth of it.
+    pub lease_ns: u64,
+    /// Bound on how much faster or slower one node's clock runs than another's, in parts
+    /// per million. Leases are shortened, and waits lengthened, by twice it.
+    pub drift_ppm: u64,
+    /// Backup CMs: the members after the CM (in node order) that take over when it fails.
+    pub backup_cms: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            lease_ns: 2_000_000_000,
+            drift_ppm: 1_000,
+            backup_cms: 2,
+        }
+    }
+}
+
+impl Options {
+    /// Options with a lease of `lease_ms` milliseconds.
+    pub fn with_lease_ms(lease_ms: u64) -> Self {
+        Self {
+            lease_ns: lease_ms.max(1) * 1_000_000,
+            ..Self::default()
+        }
+    }
+
+    /// Interval between lease renewals: a fifth of the lease.
+    pub fn renew_ns(&self) -> u64 {
+        (self.lease_ns / 5).max(1)
+    }
+
+    /// How long a probe waits for answers.
+    pub fn probe_timeout_ns(&self) -> u64 {
+        (self.lease_ns / 4).max(1)
+    }
+
+    /// `duration` lengthened by the drift bound (for waiting out another node's lease).
+    fn lengthened(&self, duration: u64) -> u64 {
+        duration + duration / 1_000_000 * 2 * self.drift_ppm + 2 * self.drift_ppm
+    }
+
+    /// `duration` shortened by the drift bound (for a lease timed on this node's clock).
+    fn shortened(&self, duration: u64) -> u64 {
+        duration.saturating_sub(duration / 1_000_000 * 2 * self.drift_ppm)
+    }
+}
+
+/// What the caller must do for the state machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send `message` to node `to`'s lease socket.
+    Send {
+        /// The node.
+        to: u16,
+        /// The message.
+        message: Message,
+    },
+    /// Read the coordination service; answer with [`Membership::on_read`].
+    Read,
+    /// Compare-and-swap the view; answer with [`Membership::on_cas`].
+    Cas {
+        /// The id the current view must have (`None`: no view yet).
+        expected: Option<u64>,
+        /// The view to store.
+        next: View,
+    },
+    /// Switch every worker (and front end) to this view: new client transactions wait,
+    /// calls outstanding under the old view fail, non-members are no longer talked to.
+    /// Call [`Membership::installed`] once all have switched.
+    Install(View),
+    /// The view of this id is committed: serve clients again.
+    Commit(u64),
+    /// This process is not a member of the current view (it was removed, or the cluster
+    /// admitted another life of its node): it must stop serving, for good.
+    Removed {
+        /// The view that does not have it.
+        view: u64,
+    },
+}
+
+/// Where a node stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not a member yet: asking to be admitted.
+    Joining,
+    /// A member of a view not yet committed (switching, or waiting for the commit).
+    Installing,
+    /// A member of a committed view.
+    Member,
+    /// Removed: stopped for good.
+    Removed,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Times this node's lease (or, on the CM, its majority of leases) ran out while it
+    /// was a member of a committed view.
+    pub lease_expirations: u64,
+    /// Lease grants received (renewals).
+    pub renewals: u64,
+    /// Suspicions raised (a member by the CM, or the CM by a backup).
+    pub suspicions: u64,
+    /// Probe rounds started.
+    pub probes: u64,
+    /// Probe rounds that did not reach a majority.
+    pub probes_without_majority: u64,
+    /// Views this node swapped in at the coordination service.
+    pub views_swapped: u64,
+    /// Swaps that lost a race.
+    pub swaps_lost: u64,
+    /// Views committed here.
+    pub views_committed: u64,
+    /// Messages dropped: from non-members, older views, or not matching anything.
+    pub dropped: u64,
+    /// Messages refused as undecodable.
+    pub undecodable: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Grant {
+    /// Until when the CM counts the member alive (its last request plus a lease).
+    alive_until: u64,
+    /// Until when the member's lease may run, as granted (CM's clock).
+    granted_until: u64,
+    /// The last grant: its sequence number and when it was sent.
+    last_grant: (u64, u64),
+    /// Until when the CM holds its lease at the member.
+    cm_until: u64,
+}
+
+#[derive(Debug)]
+enum Reconfig {
+    Idle {
+        next_attempt_ns: u64,
+    },
+    Probing {
+        seq: u64,
+        deadline_ns: u64,
+        exclude: BTreeSet<u16>,
+        replies: BTreeSet<ViewMember>,
+    },
+    Swapping {
+        next: View,
+    },
+    Acks {
+        id: u64,
+        sent_ns: u64,
+        deadline_ns: u64,
+        next_resend_ns: u64,
+        /// Member and until when the lease it granted the previous CM may run.
+        acks: BTreeMap<u16, u64>,
+    },
+    Waiting {
+        id: u64,
+        until_ns: u64,
+    },
+}
+
+/// One node's membership state machine (see the crate documentation).
+pub struct Membership {
+    me: u16,
+    incarnation: u64,
+    options: Options,
+    config: Arc<Configuration>,
+    /// The latest view known, member of it or not.
+    view: Option<View>,
+    phase: Phase,
+    /// The workers switched to `view`.
+    installed: bool,
+    /// Holder side.
+    seq: u64,
+    requests: [(u64, u64); REQUESTS_REMEMBERED],
+    lease_until: u64,
+    next_renew_ns: u64,
+    ack_sent_ns: u64,
+    /// The leases this node granted CMs (lease acks, NEW-CONFIG-ACKs): until when each
+    /// may run, by CM.
+    granted_cms: BTreeMap<u16, u64>,
+    /// The view whose NEW-CONFIG this node acknowledged first, and when.
+    ack_view: u64,
+    /// When this node installed its current view (a backup CM takes over a CM that does
+    /// not commit it).
+    installed_at_ns: u64,
+    /// The time of the last tick: timeouts are always after it.
+    last_tick_ns: u64,
+    /// Whether the lease had run out at the last check (to count each expiration once).
+    expired: bool,
+    /// Reading the coordination service.
+    read_pending: bool,
+    next_read_ns: u64,
+    /// CM side.
+    grants: BTreeMap<u16, Grant>,
+    reconfig: Reconfig,
+    /// Processes asking to be admitted.
+    joiners: BTreeMap<u16, u64>,
+    actions: VecDeque<Action>,
+    stats: Stats,
+}
+
+impl Membership {
+    /// The state machine of life `incarnation` of node `me` of the cluster described by
+    /// `config`, starting at `now_ns`. It first reads the coordination service.
+    pub fn new(
+        me: u16,
+        incarnation: u64,
+        config: Arc<Configuration>,
+        options: Options,
+        now_ns: u64,
+    ) -> Self {
+        assert!(incarnation > 0, "incarnations start at 1");
+        let mut m = Self {
+            me,
+            incarnation,
+            options,
+            config,
+            view: None,
+            phase: Phase::Joining,
+            installed: false,
+            seq: 0,
+            requests: [(u64::MAX, 0); REQUESTS_REMEMBERED],
+            lease_until: 0,
+            next_renew_ns: now_ns,
+            ack_sent_ns: 0,
+            granted_cms: BTreeMap::new(),
+            ack_view: 0,
+            installed_at_ns: 0,
+            last_tick_ns: 0,
+            expired: false,
+            read_pending: false,
+            next_read_ns: now_ns,
+            grants: BTreeMap::new(),
+            reconfig: Reconfig::Idle { next_attempt_ns: 0 },
+            joiners: BTreeMap::new(),
+            actions: VecDeque::new(),
+            stats: Stats::default(),
+        };
+        m.tick(now_ns);
+        m
+    }
+
+    /// The next thing to do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Where this node stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The latest view known (this node may not be a member of it).
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// This node as a member.
+    pub fn me(&self) -> ViewMember {
+        ViewMember {
+            node: self.me,
+            incarnation: self.incarnation,
+        }
+    }
+
+    /// True if this node is the CM of its committed view.
+    pub fn is_cm(&self) -> bool {
+        self.phase == Phase::Member && self.view.as_ref().is_some_and(|v| v.cm == self.me)
+    }
+
+    /// Until when (this node's clock) it may serve reads and commits: 0 unless it is a
+    /// member of a committed view; the end of its lease at the CM, or on the CM the end of
+    /// its leases at a majority.
+    pub fn serving_until(&self) -> u64 {
+        if self.phase != Phase::Member {
+            return 0;
+        }
+        if self.is_cm() {
+            self.cm_lease_until()
+        } else {
+            self.lease_until
+        }
+    }
+
+    /// The CM's lease: it holds one at every member that granted it one, and counts while
+    /// a majority of the view (itself included) has.
+    fn cm_lease_until(&self) -> u64 {
+        let Some(view) = &self.view else { return 0 };
+        let majority = view.members.len() / 2 + 1;
+        let needed = majority - 1;
+        if needed == 0 {
+            return u64::MAX;
+        }
+        let mut untils: Vec<u64> = view
+            .members
+            .iter()
+            .filter(|m| m.node != self.me)
+            .map(|m| self.grants.get(&m.node).map_or(0, |g| g.cm_until))
+            .collect();
+        untils.sort_unstable_by(|a, b| b.cmp(a));
+        untils.get(needed - 1).copied().unwrap_or(0)
+    }
+
+    /// When [`Membership::tick`] should next be called: always after the last tick.
+    pub fn next_timeout_ns(&self) -> u64 {
+        let after = self.last_tick_ns;
+        let mut next = u64::MAX;
+        let mut consider = |t: u64| {
+            if t > after && t < next {
+                next = t;
+            }
+        };
+        consider(self.next_renew_ns);
+        if !self.read_pending {
+            consider(self.next_read_ns);
+        }
+        match &self.reconfig {
+            Reconfig::Idle { next_attempt_ns } => consider(*next_attempt_ns),
+            Reconfig::Probing { deadline_ns, .. } => consider(*deadline_ns),
+            Reconfig::Swapping { .. } => {}
+            Reconfig::Acks {
+                deadline_ns,
+                next_resend_ns,
+                ..
+            } => {
+                consider(*deadline_ns);
+                consider(*next_resend_ns);
+            }
+            Reconfig::Waiting { until_ns, .. } => consider(*until_ns),
+        }
+        if self.phase == Phase::Member {
+            if self.is_cm() {
+                for g in self.grants.values() {
+                    consider(g.alive_until);
+                }
+                consider(self.cm_lease_until());
+            } else {
+                consider(self.lease_until);
+                let backups = self
+                    .view
+                    .as_ref()
+                    .map(|v| v.backup_cms(self.options.backup_cms));
+                if let Some(rank) = backups.and_then(|b| b.iter().position(|&n| n == self.me)) {
+                    consider(self.lease_until + rank as u64 * self.options.probe_timeout_ns());
+                }
+            }
+        }
+        if next == u64::MAX {
+            after + self.options.renew_ns()
+        } else {
+            next
+        }
+    }
+
+    fn send(&mut self, to: u16, seq: u64, body: Body) {
+        let message = Message {
+            from: self.me,
+            incarnation: self.incarnation,
+            view: self.view.as_ref().map_or(0, |v| v.id),
+            seq,
+            body,
+        };
+        self.actions.push_back(Action::Send { to, message });
+    }
+
+    fn is_member_of_view(&self) -> bool {
+        self.view
+            .as_ref()
+            .is_some_and(|v| v.is_member(self.me, self.incarnation))
+    }
+
+    fn request_read(&mut self, now_ns: u64) {
+        if !self.read_pending && self.phase != Phase::Removed {
+            self.read_pending = true;
+            self.next_read_ns = now_ns + self.options.lease_ns;
+            self.actions.push_back(Action::Read);
+        }
+    }
+
+    /// Advances timers: renewals, suspicion, probe deadlines, the commit wait, joining.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.last_tick_ns = self.last_tick_ns.max(now_ns);
+        if self.phase == Phase::Removed {
+            return;
+        }
+        if self.view.is_none() && now_ns >= self.next_read_ns {
+            self.request_read(now_ns);
+        }
+        match self.phase {
+            Phase::Joining => self.tick_joining(now_ns),
+            Phase::Installing => self.tick_installing(now_ns),
+            Phase::Member => self.tick_member(now_ns),
+            Phase::Removed => {}
+        }
+        self.tick_reconfig(now_ns);
+    }
+
+    fn tick_joining(&mut self, now_ns: u64) {
+        if now_ns < self.next_renew_ns {
+            return;
+        }
+        self.next_renew_ns = now_ns + self.options.renew_ns();
+        if now_ns >= self.next_read_ns {
+            // The CM may have changed since the view was read.
+            self.request_read(now_ns);
+        }
+        let targets: Vec<u16> = match &self.view {
+            Some(v) if !v.is_ended() => v.members.iter().map(|m| m.node).collect(),
+            // No cluster yet: the node of lowest id admits the whole file at once.
+            _ => vec![self.bootstrap_cm()],
+        };
+        for to in targets {
+            if to != self.me {
+                self.send(to, 0, Body::Join);
+            }
+        }
+        if self.view.as_ref().is_none_or(View::is_ended) && self.bootstrap_cm() == self.me {
+            self.try_bootstrap(now_ns);
+        }
+    }
+
+    fn bootstrap_cm(&self) -> u16 {
+        self.config
+            .members()
+            .iter()
+            .map(|m| m.node)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The bootstrap CM swaps in the first view once every node of the file asked to join.
+    fn try_bootstrap(&mut self, now_ns: u64) {
+        if !matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
+        {
+            return;
+        }
+        if self.read_pending || self.view.as_ref().is_some_and(|v| !v.is_ended()) {
+            return;
+        }
+        let mut members = vec![self.me()];
+        for m in self.config.members() {
+            if m.node == self.me {
+                continue;
+            }
+            match self.joiners.get(&m.node) {
+                Some(&incarnation) => members.push(ViewMember {
+                    node: m.node,
+                    incarnation,
+                }),
+                None => return,
+            }
+        }
+        let expected = self.view.as_ref().map(|v| v.id);
+        let id = expected.map_or(self.config.id(), |id| id + 1);
+        let next = View::initial(id, &self.config, members);
+        tracing::info!(
+            view = id,
+            "bootstrap: every node asked to join; creating the first view"
+        );
+        self.reconfig = Reconfig::Swapping { next: next.clone() };
+        self.actions.push_back(Action::Cas { expected, next });
+    }
+
+    fn tick_installing(&mut self, now_ns: u64) {
+        if !self.installed || now_ns < self.next_renew_ns {
+            return;
+        }
+        self.next_renew_ns = now_ns + self.options.renew_ns();
+        let view = self.view.clone().expect("installing a view");
+        if view.cm != self.me {
+            // NEW-CONFIG-COMMIT may have been lost: ask again by acking again.
+            let (cm, id) = (view.cm, view.id);
+            self.send_ack(now_ns, cm, id);
+        }
+        if now_ns >= self.next_read_ns {
+            // The CM may have failed before committing: another may have taken over.
+            self.request_read(now_ns);
+        }
+        // A CM that does not commit within two leases failed: a backup CM takes over.
+        let backups = view.backup_cms(self.options.backup_cms);
+        if let Some(rank) = backups.iter().position(|&n| n == self.me) {
+            let start = self.installed_at_ns
+                + 2 * self.options.lease_ns
+                + rank as u64 * self.options.probe_timeout_ns();
+            if now_ns >= start {
+                let cm = view.cm;
+                self.start_probe(now_ns, [cm].into_iter().collect());
+            }
+        }
+    }
+
+    fn tick_member(&mut self, now_ns: u64) {
+        let view = self.view.clone().expect("a member has a view");
+        let cm = view.cm;
+        if cm == self.me {
+            self.tick_cm(now_ns);
+            return;
+        }
+        if now_ns >= self.next_renew_ns {
+            self.next_renew_ns = now_ns + self.options.renew_ns();
+            self.seq += 1;
+            let seq = self.seq;
+            self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
+            self.send(cm, seq, Body::LeaseRequest);
+        }
+        if now_ns >= self.lease_until {
+            if !self.expired {
+                self.expired = true;
+                self.stats.lease_expirations += 1;
+                tracing::warn!(
+                    node = self.me,
+                    cm,
+                    view = view.id,
+                    "lease at the CM ran out: not serving; suspecting the CM"
+                );
+                self.stats.suspicions += 1;
+                // Look for a newer view at once, and then every lease.
+                self.next_read_ns = now_ns;
+            }
+            if now_ns >= self.next_read_ns {
+                self.request_read(now_ns);
+            }
+            // A backup CM takes over after a delay that grows with its rank, so that the
+            // first of them usually wins and the others adopt its view.
+            let backups = view.backup_cms(self.options.backup_cms);
+            if let Some(rank) = backups.iter().position(|&n| n == self.me) {
+                let start = self.lease_until + rank as u64 * self.options.probe_timeout_ns();
+                if now_ns >= start {
+                    self.start_probe(now_ns, [cm].into_iter().collect());
+                }
+            }
+        } else {
+            self.expired = false;
+        }
+    }
+
+    fn tick_cm(&mut self, now_ns: u64) {
+        let view = self.view.clone().expect("a CM has a view");
+        let mut suspects = BTreeSet::new();
+        for m in &view.members {
+            if m.node == self.me {
+                continue;
+            }
+            let g = self.grants.get(&m.node).copied().unwrap_or_default();
+            if now_ns >= g.alive_until {
+                suspects.insert(m.node);
+            }
+        }
+        let lease = self.cm_lease_until();
+        if now_ns >= lease {
+            if !self.expired {
+                self.expired = true;
+                self.stats.lease_expirations += 1;
+                tracing::warn!(
+                    node = self.me,
+                    view = view.id,
+                    "CM holds leases at no majority: not serving"
+                );
+            }
+            if now_ns >= self.next_read_ns {
+                self.request_read(now_ns);
+            }
+        } else {
+            self.expired = false;
+        }
+        for old in self.joiners.keys() {
+            suspects.insert(*old);
+        }
+        if !suspects.is_empty() {
+            for s in &suspects {
+                if !self.joiners.contains_key(s) {
+                    tracing::warn!(
+                        node = s,
+                        view = view.id,
+                        "CM suspects a member: its lease ran out"
+                    );
+                }
+            }
+            self.start_probe(now_ns, suspects);
+        }
+    }
+
+    fn start_probe(&mut self, now_ns: u64, exclude: BTreeSet<u16>) {
+        let Reconfig::Idle { next_attempt_ns } = self.reconfig else {
+            return;
+        };
+        if now_ns < next_attempt_ns {
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        self.stats.probes += 1;
+        self.stats.suspicions += exclude
+            .iter()
+            .filter(|n| !self.joiners.contains_key(n))
+            .count() as u64;
+        self.seq += 1;
+        let seq = self.seq;
+        tracing::info!(
+            node = self.me,
+            view = view.id,
+            ?exclude,
+            "probing the members"
+        );
+        for m in &view.members {
+            if m.node != self.me && !exclude.contains(&m.node) {
+                self.send(m.node, seq, Body::Probe);
+            }
+        }
+        self.reconfig = Reconfig::Probing {
+            seq,
+            deadline_ns: now_ns + self.options.probe_timeout_ns(),
+            exclude,
+            replies: BTreeSet::new(),
+        };
+        self.probe_done_check(now_ns);
+    }
+
+    /// Ends the probe once every member probed answered.
+    fn probe_done_check(&mut self, now_ns: u64) {
+        let Reconfig::Probing {
+            exclude, replies, ..
+        } = &self.reconfig
+        else {
+            return;
+        };
+        let view = self.view.as_ref().expect("probing a view");
+        let probed = view
+            .members
+            .iter()
+            .filter(|m| m.node != self.me && !exclude.contains(&m.node))
+            .count();
+        if replies.len() >= probed {
+            self.finish_probe(now_ns);
+        }
+    }
+
+    fn finish_probe(&mut self, now_ns: u64) {
+        let Reconfig::Probing { replies, .. } =
+            std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        else {
+            return;
+        };
+        let view = self.view.clone().expect("probing a view");
+        let mut members: Vec<ViewMember> = replies.into_iter().collect();
+        members.push(self.me());
+        let majority = view.members.len() / 2 + 1;
+        if members.len() < majority {
+            self.stats.probes_without_majority += 1;
+            tracing::warn!(
+                node = self.me,
+                view = view.id,
+                answered = members.len(),
+                majority,
+                "probe reached no majority: not reconfiguring"
+            );
+            self.reconfig = Reconfig::Idle {
+                next_attempt_ns: now_ns + self.options.lease_ns,
+            };
+            return;
+        }
+        for (&node, &incarnation) in &self.joiners {
+            members.retain(|m| m.node != node);
+            members.push(ViewMember { node, incarnation });
+        }
+        let next = view.next(self.me, members);
+        debug_assert!(view.orphaned_in(&next).is_empty());
+        tracing::info!(
+            node = self.me,
+            from = view.id,
+            to = next.id,
+            members = ?next.members.iter().map(|m| m.node).collect::<Vec<_>>(),
+            "swapping in the next view"
+        );
+        self.reconfig = Reconfig::Swapping { next: next.clone() };
+        self.actions.push_back(Action::Cas {
+            expected: Some(view.id),
+            next,
+        });
+    }
+
+    fn tick_reconfig(&mut self, now_ns: u64) {
+        match &mut self.reconfig {
+            Reconfig::Probing { deadline_ns, .. } if now_ns >= *deadline_ns => {
+                self.finish_probe(now_ns);
+            }
+            Reconfig::Acks {
+                id,
+                deadline_ns,
+                next_resend_ns,
+                acks,
+                ..
+            } => {
+                let id = *id;
+                let view = self.view.clone().expect("acks of a view");
+                debug_assert_eq!(view.id, id);
+                let missing: Vec<u16> = view
+                    .members
+                    .iter()
+                    .map(|m| m.node)
+                    .filter(|n| !acks.contains_key(n))
+                    .collect();
+                if now_ns >= *deadline_ns {
+                    // A member did not switch in a whole lease: it failed during the
+                    // reconfiguration. Remove it too.
+                    let exclude: BTreeSet<u16> =
+                        missing.into_iter().filter(|&n| n != self.me).collect();
+                    tracing::warn!(
+                        view = id,
+                        ?exclude,
+                        "members did not acknowledge the new view"
+                    );
+                    self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+                    // Reconfigure from the uncommitted view, which stays ours.
+                    self.start_probe(now_ns, exclude);
+                } else if now_ns >= *next_resend_ns {
+                    *next_resend_ns = now_ns + self.options.renew_ns();
+                    for to in missing {
+                        if to != self.me {
+                            self.send(to, 0, Body::NewConfig(view.clone()));
+                        }
+                    }
+                }
+            }
+            Reconfig::Waiting { id, until_ns } if now_ns >= *until_ns => {
+                let id = *id;
+                self.commit_as_cm(now_ns, id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes a datagram from node `from`'s lease socket. Undecodable ones are counted.
+    pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        match Message::decode(bytes) {
+            Ok(m) => self.on_message(now_ns, m),
+            Err(_) => self.stats.undecodable += 1,
+        }
+    }
+
+    /// Takes a message.
+    pub fn on_message(&mut self, now_ns: u64, m: Message) {
+        if self.phase == Phase::Removed {
+            self.stats.dropped += 1;
+            return;
+        }
+        let my_id = self.view.as_ref().map_or(0, |v| v.id);
+        match m.body {
+            Body::Join => return self.on_join(now_ns, &m),
+            Body::NewConfig(ref v) => return self.on_new_config(now_ns, &m, v.clone()),
+            Body::Probe => {
+                // Answered by anyone: the reply carries our view id, so a prober behind
+                // us learns there is a newer view.
+                self.send(m.from, m.seq, Body::ProbeReply);
+                if m.view > my_id {
+                    self.request_read(now_ns);
+                }
+                return;
+            }
+            _ => {}
+        }
+        if m.view > my_id {
+            // The sender knows a newer view than we do.
+            self.stats.dropped += 1;
+            self.request_read(now_ns);
+            return;
+        }
+        let sender_is_member = self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.is_member(m.from, m.incarnation));
+        if m.view < my_id || !sender_is_member {
+            self.stats.dropped += 1;
+            if matches!(m.body, Body::LeaseRequest) {
+                // A removed node, or one behind: make it read the view.
+                self.send(m.from, m.seq, Body::Stale);
+            }
+            return;
+        }
+        match m.body {
+            Body::LeaseRequest => self.on_lease_request(now_ns, &m),
+            Body::LeaseGrant { duration_ns } => self.on_lease_grant(now_ns, &m, duration_ns),
+            Body::LeaseAck => self.on_lease_ack(&m),
+            Body::ProbeReply => self.on_probe_reply(now_ns, &m),
+            Body::NewConfigAck { old_cm_lease_ns } => self.on_ack(now_ns, &m, old_cm_lease_ns),
+            Body::NewConfigCommit { duration_ns } => self.on_commit(now_ns, &m, duration_ns),
+            Body::Stale => {
+                self.stats.dropped += 1;
+            }
+            Body::Join | Body::NewConfig(_) | Body::Probe => unreachable!("handled above"),
+        }
+    }
+
+    fn on_join(&mut self, now_ns: u64, m: &Message) {
+        let joiner = m.sender();
+        let Some(view) = self.view.clone().filter(|v| !v.is_ended()) else {
+            // No cluster yet: the bootstrap CM collects the file's nodes.
+            if self.bootstrap_cm() == self.me && self.config.member(joiner.node).is_some() {
+                self.joiners.insert(joiner.node, joiner.incarnation);
+                self.try_bootstrap(now_ns);
+            } else {
+                self.stats.dropped += 1;
+            }
+            return;
+        };
+        if view.cm != self.me || self.phase == Phase::Joining {
+            self.stats.dropped += 1;
+            return;
+        }
+        if view.is_member(joiner.node, joiner.incarnation) {
+            // Admitted already: it missed NEW-CONFIG.
+            self.send(joiner.node, 0, Body::NewConfig(view));
+            return;
+        }
+        if self.config.member(joiner.node).is_none()
+            || view
+                .incarnation(joiner.node)
+                .is_some_and(|i| i > joiner.incarnation)
+            || joiner.node == self.me
+        {
+            self.stats.dropped += 1;
+            return;
+        }
+        if self.joiners.insert(joiner.node, joiner.incarnation) != Some(joiner.incarnation) {
+            tracing::info!(
+                node = joiner.node,
+                incarnation = joiner.incarnation,
+                "a process asks to join"
+            );
+        }
+    }
+
+    fn on_new_config(&mut self, now_ns: u64, m: &Message, v: View) {
+        let my_id = self.view.as_ref().map_or(0, |v| v.id);
+        if v.id < my_id || v.cm != m.from {
+            self.stats.dropped += 1;
+            return;
+        }
+        if v.id == my_id {
+            if self.installed && self.is_member_of_view() && self.phase != Phase::Joining {
+                if self.phase == Phase::Member {
+                    // Our ack was lost after the commit: nothing to do, the CM resends
+                    // the commit on the next ack. Ack again.
+                }
+                self.send_ack(now_ns, v.cm, v.id);
+            }
+            return;
+        }
+        self.adopt(now_ns, v);
+    }
+
+    /// Moves to view `v`, newer than ours: install it if we are a member, else stop.
+    fn adopt(&mut self, now_ns: u64, v: View) {
+        let was_member = self.phase == Phase::Member || self.phase == Phase::Installing;
+        let member = v.is_member(self.me, self.incarnation);
+        // Whatever we were reconfiguring is superseded.
+        if !matches!(self.reconfig, Reconfig::Idle { .. }) {
+            self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+        }
+        if !member {
+            if was_member || v.incarnation(self.me).is_some_and(|i| i > self.incarnation) {
+                tracing::error!(
+                    node = self.me,
+                    view = v.id,
+                    "removed from the configuration: this process stops serving for good"
+                );
+                self.view = Some(v.clone());
+                self.phase = Phase::Removed;
+                self.actions.push_back(Action::Removed { view: v.id });
+            } else {
+                // Joining: learn whom to ask.
+                self.view = Some(v);
+                self.next_renew_ns = now_ns;
+            }
+            return;
+        }
+        tracing::info!(
+            node = self.me,
+            view = v.id,
+            cm = v.cm,
+            "new configuration: switching"
+        );
+        self.view = Some(v.clone());
+        self.phase = Phase::Installing;
+        self.installed = false;
+        self.expired = false;
+        self.joiners.retain(|n, i| !v.is_member(*n, *i));
+        self.actions.push_back(Action::Install(v));
+    }
+
+    /// The caller switched every worker to view `id` ([`Action::Install`]).
+    pub fn installed(&mut self, now_ns: u64, id: u64) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if view.id != id || self.phase != Phase::Installing || self.installed {
+            return;
+        }
+        self.installed = true;
+        self.next_renew_ns = now_ns + self.options.renew_ns();
+        self.installed_at_ns = now_ns;
+        if view.cm == self.me {
+            let own = self.old_cm_lease_ns(now_ns, self.me);
+            let until = now_ns + self.options.lengthened(own);
+            if let Reconfig::Acks { acks, .. } = &mut self.reconfig {
+                acks.insert(self.me, until);
+            }
+            self.acks_done_check(now_ns);
+        } else {
+            self.send_ack(now_ns, view.cm, view.id);
+        }
+    }
+
+    fn send_ack(&mut self, now_ns: u64, cm: u16, id: u64) {
+        if self.ack_view != id {
+            // The commit's lease is timed from the first ack: the earliest it can answer.
+            self.ack_view = id;
+            self.ack_sent_ns = now_ns;
+        }
+        let old_cm_lease_ns = self.old_cm_lease_ns(now_ns, cm);
+        // The ack grants the CM a lease too.
+        self.grant_cm(now_ns, cm);
+        self.send(cm, 0, Body::NewConfigAck { old_cm_lease_ns });
+    }
+
+    /// How long the leases this node granted CMs other than `cm` may still run: a new CM
+    /// waits them out before committing (a removed CM serves until its leases end, and
+    /// so do the leases it granted).
+    fn old_cm_lease_ns(&mut self, now_ns: u64, cm: u16) -> u64 {
+        self.granted_cms.retain(|_, until| *until > now_ns);
+        self.granted_cms
+            .iter()
+            .filter(|(c, _)| **c != cm)
+            .map(|(_, until)| until - now_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Records that this node granted `cm` a lease, which the CM times from before now.
+    fn grant_cm(&mut self, now_ns: u64, cm: u16) {
+        let until = now_ns + self.options.lease_ns;
+        let e = self.granted_cms.entry(cm).or_insert(until);
+        *e = (*e).max(until);
+    }
+
+    fn on_commit(&mut self, now_ns: u64, m: &Message, duration_ns: u64) {
+        let view = self.view.as_ref().expect("a member has a view");
+        if self.phase != Phase::Installing || !self.installed || m.from != view.cm {
+            self.stats.dropped += 1;
+            return;
+        }
+        let id = view.id;
+        self.phase = Phase::Member;
+        self.stats.views_committed += 1;
+        self.lease_until = self.ack_sent_ns + self.options.shortened(duration_ns);
+        self.grant_cm(now_ns, m.from);
+        self.expired = false;
+        // Renew at once: the commit's lease is timed from our ack.
+        self.next_renew_ns = now_ns;
+        tracing::info!(
+            node = self.me,
+            view = id,
+            "configuration committed: serving"
+        );
+        self.actions.push_back(Action::Commit(id));
+        self.tick_member(now_ns);
+    }
+
+    fn on_lease_request(&mut self, now_ns: u64, m: &Message) {
+        if !self.is_cm() {
+            self.stats.dropped += 1;
+            return;
+        }
+        let lease = self.options.lease_ns;
+        let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
+        let g = self.grants.entry(m.from).or_default();
+        g.alive_until = g.alive_until.max(now_ns + lease);
+        g.granted_until = g.granted_until.max(now_ns + duration);
+        g.last_grant = (m.seq, now_ns);
+        self.send(
+            m.from,
+            m.seq,
+            Body::LeaseGrant {
+                duration_ns: duration,
+            },
+        );
+    }
+
+    fn on_lease_grant(&mut self, now_ns: u64, m: &Message, duration_ns: u64) {
+        let view = self.view.as_ref().expect("a member has a view");
+        if self.phase != Phase::Member || m.from != view.cm {
+            self.stats.dropped += 1;
+            return;
+        }
+        let (seq, sent) = self.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
+        if seq != m.seq {
+            self.stats.dropped += 1;
+            return;
+        }
+        self.stats.renewals += 1;
+        let until = sent + self.options.shortened(duration_ns);
+        if until > self.lease_until {
+            self.lease_until = until;
+        }
+        if duration_ns == 0 {
+            // The CM has no lease itself: our ack gives it one; ask again soon.
+            self.next_renew_ns = self.next_renew_ns.min(now_ns + self.options.renew_ns() / 4);
+        }
+        // Our grant of the CM's lease: it times it from its grant, earlier than now.
+        self.grant_cm(now_ns, m.from);
+        self.send(m.from, m.seq, Body::LeaseAck);
+    }
+
+    fn on_lease_ack(&mut self, m: &Message) {
+        if !self.is_cm() {
+            self.stats.dropped += 1;
+            return;
+        }
+        let lease = self.options.lease_ns;
+        let g = self.grants.entry(m.from).or_default();
+        if g.last_grant.0 == m.seq {
+            g.cm_until = g.cm_until.max(g.last_grant.1 + lease);
+        }
+    }
+
+    fn on_probe_reply(&mut self, now_ns: u64, m: &Message) {
+        let Reconfig::Probing { seq, replies, .. } = &mut self.reconfig else {
+            self.stats.dropped += 1;
+            return;
+        };
+        if *seq != m.seq {
+            self.stats.dropped += 1;
+            return;
+        }
+        replies.insert(m.sender());
+        self.probe_done_check(now_ns);
+    }
+
+    fn on_ack(&mut self, now_ns: u64, m: &Message, old_cm_lease_ns: u64) {
+        let view = self.view.clone().expect("a member has a view");
+        if view.cm != self.me {
+            self.stats.dropped += 1;
+            return;
+        }
+        match &mut self.reconfig {
+            Reconfig::Acks {
+                id, sent_ns, acks, ..
+            } if *id == view.id => {
+                let until = now_ns + self.options.lengthened(old_cm_lease_ns);
+                acks.insert(m.from, until);
+                let g = self.grants.entry(m.from).or_default();
+                g.cm_until = g.cm_until.max(*sent_ns + self.options.lease_ns);
+                self.acks_done_check(now_ns);
+            }
+            _ if self.phase == Phase::Member => {
+                // The member missed NEW-CONFIG-COMMIT.
+                self.send(
+                    m.from,
+                    0,
+                    Body::NewConfigCommit {
+                        duration_ns: self
+                            .options
+                            .lease_ns
+                            .min(self.cm_lease_until().saturating_sub(now_ns)),
+                    },
+                );
+            }
+            _ => self.stats.dropped += 1,
+        }
+    }
+
+    fn acks_done_check(&mut self, now_ns: u64) {
+        let Reconfig::Acks { id, acks, .. } = &self.reconfig else {
+            return;
+        };
+        let view = self.view.as_ref().expect("acks of a view");
+        if !view.members.iter().all(|m| acks.contains_key(&m.node)) {
+            return;
+        }
+        // FaRM 5.2 step 7: every lease granted to a node that is no longer a member must
+        // have run out. Those this CM granted, it knows; those an earlier CM granted end
+        // with that CM's own lease, which the acks bound.
+        let mut until = acks.values().copied().max().unwrap_or(0);
+        for (node, g) in &self.grants {
+            if view.incarnation(*node).is_none() {
+                let slack = self.options.lengthened(self.options.lease_ns) - self.options.lease_ns;
+                until = until.max(g.granted_until + slack);
+            }
+        }
+        let id = *id;
+        tracing::info!(
+            view = id,
+            wait_ms = until.saturating_sub(now_ns) / 1_000_000,
+            "every member switched; waiting out old leases"
+        );
+        self.reconfig = Reconfig::Waiting {
+            id,
+            until_ns: until,
+        };
+        self.tick_reconfig(now_ns);
+    }
+
+    fn commit_as_cm(&mut self, now_ns: u64, id: u64) {
+        let view = self.view.clone().expect("committing a view");
+        debug_assert_eq!(view.id, id);
+        self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+        self.phase = Phase::Member;
+        self.expired = false;
+        self.stats.views_committed += 1;
+        // Members not in the view are forgotten; the others count alive for a lease.
+        let lease = self.options.lease_ns;
+        self.grants.retain(|n, _| view.incarnation(*n).is_some());
+        for m in &view.members {
+            if m.node != self.me {
+                let g = self.grants.entry(m.node).or_default();
+                g.alive_until = now_ns + lease;
+            }
+        }
+        self.joiners.retain(|n, i| !view.is_member(*n, *i));
+        let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
+        for m in &view.members {
+            if m.node != self.me {
+                let g = self.grants.entry(m.node).or_default();
+                g.granted_until = g.granted_until.max(now_ns + duration);
+                self.send(
+                    m.node,
+                    0,
+                    Body::NewConfigCommit {
+                        duration_ns: duration,
+                    },
+                );
+            }
+        }
+        tracing::info!(
+            node = self.me,
+            view = id,
+            "configuration committed (CM): serving"
+        );
+        self.actions.push_back(Action::Commit(id));
+    }
+
+    /// The coordination service's answer to [`Action::Read`].
+    pub fn on_read(&mut self, now_ns: u64, result: Result<Option<View>, CoordinationError>) {
+        self.read_pending = false;
+        match result {
+            Ok(Some(v)) => self.on_view_read(now_ns, v),
+            Ok(None) => {
+                if self.view.is_none() {
+                    self.next_renew_ns = now_ns;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(node = self.me, "reading the coordination service: {e}");
+                self.next_read_ns = now_ns + self.options.renew_ns();
+            }
+        }
+        self.tick(now_ns);
+    }
+
+    fn on_view_read(&mut self, now_ns: u64, v: View) {
+        let my_id = self.view.as_ref().map_or(0, |v| v.id);
+        if v.id < my_id {
+            return;
+        }
+        if v.id == my_id {
+            return;
+        }
+        if v.is_ended() {
+            self.view = Some(v);
+            self.next_renew_ns = now_ns;
+            return;
+        }
+        self.adopt(now_ns, v);
+    }
+
+    /// The coordination service's answer to [`Action::Cas`].
+    pub fn on_cas(&mut self, now_ns: u64, result: Result<(), CoordinationError>) {
+        let Reconfig::Swapping { next } =
+            std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.stats.views_swapped += 1;
+                tracing::info!(
+                    node = self.me,
+                    view = next.id,
+                    "new view stored; sending NEW-CONFIG"
+                );
+                self.view = Some(next.clone());
+                self.phase = Phase::Installing;
+                self.installed = false;
+                for m in &next.members {
+                    if m.node != self.me {
+                        self.send(m.node, 0, Body::NewConfig(next.clone()));
+                    }
+                }
+                self.reconfig = Reconfig::Acks {
+                    id: next.id,
+                    sent_ns: now_ns,
+                    deadline_ns: now_ns + self.options.lease_ns,
+                    next_resend_ns: now_ns + self.options.renew_ns(),
+                    acks: BTreeMap::new(),
+                };
+                self.actions.push_back(Action::Install(next));
+            }
+            Err(CoordinationError::Conflict(current)) => {
+                self.stats.swaps_lost += 1;
+                tracing::info!(
+                    node = self.me,
+                    "lost the race to swap the view; adopting the winner's"
+                );
+                if let Some(v) = current {
+                    self.on_view_read(now_ns, *v);
+                }
+            }
+            Err(CoordinationError::Unavailable(e)) => {
+                tracing::warn!(node = self.me, "coordination service unavailable: {e}");
+                self.reconfig = Reconfig::Idle {
+                    next_attempt_ns: now_ns + self.options.renew_ns(),
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,342 @@
+//! Membership messages and their encoding: one message per datagram, on each node's lease
+//! socket (FaRM 5.1 gives leases their own socket and thread, so that a loaded data path
+//! cannot delay them).
+//!
+//! Layout, little-endian: magic `0xF7`, version 1, kind (u8), then the envelope
+//! (`from` node u16, `incarnation` u64, `view` id u64, `seq` u64), then the body of the
+//! kind. Decoding checks every length and never panics.
+
+use ferrotx_cluster::{View, ViewMember};
+
+const MAGIC: u8 = 0xF7;
+const VERSION: u8 = 1;
+/// Bytes before a body.
+#[cfg(test)]
+const HEADER_BYTES: usize = 3 + 2 + 8 + 8 + 8;
+/// Largest datagram a membership message may take (a view of thousands of partitions).
+pub const MESSAGE_BYTES_MAX: usize = 65_000;
+
+/// What a message says.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Body {
+    /// Member to CM: renew my lease (sent every fifth of the lease).
+    LeaseRequest,
+    /// CM to member: your lease, timed from when you sent request `seq`, lasts
+    /// `duration_ns` (0 while the CM holds no lease itself); and please grant me mine.
+    LeaseGrant {
+        /// Length of the lease granted.
+        duration_ns: u64,
+    },
+    /// Member to CM: the CM's lease at this member, timed from when the CM sent its grant
+    /// `seq`.
+    LeaseAck,
+    /// A node reconfiguring to members: are you alive?
+    Probe,
+    /// Answer to a probe, in the prober's view id.
+    ProbeReply,
+    /// The CM to every member of a new view (FaRM's NEW-CONFIG).
+    NewConfig(View),
+    /// A member has switched every thread to view `view` (FaRM's NEW-CONFIG-ACK). Also
+    /// grants the CM a lease, timed from its NEW-CONFIG. Carries how long the lease this
+    /// member last granted to the previous CM may still run (its clock), so that a new
+    /// CM can wait it out.
+    NewConfigAck {
+        /// Remaining length of the lease granted to the previous CM, if it was another.
+        old_cm_lease_ns: u64,
+    },
+    /// The CM: view `view` is committed; serve (FaRM's NEW-CONFIG-COMMIT). Also a lease
+    /// grant, timed from the member's NEW-CONFIG-ACK.
+    NewConfigCommit {
+        /// Length of the lease granted.
+        duration_ns: u64,
+    },
+    /// A process that is not a member (a new node, or a new life of one) asks the CM to
+    /// admit it.
+    Join,
+    /// A member tells a node it does not know (a non-member, or a member of an older
+    /// view) which view it is in, so it reads the coordination service.
+    Stale,
+}
+
+/// A message with its envelope.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Message {
+    /// The sender's node id.
+    pub from: u16,
+    /// The sender's life.
+    pub incarnation: u64,
+    /// The sender's view id (0 before it has one).
+    pub view: u64,
+    /// Pairs requests with answers (lease requests and grants, probes and replies).
+    pub seq: u64,
+    /// What it says.
+    pub body: Body,
+}
+
+/// Why bytes are not a message.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Too short, or a length runs past the end.
+    #[error("truncated")]
+    Truncated,
+    /// Not a membership message, or another version.
+    #[error("bad magic or version")]
+    BadMagic,
+    /// Unknown kind.
+    #[error("unknown kind {0}")]
+    UnknownKind(u8),
+    /// Bytes left over after the body.
+    #[error("trailing bytes")]
+    Trailing,
+}
+
+impl Message {
+    /// The sender as a member.
+    pub fn sender(&self) -> ViewMember {
+        ViewMember {
+            node: self.from,
+            incarnation: self.incarnation,
+        }
+    }
+
+    /// Appends the encoded message to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let kind: u8 = match self.body {
+            Body::LeaseRequest => 1,
+            Body::LeaseGrant { .. } => 2,
+            Body::LeaseAck => 3,
+            Body::Probe => 4,
+            Body::ProbeReply => 5,
+            Body::NewConfig(_) => 6,
+            Body::NewConfigAck { .. } => 7,
+            Body::NewConfigCommit { .. } => 8,
+            Body::Join => 9,
+            Body::Stale => 10,
+        };
+        out.extend_from_slice(&[MAGIC, VERSION, kind]);
+        out.extend_from_slice(&self.from.to_le_bytes());
+        out.extend_from_slice(&self.incarnation.to_le_bytes());
+        out.extend_from_slice(&self.view.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        match &self.body {
+            Body::LeaseGrant { duration_ns } | Body::NewConfigCommit { duration_ns } => {
+                out.extend_from_slice(&duration_ns.to_le_bytes())
+            }
+            Body::NewConfigAck { old_cm_lease_ns } => {
+                out.extend_from_slice(&old_cm_lease_ns.to_le_bytes())
+            }
+            Body::NewConfig(view) => encode_view(view, out),
+            _ => {}
+        }
+    }
+
+    /// The message in `bytes`.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader { bytes, at: 0 };
+        let head = r.take(3)?;
+        if head[0] != MAGIC || head[1] != VERSION {
+            return Err(DecodeError::BadMagic);
+        }
+        let kind = head[2];
+        let from = r.u16()?;
+        let incarnation = r.u64()?;
+        let view = r.u64()?;
+        let seq = r.u64()?;
+        let body = match kind {
+            1 => Body::LeaseRequest,
+            2 => Body::LeaseGrant {
+                duration_ns: r.u64()?,
+            },
+            3 => Body::LeaseAck,
+            4 => Body::Probe,
+            5 => Body::ProbeReply,
+            6 => Body::NewConfig(decode_view(&mut r)?),
+            7 => Body::NewConfigAck {
+                old_cm_lease_ns: r.u64()?,
+            },
+            8 => Body::NewConfigCommit {
+                duration_ns: r.u64()?,
+            },
+            9 => Body::Join,
+            10 => Body::Stale,
+            k => return Err(DecodeError::UnknownKind(k)),
+        };
+        if r.at != bytes.len() {
+            return Err(DecodeError::Trailing);
+        }
+        Ok(Self {
+            from,
+            incarnation,
+            view,
+            seq,
+            body,
+        })
+    }
+}
+
+fn encode_view(view: &View, out: &mut Vec<u8>) {
+    out.extend_from_slice(&view.id.to_le_bytes());
+    out.extend_from_slice(&view.cm.to_le_bytes());
+    out.extend_from_slice(&(view.members.len() as u32).to_le_bytes());
+    for m in &view.members {
+        out.extend_from_slice(&m.node.to_le_bytes());
+        out.extend_from_slice(&m.incarnation.to_le_bytes());
+    }
+    out.extend_from_slice(&(view.copies.len() as u32).to_le_bytes());
+    for copies in &view.copies {
+        out.push(copies.len() as u8);
+        for n in copies {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+}
+
+fn decode_view(r: &mut Reader<'_>) -> Result<View, DecodeError> {
+    let id = r.u64()?;
+    let cm = r.u16()?;
+    let members = r.u32()? as usize;
+    // Each member takes 10 bytes: a count larger than what is left is a lie.
+    if members > r.left() / 10 {
+        return Err(DecodeError::Truncated);
+    }
+    let mut list = Vec::with_capacity(members);
+    for _ in 0..members {
+        list.push(ViewMember {
+            node: r.u16()?,
+            incarnation: r.u64()?,
+        });
+    }
+    let partitions = r.u32()? as usize;
+    if partitions > r.left() {
+        return Err(DecodeError::Truncated);
+    }
+    let mut copies = Vec::with_capacity(partitions);
+    for _ in 0..partitions {
+        let n = usize::from(r.take(1)?[0]);
+        let mut c = Vec::with_capacity(n);
+        for _ in 0..n {
+            c.push(r.u16()?);
+        }
+        copies.push(c);
+    }
+    Ok(View {
+        id,
+        cm,
+        members: list,
+        copies,
+    })
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.left() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample_view() -> View {
+        View {
+            id: 7,
+            cm: 1,
+            members: vec![
+                ViewMember {
+                    node: 1,
+                    incarnation: 5,
+                },
+                ViewMember {
+                    node: 2,
+                    incarnation: 9,
+                },
+            ],
+            copies: vec![vec![1, 2], vec![2], vec![]],
+        }
+    }
+
+    fn bodies() -> Vec<Body> {
+        vec![
+            Body::LeaseRequest,
+            Body::LeaseGrant { duration_ns: 123 },
+            Body::LeaseAck,
+            Body::Probe,
+            Body::ProbeReply,
+            Body::NewConfig(sample_view()),
+            Body::NewConfigAck { old_cm_lease_ns: 4 },
+            Body::NewConfigCommit { duration_ns: 5 },
+            Body::Join,
+            Body::Stale,
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for body in bodies() {
+            let m = Message {
+                from: 3,
+                incarnation: 11,
+                view: 6,
+                seq: 99,
+                body,
+            };
+            let mut out = Vec::new();
+            m.encode(&mut out);
+            assert!(out.len() >= HEADER_BYTES);
+            assert_eq!(Message::decode(&out).unwrap(), m);
+            // Every prefix is refused, and so is a trailing byte.
+            for n in 0..out.len() {
+                assert!(Message::decode(&out[..n]).is_err());
+            }
+            out.push(0);
+            assert_eq!(Message::decode(&out), Err(DecodeError::Trailing));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Message::decode(&bytes);
+            let mut b = bytes.clone();
+            if b.len() >= 3 {
+                b[0] = MAGIC;
+                b[1] = VERSION;
+                b[2] = 6;
+            }
+            let _ = Message::decode(&b);
+        }
+    }
+}
