@@ -758,6 +758,14 @@ impl Membership {
         }
     }
 
+    /// A worker heard of configuration `id` (a datagram of a newer configuration reached
+    /// its RPC engine): read the coordination service if it is newer than ours.
+    pub fn hint_newer(&mut self, now_ns: u64, id: u64) {
+        if id > self.view.as_ref().map_or(0, |v| v.id) {
+            self.request_read(now_ns);
+        }
+    }
+
     /// Takes a datagram from node `from`'s lease socket. Undecodable ones are counted.
     pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
         match Message::decode(bytes) {

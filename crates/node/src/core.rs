@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ferrotx_cluster::Configuration;
+use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
@@ -46,6 +46,13 @@ impl Default for CoreOptions {
             rpc: Config::default(),
             log_records_max: LOG_RECORDS_MAX,
         }
+    }
+}
+
+impl<T: Transport> CoreWorker<T> {
+    /// The configuration switched to is committed: new transactions may start.
+    pub fn commit_configuration(&self) {
+        self.coordinator.set_accepting(true);
     }
 }
 
@@ -101,12 +108,109 @@ impl NodeCore {
         Self {
             node,
             incarnation,
-            placement: Arc::new(ClusterPlacement(config.clone())),
+            placement: Arc::new(ClusterPlacement::new(config.clone(), None)),
             config,
             schema,
             store: Arc::new(store),
             copies: copies.into(),
         }
+    }
+
+    /// The core of node `node` in its life `incarnation`, admitted into `view`: the copies
+    /// the view gives it, empty (none for a life admitted into a running cluster, which
+    /// holds no partition until data recovery gives it some).
+    ///
+    /// # Panics
+    ///
+    /// If (`node`, `incarnation`) is not a member of `view`.
+    pub fn from_view(config: Arc<Configuration>, view: &View, node: u16, incarnation: u64) -> Self {
+        assert!(
+            view.is_member(node, incarnation),
+            "node {node} is not a member of view {}",
+            view.id
+        );
+        let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
+        let mut store = NodeStore::new();
+        let mut copies = Vec::new();
+        for (index, nodes) in view.copies.iter().enumerate() {
+            let id = PartitionId(u32::try_from(index).expect("at most PARTITIONS_MAX partitions"));
+            if let Some(i) = nodes.iter().position(|&n| n == node) {
+                let role = if i == 0 { Role::Primary } else { Role::Backup };
+                let partition = Arc::new(Partition::new(id, &schema));
+                store.host(role, partition.clone());
+                copies.push((id, role, partition));
+            }
+        }
+        Self {
+            node,
+            incarnation,
+            placement: Arc::new(ClusterPlacement::new(config.clone(), Some(view))),
+            config,
+            schema,
+            store: Arc::new(store),
+            copies: copies.into(),
+        }
+    }
+
+    /// The node's partitions with their roles in `view` (a backup promoted where the
+    /// primary was lost); copies the view no longer gives this node are left out.
+    pub fn store_for(&self, view: &View) -> Arc<NodeStore> {
+        let mut store = NodeStore::new();
+        for (id, _, partition) in self.copies.iter() {
+            let Some(nodes) = view.copies.get(id.0 as usize) else {
+                continue;
+            };
+            if let Some(i) = nodes.iter().position(|&n| n == self.node) {
+                let role = if i == 0 { Role::Primary } else { Role::Backup };
+                store.host(role, partition.clone());
+            }
+        }
+        Arc::new(store)
+    }
+
+    /// This node's role for `partition` in `view`, if it holds a copy there.
+    pub fn role_in(&self, view: &View, partition: PartitionId) -> Option<Role> {
+        let nodes = view.copies.get(partition.0 as usize)?;
+        let i = nodes.iter().position(|&n| n == self.node)?;
+        self.copies
+            .iter()
+            .any(|(id, _, _)| *id == partition)
+            .then_some(if i == 0 { Role::Primary } else { Role::Backup })
+    }
+
+    /// The placement of keys in `view`.
+    pub fn placement_for(&self, view: &View) -> Arc<dyn Placement> {
+        Arc::new(ClusterPlacement::new(self.config.clone(), Some(view)))
+    }
+
+    /// Switches worker `worker` to `view` at `now_ns` (FaRM 5.2 step 6): its engine
+    /// talks only to the view's members and fails every call outstanding under the old
+    /// configuration; its coordinator places keys by the view and stops starting
+    /// transactions until [`CoreWorker::commit_configuration`]; its participant serves
+    /// the roles of the view.
+    pub fn switch_worker<T: Transport>(
+        &self,
+        worker: &mut CoreWorker<T>,
+        now_ns: u64,
+        view: &View,
+    ) {
+        let members: Vec<(u16, u64)> = view
+            .members
+            .iter()
+            .map(|m| (m.node, m.incarnation))
+            .collect();
+        worker
+            .worker
+            .executor()
+            .shared()
+            .engine()
+            .switch_configuration(now_ns, view.id, &members);
+        worker.coordinator.set_accepting(false);
+        worker.coordinator.switch_configuration(
+            view.id,
+            self.placement_for(view),
+            self.store_for(view),
+        );
     }
 
     /// The node's id.

@@ -76,7 +76,7 @@ impl LocalCluster {
                 Node::start(config.clone(), member.node, transports, options, epoch)
             })
             .collect();
-        let placement = ClusterPlacement(config.clone());
+        let placement = ClusterPlacement::new(config.clone(), None);
         Self {
             config,
             placement,

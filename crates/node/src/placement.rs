@@ -2,33 +2,59 @@
 
 use std::sync::Arc;
 
-use ferrotx_cluster::Configuration;
-use ferrotx_store::{Key, PartitionId, TableId};
+use ferrotx_cluster::{Configuration, View};
+use ferrotx_store::{Key, TableId};
 use ferrotx_txn::coordinator::Placement;
 
 /// Keys go to partitions by the configuration's stable hash of their partition key: the
 /// whole key, or its first bytes for a table with a locality hint
 /// (`TableSpec::with_partition_key` in the configuration's schema), so that rows sharing
-/// that prefix share a partition. The partition map says which nodes hold each.
-pub struct ClusterPlacement(pub Arc<Configuration>);
+/// that prefix share a partition. The partition map says which nodes hold each: the
+/// view's, once the node runs with membership, else the configuration file's.
+pub struct ClusterPlacement {
+    config: Arc<Configuration>,
+    /// Primary then backups of each partition, from the view if there is one.
+    copies: Vec<Vec<u16>>,
+}
+
+impl ClusterPlacement {
+    /// The placement of `config`, with the partition map of `view` if given.
+    pub fn new(config: Arc<Configuration>, view: Option<&View>) -> Self {
+        let copies = match view {
+            Some(v) => v.copies.clone(),
+            None => config
+                .partitions()
+                .iter()
+                .map(|(_, r)| r.nodes().collect())
+                .collect(),
+        };
+        Self { config, copies }
+    }
+}
 
 impl Placement for ClusterPlacement {
     fn partition_of(&self, table: TableId, key: &Key) -> u32 {
-        let partition_key = match self.0.tables().iter().find(|t| t.id == table) {
+        let partition_key = match self.config.tables().iter().find(|t| t.id == table) {
             Some(spec) => spec.partition_key(key),
             // Not in the schema: the coordinator refuses such keys before placing them;
             // anything else (loading, checks) places them by the whole key.
             None => key.as_bytes(),
         };
-        self.0.partition_of_key(partition_key).0
+        self.config.partition_of_key(partition_key).0
     }
 
     fn primary(&self, partition: u32) -> u16 {
-        self.0.partitions().primary(PartitionId(partition))
+        self.copies[partition as usize]
+            .first()
+            .copied()
+            .unwrap_or(ferrotx_txn::coordinator::NO_PRIMARY)
     }
 
     fn backups(&self, partition: u32) -> &[u16] {
-        &self.0.partitions().replicas(PartitionId(partition)).backups
+        match self.copies[partition as usize].as_slice() {
+            [] => &[],
+            [_, backups @ ..] => backups,
+        }
     }
 }
 
@@ -46,7 +72,7 @@ mod tests {
                 TableSpec::fixed(2, "grouped", 8).with_partition_key(8),
             ])
             .unwrap();
-        let placement = ClusterPlacement(Arc::new(config));
+        let placement = ClusterPlacement::new(Arc::new(config), None);
         let (plain, grouped) = (TableId(1), TableId(2));
         for group in 0..50u64 {
             let first = placement.partition_of(grouped, &Key::from_pair(group, 0));

@@ -20,6 +20,13 @@ pub struct Worker<T: Transport> {
     rx: RxBatch,
     tx: TxBatch,
     events: Vec<Event>,
+    /// Until when (this node's clock) the node may serve: its lease (FaRM 5.1). Past it
+    /// the worker takes no datagram and runs no coroutine: a node whose lease ran out
+    /// serves no read and no commit, and one paused past its lease does not answer when
+    /// it resumes. `u64::MAX` without membership.
+    serving_until_ns: u64,
+    /// Datagrams dropped because the node was not serving.
+    dropped_not_serving: u64,
 }
 
 impl<T: Transport> Worker<T> {
@@ -37,7 +44,25 @@ impl<T: Transport> Worker<T> {
             ),
             tx: TxBatch::new(BATCH_DATAGRAMS, bytes),
             events: Vec::new(),
+            serving_until_ns: u64::MAX,
+            dropped_not_serving: 0,
         }
+    }
+
+    /// Sets until when the node may serve (see the field); the membership layer moves it
+    /// with every lease renewal.
+    pub fn set_serving_until(&mut self, serving_until_ns: u64) {
+        self.serving_until_ns = serving_until_ns;
+    }
+
+    /// Until when the node may serve.
+    pub fn serving_until(&self) -> u64 {
+        self.serving_until_ns
+    }
+
+    /// Datagrams dropped while the node did not serve.
+    pub fn dropped_not_serving(&self) -> u64 {
+        self.dropped_not_serving
     }
 
     /// The executor, to spawn coroutines and reach the engine.
@@ -82,6 +107,13 @@ impl<T: Transport> Worker<T> {
     pub fn step(&mut self, now_ns: u64) -> bool {
         self.executor.shared().set_now_ns(now_ns);
         let received = self.transport.recv_batch(&mut self.rx);
+        if now_ns >= self.serving_until_ns {
+            // Outside its lease the node neither serves nor coordinates: what arrives is
+            // dropped (senders retransmit, or fail over once a new configuration is
+            // committed without this node).
+            self.dropped_not_serving += received as u64;
+            return received > 0;
+        }
         if received == 0 && !self.executor.has_work() {
             // The common case of a polling loop: nothing arrived. Unless a timer is due or
             // something waits to be sent, there is nothing to do.

@@ -37,7 +37,9 @@ enum Attempt {
 /// Sorts an abort into what to do with it.
 fn classify(abort: Abort) -> Attempt {
     match abort {
-        Abort::Conflict | Abort::Locked | Abort::LogFull => Attempt::Retry(abort),
+        Abort::Conflict | Abort::Locked | Abort::LogFull | Abort::Unavailable => {
+            Attempt::Retry(abort)
+        }
         Abort::TooLarge => Attempt::TooLarge(Reply::error_static(
             "ERR ferrotx: the transaction is too large for one commit (too many keys or \
              bytes); split it",
@@ -123,10 +125,18 @@ async fn run_whole(
                     backoff.wait(co).await;
                     continue;
                 }
-                Outcome::Failed(Reply::error(format!(
-                    "ERR ferrotx: transaction aborted after {} retries ({abort}); try again",
-                    aborts - 1
-                )))
+                if abort == Abort::Unavailable {
+                    // Nothing was changed, and Redis clients retry this error.
+                    Outcome::Failed(Reply::error_static(
+                        "CLUSTERDOWN ferrotx: the cluster is reconfiguring, or the key's \
+                         partition has no copy left",
+                    ))
+                } else {
+                    Outcome::Failed(Reply::error(format!(
+                        "ERR ferrotx: transaction aborted after {} retries ({abort}); try again",
+                        aborts - 1
+                    )))
+                }
             }
         };
         return Ok(PlanRun { outcome, aborts });

@@ -381,7 +381,7 @@ pub fn parse(spec: &CommandSpec, args: Args<'_>) -> Result<Command, Reply> {
         }),
         CommandId::MSet | CommandId::MSetNx => {
             // MSET's arity only says "at least 3": the pairs are checked when it runs.
-            if args.len() % 2 == 0 {
+            if args.len().is_multiple_of(2) {
                 return Err(wrong_arity(spec.name));
             }
             let pairs = (1..args.len())

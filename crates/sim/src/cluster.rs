@@ -73,7 +73,7 @@ impl SimCluster {
                     incarnation: 0,
                 })
                 .collect(),
-            placement: ClusterPlacement(config.clone()),
+            placement: ClusterPlacement::new(config.clone(), None),
             config,
             options,
             crashes: 0,

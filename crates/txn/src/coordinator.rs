@@ -31,7 +31,7 @@ use ferrotx_wire::EndpointId;
 
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant};
 
-pub use abort::Abort;
+pub use abort::{Abort, NO_PRIMARY};
 pub use execution::Txn;
 pub use placement::Placement;
 pub use stats::CoordinatorStats;
@@ -64,12 +64,14 @@ pub struct Coordinator {
     /// That participant's response.
     response: RefCell<Vec<u8>>,
     local: EndpointId,
-    configuration: u64,
+    configuration: Cell<u64>,
     incarnation: u64,
     participant: Rc<RefCell<Participant>>,
     /// The node's partitions, for reads at a local primary without RPC.
-    store: Arc<NodeStore>,
-    placement: Arc<dyn Placement>,
+    store: RefCell<Arc<NodeStore>>,
+    placement: RefCell<Arc<dyn Placement>>,
+    /// False from NEW-CONFIG to NEW-CONFIG-COMMIT: new transactions wait (FaRM 5.2 step 6).
+    accepting: Cell<bool>,
     schema: Arc<[TableSpec]>,
     next_counter: Cell<u64>,
     truncation: RefCell<Truncation>,
@@ -94,11 +96,12 @@ impl Coordinator {
             scratch: RefCell::new(Vec::new()),
             response: RefCell::new(Vec::new()),
             local,
-            configuration,
+            configuration: Cell::new(configuration),
             incarnation,
             participant,
-            store,
-            placement,
+            store: RefCell::new(store),
+            placement: RefCell::new(placement),
+            accepting: Cell::new(true),
             schema,
             next_counter: Cell::new(1),
             truncation: RefCell::new(Truncation::default()),
@@ -119,6 +122,48 @@ impl Coordinator {
         self
     }
 
+    /// The placement of the current configuration. Cloned (a reference count on this
+    /// thread's own copy), so a transaction keeps the placement it started with.
+    pub(crate) fn placement(&self) -> Arc<dyn Placement> {
+        self.placement.borrow().clone()
+    }
+
+    /// The node's partitions in the current configuration.
+    pub(crate) fn store(&self) -> Arc<NodeStore> {
+        self.store.borrow().clone()
+    }
+
+    /// Switches to configuration `configuration`: its placement, and the node's
+    /// partitions with their roles in it (FaRM 5.2 step 6). The engine switches at the
+    /// same time, failing every call outstanding under the old configuration, so a
+    /// transaction that began before fails rather than mixing the two.
+    pub fn switch_configuration(
+        &self,
+        configuration: u64,
+        placement: Arc<dyn Placement>,
+        store: Arc<NodeStore>,
+    ) {
+        self.configuration.set(configuration);
+        *self.placement.borrow_mut() = placement;
+        *self.store.borrow_mut() = store.clone();
+        self.participant.borrow_mut().set_store(store);
+    }
+
+    /// Whether new transactions may start: false from NEW-CONFIG until NEW-CONFIG-COMMIT.
+    pub fn set_accepting(&self, accepting: bool) {
+        self.accepting.set(accepting);
+    }
+
+    /// See [`Coordinator::set_accepting`].
+    pub fn accepting(&self) -> bool {
+        self.accepting.get()
+    }
+
+    /// The current configuration id.
+    pub fn configuration(&self) -> u64 {
+        self.configuration.get()
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> CoordinatorStats {
         self.stats.get()
@@ -133,8 +178,8 @@ impl Coordinator {
     /// Whether the primary of `key` of `table` is on this coordinator's node (so reading
     /// it takes no RPC).
     pub fn is_local(&self, table: TableId, key: &Key) -> bool {
-        let partition = self.placement.partition_of(table, key);
-        self.placement.primary(partition) == self.local.node()
+        let partition = self.placement().partition_of(table, key);
+        self.placement().primary(partition) == self.local.node()
     }
     fn spec(&self, table: TableId) -> Result<&TableSpec, Abort> {
         self.schema

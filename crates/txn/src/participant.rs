@@ -158,7 +158,12 @@ impl Participant {
         self.stats
     }
 
-    /// The partitions of this node.
+    /// Replaces the partitions served (a reconfiguration changed roles).
+    pub fn set_store(&mut self, store: Arc<NodeStore>) {
+        self.store = store;
+    }
+
+    /// The node's partitions served.
     pub fn store(&self) -> &Arc<NodeStore> {
         &self.store
     }

@@ -41,4 +41,28 @@ pub enum Abort {
     /// was released.
     #[error("aborted: a participant refused the protocol")]
     Protocol,
+    /// The cluster is changing configuration, or a key's partition has no copy left, or
+    /// this node does not serve (its lease ran out). Nothing was changed: retry later.
+    #[error("unavailable: the cluster is reconfiguring or a partition has no copy")]
+    Unavailable,
 }
+
+impl Abort {
+    /// The abort for a request that failed in the RPC layer before the commit point: a
+    /// configuration change or a non-member is [`Abort::Unavailable`] (retry), anything
+    /// else [`Abort::Protocol`].
+    pub(crate) fn from_rpc(error: ferrotx_rpc::RpcError) -> Self {
+        use ferrotx_rpc::RpcError;
+        match error {
+            RpcError::ConfigurationChanged | RpcError::NotSent | RpcError::NotMember => {
+                Abort::Unavailable
+            }
+            _ => Abort::Protocol,
+        }
+    }
+}
+
+/// The node of the primary of a partition with no copy left ([`Placement::primary`]).
+///
+/// [`Placement::primary`]: crate::coordinator::Placement::primary
+pub const NO_PRIMARY: u16 = u16::MAX;

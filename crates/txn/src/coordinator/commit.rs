@@ -91,7 +91,18 @@ impl Txn<'_> {
             "a transaction takes its id once, at commit"
         );
         let coordinator = self.coordinator;
-        let placement = &*coordinator.placement;
+        let placement_now = coordinator.placement();
+        let placement = &*placement_now;
+        // Between NEW-CONFIG and NEW-CONFIG-COMMIT nothing commits, and a partition with
+        // no copy takes no write: refused before anything was sent.
+        if !coordinator.accepting.get()
+            || self
+                .writes
+                .iter()
+                .any(|w| placement.primary(w.partition) == super::NO_PRIMARY)
+        {
+            return Err(Abort::Unavailable);
+        }
         let read_only: Vec<ReadItem> = self
             .reads
             .iter()
@@ -159,7 +170,7 @@ impl Txn<'_> {
         // Log space at every backup, and with it the transaction's id.
         let counter = coordinator.reserve_log_space(self.co, &backups).await?;
         let tx = TxId {
-            configuration: coordinator.configuration,
+            configuration: coordinator.configuration.get(),
             node: coordinator.local.node(),
             thread: coordinator.local.thread(),
             incarnation: coordinator.incarnation,
@@ -243,7 +254,8 @@ impl Txn<'_> {
         assert!(!commit.primaries.is_empty());
         assert!(commit.locked.is_empty(), "LOCK is sent once");
         let coordinator = self.coordinator;
-        let placement = &*coordinator.placement;
+        let placement_now = coordinator.placement();
+        let placement = &*placement_now;
         let Commit {
             tx,
             mark,
@@ -384,7 +396,8 @@ impl Txn<'_> {
             "the versions locked are the versions read"
         );
         let coordinator = self.coordinator;
-        let placement = &*coordinator.placement;
+        let placement_now = coordinator.placement();
+        let placement = &*placement_now;
         let Commit {
             tx,
             mark,
@@ -497,7 +510,8 @@ impl Txn<'_> {
         if items.len() <= crate::messages::ITEMS_MAX {
             return false;
         }
-        let placement = &*self.coordinator.placement;
+        let placement_now = self.coordinator.placement();
+        let placement = &*placement_now;
         let mut nodes: Vec<u16> = items
             .iter()
             .map(|r| placement.primary(r.partition))
@@ -512,7 +526,8 @@ impl Txn<'_> {
     /// primary (VALIDATE, FaRM 4 step 2): the check of read-write transactions after
     /// locking, and the whole commit of read-only ones.
     async fn validate_reads(&self, items: &[ReadItem]) -> bool {
-        let placement = &*self.coordinator.placement;
+        let placement_now = self.coordinator.placement();
+        let placement = &*placement_now;
         let mut nodes: Vec<u16> = items
             .iter()
             .map(|r| placement.primary(r.partition))

@@ -116,7 +116,7 @@ impl Txn<'_> {
         }
         let coordinator = self.coordinator;
         coordinator.check_key(table, &key)?;
-        let partition = coordinator.placement.partition_of(table, &key);
+        let partition = coordinator.placement().partition_of(table, &key);
         let mut value = Vec::new();
         let outcome = match coordinator
             .read_at_primary(self.co, partition, table, &key, &mut value)
@@ -162,10 +162,17 @@ impl Txn<'_> {
         let mut fetch: Vec<(Key, u32)> = Vec::new();
         for &key in keys {
             if self.known(table, &key).is_none() && !fetch.iter().any(|(k, _)| *k == key) {
-                fetch.push((key, coordinator.placement.partition_of(table, &key)));
+                fetch.push((key, coordinator.placement().partition_of(table, &key)));
             }
         }
         let local = coordinator.local.node();
+        if !coordinator.accepting.get()
+            || fetch
+                .iter()
+                .any(|(_, p)| coordinator.placement().primary(*p) == super::NO_PRIMARY)
+        {
+            return Err(self.abort_execution(Abort::Unavailable));
+        }
         let mut retry = Vec::new();
         let batch = READ_BATCH_MAX.min(self.co.engine().config().max_batch);
         for (c, chunk) in fetch.chunks(batch).enumerate() {
@@ -176,11 +183,11 @@ impl Txn<'_> {
             }
             let remote: Vec<(Key, u32)> = chunk
                 .iter()
-                .filter(|(_, p)| coordinator.placement.primary(*p) != local)
+                .filter(|(_, p)| coordinator.placement().primary(*p) != local)
                 .copied()
                 .collect();
             for (key, partition) in &remote {
-                let primary = coordinator.placement.primary(*partition);
+                let primary = coordinator.placement().primary(*partition);
                 self.co
                     .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
                         encode_read(*partition, table, key, buf);
@@ -191,7 +198,7 @@ impl Txn<'_> {
             }
             for (i, (key, partition)) in remote.into_iter().enumerate() {
                 let answer = self.co.result(i, |response| {
-                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let bytes = response.map_err(Abort::from_rpc)?;
                     let (status, version, value) =
                         decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
                     Ok(match status {
@@ -216,10 +223,11 @@ impl Txn<'_> {
             }
             // This node's primaries, in memory (a locked one is retried below).
             for &(key, partition) in chunk {
-                if coordinator.placement.primary(partition) != local {
+                if coordinator.placement().primary(partition) != local {
                     continue;
                 }
-                let Some(copy) = coordinator.store.get(partition, Role::Primary) else {
+                let store = coordinator.store();
+                let Some(copy) = store.get(partition, Role::Primary) else {
                     return Err(self.abort_execution(Abort::Protocol));
                 };
                 let mut value = Vec::new();
@@ -330,7 +338,7 @@ impl Txn<'_> {
             .iter()
             .find(|r| r.table == table && r.key == key)
             .map_or(VERSION_ANY, |r| r.version);
-        let partition = self.coordinator.placement.partition_of(table, &key);
+        let partition = self.coordinator.placement().partition_of(table, &key);
         self.writes.push(Write {
             partition,
             table,

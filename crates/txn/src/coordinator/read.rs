@@ -55,7 +55,7 @@ impl Coordinator {
         out: &mut Vec<u8>,
     ) -> Result<ReadOutcome, Abort> {
         self.check_key(table, &key)?;
-        let partition = self.placement.partition_of(table, &key);
+        let partition = self.placement().partition_of(table, &key);
         let outcome = self
             .read_at_primary(co, partition, table, &key, out)
             .await?;
@@ -82,10 +82,14 @@ impl Coordinator {
         key: &Key,
         out: &mut Vec<u8>,
     ) -> Result<ReadOutcome, Abort> {
-        let primary = self.placement.primary(partition);
+        let primary = self.placement().primary(partition);
+        if primary == super::NO_PRIMARY || !self.accepting.get() {
+            return Err(Abort::Unavailable);
+        }
         for _ in 0..LOCKED_READ_ATTEMPTS_MAX {
             let read: Result<ReadOutcome, ReadError> = if primary == self.local.node() {
-                let Some(copy) = self.store.get(partition, Role::Primary) else {
+                let store = self.store();
+                let Some(copy) = store.get(partition, Role::Primary) else {
                     return Err(Abort::Protocol);
                 };
                 copy.read(table, key, out).map_err(|_| Abort::Protocol)?
@@ -95,7 +99,7 @@ impl Coordinator {
                 });
                 co.call().await;
                 co.result(0, |response| {
-                    let bytes = response.map_err(|_| Abort::Protocol)?;
+                    let bytes = response.map_err(Abort::from_rpc)?;
                     let (status, version, value) =
                         decode_read_response(bytes).map_err(|_| Abort::Protocol)?;
                     out.clear();
