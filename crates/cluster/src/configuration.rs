@@ -102,8 +102,9 @@ impl Configuration {
     /// Ports, from `port_base`, with `T = threads_per_node`: thread `t` of node `n` at
     /// `port_base + n * T + t` (the layout of the transport's `AddressBook::loopback`,
     /// which this configuration's [`Self::endpoint_addrs`] gives), then node `n`'s RESP port at
-    /// `port_base + nodes * T + n`. So the cluster uses `nodes * (T + 1)` consecutive
-    /// ports.
+    /// `port_base + nodes * T + n`, then node `n`'s lease socket at
+    /// `port_base + nodes * (T + 1) + n`. So the cluster uses `nodes * (T + 2)`
+    /// consecutive ports.
     pub fn local(
         nodes: u16,
         replicas: u8,
@@ -112,7 +113,7 @@ impl Configuration {
         port_base: u16,
     ) -> Result<Self, ConfigError> {
         let rpc_ports = u32::from(nodes) * u32::from(threads_per_node);
-        let ports = rpc_ports + u32::from(nodes);
+        let ports = rpc_ports + 2 * u32::from(nodes);
         if u32::from(port_base) + ports > u32::from(u16::MAX) + 1 {
             return Err(ConfigError::LocalPortOverflow { port_base, ports });
         }
@@ -127,6 +128,7 @@ impl Configuration {
                 rpc_port_base: port(u32::from(node) * u32::from(threads_per_node)),
                 resp_port: Some(port(rpc_ports + u32::from(node))),
                 resp: None,
+                lease_port: Some(port(rpc_ports + u32::from(nodes) + u32::from(node))),
             })
             .collect();
         let partition_count = u32::from(nodes).checked_mul(partitions_per_node).ok_or(
@@ -228,6 +230,12 @@ impl Configuration {
             .binary_search_by_key(&node, |member| member.node)
             .ok()
             .map(|index| &self.members[index])
+    }
+
+    /// The address of member `node`'s lease socket, if it is a member.
+    pub fn lease_addr(&self, node: u16) -> Option<SocketAddr> {
+        self.member(node)
+            .map(|m| m.lease_addr(self.threads_per_node))
     }
 
     /// The partition map.
@@ -335,18 +343,23 @@ mod tests {
             assert_eq!(config.partitions().primaries_on(node).count(), 5);
             assert_eq!(config.partitions().backups_on(node).count(), 5);
         }
+        // Lease sockets after the RESP ports.
+        assert_eq!(
+            config.lease_addr(2),
+            Some("127.0.0.1:40017".parse().unwrap())
+        );
         // The whole range up to the last port.
-        let config = Configuration::local(2, 1, 2, 1, u16::MAX - 5).unwrap();
-        assert_eq!(config.member(1).unwrap().resp_port, Some(u16::MAX));
+        let config = Configuration::local(2, 1, 2, 1, u16::MAX - 7).unwrap();
+        assert_eq!(config.member(1).unwrap().lease_port, Some(u16::MAX));
     }
 
     #[test]
     fn local_cluster_errors() {
         assert!(matches!(
-            Configuration::local(2, 1, 2, 1, u16::MAX - 4),
+            Configuration::local(2, 1, 2, 1, u16::MAX - 6),
             Err(ConfigError::LocalPortOverflow {
-                port_base: 65_531,
-                ports: 6
+                port_base: 65_529,
+                ports: 8
             })
         ));
         assert!(matches!(

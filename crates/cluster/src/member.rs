@@ -33,6 +33,11 @@ pub struct Member {
     /// may be another address than `host` (loopback, or `0.0.0.0` for every interface).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resp: Option<SocketAddr>,
+    /// UDP port of its lease socket on `host` (leases and reconfiguration have a socket
+    /// and thread of their own, FaRM 5.1). Default: the port after its last worker's,
+    /// `rpc_port_base + threads_per_node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_port: Option<u16>,
 }
 
 impl Member {
@@ -47,6 +52,15 @@ impl Member {
             .rpc_port_base
             .checked_add(thread)
             .expect("thread's RPC port passes 65535");
+        SocketAddr::new(self.host, port)
+    }
+
+    /// The address of its lease socket, for a cluster of `threads` worker threads per
+    /// node.
+    pub fn lease_addr(&self, threads: u16) -> SocketAddr {
+        let port = self
+            .lease_port
+            .unwrap_or_else(|| self.rpc_port_base.saturating_add(threads));
         SocketAddr::new(self.host, port)
     }
 

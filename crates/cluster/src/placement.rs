@@ -53,6 +53,7 @@ impl PartitionMap {
     ///         rpc_port_base: 7000 + node * 10,
     ///         resp_port: None,
     ///         resp: None,
+    ///         lease_port: None,
     ///     })
     ///     .collect();
     /// let map = PartitionMap::place(&members, 8, 2)?;

@@ -45,6 +45,14 @@ pub(crate) fn check_addresses(members: &[Member], threads: u16) -> Result<(), Co
         if let Some(addr) = resp {
             ranges.push((addr.ip(), addr.port(), addr.port(), member.node));
         }
+        // A lease port given is checked like the others; the default one (after the
+        // last worker's port) is for members that leave room for it.
+        if let Some(port) = member.lease_port {
+            if port == 0 {
+                return Err(ConfigError::PortZero { node: member.node });
+            }
+            ranges.push((member.host, port, port, member.node));
+        }
     }
     // Sorted by host then first port, the ranges of a host overlap exactly when one starts
     // at or before the end of the range before it (no earlier range reaches further, or
@@ -77,6 +85,7 @@ mod tests {
             host: IpAddr::V4(Ipv4Addr::from(host)),
             rpc_port_base,
             resp_port,
+            lease_port: None,
             ..member(node, "a")
         }
     }
@@ -172,6 +181,7 @@ mod tests {
         // Both forms on one member, or port 0.
         let both = Member {
             resp_port: Some(6379),
+            lease_port: None,
             ..with_resp(4, 7000, "127.0.0.1:7379")
         };
         assert!(matches!(

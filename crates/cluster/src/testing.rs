@@ -25,6 +25,7 @@ pub(crate) fn member(node: u16, domain: &str) -> Member {
         host: IpAddr::V4(Ipv4Addr::from(0x7f00_0001 + u32::from(node))),
         rpc_port_base: 7000,
         resp_port: None,
+        lease_port: None,
         resp: None,
     }
 }

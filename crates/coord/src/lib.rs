@@ -230,15 +230,21 @@ impl FileCoordination {
 
     /// The view in the state file, `None` if there is none.
     fn read_file(&self) -> Result<Option<View>, CoordinationError> {
-        let text = match fs::read_to_string(&self.path) {
+        Self::read_path(&self.path)
+    }
+
+    /// The view in state file `path`, read without opening it as a node (for `status`):
+    /// `None` if no cluster has run on it.
+    pub fn read_path(path: &Path) -> Result<Option<View>, CoordinationError> {
+        let text = match fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(unavailable("read", &self.path, &e)),
+            Err(e) => return Err(unavailable("read", path, &e)),
         };
         View::from_text(&text).map(Some).map_err(|e| {
             CoordinationError::Unavailable(format!(
                 "coordination file {} is malformed: {e}",
-                self.path.display()
+                path.display()
             ))
         })
     }

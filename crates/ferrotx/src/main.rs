@@ -34,6 +34,9 @@ struct Cli {
 enum Command {
     /// Run one node of a cluster until Ctrl-C (SIGINT) or SIGTERM.
     Node(NodeArgs),
+    /// Show a running cluster: its configuration id, members and their state, the CM, the
+    /// partition map with copies per partition, and lease health.
+    Status(StatusArgs),
     /// Run a cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -56,12 +59,35 @@ struct NodeArgs {
     /// Run a benchmark workload driven over stdin (set by `bench kv`; not for direct use).
     #[arg(long, hide = true)]
     drive: Option<String>,
+    /// Length of a lease, in milliseconds (FaRM 5.1): a node that cannot renew its lease
+    /// for this long stops serving, and the cluster reconfigures without it. Shorter
+    /// detects failures sooner; too short for the machine's load gives false positives.
+    #[arg(long, default_value_t = processes::DEFAULT_LEASE_MS)]
+    lease_ms: u64,
+    /// The coordination service holding the cluster's current view: a file on this host,
+    /// shared by the cluster's node processes. Default: the configuration file's path
+    /// with `.state.toml` appended.
+    #[arg(long)]
+    coordination: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// The cluster configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// The coordination file (default: the configuration's path with `.state.toml`).
+    #[arg(long)]
+    coordination: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
 enum ClusterCommand {
     /// Start a cluster of node processes on this machine (loopback) and run it until
-    /// Ctrl-C, or until a node dies.
+    /// Ctrl-C. A node that dies is reported; the others go on serving.
     Local(LocalArgs),
 }
 
@@ -390,8 +416,27 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::
 }
 
 fn main() -> anyhow::Result<()> {
+    // Membership events (suspicion, probes, configuration changes) at info by default;
+    // RUST_LOG overrides. Nothing is logged per message.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match Cli::parse().command {
-        Command::Node(args) => processes::node(&args.config, args.id, args.drive.as_deref())?,
+        Command::Node(args) => processes::node(
+            &args.config,
+            args.id,
+            args.drive.as_deref(),
+            args.lease_ms,
+            args.coordination.as_deref(),
+        )?,
+        Command::Status(args) => {
+            processes::status(&args.config, args.coordination.as_deref(), args.json)?
+        }
         Command::Sim(args) => sim::main(&args)?,
         Command::Cluster(ClusterCommand::Local(args)) => processes::cluster_local(
             &processes::LocalCluster {

@@ -51,9 +51,29 @@ fn describe(config: &Configuration, node: u16) -> String {
     )
 }
 
+/// The default lease: long enough that a debug build of the whole test suite, run in
+/// parallel on two cores, renews in time; benchmarks and operators choose shorter ones
+/// (`--lease-ms`), down to FaRM's 10 ms on a machine kept for it.
+pub const DEFAULT_LEASE_MS: u64 = 1_000;
+
+/// How long a starting node waits to be admitted into the cluster.
+const ADMIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Exit code of a node removed from the cluster (a newer configuration left it out): it
+/// must be restarted to rejoin, as a new member.
+pub const EXIT_REMOVED: i32 = 3;
+
 /// `ferrotx node`: runs node `id` of the configuration at `path` until SIGINT or SIGTERM
-/// (or, with `drive`, as a benchmark's node spoken to over stdin).
-pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
+/// (or, with `drive`, as a benchmark's node spoken to over stdin), as a member of the
+/// cluster: it joins through the coordination service at `coordination` (default: next to
+/// the configuration), holds a lease of `lease_ms`, and follows reconfigurations.
+pub fn node(
+    path: &Path,
+    id: u16,
+    drive: Option<&str>,
+    lease_ms: u64,
+    coordination: Option<&Path>,
+) -> anyhow::Result<()> {
     let config = Arc::new(Configuration::load(path)?);
     if config.member(id).is_none() {
         let members: Vec<u16> = config.members().iter().map(|m| m.node).collect();
@@ -66,9 +86,46 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
         let drive: DriveOptions = serde_json::from_str(drive).context("parsing --drive")?;
         return ferrotx_bench::driver::serve(config, id, &drive);
     }
+    ensure!(lease_ms >= 1, "--lease-ms must be at least 1");
     let stop = stop_on_signals()?;
-    let node = Node::start_udp(config.clone(), id, &NodeOptions::default())
-        .with_context(|| format!("starting node {id}"))?;
+    let state = coordination
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
+    let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
+        .with_context(|| format!("opening the coordination file {}", state.display()))?;
+    if let Some(ended) = coordination.retire_if_dead()? {
+        println!(
+            "node {id}: the cluster of configuration {ended} in {} has no live member: starting a new one",
+            state.display()
+        );
+    }
+    let options = NodeOptions::default();
+    let incarnation = ferrotx_node::incarnation_from_clock();
+    let epoch = Instant::now();
+    let lease = ferrotx_node::LeaseThread::start(
+        config.clone(),
+        id,
+        incarnation,
+        ferrotx_membership::Options::with_lease_ms(lease_ms),
+        Box::new(coordination),
+        epoch,
+    )?;
+    let transports = Node::udp_transports(&config, id, &options)
+        .with_context(|| format!("binding node {id}'s sockets"))?;
+    println!(
+        "node {id}: life {incarnation} joining the cluster (coordination {})",
+        state.display()
+    );
+    let node = match Node::start_member(transports, &options, lease, ADMIT_TIMEOUT) {
+        Ok(node) => node,
+        Err(ferrotx_node::StartError::Removed) => {
+            eprintln!("node {id}: a newer life of this node is a member; exiting");
+            std::process::exit(EXIT_REMOVED);
+        }
+        Err(e) => return Err(e).with_context(|| format!("starting node {id}")),
+    };
+    let link = node.membership().expect("a member node").clone();
+    let view = link.view().expect("admitted into a view");
     // The Redis front end, if the member has an address for it.
     let server = match ServerOptions::from_config(&config, id) {
         Ok(options) => Some(
@@ -77,10 +134,11 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
         ),
         Err(_) => None,
     };
-    println!("{}", describe(&config, id));
+    println!("{}", describe_in(&config, &view, id));
     println!(
-        "node {id}: running configuration {} with {} tables; Ctrl-C stops it",
-        config.id(),
+        "node {id}: member of configuration {} (CM: node {}) with {} tables; Ctrl-C stops it",
+        view.id,
+        view.cm,
         config.tables().len()
     );
     if let Some(server) = &server {
@@ -90,6 +148,14 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
         );
     }
     while !stop.load(Ordering::Relaxed) {
+        if link.removed() {
+            drop(server);
+            drop(node);
+            eprintln!(
+                "node {id}: removed from the cluster by a newer configuration; restart it to rejoin as a new member"
+            );
+            std::process::exit(EXIT_REMOVED);
+        }
         if node.any_worker_ended() {
             // Dropping the node joins its threads without propagating a panic (which has
             // already been printed), so this message is the last word.
@@ -112,6 +178,182 @@ pub fn node(path: &Path, id: u16, drive: Option<&str>) -> anyhow::Result<()> {
     let served: u64 = reports.iter().map(|r| r.rpc.requests_executed).sum();
     println!("node {id}: stopped after serving {served} requests");
     Ok(())
+}
+
+/// What node `node` is in `view`: its endpoints and the partitions it holds there.
+fn describe_in(config: &Configuration, view: &ferrotx_cluster::View, node: u16) -> String {
+    let member = config.member(node).expect("a member");
+    let (mut primary, mut backup) = (Vec::new(), Vec::new());
+    for (p, copies) in view.copies.iter().enumerate() {
+        match copies.iter().position(|&n| n == node) {
+            Some(0) => primary.push(p),
+            Some(_) => backup.push(p),
+            None => {}
+        }
+    }
+    let last = member.rpc_addr(config.threads_per_node() - 1);
+    let redis = match member.resp_addr() {
+        Some(addr) => format!("Redis on {addr}; "),
+        None => String::new(),
+    };
+    format!(
+        "node {node} ({}): {} threads, UDP {}..{}, lease {}; {redis}primary of partitions {primary:?}, \
+         backup of {backup:?}",
+        member.failure_domain,
+        config.threads_per_node(),
+        member.rpc_addr(0),
+        last.port(),
+        member.lease_addr(config.threads_per_node()),
+    )
+}
+
+/// `ferrotx status`: the cluster's current view from its coordination file, and each
+/// member probed on its lease socket (alive, its view, its life, round trip).
+pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::Result<()> {
+    let config = Configuration::load(path)?;
+    let state = coordination
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
+    let view = ferrotx_coord::FileCoordination::read_path(&state)?
+        .with_context(|| format!("no cluster has run on {} yet", state.display()))?;
+    let probes = probe_members(&config, &view);
+    let replicas = usize::from(config.replicas());
+    let (short, lost) = view.short_and_lost(replicas);
+    if json {
+        let members: Vec<serde_json::Value> = view
+            .members
+            .iter()
+            .zip(&probes)
+            .map(|(m, p)| {
+                serde_json::json!({
+                    "node": m.node,
+                    "incarnation": m.incarnation,
+                    "cm": m.node == view.cm,
+                    "alive": p.is_some(),
+                    "view": p.map(|p| p.view),
+                    "same_life": p.map(|p| p.incarnation == m.incarnation),
+                    "rtt_us": p.map(|p| p.rtt_us),
+                })
+            })
+            .collect();
+        let report = serde_json::json!({
+            "configuration": view.id,
+            "cm": view.cm,
+            "members": members,
+            "partitions": view.copies.len(),
+            "replicas": replicas,
+            "copies": view.copies,
+            "short_of_copies": short,
+            "without_copy": lost,
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "configuration {} (coordination {})",
+        view.id,
+        state.display()
+    );
+    if view.is_ended() {
+        println!("no live member: the cluster ended");
+        return Ok(());
+    }
+    println!("CM: node {}", view.cm);
+    println!("members:");
+    for (m, p) in view.members.iter().zip(&probes) {
+        let role = if m.node == view.cm { " (CM)" } else { "" };
+        let state = match p {
+            None => "not answering".to_string(),
+            Some(p) if p.incarnation != m.incarnation => {
+                format!("another life answers ({}), view {}", p.incarnation, p.view)
+            }
+            Some(p) if p.view != view.id => {
+                format!("alive, behind at view {}, rtt {} us", p.view, p.rtt_us)
+            }
+            Some(p) => format!("alive, view {}, rtt {} us", p.view, p.rtt_us),
+        };
+        println!("  node {}{role}: life {}: {state}", m.node, m.incarnation);
+    }
+    for m in config.members() {
+        if view.incarnation(m.node).is_none() {
+            println!("  node {}: not a member", m.node);
+        }
+    }
+    println!(
+        "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy",
+        view.copies.len(),
+        replicas,
+        short,
+        lost
+    );
+    for (p, copies) in view.copies.iter().enumerate() {
+        if copies.len() < replicas {
+            println!(
+                "  partition {p}: copies on {copies:?} ({} of {replicas})",
+                copies.len()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A member's answer to a probe.
+#[derive(Clone, Copy)]
+struct ProbeAnswer {
+    view: u64,
+    incarnation: u64,
+    rtt_us: u64,
+}
+
+/// Probes every member of `view` on its lease socket (membership nodes answer probes from
+/// anyone), waiting up to 500 ms in all.
+fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Option<ProbeAnswer>> {
+    use ferrotx_membership::{Body, Message};
+    let mut answers = vec![None; view.members.len()];
+    let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0")
+        .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
+    else {
+        return answers;
+    };
+    let start = Instant::now();
+    for (i, m) in view.members.iter().enumerate() {
+        let Some(addr) = config.lease_addr(m.node) else {
+            continue;
+        };
+        let mut out = Vec::new();
+        Message {
+            from: u16::MAX,
+            incarnation: 1,
+            view: 0,
+            seq: i as u64,
+            body: Body::Probe,
+        }
+        .encode(&mut out);
+        let _ = socket.send_to(&out, addr);
+    }
+    let deadline = start + Duration::from_millis(500);
+    let mut buf = vec![0u8; ferrotx_membership::MESSAGE_BYTES_MAX];
+    while answers.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let _ = socket.set_read_timeout(Some(left));
+        let Ok((n, _)) = socket.recv_from(&mut buf) else {
+            break;
+        };
+        let Ok(m) = Message::decode(&buf[..n]) else {
+            continue;
+        };
+        if let (Body::ProbeReply, Some(slot)) = (&m.body, answers.get_mut(m.seq as usize)) {
+            *slot = Some(ProbeAnswer {
+                view: m.view,
+                incarnation: m.incarnation,
+                rtt_us: start.elapsed().as_micros() as u64,
+            });
+        }
+    }
+    answers
 }
 
 /// The shape of a local cluster.
@@ -236,23 +478,30 @@ fn run_children(config: &Configuration, path: &Path) -> anyhow::Result<()> {
         .collect();
     println!("Redis clients: {}", redis.join(", "));
     println!("Ctrl-C stops the cluster.");
-    let failed = loop {
+    // A node that dies is reported; the cluster reconfigures without it and the others
+    // go on serving. The launcher ends on Ctrl-C, or once no node is left.
+    let mut reported = std::collections::BTreeSet::new();
+    loop {
         if stop.load(Ordering::Relaxed) {
-            break None;
+            break;
         }
-        let dead = children
-            .0
-            .iter_mut()
-            .find_map(|(node, child)| child.try_wait().ok().flatten().map(|s| (*node, s)));
-        if let Some(dead) = dead {
-            break Some(dead);
+        for (node, child) in children.0.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait()
+                && reported.insert(*node)
+            {
+                println!(
+                    "node {node} exited ({status}); the others go on without it \
+                     (restart it with: ferrotx node --config {} --id {node})",
+                    path.display()
+                );
+            }
+        }
+        if reported.len() == children.0.len() {
+            bail!("every node has exited");
         }
         std::thread::sleep(Duration::from_millis(50));
-    };
-    children.stop();
-    if let Some((node, status)) = failed {
-        bail!("node {node} exited ({status}); stopped the others");
     }
+    children.stop();
     println!("stopped all {} nodes", config.members().len());
     Ok(())
 }

@@ -520,6 +520,9 @@ impl Membership {
         let view = self.view.clone().expect("a member has a view");
         let cm = view.cm;
         if cm == self.me {
+            if now_ns >= self.next_renew_ns {
+                self.next_renew_ns = now_ns + self.options.renew_ns();
+            }
             self.tick_cm(now_ns);
             return;
         }
@@ -863,6 +866,10 @@ impl Membership {
                 incarnation = joiner.incarnation,
                 "a process asks to join"
             );
+            if self.phase == Phase::Member {
+                // Admit it now rather than at the next timer.
+                self.tick_cm(now_ns);
+            }
         }
     }
 

@@ -194,23 +194,29 @@ impl NodeCore {
         now_ns: u64,
         view: &View,
     ) {
+        self.switch_parts(&mut worker.worker, &worker.coordinator, now_ns, view);
+    }
+
+    /// [`NodeCore::switch_worker`] for a worker whose parts are held apart.
+    pub fn switch_parts<T: Transport>(
+        &self,
+        worker: &mut Worker<T>,
+        coordinator: &Coordinator,
+        now_ns: u64,
+        view: &View,
+    ) {
         let members: Vec<(u16, u64)> = view
             .members
             .iter()
             .map(|m| (m.node, m.incarnation))
             .collect();
         worker
-            .worker
             .executor()
             .shared()
             .engine()
             .switch_configuration(now_ns, view.id, &members);
-        worker.coordinator.set_accepting(false);
-        worker.coordinator.switch_configuration(
-            view.id,
-            self.placement_for(view),
-            self.store_for(view),
-        );
+        coordinator.set_accepting(false);
+        coordinator.switch_configuration(view.id, self.placement_for(view), self.store_for(view));
     }
 
     /// The node's id.

@@ -12,6 +12,7 @@
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
 mod core;
+mod lease;
 mod local_cluster;
 mod node;
 mod placement;
@@ -19,8 +20,11 @@ mod runtime;
 mod worker;
 
 pub use core::{CoreOptions, CoreWorker, NodeCore};
+pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
-pub use node::{Node, NodeHandle, NodeOptions, SpawnError, WorkerReport, incarnation_from_clock};
+pub use node::{
+    Node, NodeHandle, NodeOptions, SpawnError, StartError, WorkerReport, incarnation_from_clock,
+};
 pub use placement::ClusterPlacement;
 pub use runtime::{Idle, run};
 pub use worker::{BATCH_DATAGRAMS, Worker};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::{Co, Executor};
@@ -20,7 +20,10 @@ use ferrotx_txn::participant::{ParticipantStats, Role};
 use ferrotx_wire::EndpointId;
 
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
+use crate::lease::{LeaseThread, Link};
 use crate::runtime::{Idle, run};
+use crate::worker::Worker;
+use ferrotx_rpc::Event;
 
 /// Work handed to a worker thread: spawn a coroutine there.
 type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
@@ -92,6 +95,77 @@ pub struct Node {
     handle: NodeHandle,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<WorkerReport>>,
+    /// Its lease thread, if it runs with membership (stopped after the workers).
+    lease: Option<LeaseThread>,
+}
+
+/// Why a node with membership did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The cluster did not admit it in time.
+    #[error(
+        "not admitted into the cluster within {0:?}: is the configuration manager (or, for a new cluster, the node of lowest id) running?"
+    )]
+    NotAdmitted(Duration),
+    /// The cluster has admitted a newer life of this node.
+    #[error("removed from the cluster: a newer life of this node is a member")]
+    Removed,
+}
+
+/// A worker's side of membership: switches to each new view, opens for transactions
+/// once it is committed, and serves only within the lease.
+struct WorkerMembership {
+    link: Arc<Link>,
+    thread: u16,
+    generation: u64,
+    view_id: u64,
+    accepting: bool,
+}
+
+impl WorkerMembership {
+    fn new(link: Arc<Link>, thread: u16) -> Self {
+        Self {
+            link,
+            thread,
+            generation: 0,
+            view_id: 0,
+            accepting: false,
+        }
+    }
+
+    /// Once per loop iteration: three atomic loads unless something changed.
+    #[inline]
+    fn check<T: Transport>(
+        &mut self,
+        core: &NodeCore,
+        worker: &mut Worker<T>,
+        coordinator: &Coordinator,
+        epoch: Instant,
+    ) {
+        let generation = self.link.generation();
+        if generation != self.generation {
+            if let Some(view) = self.link.view() {
+                let now = epoch.elapsed().as_nanos() as u64;
+                core.switch_parts(worker, coordinator, now, &view);
+                self.view_id = view.id;
+                self.accepting = false;
+            }
+            self.generation = generation;
+            self.link.switched(self.thread, generation);
+        }
+        if !self.accepting && self.view_id != 0 && self.link.committed() == self.view_id {
+            coordinator.set_accepting(true);
+            self.accepting = true;
+        }
+        worker.set_serving_until(self.link.serving_until());
+        if !worker.events().is_empty() {
+            for event in worker.events().drain(..) {
+                if let Event::NewerConfiguration(id) = event {
+                    self.link.heard_of(id);
+                }
+            }
+        }
+    }
 }
 
 /// What starts coroutines on a node's worker threads, for other threads (a front end's
@@ -188,6 +262,55 @@ impl Node {
         assert_eq!(transports.len(), usize::from(config.threads_per_node()));
         let incarnation = options.incarnation.unwrap_or_else(incarnation_from_clock);
         let core = NodeCore::new(config.clone(), node, incarnation);
+        Self::start_core(core, transports, options, epoch, None)
+    }
+
+    /// Starts a node as a member of a cluster with leases and reconfiguration: `lease` is
+    /// its lease thread (which says which node, life, configuration and clock), one
+    /// transport per worker thread in thread order, and the workers start once the cluster admitted this
+    /// life into a view, holding the copies that view gives it. Fails if it is not
+    /// admitted within `admit_timeout`.
+    pub fn start_member<T: Transport + Send + 'static>(
+        transports: Vec<T>,
+        options: &NodeOptions,
+        lease: LeaseThread,
+        admit_timeout: Duration,
+    ) -> Result<Self, StartError> {
+        let (config, node, incarnation, epoch) = (
+            lease.config().clone(),
+            lease.node(),
+            lease.incarnation(),
+            lease.epoch(),
+        );
+        assert_eq!(transports.len(), usize::from(config.threads_per_node()));
+        let Some(view) = lease.wait_admitted(admit_timeout) else {
+            return Err(if lease.link().removed() {
+                StartError::Removed
+            } else {
+                StartError::NotAdmitted(admit_timeout)
+            });
+        };
+        let core = NodeCore::from_view(config, &view, node, incarnation);
+        let mut node =
+            Self::start_core(core, transports, options, epoch, Some(lease.link().clone()));
+        node.lease = Some(lease);
+        Ok(node)
+    }
+
+    /// The lease thread's link, if the node runs with membership.
+    pub fn membership(&self) -> Option<&Arc<Link>> {
+        self.lease.as_ref().map(LeaseThread::link)
+    }
+
+    fn start_core<T: Transport + Send + 'static>(
+        core: NodeCore,
+        transports: Vec<T>,
+        options: &NodeOptions,
+        epoch: Instant,
+        link: Option<Arc<Link>>,
+    ) -> Self {
+        let config = core.config().clone();
+        let node = core.id();
         let core_options = CoreOptions {
             coroutines: options.coroutines,
             rpc: Config {
@@ -205,6 +328,10 @@ impl Node {
             assert_eq!(transport.local(), local, "transports in thread order");
             let (sender, receiver) = mpsc::channel::<Spawn>();
             let pending = Arc::new(AtomicUsize::new(0));
+            if let (Some(link), Some(bell)) = (&link, transport.doorbell()) {
+                link.add_doorbell(bell);
+            }
+            let link = link.clone();
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
@@ -221,7 +348,16 @@ impl Node {
                     coordinator,
                     participant,
                 } = core.worker(thread, transport, &core_options);
+                let mut membership = link.map(|link| WorkerMembership::new(link, thread));
+                if membership.is_some() {
+                    // Nothing runs before the first view is switched to.
+                    worker.set_serving_until(0);
+                    coordinator.set_accepting(false);
+                }
                 run(&mut worker, epoch, idle, |worker| {
+                    if let Some(m) = &mut membership {
+                        m.check(&core, worker, &coordinator, epoch);
+                    }
                     // One relaxed load per iteration when nothing waits, rather than the
                     // channel's receive (1% of a TATP run's CPU in a profile).
                     while pending.load(Ordering::Relaxed) > 0 && worker.executor().free_slots() > 0
@@ -252,6 +388,7 @@ impl Node {
             handle,
             stop,
             threads,
+            lease: None,
         }
     }
 
@@ -397,5 +534,6 @@ impl Drop for Node {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+        self.lease = None;
     }
 }

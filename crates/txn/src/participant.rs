@@ -86,6 +86,12 @@ impl NodeStore {
             _ => None,
         }
     }
+
+    /// The node's copy of partition `id`, whatever its role (a backup promoted to primary
+    /// by a reconfiguration still applies the records it logged as a backup).
+    pub fn get_any(&self, id: u32) -> Option<&Partition> {
+        self.partitions.get(&id).map(|(_, partition)| &**partition)
+    }
 }
 
 /// Counters of one participant.
@@ -382,10 +388,11 @@ impl Participant {
             let bytes = entry.remove();
             let record = RecordView::parse(&bytes).expect("checked when logged");
             for write in record.writes() {
-                let partition = self
-                    .store
-                    .get(write.partition, Role::Backup)
-                    .expect("checked when logged");
+                // Logged as a backup; since then a reconfiguration may have promoted this
+                // copy (it applies the committed write all the same) or, later, moved it.
+                let Some(partition) = self.store.get_any(write.partition) else {
+                    continue;
+                };
                 partition
                     .apply(write.table, &write.key, write.version + 1, write.value)
                     .expect("checked by the primary's lock");
@@ -407,9 +414,11 @@ impl Participant {
         if let Some(bytes) = self.locked.remove(&tx) {
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {
-                self.primary_of(write.partition)
-                    .install(write.table, &write.key, write.value)
-                    .expect("checked when locked");
+                if let Some(partition) = self.store.get_any(write.partition) {
+                    partition
+                        .install(write.table, &write.key, write.value)
+                        .expect("checked when locked");
+                }
             }
             self.stats.commits += 1;
             self.recycle(bytes);
@@ -432,9 +441,9 @@ impl Participant {
         if let Some(bytes) = self.locked.remove(&tx) {
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {
-                self.primary_of(write.partition)
-                    .unlock(write.table, &write.key)
-                    .expect("locked");
+                if let Some(partition) = self.store.get_any(write.partition) {
+                    partition.unlock(write.table, &write.key).expect("locked");
+                }
             }
             self.stats.aborts += 1;
             self.recycle(bytes);

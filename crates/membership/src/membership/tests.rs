@@ -272,3 +272,17 @@ fn two_failures_in_a_row_on_five_nodes() {
     h.run_for(6 * LEASE_NS);
     assert_eq!(h.members_of_current(), vec![1, 2]);
 }
+
+#[test]
+fn a_node_restarted_after_its_removal_is_admitted_promptly() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    h.kill(2);
+    h.run_for(5 * LEASE_NS);
+    assert_eq!(h.members_of_current(), vec![0, 1]);
+    h.start(2);
+    // Admitted within a few renewals, not at the next expiry.
+    h.run_for(LEASE_NS);
+    assert_eq!(h.members_of_current(), vec![0, 1, 2]);
+    assert!(h.all_serving(&[0, 1, 2]));
+}
