@@ -247,3 +247,153 @@ fn a_node_without_a_kv_table_refuses_to_serve_redis() {
         "{stderr}"
     );
 }
+
+/// `ferrotx status --json` for the configuration at `config`.
+fn status(config: &std::path::Path) -> serde_json::Value {
+    let out = ferrotx()
+        .args(["status", "--json", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until `check` holds for the cluster's status, for at most `secs` seconds.
+fn wait_status(
+    config: &std::path::Path,
+    secs: u64,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = status(config);
+        if check(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "status never got there: {s:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn member_nodes(s: &serde_json::Value) -> Vec<u64> {
+    s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node"].as_u64().unwrap())
+        .collect()
+}
+
+/// FaRM 5.1-5.2 over real processes: kill -9 one node of three, and the survivors agree on
+/// a configuration without it and go on serving every acknowledged key; restart it, and it
+/// is admitted as a new member (holding no partition) while no survivor exits.
+#[test]
+fn a_killed_node_is_removed_and_its_restart_admitted_as_a_new_member() {
+    let base = port_base(13);
+    let config = temp_path("membership.toml");
+    let _ = std::fs::remove_file(ferrotx_state(&config));
+    let mut cluster = ferrotx()
+        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+        .args(["--port-base", &base.to_string()])
+        .args(["--resp-port-base", &(base + 3).to_string()])
+        .arg("--config-out")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    lines_until(&mut cluster, "Ctrl-C stops the cluster");
+    let addr = |node: u16| format!("127.0.0.1:{}", base + 3 + node);
+    let mut first = Redis::connect(&addr(0));
+    for i in 0..300 {
+        assert_eq!(
+            first.call(&["SET", &format!("k{i}"), &format!("v{i}")]),
+            "+OK\r\n"
+        );
+    }
+    let before = wait_status(&config, 20, |s| member_nodes(s) == [0, 1, 2]);
+    let id = before["configuration"].as_u64().unwrap();
+    // kill -9 node 2 (found by its command line).
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("node --config {} --id 2", config.display())])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(pids.stdout).unwrap();
+    let pid = pid
+        .split_whitespace()
+        .next()
+        .expect("node 2 runs")
+        .to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let after = wait_status(&config, 30, |s| member_nodes(s) == [0, 1]);
+    assert!(after["configuration"].as_u64().unwrap() > id);
+    assert!(
+        after["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["alive"] == true && m["view"] == after["configuration"]),
+        "{after:#}"
+    );
+    // Every partition kept two copies: a backup was promoted where node 2 was primary.
+    assert_eq!(after["without_copy"], 0);
+    let mut survivor = Redis::connect(&addr(1));
+    for i in 0..300 {
+        assert_eq!(
+            survivor.call(&["GET", &format!("k{i}")]),
+            format!("${}\r\nv{i}\r\n", format!("v{i}").len())
+        );
+    }
+    assert_eq!(survivor.call(&["SET", "after", "1"]), "+OK\r\n");
+    // Restarted from the same configuration: a new member, with no partition.
+    let mut restarted = ferrotx()
+        .args(["node", "--id", "2", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let admitted = wait_status(&config, 30, |s| member_nodes(s) == [0, 1, 2]);
+    let copies = admitted["copies"].as_array().unwrap();
+    assert!(
+        copies
+            .iter()
+            .all(|c| !c.as_array().unwrap().contains(&2.into()))
+    );
+    let mut third = Redis::connect(&addr(2));
+    assert_eq!(third.call(&["GET", "k7"]), "$2\r\nv7\r\n");
+    assert_eq!(third.call(&["SET", "from2", "x"]), "+OK\r\n");
+    assert_eq!(first.call(&["GET", "from2"]), "$1\r\nx\r\n");
+    // No survivor exited.
+    assert!(cluster.try_wait().unwrap().is_none());
+    let s = status(&config);
+    assert!(
+        s["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["alive"] == true)
+    );
+    let _ = restarted.kill();
+    let _ = restarted.wait();
+    interrupt(cluster);
+    let _ = std::fs::remove_file(&config);
+}
+
+/// The coordination file next to a configuration file.
+fn ferrotx_state(config: &std::path::Path) -> std::path::PathBuf {
+    let mut name = config.file_name().unwrap().to_os_string();
+    name.push(".state.toml");
+    config.with_file_name(name)
+}

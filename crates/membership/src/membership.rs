@@ -110,7 +110,7 @@ pub enum Phase {
 }
 
 /// Counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stats {
     /// Times this node's lease (or, on the CM, its majority of leases) ran out while it
     /// was a member of a committed view.
@@ -133,6 +133,50 @@ pub struct Stats {
     pub dropped: u64,
     /// Messages refused as undecodable.
     pub undecodable: u64,
+    /// Round trips of lease renewals (request sent to grant received): counts by power of
+    /// two of nanoseconds (bucket `i` holds round trips in `[2^i, 2^(i+1))`).
+    pub renewal_rtt_log2: [u64; 48],
+    /// The longest renewal round trip, in nanoseconds.
+    pub renewal_rtt_max_ns: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            lease_expirations: 0,
+            renewals: 0,
+            suspicions: 0,
+            probes: 0,
+            probes_without_majority: 0,
+            views_swapped: 0,
+            swaps_lost: 0,
+            views_committed: 0,
+            dropped: 0,
+            undecodable: 0,
+            renewal_rtt_log2: [0; 48],
+            renewal_rtt_max_ns: 0,
+        }
+    }
+}
+
+impl Stats {
+    /// The `q` quantile (0 to 1) of renewal round trips, in nanoseconds, as the upper
+    /// bound of its power-of-two bucket (the maximum for the last one); 0 without any.
+    pub fn renewal_rtt_quantile_ns(&self, q: f64) -> u64 {
+        let total: u64 = self.renewal_rtt_log2.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, count) in self.renewal_rtt_log2.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return (1u64 << (i + 1)).min(self.renewal_rtt_max_ns.max(1));
+            }
+        }
+        self.renewal_rtt_max_ns
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -1041,6 +1085,10 @@ impl Membership {
             return;
         }
         self.stats.renewals += 1;
+        let rtt = now_ns.saturating_sub(sent).max(1);
+        let bucket = (63 - rtt.leading_zeros() as usize).min(self.stats.renewal_rtt_log2.len() - 1);
+        self.stats.renewal_rtt_log2[bucket] += 1;
+        self.stats.renewal_rtt_max_ns = self.stats.renewal_rtt_max_ns.max(rtt);
         let until = sent + self.options.shortened(duration_ns);
         if until > self.lease_until {
             self.lease_until = until;
