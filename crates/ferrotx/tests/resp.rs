@@ -397,3 +397,103 @@ fn ferrotx_state(config: &std::path::Path) -> std::path::PathBuf {
     name.push(".state.toml");
     config.with_file_name(name)
 }
+
+/// A node paused (SIGSTOP) past its lease is removed; when it resumes it serves nothing
+/// (no read of the value it held before), learns it was removed and exits.
+#[test]
+fn a_node_paused_past_its_lease_never_serves_again() {
+    let base = port_base(11);
+    let config = temp_path("paused.toml");
+    let _ = std::fs::remove_file(ferrotx_state(&config));
+    let mut cluster = ferrotx()
+        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+        .args(["--port-base", &base.to_string()])
+        .args(["--resp-port-base", &(base + 3).to_string()])
+        .arg("--config-out")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    lines_until(&mut cluster, "Ctrl-C stops the cluster");
+    let addr = |node: u16| format!("127.0.0.1:{}", base + 3 + node);
+    let mut first = Redis::connect(&addr(0));
+    // Keys written through node 2, a third of them with their primary there; one
+    // connection per key, opened before the pause.
+    const KEYS: usize = 30;
+    let mut clients: Vec<Redis> = (0..KEYS).map(|_| Redis::connect(&addr(2))).collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        assert_eq!(client.call(&["SET", &format!("p{i}"), "old"]), "+OK\r\n");
+    }
+    wait_status(&config, 20, |s| member_nodes(s) == [0, 1, 2]);
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("node --config {} --id 2", config.display())])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(pids.stdout).unwrap();
+    let pid = pid
+        .split_whitespace()
+        .next()
+        .expect("node 2 runs")
+        .to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_status(&config, 30, |s| member_nodes(s) == [0, 1]);
+    for i in 0..KEYS {
+        assert_eq!(first.call(&["SET", &format!("p{i}"), "new"]), "+OK\r\n");
+    }
+    // Every GET is sent as it resumes: none may answer the old value (a node outside its
+    // lease serves nothing, even the keys it was primary of), and it exits as removed.
+    for client in &clients {
+        client
+            .reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+    }
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for (i, client) in clients.iter_mut().enumerate() {
+        let request = format!("*2\r\n$3\r\nGET\r\n${}\r\np{i}\r\n", format!("p{i}").len());
+        let _ = client.reader.get_mut().write_all(request.as_bytes());
+    }
+    let read_until = Instant::now() + Duration::from_secs(3);
+    for client in &mut clients {
+        let mut reply = String::new();
+        while Instant::now() < read_until {
+            match client.reader.read_line(&mut reply) {
+                Ok(_) => break,
+                Err(_) => continue,
+            }
+        }
+        assert!(
+            !reply.starts_with("$3"),
+            "a removed node answered {reply:?}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+    {
+        assert!(Instant::now() < deadline, "the removed node still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..KEYS {
+        assert_eq!(first.call(&["GET", &format!("p{i}")]), "$3\r\nnew\r\n");
+    }
+    assert!(cluster.try_wait().unwrap().is_none());
+    interrupt(cluster);
+    let _ = std::fs::remove_file(&config);
+}
