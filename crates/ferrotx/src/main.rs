@@ -116,6 +116,9 @@ struct LocalArgs {
     /// configuration's `[resp] pipeline_commands_max`); 1: each its own transaction.
     #[arg(long, value_name = "N", default_value_t = ferrotx_cluster::RESP_PIPELINE_COMMANDS_MAX_DEFAULT)]
     resp_pipeline_max: usize,
+    /// Length of the nodes' leases, in milliseconds (see `ferrotx node --lease-ms`).
+    #[arg(long, default_value_t = processes::DEFAULT_LEASE_MS)]
+    lease_ms: u64,
     /// Write the generated configuration here (default: a temporary file).
     #[arg(long)]
     config_out: Option<PathBuf>,
@@ -447,6 +450,7 @@ fn main() -> anyhow::Result<()> {
                 port_base: args.port_base,
                 resp_port_base: args.resp_port_base,
                 resp_pipeline_max: args.resp_pipeline_max,
+                lease_ms: args.lease_ms,
             },
             args.config_out.as_deref(),
         )?,

@@ -367,6 +367,8 @@ pub struct LocalCluster {
     pub resp_port_base: u16,
     /// `[resp] pipeline_commands_max`.
     pub resp_pipeline_max: usize,
+    /// The nodes' lease, in milliseconds.
+    pub lease_ms: u64,
 }
 
 /// Node processes, terminated and reaped when dropped.
@@ -441,14 +443,14 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
     };
     std::fs::write(&path, config.to_toml_string())
         .with_context(|| format!("writing {}", path.display()))?;
-    let result = run_children(&config, &path);
+    let result = run_children(&config, &path, spec.lease_ms);
     if let Some(dir) = temp_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
     result
 }
 
-fn run_children(config: &Configuration, path: &Path) -> anyhow::Result<()> {
+fn run_children(config: &Configuration, path: &Path, lease_ms: u64) -> anyhow::Result<()> {
     let stop = stop_on_signals()?;
     let exe = std::env::current_exe().context("finding this executable to start nodes")?;
     println!(
@@ -462,6 +464,8 @@ fn run_children(config: &Configuration, path: &Path) -> anyhow::Result<()> {
     let mut children = Children(Vec::new());
     for member in config.members() {
         let child = ferrotx_bench::processes::node_command(&exe, path, member.node)
+            .arg("--lease-ms")
+            .arg(lease_ms.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
