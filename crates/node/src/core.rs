@@ -53,6 +53,7 @@ impl<T: Transport> CoreWorker<T> {
     /// The configuration switched to is committed: new transactions may start.
     pub fn commit_configuration(&self) {
         self.coordinator.set_accepting(true);
+        self.worker.shared().notify_all(self.coordinator.opened());
     }
 }
 

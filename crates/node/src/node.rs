@@ -155,6 +155,7 @@ impl WorkerMembership {
         }
         if !self.accepting && self.view_id != 0 && self.link.committed() == self.view_id {
             coordinator.set_accepting(true);
+            worker.shared().notify_all(coordinator.opened());
             self.accepting = true;
         }
         worker.set_serving_until(self.link.serving_until());

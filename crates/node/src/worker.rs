@@ -65,6 +65,11 @@ impl<T: Transport> Worker<T> {
         self.dropped_not_serving
     }
 
+    /// The state its coroutines share (engine, time, signals).
+    pub fn shared(&self) -> &std::rc::Rc<ferrotx_exec::Shared> {
+        self.executor.shared()
+    }
+
     /// The executor, to spawn coroutines and reach the engine.
     pub fn executor(&mut self) -> &mut Executor {
         &mut self.executor

@@ -25,13 +25,17 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ferrotx_exec::Co;
+use ferrotx_exec::{Co, Signal};
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
 use ferrotx_wire::EndpointId;
 
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant};
 
 pub use abort::{Abort, NO_PRIMARY};
+
+/// Longest a transaction waits for a configuration being switched to to be committed
+/// before it gives up with [`Abort::Unavailable`] (and a Redis client's command retries).
+pub const ACCEPT_WAIT_NS: u64 = 500_000_000;
 pub use execution::Txn;
 pub use placement::Placement;
 pub use stats::CoordinatorStats;
@@ -72,6 +76,8 @@ pub struct Coordinator {
     placement: RefCell<Arc<dyn Placement>>,
     /// False from NEW-CONFIG to NEW-CONFIG-COMMIT: new transactions wait (FaRM 5.2 step 6).
     accepting: Cell<bool>,
+    /// Notified when `accepting` turns true: the coroutines waiting for it resume.
+    opened: Signal,
     schema: Arc<[TableSpec]>,
     next_counter: Cell<u64>,
     truncation: RefCell<Truncation>,
@@ -102,6 +108,7 @@ impl Coordinator {
             store: RefCell::new(store),
             placement: RefCell::new(placement),
             accepting: Cell::new(true),
+            opened: Signal::new(64),
             schema,
             next_counter: Cell::new(1),
             truncation: RefCell::new(Truncation::default()),
@@ -150,8 +157,30 @@ impl Coordinator {
     }
 
     /// Whether new transactions may start: false from NEW-CONFIG until NEW-CONFIG-COMMIT.
+    /// Whoever turns it true then notifies [`Coordinator::opened`] on this thread's
+    /// executor, so the transactions waiting resume.
     pub fn set_accepting(&self, accepting: bool) {
         self.accepting.set(accepting);
+    }
+
+    /// The signal notified when transactions may start again.
+    pub fn opened(&self) -> &Signal {
+        &self.opened
+    }
+
+    /// Waits, at most [`ACCEPT_WAIT_NS`], until transactions may start (a configuration
+    /// being switched to is committed); false if they still may not.
+    pub(crate) async fn wait_accepting(&self, co: &Co) -> bool {
+        if self.accepting.get() {
+            return true;
+        }
+        let deadline = co.now_ns() + ACCEPT_WAIT_NS;
+        while !self.accepting.get() {
+            if !co.wait_until(&self.opened, deadline).await {
+                return self.accepting.get();
+            }
+        }
+        true
     }
 
     /// See [`Coordinator::set_accepting`].

@@ -91,15 +91,18 @@ impl Txn<'_> {
             "a transaction takes its id once, at commit"
         );
         let coordinator = self.coordinator;
+        // Between NEW-CONFIG and NEW-CONFIG-COMMIT nothing commits: wait for the commit.
+        // A partition with no copy takes no write. Both are refused before anything was
+        // sent.
+        if !coordinator.accepting.get() && !coordinator.wait_accepting(self.co).await {
+            return Err(Abort::Unavailable);
+        }
         let placement_now = coordinator.placement();
         let placement = &*placement_now;
-        // Between NEW-CONFIG and NEW-CONFIG-COMMIT nothing commits, and a partition with
-        // no copy takes no write: refused before anything was sent.
-        if !coordinator.accepting.get()
-            || self
-                .writes
-                .iter()
-                .any(|w| placement.primary(w.partition) == super::NO_PRIMARY)
+        if self
+            .writes
+            .iter()
+            .any(|w| placement.primary(w.partition) == super::NO_PRIMARY)
         {
             return Err(Abort::Unavailable);
         }

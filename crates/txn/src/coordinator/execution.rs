@@ -166,10 +166,12 @@ impl Txn<'_> {
             }
         }
         let local = coordinator.local.node();
-        if !coordinator.accepting.get()
-            || fetch
-                .iter()
-                .any(|(_, p)| coordinator.placement().primary(*p) == super::NO_PRIMARY)
+        if !coordinator.accepting.get() && !coordinator.wait_accepting(self.co).await {
+            return Err(self.abort_execution(Abort::Unavailable));
+        }
+        if fetch
+            .iter()
+            .any(|(_, p)| coordinator.placement().primary(*p) == super::NO_PRIMARY)
         {
             return Err(self.abort_execution(Abort::Unavailable));
         }

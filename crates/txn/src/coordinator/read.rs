@@ -82,8 +82,11 @@ impl Coordinator {
         key: &Key,
         out: &mut Vec<u8>,
     ) -> Result<ReadOutcome, Abort> {
+        if !self.accepting.get() && !self.wait_accepting(co).await {
+            return Err(Abort::Unavailable);
+        }
         let primary = self.placement().primary(partition);
-        if primary == super::NO_PRIMARY || !self.accepting.get() {
+        if primary == super::NO_PRIMARY {
             return Err(Abort::Unavailable);
         }
         for _ in 0..LOCKED_READ_ATTEMPTS_MAX {

@@ -240,3 +240,44 @@ fn fault_points_change_no_answer() {
         );
     }
 }
+
+#[test]
+fn transactions_wait_for_the_configuration_commit_and_give_up_after_a_bound() {
+    let (mut executor, coordinator, partitions) = one_node();
+    partitions[0].load(KV, key(0, 1), b"one").unwrap();
+    coordinator.set_accepting(false);
+    let result = Rc::new(RefCell::new(None));
+    let (slot, c) = (result.clone(), coordinator.clone());
+    executor.spawn(move |co| async move {
+        let mut value = Vec::new();
+        let read = c
+            .read_one_with_version(&co, KV, key(0, 1), &mut value)
+            .await;
+        *slot.borrow_mut() = Some((read.map(|o| o.version), value));
+    });
+    // Waiting: parked, not polled again, until notified.
+    executor.shared().set_now_ns(1_000);
+    executor.run();
+    executor.run();
+    assert_eq!(executor.live(), 1);
+    assert!(!executor.has_work());
+    coordinator.set_accepting(true);
+    executor.shared().notify_all(coordinator.opened());
+    executor.run();
+    assert_eq!(executor.live(), 0);
+    assert_eq!(result.take(), Some((Ok(1), b"one".to_vec())));
+    // Not committed within the bound: refused as unavailable (nothing done).
+    coordinator.set_accepting(false);
+    let (slot, c) = (result.clone(), coordinator.clone());
+    executor.spawn(move |co| async move {
+        let mut txn = c.begin(&co);
+        txn.put(KV, key(0, 1), Some(b"two".to_vec())).unwrap();
+        *slot.borrow_mut() = Some((txn.commit().await.map(|()| 0), Vec::new()));
+    });
+    executor.run();
+    assert_eq!(executor.live(), 1);
+    executor.shared().set_now_ns(1_000 + ACCEPT_WAIT_NS + 1);
+    executor.run();
+    assert_eq!(executor.live(), 0);
+    assert_eq!(result.take(), Some((Err(Abort::Unavailable), Vec::new())));
+}
