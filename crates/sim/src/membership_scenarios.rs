@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::faults::{CLOCK_OFFSET_NS_MAX, DRIFT_PPM_MAX, FaultEvent, FaultKind, FaultPlan};
 use crate::membership::default_options;
-use crate::run::{RunOptions, Scenario};
+use crate::run::{RunOptions, RunReport, Scenario};
 use crate::scenarios::WorkloadScenario;
 use crate::simulator::NodeClock;
 
@@ -210,4 +210,39 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         membership: Some(membership),
         ..RunOptions::new(seed)
     }
+}
+
+/// A run's failure, if any: a violation of (a), (b) or (d), an unknown panic, a failed
+/// bootstrap, the step bound, a liveness failure of a run that lost no member; and (c)
+/// or a read-only workload's finding, unless the run removed a healthy member (the
+/// known bugs below, which then explain a cluster left without a majority or a
+/// partition left without a copy).
+pub fn failure(name: &str, report: &RunReport) -> Option<String> {
+    let Some(m) = report.membership.as_ref() else {
+        return Some("membership did not run".to_string());
+    };
+    let explained = !m.healthy_removed.is_empty() || !m.stale_commits.is_empty();
+    let beyond_f = BEYOND_F.contains(&name);
+    let hard: Vec<&String> = m
+        .violations
+        .iter()
+        .filter(|v| !((explained || (beyond_f && m.majority_down)) && v.starts_with("(c)")))
+        .collect();
+    if !hard.is_empty() {
+        return Some(format!("membership: {hard:?}"));
+    }
+    if let Some(l) = &report.liveness {
+        return Some(format!("liveness: {l}"));
+    }
+    if !report.checked.violations.is_empty() {
+        return Some(format!("workload: {:?}", report.checked.violations));
+    }
+    if !WRITING.contains(&name)
+        && !m.excused.is_empty()
+        && !explained
+        && !(beyond_f && (m.lost_partitions > 0 || m.majority_down))
+    {
+        return Some(format!("read-only workload: {:?}", m.excused));
+    }
+    None
 }

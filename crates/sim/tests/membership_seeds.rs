@@ -17,7 +17,7 @@
 //! in other seeds: partitions lost because healthy members were removed, commits of a
 //! superseded view, and clusters that never converge.
 
-use ferrotx_sim::membership_scenarios::{self, BEYOND_F, NAMES, WRITING};
+use ferrotx_sim::membership_scenarios::{self, NAMES, failure};
 use ferrotx_sim::run::{RunReport, run};
 use ferrotx_sim::seeds::{self, SeedPlan};
 
@@ -29,39 +29,6 @@ fn run_seed(name: &str, seed: u64, strict_ticks: bool) -> RunReport {
     let mut options = membership_scenarios::options(name, seed);
     options.membership_strict_ticks = strict_ticks;
     run(&mut *membership_scenarios::scenario(name), &options)
-}
-
-/// A run's failure, if any: a violation of (a), (b) or (d), an unknown panic, a failed
-/// bootstrap, the step bound, a liveness failure of a run that lost no member; and (c)
-/// or a read-only workload's finding, unless the run removed a healthy member (the
-/// known bugs below, which then explain a cluster left without a majority or a
-/// partition left without a copy).
-fn failure(name: &str, report: &RunReport) -> Option<String> {
-    let m = report.membership.as_ref().expect("membership ran");
-    let explained = !m.healthy_removed.is_empty() || !m.stale_commits.is_empty();
-    let beyond_f = BEYOND_F.contains(&name);
-    let hard: Vec<&String> = m
-        .violations
-        .iter()
-        .filter(|v| !((explained || (beyond_f && m.majority_down)) && v.starts_with("(c)")))
-        .collect();
-    if !hard.is_empty() {
-        return Some(format!("membership: {hard:?}"));
-    }
-    if let Some(l) = &report.liveness {
-        return Some(format!("liveness: {l}"));
-    }
-    if !report.checked.violations.is_empty() {
-        return Some(format!("workload: {:?}", report.checked.violations));
-    }
-    if !WRITING.contains(&name)
-        && !m.excused.is_empty()
-        && !explained
-        && !(beyond_f && (m.lost_partitions > 0 || m.majority_down))
-    {
-        return Some(format!("read-only workload: {:?}", m.excused));
-    }
-    None
 }
 
 #[test]
