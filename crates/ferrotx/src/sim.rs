@@ -10,14 +10,17 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 use ferrotx_sim::FaultKind;
+use ferrotx_sim::run::Scenario;
 use ferrotx_sim::run::{RunOptions, RunReport, run};
-use ferrotx_sim::scenarios;
+use ferrotx_sim::{membership, membership_scenarios, scenarios};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 #[derive(Args)]
 pub struct SimArgs {
-    /// Workloads to run, comma-separated, or `all`.
+    /// Workloads to run, comma-separated, or `all` (the workloads), or `membership` (every
+    /// membership-* scenario: hand-written attacks on membership, which set their own
+    /// nodes and faults and always run membership).
     #[arg(long, value_delimiter = ',', default_value = "bank")]
     workload: Vec<String>,
     /// Seeds per workload, from --seed-base.
@@ -45,6 +48,23 @@ pub struct SimArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run membership (leases and reconfiguration, a 10 ms lease) in every node: the
+    /// cluster bootstraps through the protocol, faults start once it serves, and the
+    /// membership checkers run at every step.
+    #[arg(long)]
+    membership: bool,
+    /// With membership: tick each node's state machine only when its timeout is due (the
+    /// state machine's contract), not also after each delivery.
+    #[arg(long)]
+    strict_ticks: bool,
+}
+
+fn scenario_of(name: &str) -> Box<dyn Scenario> {
+    if membership_scenarios::is_membership(name) {
+        membership_scenarios::scenario(name)
+    } else {
+        scenarios::scenario(name)
+    }
 }
 
 /// The totals of one workload.
@@ -77,24 +97,34 @@ struct Report {
 pub fn main(args: &SimArgs) -> anyhow::Result<()> {
     let workloads: Vec<&'static str> = if args.workload.iter().any(|w| w == "all") {
         scenarios::NAMES.to_vec()
+    } else if args.workload.iter().any(|w| w == "membership") {
+        membership_scenarios::NAMES.to_vec()
     } else {
         args.workload
             .iter()
             .map(|w| {
                 scenarios::NAMES
                     .iter()
+                    .chain(membership_scenarios::NAMES.iter())
                     .copied()
                     .find(|n| n == w)
                     .with_context(|| {
                         format!(
-                            "unknown workload {w:?}; the workloads are {}",
-                            scenarios::NAMES.join(", ")
+                            "unknown workload {w:?}; the workloads are {}, and the membership \
+                             scenarios {}",
+                            scenarios::NAMES.join(", "),
+                            membership_scenarios::NAMES.join(", ")
                         )
                     })
             })
             .collect::<anyhow::Result<_>>()?
     };
+    let only_membership = workloads
+        .iter()
+        .all(|w| membership_scenarios::is_membership(w));
     let kinds: Vec<FaultKind> = match &args.faults {
+        // The membership scenarios draw light network faults and write the rest by hand.
+        _ if only_membership => vec![FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder],
         None => FaultKind::DEFAULT.to_vec(),
         Some(names) if names.iter().any(|n| n == "none") => Vec::new(),
         Some(names) => names
@@ -118,18 +148,28 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
              partition"
         );
     }
-    let options_for = |seed: u64| RunOptions {
-        nodes: args.nodes,
-        replicas: args.replicas,
-        faults: kinds.clone(),
-        ..RunOptions::new(seed)
+    let options_for = |workload: &str, seed: u64| {
+        if membership_scenarios::is_membership(workload) {
+            return RunOptions {
+                membership_strict_ticks: args.strict_ticks,
+                ..membership_scenarios::options(workload, seed)
+            };
+        }
+        RunOptions {
+            nodes: args.nodes,
+            replicas: args.replicas,
+            faults: kinds.clone(),
+            membership: args.membership.then(membership::default_options),
+            membership_strict_ticks: args.strict_ticks,
+            ..RunOptions::new(seed)
+        }
     };
 
     if let Some(seed) = args.seed {
         let mut failed = false;
         for workload in &workloads {
-            let mut scenario = scenarios::scenario(workload);
-            let report = run(&mut *scenario, &options_for(seed));
+            let mut scenario = scenario_of(workload);
+            let report = run(&mut *scenario, &options_for(workload, seed));
             print_replay(&report);
             failed |= !report_passes(&report, &kinds);
         }
@@ -163,8 +203,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                     }
                     let workload = workloads[(i / args.seeds) as usize];
                     let seed = args.seed_base + i % args.seeds;
-                    let mut scenario = scenarios::scenario(workload);
-                    let report = run(&mut *scenario, &options_for(seed));
+                    let mut scenario = scenario_of(workload);
+                    let report = run(&mut *scenario, &options_for(workload, seed));
                     if !report_passes(&report, &kinds) {
                         bar.println(format!(
                             "FAILED {workload} seed {seed}: {}",
@@ -201,12 +241,20 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         w.indeterminate += report.checked.indeterminate;
         w.simulated_s += report.simulated_ns as f64 / 1e9;
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
-        if !report.checked.violations.is_empty() {
+        if membership_scenarios::is_membership(report.workload) {
+            if report_passes(report, &kinds) {
+                w.passed += 1;
+            } else {
+                w.failed_seeds.push(report.seed);
+                failures.push(report);
+            }
+        } else if !report.checked.violations.is_empty() || !membership_violations(report).is_empty()
+        {
             w.failed_seeds.push(report.seed);
             failures.push(report);
         } else if report.liveness.is_some() {
             w.stalled_seeds.push(report.seed);
-            if !kinds.contains(&FaultKind::Crash) {
+            if !kinds.contains(&FaultKind::Crash) && report.membership.is_none() {
                 failures.push(report);
             }
         } else {
@@ -232,12 +280,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         }
     );
     println!(
-        "{:<18} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
+        "{:<30} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
         "workload", "seeds", "passed", "failed", "stalled", "committed", "aborted", "indeterminate"
     );
     for (name, w) in &summary.workloads {
         println!(
-            "{name:<18} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
+            "{name:<30} {:>6} {:>6} {:>7} {:>7} {:>10} {:>9} {:>13}",
             w.seeds,
             w.passed,
             w.failed_seeds.len(),
@@ -279,6 +327,17 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.fault_kinds.join(",")
     };
     for report in failures.iter().take(10) {
+        if membership_scenarios::is_membership(report.workload) {
+            println!(
+                "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {}",
+                report.workload,
+                report.seed,
+                first_problem(report),
+                report.workload,
+                report.seed
+            );
+            continue;
+        }
         println!(
             "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {} --faults {faults_flag} --nodes {} --replicas {}",
             report.workload,
@@ -314,14 +373,37 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether a run passes: no violation, and finished unless crashes were injected (a
-/// stalled cluster after a crash is expected until failure handling exists, and reported).
+/// Whether a run passes: no violation (of the workload's checkers, or of membership's),
+/// and finished unless crashes were injected (a stalled cluster after a crash is expected
+/// until failure handling exists, and reported). With membership, a run that lost no
+/// member and still stalled fails through its own liveness report.
 fn report_passes(report: &RunReport, kinds: &[FaultKind]) -> bool {
+    if membership_scenarios::is_membership(report.workload) {
+        // Their own verdict: the membership checkers, with what the known membership
+        // bugs cause reported rather than failed (see `membership_scenarios::failure`).
+        return membership_scenarios::failure(report.workload, report).is_none();
+    }
     report.checked.violations.is_empty()
-        && (report.liveness.is_none() || kinds.contains(&FaultKind::Crash))
+        && membership_violations(report).is_empty()
+        && (report.liveness.is_none()
+            || (kinds.contains(&FaultKind::Crash) && report.membership.is_none()))
+}
+
+fn membership_violations(report: &RunReport) -> &[String] {
+    report
+        .membership
+        .as_ref()
+        .map_or(&[], |m| m.violations.as_slice())
 }
 
 fn first_problem(report: &RunReport) -> String {
+    if membership_scenarios::is_membership(report.workload) {
+        return membership_scenarios::failure(report.workload, report)
+            .unwrap_or_else(|| "passed".to_string());
+    }
+    if let Some(v) = membership_violations(report).first() {
+        return format!("membership: {v}");
+    }
     match (report.checked.violations.first(), &report.liveness) {
         (Some(v), _) => format!("{v} ({} violations)", report.checked.violations.len()),
         (None, Some(l)) => l.clone(),
@@ -348,6 +430,55 @@ fn print_replay(report: &RunReport) {
     }
     for violation in &report.checked.violations {
         println!("violation: {violation}");
+    }
+    if let Some(m) = &report.membership {
+        println!(
+            "membership: bootstrapped in {:.1} ms, {} steps, converged {} after the last fault",
+            m.bootstrap_ns as f64 / 1e6,
+            m.steps,
+            m.converged_after_ns
+                .map_or("never".to_string(), |t| format!("{:.1} ms", t as f64 / 1e6))
+        );
+        for (id, members, cm) in &m.views {
+            println!("  view {id}: members {members:?}, CM {cm}");
+        }
+        for (at, node, view) in &m.removed {
+            println!(
+                "  node {node} removed (view {view}) at {:.3} ms",
+                *at as f64 / 1e6
+            );
+        }
+        if !m.healthy_removed.is_empty() {
+            println!(
+                "  healthy members removed (node, view): {:?}",
+                m.healthy_removed
+            );
+        }
+        if m.lost_partitions > 0 {
+            println!("  partitions with no copy left: {}", m.lost_partitions);
+        }
+        for stale in &m.stale_commits {
+            println!("  stale commit: {stale}");
+        }
+        if m.stuck > 0 {
+            println!(
+                "  {} client coroutines stuck after losing a member (no transaction recovery yet)",
+                m.stuck
+            );
+        }
+        if let Some(panic) = &m.panic {
+            println!("  run ended by a panic: {panic}");
+        }
+        if !m.excused.is_empty() {
+            println!(
+                "  {} workload findings after losing a member (reported, not failed), first: {}",
+                m.excused.len(),
+                m.excused[0]
+            );
+        }
+        for violation in &m.violations {
+            println!("membership violation: {violation}");
+        }
     }
     println!("digest: {:016x}", report.digest);
 }

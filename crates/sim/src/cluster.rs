@@ -8,15 +8,18 @@ use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ferrotx_cluster::Configuration;
+use ferrotx_cluster::{Configuration, CoordinationService, View};
 use ferrotx_exec::Co;
+use ferrotx_membership::{Action, Membership, Options, Phase};
 use ferrotx_node::{ClusterPlacement, CoreOptions, CoreWorker, NodeCore};
+use ferrotx_rpc::Event;
 use ferrotx_store::{Key, Partition, PartitionId, TableId};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{Participant, Role};
 use ferrotx_wire::EndpointId;
 
+use crate::membership::{MembershipState, lease_endpoint};
 use crate::network::{Faults, SimNetwork};
 use crate::simulator::{NodeClock, Simulator};
 
@@ -29,6 +32,11 @@ struct SimNode {
     participants: Vec<Rc<RefCell<Participant>>>,
     /// Lives so far (the first start is incarnation 1).
     incarnation: u64,
+    /// Whether the process runs (with membership, its workers exist only once its first
+    /// view is installed).
+    up: bool,
+    /// Its membership state machine, when the cluster runs membership.
+    membership: Option<Membership>,
 }
 
 /// A simulated cluster of every member of a configuration.
@@ -46,6 +54,8 @@ pub struct SimCluster {
     pub restarts: u64,
     /// Pauses so far.
     pub pauses: u64,
+    /// Membership, when the cluster runs it ([`SimCluster::with_membership`]).
+    pub membership: Option<MembershipState>,
 }
 
 impl SimCluster {
@@ -71,6 +81,8 @@ impl SimCluster {
                     coordinators: Vec::new(),
                     participants: Vec::new(),
                     incarnation: 0,
+                    up: false,
+                    membership: None,
                 })
                 .collect(),
             placement: ClusterPlacement::new(config.clone(), None),
@@ -79,11 +91,71 @@ impl SimCluster {
             crashes: 0,
             restarts: 0,
             pauses: 0,
+            membership: None,
         };
         for node in 0..cluster.node_count() {
             cluster.start(node);
         }
         cluster
+    }
+
+    /// Like [`SimCluster::new`], but every node runs membership with `membership`
+    /// options on the clock `clocks` gives it: the cluster bootstraps through the
+    /// protocol (every node joins, the node of lowest id swaps in the first view), and a
+    /// node's workers are built from the first view that admits it, when it installs it.
+    pub fn with_membership(
+        config: Configuration,
+        options: CoreOptions,
+        seed: u64,
+        faults: Faults,
+        clocks: &[NodeClock],
+        membership: Options,
+    ) -> Self {
+        let config = Arc::new(config);
+        for (i, member) in config.members().iter().enumerate() {
+            assert_eq!(usize::from(member.node), i, "members numbered from 0");
+        }
+        let network = SimNetwork::new(seed, faults);
+        let mut cluster = Self {
+            sim: Simulator::new(network),
+            nodes: config
+                .members()
+                .iter()
+                .map(|_| SimNode {
+                    core: None,
+                    coordinators: Vec::new(),
+                    participants: Vec::new(),
+                    incarnation: 0,
+                    up: false,
+                    membership: None,
+                })
+                .collect(),
+            placement: ClusterPlacement::new(config.clone(), None),
+            config,
+            options,
+            crashes: 0,
+            restarts: 0,
+            pauses: 0,
+            membership: Some(MembershipState::new(membership)),
+        };
+        for (node, clock) in clocks.iter().enumerate() {
+            cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
+        }
+        for node in 0..cluster.node_count() {
+            cluster.start(node);
+        }
+        cluster
+    }
+
+    /// Node `node`'s membership state machine, if the cluster runs membership and the
+    /// node is up.
+    pub fn node_membership(&self, node: u16) -> Option<&Membership> {
+        self.nodes[usize::from(node)].membership.as_ref()
+    }
+
+    /// Node `node`'s current incarnation.
+    pub fn incarnation(&self, node: u16) -> u64 {
+        self.nodes[usize::from(node)].incarnation
     }
 
     /// The configuration.
@@ -108,7 +180,7 @@ impl SimCluster {
 
     /// Whether node `node` is up (not crashed; it may be paused).
     pub fn is_up(&self, node: u16) -> bool {
-        self.core(node).is_some()
+        self.nodes[usize::from(node)].up
     }
 
     /// The coordinator of worker `thread` of node `node`, unless it is crashed.
@@ -148,6 +220,31 @@ impl SimCluster {
     /// Every copy of `partition` on a node that is up, the primary first (by the
     /// configuration's partition map), with its node and role.
     pub fn copies_of(&self, partition: PartitionId) -> Vec<(u16, Role, &Partition)> {
+        if let Some(state) = &self.membership {
+            // With membership the current view says who holds the partition: a backup
+            // may have been promoted, and a new life holds nothing.
+            let Some(view) = state.coordination.current() else {
+                return Vec::new();
+            };
+            let Some(nodes) = view.copies.get(partition.0 as usize) else {
+                return Vec::new();
+            };
+            return nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &node)| {
+                    let role = if i == 0 { Role::Primary } else { Role::Backup };
+                    if !view.is_member(node, self.incarnation(node)) {
+                        return None;
+                    }
+                    let (_, _, copy) = self
+                        .core(node)?
+                        .copies()
+                        .find(|(id, _, _)| *id == partition)?;
+                    Some((node, role, copy))
+                })
+                .collect();
+        }
         self.config
             .partitions()
             .replicas(partition)
@@ -204,11 +301,22 @@ impl SimCluster {
     /// Crashes node `node`: its workers and their coroutines are dropped, its partitions
     /// (its memory) are gone, and datagrams to it are lost. Does nothing if it is down.
     pub fn crash(&mut self, node: u16) {
-        let slot = &mut self.nodes[usize::from(node)];
-        if slot.core.take().is_none() {
+        if !self.stop(node) {
             return;
         }
         self.crashes += 1;
+    }
+
+    /// Stops node `node`'s process: workers, partitions and membership are gone, and
+    /// datagrams to it are lost. Returns false if it was not up.
+    fn stop(&mut self, node: u16) -> bool {
+        let slot = &mut self.nodes[usize::from(node)];
+        if !slot.up {
+            return false;
+        }
+        slot.up = false;
+        slot.core = None;
+        slot.membership = None;
         slot.coordinators.clear();
         slot.participants.clear();
         let mut network = self.sim.network.borrow_mut();
@@ -221,6 +329,8 @@ impl SimCluster {
                 true
             }
         });
+        network.remove_endpoint(lease_endpoint(node));
+        true
     }
 
     /// Restarts a crashed node as its next incarnation: empty partitions, new workers,
@@ -235,9 +345,29 @@ impl SimCluster {
 
     fn start(&mut self, node: u16) {
         let slot = &mut self.nodes[usize::from(node)];
-        assert!(slot.core.is_none());
+        assert!(!slot.up);
         slot.incarnation += 1;
-        let core = NodeCore::new(self.config.clone(), node, slot.incarnation);
+        slot.up = true;
+        let incarnation = slot.incarnation;
+        if let Some(state) = &self.membership {
+            let now = self.sim.now_ns();
+            let local = self.sim.clock(node).local_ns(now);
+            self.sim
+                .network
+                .borrow_mut()
+                .add_endpoint(lease_endpoint(node));
+            let membership =
+                Membership::new(node, incarnation, self.config.clone(), state.options, local);
+            self.nodes[usize::from(node)].membership = Some(membership);
+            self.drain(node, now);
+            return;
+        }
+        let core = NodeCore::new(self.config.clone(), node, incarnation);
+        self.build_workers(node, core);
+    }
+
+    fn build_workers(&mut self, node: u16, core: NodeCore) {
+        let slot = &mut self.nodes[usize::from(node)];
         for thread in 0..self.config.threads_per_node() {
             let local = EndpointId::new(node, thread);
             let transport = SimNetwork::endpoint(&self.sim.network, local);
@@ -253,13 +383,305 @@ impl SimCluster {
         slot.core = Some(core);
     }
 
+    /// Switches every worker of node `node` to `view` (its local time `local`).
+    fn switch_workers(&mut self, node: u16, local: u64, view: &View) {
+        let slot = &self.nodes[usize::from(node)];
+        let core = slot
+            .core
+            .clone()
+            .expect("switching the workers of a node up");
+        for (thread, (coordinator, participant)) in
+            slot.coordinators.iter().zip(&slot.participants).enumerate()
+        {
+            let endpoint =
+                EndpointId::new(node, u16::try_from(thread).expect("thread ids are u16"));
+            let index = self
+                .sim
+                .workers
+                .iter()
+                .position(|w| w.transport().local() == endpoint)
+                .expect("a worker for every thread of a node up");
+            let worker = self.sim.workers.remove(index);
+            let mut core_worker = CoreWorker {
+                worker,
+                coordinator: coordinator.clone(),
+                participant: participant.clone(),
+            };
+            core.switch_worker(&mut core_worker, local, view);
+            self.sim.workers.insert(index, core_worker.worker);
+        }
+    }
+
+    /// Carries out every action node `node`'s membership asks for, at simulated time
+    /// `now`, then sets its workers' lease.
+    fn drain(&mut self, node: u16, now: u64) {
+        let local = self.sim.clock(node).local_ns(now);
+        loop {
+            let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
+                return;
+            };
+            let Some(action) = m.poll_action() else {
+                break;
+            };
+            let state = self.membership.as_mut().expect("membership runs");
+            match action {
+                Action::Send { to, message } => {
+                    let mut bytes = Vec::new();
+                    message.encode(&mut bytes);
+                    self.sim.network.borrow_mut().send(
+                        lease_endpoint(node),
+                        lease_endpoint(to),
+                        &bytes,
+                    );
+                }
+                Action::Read => {
+                    let read = state.coordination.read();
+                    m.on_read(local, read);
+                }
+                Action::Cas { expected, next } => {
+                    let result = state.coordination.compare_and_swap(expected, &next);
+                    m.on_cas(local, result);
+                }
+                Action::Install(view) => {
+                    state.installs += 1;
+                    let incarnation = self.nodes[usize::from(node)].incarnation;
+                    if self.nodes[usize::from(node)].core.is_none() {
+                        let core =
+                            NodeCore::from_view(self.config.clone(), &view, node, incarnation);
+                        self.build_workers(node, core);
+                    }
+                    self.switch_workers(node, local, &view);
+                    if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                        m.installed(local, view.id);
+                    }
+                }
+                Action::Commit(id) => {
+                    if id < state.committed_max {
+                        let max = state.committed_max;
+                        let serving = m.serving_until() > local;
+                        state.stale_commits.push(format!(
+                            "at {now} ns node {node} commits view {id} after view {max} was committed (serving: {serving})"
+                        ));
+                    }
+                    state.committed_max = state.committed_max.max(id);
+                    state.commits += 1;
+                    for coordinator in &self.nodes[usize::from(node)].coordinators {
+                        coordinator.set_accepting(true);
+                    }
+                }
+                Action::Removed { view } => {
+                    let incarnation = self.nodes[usize::from(node)].incarnation;
+                    state.removed.push((now, node, incarnation, view));
+                    if state.restart_removed {
+                        let at = now + state.options.lease_ns;
+                        state.restarts_pending.push((at, node));
+                    }
+                    self.stop(node);
+                    return;
+                }
+            }
+        }
+        let until = self.nodes[usize::from(node)]
+            .membership
+            .as_ref()
+            .map_or(0, Membership::serving_until);
+        for worker in &mut self.sim.workers {
+            if worker.transport().local().node() == node {
+                worker.set_serving_until(until);
+            }
+        }
+    }
+
+    /// Delivers node `node`'s lease datagrams and runs its timers at `now`.
+    fn drive(&mut self, node: u16, now: u64) {
+        let local = self.sim.clock(node).local_ns(now);
+        let datagrams = self
+            .sim
+            .network
+            .borrow_mut()
+            .take_inbox(lease_endpoint(node));
+        let delivered = !datagrams.is_empty();
+        for (_, bytes) in datagrams {
+            let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
+                return;
+            };
+            m.on_datagram(local, &bytes);
+            self.drain(node, now);
+        }
+        let strict = self.membership.as_ref().is_some_and(|s| s.strict_ticks);
+        let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
+            return;
+        };
+        if m.next_timeout_ns() <= local || (delivered && !strict) {
+            m.tick(local);
+        }
+        self.drain(node, now);
+    }
+
+    /// Whether every node is up, a member of the committed view of the highest id, and
+    /// has its workers: the cluster has bootstrapped and serves.
+    pub fn converged(&self) -> bool {
+        let Some(state) = &self.membership else {
+            return true;
+        };
+        if !state.restarts_pending.is_empty() {
+            return false;
+        }
+        let Some(current) = state.coordination.current() else {
+            return false;
+        };
+        let now = self.sim.now_ns();
+        for node in 0..self.node_count() {
+            let slot = &self.nodes[usize::from(node)];
+            let member = current.is_member(node, slot.incarnation);
+            if !slot.up {
+                if current.incarnation(node).is_some() {
+                    return false;
+                }
+                continue;
+            }
+            let Some(m) = &slot.membership else {
+                return false;
+            };
+            let local = self.sim.clock(node).local_ns(now);
+            if !member
+                || m.phase() != Phase::Member
+                || m.view().map(|v| v.id) != Some(current.id)
+                || m.serving_until() <= local
+                || slot.core.is_none()
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One instant of a cluster running membership: supervisor restarts due, every
+    /// running node's membership, every worker, the workers' hints, then the checks.
+    /// Returns the time of the next thing to happen.
+    fn step_with_membership(&mut self, now: u64) -> Option<u64> {
+        let state = self.membership.as_mut().expect("membership runs");
+        let due: Vec<u16> = state
+            .restarts_pending
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, n)| *n)
+            .collect();
+        state.restarts_pending.retain(|(at, _)| *at > now);
+        for node in due {
+            if !self.is_up(node) {
+                self.restarts += 1;
+                self.start(node);
+            }
+        }
+        for node in 0..self.node_count() {
+            if self.is_up(node) && now >= self.sim.paused_until(node) {
+                self.drive(node, now);
+            }
+        }
+        let mut next = self.sim.step_workers();
+        let events = self.sim.events.len();
+        let seen = self.membership.as_ref().map_or(0, |s| s.events_seen);
+        for i in seen..events {
+            let (_, endpoint, event) = &self.sim.events[i];
+            if let Event::NewerConfiguration(id) = event {
+                let (node, id) = (endpoint.node(), *id);
+                let local = self.sim.clock(node).local_ns(now);
+                if now < self.sim.paused_until(node) {
+                    continue;
+                }
+                if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                    m.hint_newer(local, id);
+                    self.membership.as_mut().expect("membership runs").hints += 1;
+                    self.drain(node, now);
+                }
+            }
+        }
+        self.membership
+            .as_mut()
+            .expect("membership runs")
+            .events_seen = events;
+        self.check_serving(now);
+        let state = self.membership.as_ref().expect("membership runs");
+        let mut consider = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
+        for (at, _) in &state.restarts_pending {
+            consider(*at);
+        }
+        for node in 0..self.node_count() {
+            let Some(m) = &self.nodes[usize::from(node)].membership else {
+                continue;
+            };
+            let paused_until = self.sim.paused_until(node);
+            if now < paused_until {
+                consider(paused_until);
+            } else {
+                consider(self.sim.clock(node).global_ns(m.next_timeout_ns()));
+            }
+        }
+        next
+    }
+
+    /// Check (b), and the convergence time for (c).
+    fn check_serving(&mut self, now: u64) {
+        let mut outside = Vec::new();
+        let state = self.membership.as_ref().expect("membership runs");
+        for node in 0..self.node_count() {
+            let Some(m) = &self.nodes[usize::from(node)].membership else {
+                continue;
+            };
+            let local = self.sim.clock(node).local_ns(now);
+            let until = m.serving_until();
+            let view = m.view().map(|v| v.id);
+            if until > local && view != Some(state.committed_max) {
+                outside.push((node, view, until, local));
+            }
+        }
+        let converged = state.faults_over_ns.is_some_and(|t| now >= t)
+            && state.converged_ns.is_none()
+            && self.converged();
+        let state = self.membership.as_mut().expect("membership runs");
+        for (node, view, until, local) in outside {
+            state.serving_outside(now, node, view, until, local);
+        }
+        if converged {
+            state.converged_ns = Some(now);
+        }
+        state.steps += 1;
+    }
+
     /// Coroutines that have not finished, on the nodes that are up.
     pub fn coroutines_live(&self) -> usize {
         self.sim.workers.iter().map(|w| w.coroutines_live()).sum()
     }
 
-    /// Runs until simulated time `until_ns` (or until nothing is left to happen).
+    /// Runs until simulated time `until_ns` (or until nothing is left to happen; with
+    /// membership, until the step bound is reached).
     pub fn run_until(&mut self, until_ns: u64) -> u64 {
-        self.sim.run_until(until_ns)
+        if self.membership.is_none() {
+            return self.sim.run_until(until_ns);
+        }
+        loop {
+            let now = self.sim.now_ns();
+            let next = self.step_with_membership(now);
+            let state = self.membership.as_ref().expect("membership runs");
+            if state.steps >= state.steps_max {
+                return now;
+            }
+            let Some(next) = self.sim.next_event_ns(next) else {
+                return now;
+            };
+            if next > until_ns {
+                self.sim.network.borrow_mut().advance(until_ns);
+                return until_ns;
+            }
+            self.sim.network.borrow_mut().advance(next.max(now + 1));
+        }
+    }
+
+    /// Whether the run hit the membership step bound.
+    pub fn out_of_steps(&self) -> bool {
+        self.membership
+            .as_ref()
+            .is_some_and(|s| s.steps >= s.steps_max)
     }
 }

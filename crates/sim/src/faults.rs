@@ -248,6 +248,56 @@ impl FaultPlan {
         plan
     }
 
+    /// Moves every timed event `by_ns` later (a run with membership starts its faults
+    /// once the cluster has bootstrapped).
+    pub fn delay(&mut self, by_ns: u64) {
+        for (at, _) in &mut self.schedule {
+            *at += by_ns;
+        }
+    }
+
+    /// When the last timed event is due, if any; pauses count until they end.
+    pub fn last_event_ns(&self) -> Option<u64> {
+        self.schedule
+            .iter()
+            .map(|(at, e)| match e {
+                FaultEvent::Pause { for_ns, .. } => at + for_ns,
+                _ => *at,
+            })
+            .max()
+    }
+
+    /// The nodes the schedule strikes: crashed, paused, or on the smaller side (either
+    /// side if equal) of a partition, or a one-way cut's smaller side. Membership may
+    /// remove these; removing any other node is removing a healthy member.
+    pub fn struck_nodes(&self, nodes: u16) -> std::collections::BTreeSet<u16> {
+        let mut struck = std::collections::BTreeSet::new();
+        let smaller = |a: &[u16], b: &[u16], struck: &mut std::collections::BTreeSet<u16>| {
+            if a.len() <= b.len() {
+                struck.extend(a.iter().copied());
+            }
+            if b.len() <= a.len() {
+                struck.extend(b.iter().copied());
+            }
+        };
+        for (_, event) in &self.schedule {
+            match event {
+                FaultEvent::Crash { node } | FaultEvent::Pause { node, .. } => {
+                    struck.insert(*node);
+                }
+                FaultEvent::Partition { side_a, side_b } => smaller(side_a, side_b, &mut struck),
+                FaultEvent::OneWay { from, to } => {
+                    let rest: Vec<u16> = (0..nodes).filter(|n| !from.contains(n)).collect();
+                    smaller(from, &rest, &mut struck);
+                    let rest: Vec<u16> = (0..nodes).filter(|n| !to.contains(n)).collect();
+                    smaller(to, &rest, &mut struck);
+                }
+                FaultEvent::Heal | FaultEvent::Restart { .. } => {}
+            }
+        }
+        struck
+    }
+
     /// When the next event is due, if any is left.
     pub fn next_event_ns(&self) -> Option<u64> {
         self.schedule.get(self.applied).map(|(at, _)| *at)

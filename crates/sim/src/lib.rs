@@ -11,6 +11,8 @@
 
 pub mod cluster;
 pub mod faults;
+pub mod membership;
+pub mod membership_scenarios;
 mod network;
 pub mod rpc_workload;
 pub mod run;

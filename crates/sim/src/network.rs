@@ -219,7 +219,22 @@ impl SimNetwork {
         }
     }
 
-    fn send(&mut self, source: EndpointId, target: EndpointId, bytes: &[u8]) {
+    /// Adds an endpoint that is not a worker's (a node's lease socket): the caller sends
+    /// with [`SimNetwork::send`] and receives with [`SimNetwork::take_inbox`].
+    pub(crate) fn add_endpoint(&mut self, local: EndpointId) {
+        self.inboxes.insert(local, VecDeque::new());
+    }
+
+    /// Takes every datagram waiting in `local`'s inbox, oldest first.
+    pub(crate) fn take_inbox(&mut self, local: EndpointId) -> Vec<(EndpointId, Vec<u8>)> {
+        self.inboxes
+            .get_mut(&local)
+            .map(|inbox| inbox.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// Sends one datagram from `source` to `target`, subject to every fault in force.
+    pub(crate) fn send(&mut self, source: EndpointId, target: EndpointId, bytes: &[u8]) {
         self.counters.sent += 1;
         if self.is_cut(source, target) {
             self.counters.partitioned += 1;

@@ -21,6 +21,7 @@ use ferrotx_store::TableSpec;
 
 use crate::cluster::SimCluster;
 use crate::faults::{FaultKind, FaultPlan};
+use crate::membership::CONVERGENCE_LEASES;
 
 /// The simulated configuration's addresses are never bound; any valid port base does.
 const PORT_BASE_UNUSED: u16 = 40_000;
@@ -83,6 +84,13 @@ pub struct RunOptions {
     /// The faults to inject instead of those drawn from the seed (a scenario written by
     /// hand).
     pub plan: Option<FaultPlan>,
+    /// Run membership (leases and reconfiguration) with these options: the cluster
+    /// bootstraps through the protocol, the plan's timed faults start once it has, and
+    /// `deadline_ns` counts from then. `None`: the static configuration, as before.
+    pub membership: Option<ferrotx_membership::Options>,
+    /// With membership: tick each node's state machine only when its timeout is due
+    /// (see [`crate::membership::MembershipState::strict_ticks`]).
+    pub membership_strict_ticks: bool,
 }
 
 impl RunOptions {
@@ -101,6 +109,8 @@ impl RunOptions {
             deadline_ns: 60_000_000_000,
             log_records_max: ferrotx_txn::participant::LOG_RECORDS_MAX,
             plan: None,
+            membership: None,
+            membership_strict_ticks: false,
         }
     }
 }
@@ -130,12 +140,63 @@ pub struct RunReport {
     pub log_space_waits: u64,
     /// Datagrams cut by partitions.
     pub partitioned: u64,
+    /// What membership did and its checkers found, when the run had membership.
+    pub membership: Option<MembershipReport>,
+}
+
+/// Membership in one run.
+#[derive(Clone, Debug, Default)]
+pub struct MembershipReport {
+    /// Simulated time the bootstrap took (every node serving in the first view).
+    pub bootstrap_ns: u64,
+    /// Views stored at the coordination service, as (id, members, CM).
+    pub views: Vec<(u64, Vec<u16>, u16)>,
+    /// Nodes removed (and stopped): (simulated time, node, view without it).
+    pub removed: Vec<(u64, u16, u64)>,
+    /// Simulated time from the end of the last fault until every live node served in
+    /// the latest view (`None`: never within the run).
+    pub converged_after_ns: Option<u64>,
+    /// Client coroutines still running at the end although a member was lost: stuck in
+    /// transactions the failure interrupted, until transaction recovery exists.
+    pub stuck: usize,
+    /// The workload's own checkers' findings in runs that lost a member: data recovery
+    /// and transaction recovery do not exist yet, so they are reported, not failed.
+    pub excused: Vec<String>,
+    /// The membership checkers' violations (a failed seed).
+    pub violations: Vec<String>,
+    /// A panic that ended the run early, with where it happened. One in the
+    /// participant's log ([`KNOWN_PANIC`]: a promoted backup truncating records it
+    /// logged as a backup, which transaction recovery will handle) is reported; any other
+    /// fails the seed.
+    pub panic: Option<String>,
+    /// Commits of a view older than one committed before (see
+    /// [`crate::membership::MembershipState::stale_commits`]).
+    pub stale_commits: Vec<String>,
+    /// Partitions with no copy left in the latest view (every node holding one was
+    /// removed or crashed: their data is gone until data recovery exists).
+    pub lost_partitions: usize,
+    /// Removals of members the plan never struck (never crashed, paused or cut off on
+    /// the smaller side of a partition): (node, view without it). A healthy member
+    /// removed is a membership bug (see `tests/membership_seeds.rs`).
+    pub healthy_removed: Vec<(u16, u64)>,
+    /// Whether at the end at least half of the latest view's members are down (crashed,
+    /// or a later life): without a majority no view can follow, as FaRM intends.
+    pub majority_down: bool,
+    /// Simulator steps taken.
+    pub steps: u64,
+    /// Hints of newer configurations the workers gave membership.
+    pub hints: u64,
 }
 
 impl RunReport {
     /// Whether the run is correct and live.
     pub fn passed(&self) -> bool {
-        self.checked.violations.is_empty() && self.liveness.is_none()
+        self.checked.violations.is_empty()
+            && self.liveness.is_none()
+            && self
+                .membership
+                .as_ref()
+                .is_none_or(|m| m.violations.is_empty())
     }
 }
 
@@ -180,6 +241,9 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         },
         log_records_max: options.log_records_max,
     };
+    if let Some(membership) = options.membership {
+        return run_with_membership(scenario, options, plan, config, core, membership);
+    }
     let mut cluster = SimCluster::new(config, core, options.seed, plan.network.clone());
     for (node, clock) in plan.clocks.iter().enumerate() {
         cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
@@ -216,6 +280,244 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         )
     });
     let checked = scenario.check(&cluster);
+    finish(
+        scenario, options, &plan, &cluster, checked, liveness, buggify, None,
+    )
+}
+
+/// A run with membership: bootstrap through the protocol, then the workload under the
+/// plan's faults (shifted to start once the cluster serves), with the membership
+/// checkers at every step and at the end.
+fn run_with_membership(
+    scenario: &mut dyn Scenario,
+    options: &RunOptions,
+    mut plan: FaultPlan,
+    config: Configuration,
+    core: CoreOptions,
+    membership: ferrotx_membership::Options,
+) -> RunReport {
+    let lease = membership.lease_ns;
+    let mut cluster = SimCluster::with_membership(
+        config,
+        core,
+        options.seed,
+        plan.network.clone(),
+        &plan.clocks,
+        membership,
+    );
+    cluster
+        .membership
+        .as_mut()
+        .expect("membership runs")
+        .strict_ticks = options.membership_strict_ticks;
+    let mut report = MembershipReport::default();
+    // Bootstrap: every node joins, the node of lowest id swaps in the first view, every
+    // node installs it and serves. Bounded by simulated time.
+    let mut now = 0;
+    while !cluster.converged() && now < 100 * lease && !cluster.out_of_steps() {
+        now += lease / 10;
+        cluster.run_until(now);
+    }
+    report.bootstrap_ns = now;
+    let bootstrapped = cluster.converged();
+    let mut liveness = None;
+    let buggify = plan.buggify.then(|| ferrotx_buggify::enable(options.seed));
+    let mut stuck = 0;
+    if bootstrapped {
+        scenario.load(&cluster);
+        scenario.start_clients(&mut cluster, options.seed);
+        plan.delay(now);
+        let faults_over = plan.last_event_ns().unwrap_or(now).max(now);
+        let state = cluster.membership.as_mut().expect("membership runs");
+        state.faults_over_ns = Some(faults_over);
+        let converge_by = faults_over + CONVERGENCE_LEASES * lease;
+        let deadline = now + options.deadline_ns.max(converge_by - now + lease);
+        let ran = catch_panic(|| {
+            while (cluster.coroutines_live() > 0 || now <= converge_by)
+                && now < deadline
+                && !cluster.out_of_steps()
+            {
+                let until = plan.next_event_ns().map_or(deadline, |at| at.min(deadline));
+                let until = if now <= converge_by {
+                    until.min(converge_by + 1)
+                } else {
+                    until
+                };
+                now = cluster.run_until(until).max(now);
+                if now >= until {
+                    plan.apply_due(now, &mut cluster);
+                }
+            }
+        });
+        if let Err(panic) = ran {
+            report.panic = Some(panic);
+        }
+        let state = cluster.membership.as_ref().expect("membership runs");
+        report.converged_after_ns = state.converged_ns.map(|t| t.saturating_sub(faults_over));
+        let live = cluster.coroutines_live();
+        if live > 0 {
+            let down: Vec<u16> = (0..options.nodes).filter(|&n| !cluster.is_up(n)).collect();
+            let why = if cluster.out_of_steps() {
+                "the step bound was reached"
+            } else {
+                "the deadline passed"
+            };
+            if state.lost_a_member() {
+                stuck = live;
+            } else {
+                liveness = Some(format!(
+                    "{live} client coroutines never finished by {:.3} simulated s ({why}; nodes down: {down:?}; no member was lost)",
+                    now as f64 / 1e9
+                ));
+            }
+        }
+    }
+    let lost = cluster
+        .membership
+        .as_ref()
+        .is_some_and(|s| s.lost_a_member());
+    let out_of_steps = cluster.out_of_steps();
+    let state = cluster.membership.as_mut().expect("membership runs");
+    if let Some(panic) = &report.panic {
+        if !panic.contains(KNOWN_PANIC) {
+            state.violation(format!("panic: {panic}"));
+        }
+    } else if !bootstrapped {
+        state.violation(format!(
+            "the cluster did not bootstrap (every node serving in the first view) within {} leases",
+            now / lease
+        ));
+    } else if report
+        .converged_after_ns
+        .is_none_or(|t| t > CONVERGENCE_LEASES * lease)
+    {
+        state.violation(format!(
+            "(c) live nodes did not all serve in the latest view within {CONVERGENCE_LEASES} leases of the last fault (converged after {:?} ns)",
+            report.converged_after_ns
+        ));
+    }
+    if out_of_steps {
+        state.violation(format!(
+            "the run reached the bound of {} simulator steps at {now} ns",
+            state.steps_max
+        ));
+    }
+    state.check_history();
+    let state = cluster.membership.as_ref().expect("membership runs");
+    report.views = state
+        .history()
+        .iter()
+        .map(|v| (v.id, v.members.iter().map(|m| m.node).collect(), v.cm))
+        .collect();
+    report.removed = state
+        .removed
+        .iter()
+        .map(|&(t, n, _, v)| (t, n, v))
+        .collect();
+    report.violations = state.violations.clone();
+    if state.violations_count > state.violations.len() as u64 {
+        report
+            .violations
+            .push(format!("... {} violations in all", state.violations_count));
+    }
+    report.steps = state.steps;
+    report.stale_commits = state.stale_commits.clone();
+    if let Some(current) = state.coordination.current() {
+        let down = current
+            .members
+            .iter()
+            .filter(|m| !cluster.is_up(m.node) || cluster.incarnation(m.node) != m.incarnation)
+            .count();
+        report.majority_down = 2 * down >= current.members.len();
+    }
+    let struck = plan.struck_nodes(options.nodes);
+    let history = state.history();
+    for w in history.windows(2) {
+        for m in &w[0].members {
+            if !w[1].is_member(m.node, m.incarnation) && !struck.contains(&m.node) {
+                report.healthy_removed.push((m.node, w[1].id));
+            }
+        }
+    }
+    report.lost_partitions = state.lost_partitions();
+    report.hints = state.hints;
+    report.stuck = stuck;
+    let mut checked = if bootstrapped && report.panic.is_none() {
+        scenario.check(&cluster)
+    } else {
+        Checked::default()
+    };
+    if lost || report.panic.is_some() {
+        report.excused = std::mem::take(&mut checked.violations);
+    }
+    finish(
+        scenario,
+        options,
+        &plan,
+        &cluster,
+        checked,
+        liveness,
+        buggify,
+        Some(report),
+    )
+}
+
+/// Where the known panic of a run with membership happens: a backup promoted to primary
+/// by a new view still holds commit records it logged as a backup, and applying them at
+/// truncation finds no backup copy (`crates/txn/src/participant.rs`, `truncate`).
+/// Transaction recovery (FaRM 5.3) is what will process them.
+pub const KNOWN_PANIC: &str = "crates/txn/src/participant.rs";
+
+thread_local! {
+    static CAPTURING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `body`, turning a panic into its message and location (not printed).
+fn catch_panic(body: impl FnOnce()) -> Result<(), String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CAPTURING.with(std::cell::Cell::get) {
+                let location = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                let message = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{message} at {location}")));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    CAPTURING.with(|c| c.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    CAPTURING.with(|c| c.set(false));
+    result.map_err(|_| {
+        LAST_PANIC
+            .with(|p| p.borrow_mut().take())
+            .unwrap_or_else(|| "a panic".to_string())
+    })
+}
+
+/// The report of a run once its checks are done.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    scenario: &dyn Scenario,
+    options: &RunOptions,
+    plan: &FaultPlan,
+    cluster: &SimCluster,
+    checked: Checked,
+    liveness: Option<String>,
+    buggify: Option<ferrotx_buggify::Enabled>,
+    membership: Option<MembershipReport>,
+) -> RunReport {
     let network = cluster.sim.network.borrow();
     let counters = network.counters;
     let mut faults = BTreeMap::new();
@@ -254,5 +556,6 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         digest,
         log_space_waits,
         partitioned: counters.partitioned,
+        membership,
     }
 }

@@ -105,14 +105,14 @@ impl Simulator {
         self.paused_until_ns[index] = self.paused_until_ns[index].max(until_ns);
     }
 
-    fn clock(&self, node: u16) -> NodeClock {
+    pub(crate) fn clock(&self, node: u16) -> NodeClock {
         self.clocks
             .get(usize::from(node))
             .copied()
             .unwrap_or_default()
     }
 
-    fn paused_until(&self, node: u16) -> u64 {
+    pub(crate) fn paused_until(&self, node: u16) -> u64 {
         self.paused_until_ns
             .get(usize::from(node))
             .copied()
@@ -125,39 +125,9 @@ impl Simulator {
     pub fn run_until(&mut self, until_ns: u64) -> u64 {
         loop {
             let now = self.now_ns();
-            let mut next_timer: Option<u64> = None;
-            for i in 0..self.workers.len() {
-                let node = self.workers[i].transport().local().node();
-                let paused_until = self.paused_until(node);
-                if now < paused_until {
-                    next_timer = Some(next_timer.map_or(paused_until, |t| t.min(paused_until)));
-                    continue;
-                }
-                let clock = self.clock(node);
-                let local_now = clock.local_ns(now);
-                let worker = &mut self.workers[i];
-                let mut steps = 0;
-                while worker.step(local_now) {
-                    steps += 1;
-                    assert!(
-                        steps < STEPS_PER_INSTANT_MAX,
-                        "worker busy without end at {now} ns"
-                    );
-                }
-                let local = worker.transport().local();
-                for event in worker.events().drain(..) {
-                    self.events.push((now, local, event));
-                }
-                if let Some(deadline) = worker.next_timeout_ns() {
-                    let at = clock.global_ns(deadline);
-                    next_timer = Some(next_timer.map_or(at, |t| t.min(at)));
-                }
-            }
-            let next_delivery = self.network.borrow().next_delivery_ns();
-            let next = match (next_delivery, next_timer) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(a), None) | (None, Some(a)) => a,
-                (None, None) => return now,
+            let next_timer = self.step_workers();
+            let Some(next) = self.next_event_ns(next_timer) else {
+                return now;
             };
             if next > until_ns {
                 self.network.borrow_mut().advance(until_ns);
@@ -167,6 +137,56 @@ impl Simulator {
             // is stepped once all workers are quiet.
             self.network.borrow_mut().advance(next.max(now + 1));
         }
+    }
+
+    /// The earliest of `next_timer` and the network's next delivery.
+    pub(crate) fn next_event_ns(&self, next_timer: Option<u64>) -> Option<u64> {
+        let next_delivery = self.network.borrow().next_delivery_ns();
+        match (next_delivery, next_timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (Some(a), None) | (None, Some(a)) => Some(a),
+            (None, None) => None,
+        }
+    }
+
+    /// Steps every worker that is not paused at the current instant until it is quiet,
+    /// collecting their events; returns the earliest (simulated) time a worker's timer
+    /// or a pause's end is due. A worker outside its lease has no timer: it does nothing
+    /// until its node's membership renews the lease.
+    pub(crate) fn step_workers(&mut self) -> Option<u64> {
+        let now = self.now_ns();
+        let mut next_timer: Option<u64> = None;
+        for i in 0..self.workers.len() {
+            let node = self.workers[i].transport().local().node();
+            let paused_until = self.paused_until(node);
+            if now < paused_until {
+                next_timer = Some(next_timer.map_or(paused_until, |t| t.min(paused_until)));
+                continue;
+            }
+            let clock = self.clock(node);
+            let local_now = clock.local_ns(now);
+            let worker = &mut self.workers[i];
+            let mut steps = 0;
+            while worker.step(local_now) {
+                steps += 1;
+                assert!(
+                    steps < STEPS_PER_INSTANT_MAX,
+                    "worker busy without end at {now} ns"
+                );
+            }
+            let local = worker.transport().local();
+            for event in worker.events().drain(..) {
+                self.events.push((now, local, event));
+            }
+            if local_now >= worker.serving_until() {
+                continue;
+            }
+            if let Some(deadline) = worker.next_timeout_ns() {
+                let at = clock.global_ns(deadline);
+                next_timer = Some(next_timer.map_or(at, |t| t.min(at)));
+            }
+        }
+        next_timer
     }
 }
 

@@ -1,0 +1,191 @@
+//! Membership in the simulator: every node runs the production lease and reconfiguration
+//! state machine ([`ferrotx_membership::Membership`]) on its own drifting clock, its
+//! messages carried by the simulated network between the nodes' lease endpoints (thread
+//! [`LEASE_THREAD`], under the same loss, duplication, delays, partitions, pauses and
+//! crashes as worker traffic), with one shared [`MemoryCoordination`].
+//!
+//! [`MembershipState`] holds what the cluster shares and what the checkers found:
+//! - (a) the coordination service's history has strictly growing ids (one view per id);
+//! - (b) at every simulator step, every node whose `serving_until` is after its local
+//!   clock is a member of the highest view committed anywhere so far;
+//! - (c) once the last fault is over, every live node converges to the latest view and
+//!   serves within [`CONVERGENCE_LEASES`] leases;
+//! - (d) consecutive views orphan no partition ([`View::orphaned_in`]).
+
+use std::collections::BTreeSet;
+
+use ferrotx_cluster::{MemoryCoordination, View};
+use ferrotx_membership::Options;
+use ferrotx_wire::EndpointId;
+
+use crate::faults::DRIFT_PPM_MAX;
+
+/// The thread id of every node's lease endpoint (no worker has it).
+pub const LEASE_THREAD: u16 = u16::MAX;
+
+/// Leases within which live nodes must converge once the last fault is over.
+pub const CONVERGENCE_LEASES: u64 = 20;
+
+/// Violations kept per run (the first ones; the count goes on).
+const VIOLATIONS_KEPT: usize = 20;
+
+/// Node `node`'s lease endpoint.
+pub fn lease_endpoint(node: u16) -> EndpointId {
+    EndpointId::new(node, LEASE_THREAD)
+}
+
+/// The simulator's membership options: a 10 ms lease (simulated time) and a drift bound
+/// of the simulator's largest clock drift.
+pub fn default_options() -> Options {
+    Options {
+        lease_ns: 10_000_000,
+        drift_ppm: DRIFT_PPM_MAX.unsigned_abs().into(),
+        ..Options::default()
+    }
+}
+
+/// What the simulated cluster's membership shares, and what its checkers found.
+#[derive(Debug)]
+pub struct MembershipState {
+    /// Every node's options.
+    pub options: Options,
+    /// The coordination service every node reads and swaps.
+    pub coordination: MemoryCoordination,
+    /// The highest view id any node committed so far.
+    pub committed_max: u64,
+    /// Removals: (simulated time, node, incarnation, the view without it).
+    pub removed: Vec<(u64, u16, u64, u64)>,
+    /// Removed nodes the supervisor restarts: (simulated time, node).
+    pub restarts_pending: Vec<(u64, u16)>,
+    /// Whether the driver calls `tick` only when `next_timeout_ns` is due (the state
+    /// machine's contract, as its own test harness drives it). When false (the default),
+    /// it also ticks after delivering datagrams, as a lease thread that polls its socket
+    /// and then its timers does: a CM whose members all renew has no timeout due, and
+    /// processes a join only at a tick (see the report of the membership seeds).
+    pub strict_ticks: bool,
+    /// Whether a removed node is restarted (as a new life) a lease after it stopped.
+    pub restart_removed: bool,
+    /// From when no fault is left to come (set by the run); convergence is timed from it.
+    pub faults_over_ns: Option<u64>,
+    /// When every live node first served in the latest view after `faults_over_ns`.
+    pub converged_ns: Option<u64>,
+    /// Simulator steps (instants) taken so far, and the bound.
+    pub steps: u64,
+    /// Steps after which the run stops (a livelock guard).
+    pub steps_max: u64,
+    /// Installs and commits carried out.
+    pub installs: u64,
+    /// Commits carried out.
+    pub commits: u64,
+    /// Hints of newer configurations forwarded from workers.
+    pub hints: u64,
+    /// Commits of a view older than one already committed elsewhere (a node resuming
+    /// from a pause commits the view it was removed from). Not a serving violation as
+    /// long as its lease is over, which (b) checks; reported as a membership bug.
+    pub stale_commits: Vec<String>,
+    /// Violations found (the first [`VIOLATIONS_KEPT`]) and how many in all.
+    pub violations: Vec<String>,
+    /// Violations found in all.
+    pub violations_count: u64,
+    /// Serving violations already reported: (node, view), to report each once.
+    reported: BTreeSet<(u16, u64)>,
+    /// Events of the simulator already looked at.
+    pub(crate) events_seen: usize,
+}
+
+impl MembershipState {
+    /// Shared state for nodes run with `options`.
+    pub fn new(options: Options) -> Self {
+        Self {
+            options,
+            coordination: MemoryCoordination::new(),
+            committed_max: 0,
+            removed: Vec::new(),
+            restarts_pending: Vec::new(),
+            restart_removed: true,
+            strict_ticks: false,
+            faults_over_ns: None,
+            converged_ns: None,
+            steps: 0,
+            steps_max: 3_000_000,
+            installs: 0,
+            commits: 0,
+            hints: 0,
+            violations: Vec::new(),
+            stale_commits: Vec::new(),
+            violations_count: 0,
+            reported: BTreeSet::new(),
+            events_seen: 0,
+        }
+    }
+
+    /// Records a violation.
+    pub fn violation(&mut self, what: String) {
+        self.violations_count += 1;
+        if self.violations.len() < VIOLATIONS_KEPT {
+            self.violations.push(what);
+        }
+    }
+
+    /// Records that node `node` serves in view `view` while `committed` is committed,
+    /// once per node and view.
+    pub(crate) fn serving_outside(
+        &mut self,
+        now: u64,
+        node: u16,
+        view: Option<u64>,
+        until: u64,
+        local: u64,
+    ) {
+        let key = (node, view.unwrap_or(u64::MAX));
+        if self.reported.insert(key) {
+            let committed = self.committed_max;
+            self.violation(format!(
+                "(b) at {now} ns node {node} serves (serving_until {until} > its clock {local}) in view {view:?} while view {committed} is committed"
+            ));
+        }
+    }
+
+    /// Checks (a) and (d) over the coordination service's history.
+    pub fn check_history(&mut self) {
+        let history = self.coordination.history();
+        for w in history.windows(2) {
+            if w[1].id <= w[0].id {
+                self.violation(format!(
+                    "(a) view {} stored after view {}: ids must grow",
+                    w[1].id, w[0].id
+                ));
+            }
+            let orphaned = w[0].orphaned_in(&w[1]);
+            if !orphaned.is_empty() {
+                self.violation(format!(
+                    "(d) view {} orphans partitions {orphaned:?} that view {} held on nodes still members",
+                    w[1].id, w[0].id
+                ));
+            }
+        }
+    }
+
+    /// Views stored so far.
+    pub fn history(&self) -> Vec<View> {
+        self.coordination.history()
+    }
+
+    /// Partitions with no copy left in the latest view.
+    pub fn lost_partitions(&self) -> usize {
+        self.coordination
+            .current()
+            .map_or(0, |v| v.copies.iter().filter(|c| c.is_empty()).count())
+    }
+
+    /// Whether some view removed a member of the view before it (a failure was handled).
+    pub fn lost_a_member(&self) -> bool {
+        let history = self.coordination.history();
+        !self.removed.is_empty()
+            || history.windows(2).any(|w| {
+                w[0].members
+                    .iter()
+                    .any(|m| !w[1].is_member(m.node, m.incarnation))
+            })
+    }
+}

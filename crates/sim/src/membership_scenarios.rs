@@ -1,0 +1,248 @@
+//! Scenarios that attack membership (`ferrotx sim --workload membership-...`): each a
+//! fault plan written by hand, its timing drawn from the seed, run with membership on
+//! (see [`crate::membership`]) under light transactional load (the kv workload) and
+//! light network faults (loss, duplication, reordering drawn from the seed).
+//!
+//! Times are from the moment the cluster has bootstrapped; `L` is the lease.
+
+use ferrotx_workload::workload::{KvWorkload, Workload};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::faults::{CLOCK_OFFSET_NS_MAX, DRIFT_PPM_MAX, FaultEvent, FaultKind, FaultPlan};
+use crate::membership::default_options;
+use crate::run::{RunOptions, RunReport, Scenario};
+use crate::scenarios::WorkloadScenario;
+use crate::simulator::NodeClock;
+
+/// Every membership scenario, in the order `--workload membership` runs them.
+pub const NAMES: [&str; 12] = [
+    "membership-crash",
+    "membership-crash-cm",
+    "membership-pause",
+    "membership-partition-minority",
+    "membership-partition-majority",
+    "membership-one-way",
+    "membership-cm-during-reconfig",
+    "membership-race",
+    "membership-drift",
+    "membership-two-failures",
+    "membership-random",
+    "membership-random-writes",
+];
+
+/// The scenarios whose load writes. Until transaction recovery exists, a failure that
+/// interrupts writes leaves lost writes and stuck commits, and a backup promoted to
+/// primary panics applying the records it logged as a backup ([`crate::run::KNOWN_PANIC`]):
+/// these runs report such findings instead of failing. The others run a read-only load,
+/// which every checker must find correct.
+pub const WRITING: [&str; 1] = ["membership-random-writes"];
+
+/// The scenarios whose faults may strike more than f = replicas - 1 nodes at once (a
+/// crash, pauses and partitions drawn at random): a partition may lose every copy, and a
+/// view may lose its majority for good, as FaRM intends.
+pub const BEYOND_F: [&str; 2] = ["membership-random", "membership-random-writes"];
+
+/// Transactions each client runs.
+const TRANSACTIONS: usize = 12;
+
+/// Whether `name` is a membership scenario.
+pub fn is_membership(name: &str) -> bool {
+    NAMES.contains(&name)
+}
+
+/// The light load every membership scenario runs: one kv client per worker.
+///
+/// # Panics
+///
+/// If `name` is not one of [`NAMES`].
+pub fn scenario(name: &str) -> Box<dyn Scenario> {
+    let name = NAMES
+        .into_iter()
+        .find(|n| *n == name)
+        .unwrap_or_else(|| panic!("no membership scenario {name:?}; they are {NAMES:?}"));
+    Box::new(WorkloadScenario::custom(
+        name,
+        Workload::Kv(KvWorkload {
+            keys_per_txn: 2,
+            write_share: if WRITING.contains(&name) { 0.5 } else { 0.0 },
+            key_count: 24,
+            value_bytes: 8,
+            zipf: 0.0,
+        }),
+        1,
+        TRANSACTIONS,
+    ))
+}
+
+/// The run options of scenario `name` for `seed`: membership on, its nodes, and its plan.
+///
+/// # Panics
+///
+/// If `name` is not one of [`NAMES`].
+pub fn options(name: &str, seed: u64) -> RunOptions {
+    let membership = default_options();
+    let lease = membership.lease_ns;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x3e3b_e125);
+    let nodes: u16 = match name {
+        "membership-crash" | "membership-crash-cm" | "membership-pause" | "membership-drift" => 3,
+        "membership-one-way" => rng.random_range(3..=5),
+        _ => 5,
+    };
+    let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
+    let mut plan = FaultPlan::draw(seed, &light, nodes, 1);
+    // Light network faults: at most 2% loss and duplication.
+    plan.network.loss /= 2.5;
+    plan.network.duplicate /= 2.5;
+    let mut at = |lo: u64, hi: u64| rng.random_range(lo..=hi);
+    let t = at(lease / 10, lease);
+    let mut schedule = Vec::new();
+    match name {
+        "membership-crash" | "membership-crash-cm" => {
+            let node = if name == "membership-crash-cm" {
+                0
+            } else {
+                u16::try_from(at(1, u64::from(nodes) - 1)).expect("a node id")
+            };
+            schedule.push((t, FaultEvent::Crash { node }));
+            if at(0, 1) == 1 {
+                schedule.push((t + at(lease, 6 * lease), FaultEvent::Restart { node }));
+            }
+        }
+        "membership-pause" => {
+            let node = u16::try_from(at(0, u64::from(nodes) - 1)).expect("a node id");
+            let for_ns = at(lease + lease / 2, 4 * lease);
+            schedule.push((t, FaultEvent::Pause { node, for_ns }));
+        }
+        "membership-partition-minority" | "membership-partition-majority" => {
+            // Minority: the CM's side is the smaller one (it loses its majority);
+            // majority: the CM keeps a majority and the other side is removed.
+            let other = u16::try_from(at(1, 4)).expect("a node id");
+            let (side_a, side_b): (Vec<u16>, Vec<u16>) = if name.ends_with("minority") {
+                (0..nodes).partition(|&n| n == 0 || n == other)
+            } else {
+                let second = 1 + (other % 4);
+                (0..nodes).partition(|&n| n == other || n == second)
+            };
+            schedule.push((t, FaultEvent::Partition { side_a, side_b }));
+            schedule.push((t + at(2 * lease, 6 * lease), FaultEvent::Heal));
+        }
+        "membership-one-way" => {
+            let node = u16::try_from(at(0, u64::from(nodes) - 1)).expect("a node id");
+            let others: Vec<u16> = (0..nodes).filter(|&n| n != node).collect();
+            let event = if at(0, 1) == 0 {
+                FaultEvent::OneWay {
+                    from: vec![node],
+                    to: others,
+                }
+            } else {
+                FaultEvent::OneWay {
+                    from: others,
+                    to: vec![node],
+                }
+            };
+            schedule.push((t, event));
+            schedule.push((t + at(2 * lease, 6 * lease), FaultEvent::Heal));
+        }
+        "membership-cm-during-reconfig" => {
+            // A member fails; the CM fails while it handles that (suspecting, probing,
+            // swapping, waiting for acks or for old leases to end).
+            let node = u16::try_from(at(1, 4)).expect("a node id");
+            schedule.push((t, FaultEvent::Crash { node }));
+            schedule.push((t + at(lease / 2, 2 * lease), FaultEvent::Crash { node: 0 }));
+        }
+        "membership-race" => {
+            // Node 2 stops hearing the CM a quarter lease before the CM dies: the first
+            // two backup CMs (1 and 2, staggered by a quarter lease) suspect it together.
+            schedule.push((
+                t,
+                FaultEvent::OneWay {
+                    from: vec![0],
+                    to: vec![2],
+                },
+            ));
+            let gap = lease / 4 - lease / 20 + at(0, lease / 10);
+            schedule.push((t + gap, FaultEvent::Crash { node: 0 }));
+            schedule.push((t + gap + 4 * lease, FaultEvent::Heal));
+        }
+        "membership-drift" => {
+            for clock in &mut plan.clocks {
+                let drift = match at(0, 2) {
+                    0 => DRIFT_PPM_MAX,
+                    1 => -DRIFT_PPM_MAX,
+                    _ => {
+                        i32::try_from(at(0, 2 * DRIFT_PPM_MAX.unsigned_abs() as u64))
+                            .expect("small")
+                            - DRIFT_PPM_MAX
+                    }
+                };
+                *clock = NodeClock {
+                    offset_ns: at(0, CLOCK_OFFSET_NS_MAX),
+                    drift_ppm: drift,
+                };
+            }
+            let node = u16::try_from(at(0, u64::from(nodes) - 1)).expect("a node id");
+            schedule.push((t, FaultEvent::Crash { node }));
+        }
+        "membership-two-failures" => {
+            let a = u16::try_from(at(0, 4)).expect("a node id");
+            let b = (a + u16::try_from(at(1, 4)).expect("a node id")) % 5;
+            schedule.push((t, FaultEvent::Crash { node: a }));
+            schedule.push((t + at(3 * lease, 5 * lease), FaultEvent::Crash { node: b }));
+        }
+        "membership-random" | "membership-random-writes" => {
+            let mut kinds = FaultKind::ALL.to_vec();
+            kinds.retain(|k| *k != FaultKind::Buggify);
+            plan = FaultPlan::draw(seed, &kinds, nodes, 5 * lease);
+            plan.network.loss /= 2.5;
+            plan.network.duplicate /= 2.5;
+            schedule = std::mem::take(&mut plan.schedule);
+        }
+        other => panic!("no membership scenario {other:?}; they are {NAMES:?}"),
+    }
+    schedule.sort_by_key(|(at, _)| *at);
+    plan.schedule = schedule;
+    RunOptions {
+        nodes,
+        faults: light.to_vec(),
+        deadline_ns: 30 * lease,
+        plan: Some(plan),
+        membership: Some(membership),
+        ..RunOptions::new(seed)
+    }
+}
+
+/// A run's failure, if any: a violation of (a), (b) or (d), an unknown panic, a failed
+/// bootstrap, the step bound, a liveness failure of a run that lost no member; and (c)
+/// or a read-only workload's finding, unless the run removed a healthy member (the
+/// known bugs below, which then explain a cluster left without a majority or a
+/// partition left without a copy).
+pub fn failure(name: &str, report: &RunReport) -> Option<String> {
+    let Some(m) = report.membership.as_ref() else {
+        return Some("membership did not run".to_string());
+    };
+    let explained = !m.healthy_removed.is_empty() || !m.stale_commits.is_empty();
+    let beyond_f = BEYOND_F.contains(&name);
+    let hard: Vec<&String> = m
+        .violations
+        .iter()
+        .filter(|v| !((explained || (beyond_f && m.majority_down)) && v.starts_with("(c)")))
+        .collect();
+    if !hard.is_empty() {
+        return Some(format!("membership: {hard:?}"));
+    }
+    if let Some(l) = &report.liveness {
+        return Some(format!("liveness: {l}"));
+    }
+    if !report.checked.violations.is_empty() {
+        return Some(format!("workload: {:?}", report.checked.violations));
+    }
+    if !WRITING.contains(&name)
+        && !m.excused.is_empty()
+        && !explained
+        && !(beyond_f && (m.lost_partitions > 0 || m.majority_down))
+    {
+        return Some(format!("read-only workload: {:?}", m.excused));
+    }
+    None
+}
