@@ -189,6 +189,8 @@ struct Grant {
     last_grant: (u64, u64),
     /// Until when the CM holds its lease at the member.
     cm_until: u64,
+    /// The sequence number of the member's last NEW-CONFIG-ACK (the commit answers it).
+    last_ack_seq: u64,
 }
 
 #[derive(Debug)]
@@ -199,6 +201,9 @@ enum Reconfig {
     Probing {
         seq: u64,
         deadline_ns: u64,
+        /// Probes are sent again to those that have not answered, so that one lost
+        /// datagram does not remove a live member.
+        next_resend_ns: u64,
         exclude: BTreeSet<u16>,
         replies: BTreeSet<ViewMember>,
     },
@@ -246,6 +251,10 @@ pub struct Membership {
     installed_at_ns: u64,
     /// The time of the last tick: timeouts are always after it.
     last_tick_ns: u64,
+    /// When this node last heard from its CM (a grant of any length, NEW-CONFIG, a
+    /// commit): it suspects the CM after a lease of silence, not when its own lease ends,
+    /// which capped grants may shorten while the CM is alive.
+    last_heard_cm_ns: u64,
     /// Whether the lease had run out at the last check (to count each expiration once).
     expired: bool,
     /// Reading the coordination service.
@@ -288,6 +297,7 @@ impl Membership {
             ack_view: 0,
             installed_at_ns: 0,
             last_tick_ns: 0,
+            last_heard_cm_ns: 0,
             expired: false,
             read_pending: false,
             next_read_ns: now_ns,
@@ -387,7 +397,14 @@ impl Membership {
         }
         match &self.reconfig {
             Reconfig::Idle { next_attempt_ns } => consider(*next_attempt_ns),
-            Reconfig::Probing { deadline_ns, .. } => consider(*deadline_ns),
+            Reconfig::Probing {
+                deadline_ns,
+                next_resend_ns,
+                ..
+            } => {
+                consider(*deadline_ns);
+                consider(*next_resend_ns);
+            }
             Reconfig::Swapping { .. } => {}
             Reconfig::Acks {
                 deadline_ns,
@@ -412,7 +429,8 @@ impl Membership {
                     .as_ref()
                     .map(|v| v.backup_cms(self.options.backup_cms));
                 if let Some(rank) = backups.and_then(|b| b.iter().position(|&n| n == self.me)) {
-                    consider(self.lease_until + rank as u64 * self.options.probe_timeout_ns());
+                    let rank = rank as u64 * self.options.probe_timeout_ns();
+                    consider(self.last_heard_cm_ns + self.options.lease_ns + rank);
                 }
             }
         }
@@ -542,6 +560,27 @@ impl Membership {
             // NEW-CONFIG-COMMIT may have been lost: ask again by acking again.
             let (cm, id) = (view.cm, view.id);
             self.send_ack(now_ns, cm, id);
+        } else if matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
+        {
+            // The CM of a view it could neither commit nor replace (a member did not
+            // acknowledge, and a probe found no majority): collect the acks again, and
+            // reconfigure from this view when some are missing at the deadline.
+            for m in &view.members {
+                if m.node != self.me {
+                    self.send(m.node, 0, Body::NewConfig(view.clone()));
+                }
+            }
+            let own = self.old_cm_lease_ns(now_ns, self.me);
+            let mut acks = BTreeMap::new();
+            acks.insert(self.me, now_ns + self.options.lengthened(own));
+            self.reconfig = Reconfig::Acks {
+                id: view.id,
+                sent_ns: now_ns,
+                deadline_ns: now_ns + self.options.lease_ns,
+                next_resend_ns: now_ns + self.options.renew_ns(),
+                acks,
+            };
+            self.acks_done_check(now_ns);
         }
         if now_ns >= self.next_read_ns {
             // The CM may have failed before committing: another may have taken over.
@@ -594,17 +633,19 @@ impl Membership {
             if now_ns >= self.next_read_ns {
                 self.request_read(now_ns);
             }
-            // A backup CM takes over after a delay that grows with its rank, so that the
-            // first of them usually wins and the others adopt its view.
-            let backups = view.backup_cms(self.options.backup_cms);
-            if let Some(rank) = backups.iter().position(|&n| n == self.me) {
-                let start = self.lease_until + rank as u64 * self.options.probe_timeout_ns();
-                if now_ns >= start {
-                    self.start_probe(now_ns, [cm].into_iter().collect());
-                }
-            }
         } else {
             self.expired = false;
+        }
+        // A backup CM takes over a CM silent for a lease, after a delay that grows with
+        // its rank, so that the first of them usually wins and the others adopt its view.
+        let backups = view.backup_cms(self.options.backup_cms);
+        if let Some(rank) = backups.iter().position(|&n| n == self.me) {
+            let start = self.last_heard_cm_ns
+                + self.options.lease_ns
+                + rank as u64 * self.options.probe_timeout_ns();
+            if now_ns >= start && now_ns >= self.lease_until {
+                self.start_probe(now_ns, [cm].into_iter().collect());
+            }
         }
     }
 
@@ -685,6 +726,7 @@ impl Membership {
         self.reconfig = Reconfig::Probing {
             seq,
             deadline_ns: now_ns + self.options.probe_timeout_ns(),
+            next_resend_ns: now_ns + self.options.probe_timeout_ns() / 4,
             exclude,
             replies: BTreeSet::new(),
         };
@@ -758,6 +800,30 @@ impl Membership {
         match &mut self.reconfig {
             Reconfig::Probing { deadline_ns, .. } if now_ns >= *deadline_ns => {
                 self.finish_probe(now_ns);
+            }
+            Reconfig::Probing {
+                seq,
+                next_resend_ns,
+                exclude,
+                replies,
+                ..
+            } if now_ns >= *next_resend_ns => {
+                *next_resend_ns = now_ns + self.options.probe_timeout_ns() / 4;
+                let seq = *seq;
+                let view = self.view.as_ref().expect("probing a view");
+                let again: Vec<u16> = view
+                    .members
+                    .iter()
+                    .filter(|m| {
+                        m.node != self.me
+                            && !exclude.contains(&m.node)
+                            && !replies.iter().any(|r| r.node == m.node)
+                    })
+                    .map(|m| m.node)
+                    .collect();
+                for to in again {
+                    self.send(to, seq, Body::Probe);
+                }
             }
             Reconfig::Acks {
                 id,
@@ -971,6 +1037,7 @@ impl Membership {
         self.phase = Phase::Installing;
         self.installed = false;
         self.expired = false;
+        self.last_heard_cm_ns = now_ns;
         self.joiners.retain(|n, i| !v.is_member(*n, *i));
         self.actions.push_back(Action::Install(v));
     }
@@ -1000,14 +1067,18 @@ impl Membership {
 
     fn send_ack(&mut self, now_ns: u64, cm: u16, id: u64) {
         if self.ack_view != id {
-            // The commit's lease is timed from the first ack: the earliest it can answer.
             self.ack_view = id;
             self.ack_sent_ns = now_ns;
         }
         let old_cm_lease_ns = self.old_cm_lease_ns(now_ns, cm);
         // The ack grants the CM a lease too.
         self.grant_cm(now_ns, cm);
-        self.send(cm, 0, Body::NewConfigAck { old_cm_lease_ns });
+        // Numbered like lease requests: the commit answering it names it, and its lease is
+        // timed from when this ack was sent.
+        self.seq += 1;
+        let seq = self.seq;
+        self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
+        self.send(cm, seq, Body::NewConfigAck { old_cm_lease_ns });
     }
 
     /// How long the leases this node granted CMs other than `cm` may still run: a new CM
@@ -1037,9 +1108,19 @@ impl Membership {
             return;
         }
         let id = view.id;
+        // The commit answers one of our acks: its lease is timed from that ack. One that
+        // answers an ack older than a lease (taken from the inbox after a pause) is
+        // dropped: the view it commits may have been superseded meanwhile. A fresh ack
+        // gets a fresh commit.
+        let (seq, sent) = self.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
+        if seq != m.seq || now_ns >= sent + self.options.lease_ns {
+            self.stats.dropped += 1;
+            return;
+        }
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
-        self.lease_until = self.ack_sent_ns + self.options.shortened(duration_ns);
+        self.last_heard_cm_ns = now_ns;
+        self.lease_until = sent + self.options.shortened(duration_ns);
         self.grant_cm(now_ns, m.from);
         self.expired = false;
         // Renew at once: the commit's lease is timed from our ack.
@@ -1085,6 +1166,7 @@ impl Membership {
             return;
         }
         self.stats.renewals += 1;
+        self.last_heard_cm_ns = now_ns;
         let rtt = now_ns.saturating_sub(sent).max(1);
         let bucket = (63 - rtt.leading_zeros() as usize).min(self.stats.renewal_rtt_log2.len() - 1);
         self.stats.renewal_rtt_log2[bucket] += 1;
@@ -1141,18 +1223,22 @@ impl Membership {
                 acks.insert(m.from, until);
                 let g = self.grants.entry(m.from).or_default();
                 g.cm_until = g.cm_until.max(*sent_ns + self.options.lease_ns);
+                g.last_ack_seq = m.seq;
                 self.acks_done_check(now_ns);
             }
             _ if self.phase == Phase::Member => {
-                // The member missed NEW-CONFIG-COMMIT.
+                // The member missed NEW-CONFIG-COMMIT (or dropped it as stale).
+                let duration = self
+                    .options
+                    .lease_ns
+                    .min(self.cm_lease_until().saturating_sub(now_ns));
+                let g = self.grants.entry(m.from).or_default();
+                g.granted_until = g.granted_until.max(now_ns + duration);
                 self.send(
                     m.from,
-                    0,
+                    m.seq,
                     Body::NewConfigCommit {
-                        duration_ns: self
-                            .options
-                            .lease_ns
-                            .min(self.cm_lease_until().saturating_sub(now_ns)),
+                        duration_ns: duration,
                     },
                 );
             }
@@ -1213,9 +1299,10 @@ impl Membership {
             if m.node != self.me {
                 let g = self.grants.entry(m.node).or_default();
                 g.granted_until = g.granted_until.max(now_ns + duration);
+                let seq = g.last_ack_seq;
                 self.send(
                     m.node,
-                    0,
+                    seq,
                     Body::NewConfigCommit {
                         duration_ns: duration,
                     },
@@ -1282,6 +1369,9 @@ impl Membership {
                 self.view = Some(next.clone());
                 self.phase = Phase::Installing;
                 self.installed = false;
+                // Admitted: a joiner that then fails to acknowledge is left out by the
+                // next round, not admitted again (it asks again if it is alive).
+                self.joiners.retain(|n, i| !next.is_member(*n, *i));
                 for m in &next.members {
                     if m.node != self.me {
                         self.send(m.node, 0, Body::NewConfig(next.clone()));
