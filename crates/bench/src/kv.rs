@@ -173,11 +173,15 @@ pub struct LeasesReport {
     pub lease_ms: u64,
     /// Lease expirations, summed over the nodes: all false positives. The target is 0.
     pub expirations: u64,
+    /// Of those, the ones before the workload started: while the cluster formed and the
+    /// data loaded.
+    pub expirations_before_workload: u64,
     /// Renewals (lease grants received), summed over the nodes.
     pub renewals: u64,
     /// Suspicions raised, summed over the nodes.
     pub suspicions: u64,
-    /// Whether any node ended in another view than the first (a reconfiguration).
+    /// Whether any node ended in another view than the cluster's first (view 1: the
+    /// benchmark starts a new cluster), so the cluster reconfigured (false positives).
     pub reconfigured: bool,
     /// Renewal round trip (request sent to grant received) over every node's renewals,
     /// median, in microseconds: the upper bound of its power-of-two bucket of nanoseconds
@@ -239,7 +243,12 @@ fn rtt_us(log2: &[u64], max_ns: u64) -> (f64, f64, f64) {
 
 impl LeasesReport {
     /// The report of every node's answer to `leases`; `None` if the nodes ran without.
-    pub fn of(lease_ms: u64, nodes: &[Option<NodeLeases>]) -> Option<Self> {
+    /// `before` are the nodes' answers once the data was loaded, before the workload.
+    pub fn of(
+        lease_ms: u64,
+        before: &[Option<NodeLeases>],
+        nodes: &[Option<NodeLeases>],
+    ) -> Option<Self> {
         let nodes: Vec<&NodeLeases> = nodes.iter().flatten().collect();
         if nodes.is_empty() {
             return None;
@@ -252,15 +261,13 @@ impl LeasesReport {
         }
         let max_ns = nodes.iter().map(|n| n.renewal_rtt_max_ns).max()?;
         let (p50, p99, max) = rtt_us(&log2, max_ns);
-        let first_view = nodes.iter().map(|n| n.view_id).min()?;
         Some(Self {
             lease_ms,
             expirations: nodes.iter().map(|n| n.expirations).sum(),
+            expirations_before_workload: before.iter().flatten().map(|n| n.expirations).sum(),
             renewals: nodes.iter().map(|n| n.renewals).sum(),
             suspicions: nodes.iter().map(|n| n.suspicions).sum(),
-            reconfigured: nodes
-                .iter()
-                .any(|n| n.view_id != first_view || n.views_committed > 1),
+            reconfigured: nodes.iter().any(|n| n.view_id != 1),
             renewal_rtt_p50_us: p50,
             renewal_rtt_p99_us: p99,
             renewal_rtt_max_us: max,
@@ -291,10 +298,11 @@ impl LeasesReport {
 /// Prints the leases of a run as a table.
 pub fn print_leases(leases: &LeasesReport) {
     println!(
-        "  leases of {} ms: {} expirations (false positives), {} renewals, renewal round trip \
-         p50 {:.0} us, p99 {:.0} us, max {:.0} us{}",
+        "  leases of {} ms: {} expirations (false positives; {} before the workload), {} \
+         renewals, renewal round trip p50 {:.0} us, p99 {:.0} us, max {:.0} us{}",
         leases.lease_ms,
         leases.expirations,
+        leases.expirations_before_workload,
         leases.renewals,
         leases.renewal_rtt_p50_us,
         leases.renewal_rtt_p99_us,
@@ -374,6 +382,7 @@ pub fn run_points(
     );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     eprintln!("loaded in {:.1} s", started.elapsed().as_secs_f64());
+    let leases_before: Vec<Option<NodeLeases>> = cluster.command_json("leases")?;
     let mut points = Vec::new();
     // Per node, everything every run did: what the checks of the data expect.
     let mut all: Vec<RunResult> = Vec::new();
@@ -398,7 +407,7 @@ pub fn run_points(
     let checks: Vec<CheckResult> = cluster.command_json("check")?;
     // While every node still runs: one stopping would end the others' leases at the CM.
     let leases: Vec<Option<NodeLeases>> = cluster.command_json("leases")?;
-    let leases = LeasesReport::of(options.lease_ms, &leases);
+    let leases = LeasesReport::of(options.lease_ms, &leases_before, &leases);
     let totals: Vec<NodeTotals> = cluster.exit()?;
     Ok(points
         .iter()

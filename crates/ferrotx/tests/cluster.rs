@@ -599,6 +599,7 @@ fn bench_leases_reports_expirations_renewals_and_round_trips() {
     assert_eq!(r["lease_ms"], 1000, "{r}");
     for field in [
         "expirations",
+        "expirations_before_workload",
         "renewals",
         "suspicions",
         "renewal_rtt_p50_us",
