@@ -180,6 +180,10 @@ pub struct LeasesReport {
     pub renewals: u64,
     /// Suspicions raised, summed over the nodes.
     pub suspicions: u64,
+    /// Whether every node committed a view: with leases too short for the machine, the
+    /// first view may never commit (every member must acknowledge it within a lease, once
+    /// its workers started), and then nothing renews, expires or commits.
+    pub formed: bool,
     /// Whether any node ended in another view than the cluster's first (view 1: the
     /// benchmark starts a new cluster), so the cluster reconfigured (false positives).
     pub reconfigured: bool,
@@ -223,6 +227,8 @@ pub struct NodeLeasesReport {
     pub view_id: u64,
     /// Members of that view.
     pub view_members: usize,
+    /// Views committed at this node (0: the cluster never formed).
+    pub views_committed: u64,
 }
 
 /// Renewal round trip quantiles (p50, p99, max) in microseconds of log2 buckets of
@@ -267,6 +273,7 @@ impl LeasesReport {
             expirations_before_workload: before.iter().flatten().map(|n| n.expirations).sum(),
             renewals: nodes.iter().map(|n| n.renewals).sum(),
             suspicions: nodes.iter().map(|n| n.suspicions).sum(),
+            formed: nodes.iter().all(|n| n.views_committed > 0),
             reconfigured: nodes.iter().any(|n| n.view_id != 1),
             renewal_rtt_p50_us: p50,
             renewal_rtt_p99_us: p99,
@@ -288,6 +295,7 @@ impl LeasesReport {
                         max_loop_gap_us: n.max_loop_gap_us,
                         view_id: n.view_id,
                         view_members: n.view_members,
+                        views_committed: n.views_committed,
                     }
                 })
                 .collect(),
@@ -307,7 +315,9 @@ pub fn print_leases(leases: &LeasesReport) {
         leases.renewal_rtt_p50_us,
         leases.renewal_rtt_p99_us,
         leases.renewal_rtt_max_us,
-        if leases.reconfigured {
+        if !leases.formed {
+            "; the cluster NEVER FORMED (a view was not committed at every node)"
+        } else if leases.reconfigured {
             "; the cluster RECONFIGURED"
         } else {
             ""

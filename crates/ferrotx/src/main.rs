@@ -565,10 +565,22 @@ fn main() -> anyhow::Result<()> {
                 .context("the nodes reported no leases")?;
             println!();
             ferrotx_bench::kv::print_leases(&leases);
-            if leases.expirations > 0 || leases.reconfigured {
+            if !leases.formed {
                 println!(
-                    "  {} false positives with leases of {} ms on this machine",
-                    leases.expirations, leases.lease_ms
+                    "  leases of {} ms are too short for this machine: the cluster never \
+                     formed (no view committed at every node), so nothing was renewed",
+                    leases.lease_ms
+                );
+            } else if leases.expirations > 0 || leases.reconfigured {
+                println!(
+                    "  {} false positives with leases of {} ms on this machine{}",
+                    leases.expirations,
+                    leases.lease_ms,
+                    if leases.reconfigured {
+                        "; the cluster reconfigured without a failed node"
+                    } else {
+                        ""
+                    }
                 );
             }
             write_json(

@@ -611,6 +611,7 @@ fn bench_leases_reports_expirations_renewals_and_round_trips() {
         number(&r, field);
     }
     assert!(r["realtime"].is_boolean(), "{r}");
+    assert_eq!(r["formed"], true, "{r}");
     assert!(number(&r, "renewals") > 0.0, "{r}");
     assert!(number(&r, "throughput_per_s") > 0.0, "{r}");
     let p50 = number(&r, "renewal_rtt_p50_us");
