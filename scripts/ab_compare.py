@@ -9,11 +9,16 @@ sessions. Writes the raw figures and the summary as JSON and Markdown.
 Usage:
   python3 scripts/ab_compare.py --a OLD_BINARY --b NEW_BINARY [--runs 5] [--duration 5]
                                 [--json PATH] [--md PATH] [--benches tatp,kv,rpc]
+                                [--a-args=FLAGS] [--b-args=FLAGS]
+
+A and B may be the same binary with other flags: `--a-args=--lease-ms 0` compares static
+nodes (A) with nodes holding leases (B, the default).
 """
 
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import tempfile
@@ -36,8 +41,9 @@ PER_CPU = {
 }
 
 
-def run_once(binary, bench, duration):
+def run_once(binary, bench, duration, extra=()):
     args, figure = BENCHES[bench]
+    args = args + list(extra)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [binary] + args + ["--duration", str(duration), "--json", path]
@@ -56,6 +62,8 @@ def main():
     parser.add_argument("--duration", type=float, default=5)
     parser.add_argument("--benches", default="tatp,kv,rpc")
     parser.add_argument("--json")
+    parser.add_argument("--a-args", default="", help="flags added to A's runs")
+    parser.add_argument("--b-args", default="", help="flags added to B's runs")
     parser.add_argument("--md")
     args = parser.parse_args()
 
@@ -65,11 +73,12 @@ def main():
         a, b, a_cpu, b_cpu = [], [], [], []
         for i in range(args.runs):
             # Alternate which goes first, so drift during a pair favours neither.
-            order = [("a", args.a), ("b", args.b)]
+            order = [("a", args.a, shlex.split(args.a_args)),
+                     ("b", args.b, shlex.split(args.b_args))]
             if i % 2 == 1:
                 order.reverse()
-            for side, binary in order:
-                value, per_cpu = run_once(binary, bench, args.duration)
+            for side, binary, extra in order:
+                value, per_cpu = run_once(binary, bench, args.duration, extra)
                 (a if side == "a" else b).append(value)
                 (a_cpu if side == "a" else b_cpu).append(per_cpu)
                 print("%-5s run %d %s: %.0f (%.0f per CPU-s)" % (bench, i + 1, side, value,
@@ -96,6 +105,8 @@ def main():
         "date": started,
         "a": args.a,
         "b": args.b,
+        "a_args": args.a_args,
+        "b_args": args.b_args,
         "runs": args.runs,
         "duration_s": args.duration,
         "commands": {k: " ".join(v[0]) for k, v in BENCHES.items()},
@@ -106,7 +117,8 @@ def main():
             json.dump(report, f, indent=2)
     if args.md:
         with open(args.md, "w") as f:
-            f.write("# A/B: %s against %s\n\n" % (args.b, args.a))
+            f.write("# A/B: %s %s against %s %s\n\n"
+                    % (args.b, args.b_args, args.a, args.a_args))
             f.write("%s, %d alternating runs of %g s each, one session "
                     "(`python3 scripts/ab_compare.py --runs %d --duration %g`).\n\n"
                     % (started, args.runs, args.duration, args.runs, args.duration))

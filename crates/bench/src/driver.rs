@@ -11,9 +11,13 @@
 //! - `stop`: let every coroutine finish its transaction, flush this node's truncation
 //!   marks to every node, and answer with a [`RunResult`];
 //! - `check` (once every node has stopped): answer with a [`CheckResult`] of the data;
+//! - `leases`: answer with the lease thread's [`NodeLeases`] (JSON `null` when the node
+//!   runs without membership); asked before `exit`, while every node still runs, so that
+//!   nodes stopping one after the other count no expiration;
 //! - `exit`: stop the workers and answer with [`NodeTotals`].
 
 use std::io::{BufRead, Write};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +58,61 @@ pub struct DriveOptions {
     pub client_nodes: u16,
     /// Share of datagrams every node drops on purpose before sending, in [0, 1).
     pub loss: f64,
+    /// Run as a member of the cluster with leases of this many milliseconds, as `ferrotx
+    /// node` does (the coordination file next to the configuration file, the lease
+    /// thread, admission into the first view); `None`: a static node without membership.
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+}
+
+/// How long a benchmark node waits to be admitted into the cluster.
+const ADMIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A node's lease thread over the whole run, answered to `leases`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeLeases {
+    /// The node.
+    pub node: u16,
+    /// Times its lease (or, on the CM, its majority of leases) ran out while it was a
+    /// member of a committed view. Nothing fails in a benchmark: each is a false positive.
+    pub expirations: u64,
+    /// Lease grants received.
+    pub renewals: u64,
+    /// Suspicions it raised.
+    pub suspicions: u64,
+    /// Views committed here (1 without reconfiguration).
+    pub views_committed: u64,
+    /// The id of the last view it knows.
+    pub view_id: u64,
+    /// Members of that view.
+    pub view_members: usize,
+    /// Renewal round trips by power of two of nanoseconds (`Stats::renewal_rtt_log2`).
+    pub renewal_rtt_log2: Vec<u64>,
+    /// The longest renewal round trip, in nanoseconds.
+    pub renewal_rtt_max_ns: u64,
+    /// Whether its lease thread ran at real-time priority (`SCHED_FIFO`).
+    pub realtime: bool,
+    /// Longest gap between two iterations of its lease thread's loop, in microseconds.
+    pub max_loop_gap_us: u64,
+}
+
+impl NodeLeases {
+    fn of(node: u16, status: &ferrotx_node::LeaseStatus) -> Self {
+        let stats = &status.stats;
+        Self {
+            node,
+            expirations: stats.lease_expirations,
+            renewals: stats.renewals,
+            suspicions: stats.suspicions,
+            views_committed: stats.views_committed,
+            view_id: status.view.as_ref().map_or(0, |v| v.id),
+            view_members: status.view.as_ref().map_or(0, |v| v.members.len()),
+            renewal_rtt_log2: stats.renewal_rtt_log2.to_vec(),
+            renewal_rtt_max_ns: stats.renewal_rtt_max_ns,
+            realtime: status.realtime,
+            max_loop_gap_us: status.max_loop_gap_us,
+        }
+    }
 }
 
 /// Latency histogram bounds: 1 ns to 60 s, 3 significant digits.
@@ -88,6 +147,10 @@ pub struct RunResult {
     pub money: i128,
     /// Per transaction type (in the order of `Workload::types`), inside the window.
     pub types: Vec<TypeResult>,
+    /// Coroutines that did not finish when told to stop, because the node no longer
+    /// served (its lease ran out, or the cluster removed it): must be 0.
+    #[serde(default)]
+    pub unfinished: u64,
 }
 
 /// One transaction type's results inside the window.
@@ -110,6 +173,7 @@ impl RunResult {
         self.committed += other.committed;
         self.aborted += other.aborted;
         self.errors += other.errors;
+        self.unfinished += other.unfinished;
         self.money += other.money;
         if self.types.len() < other.types.len() {
             self.types.resize(other.types.len(), TypeResult::default());
@@ -217,8 +281,46 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Main of a driven node process: node `id` of `config`, running `drive`.
-pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyhow::Result<()> {
+/// Starts node `id` of `config` (read from `config_path`) as a member of the cluster with
+/// leases of `lease_ms`, as `ferrotx node` does: the coordination file next to the
+/// configuration (a view left there by a cluster that died is retired, so a run never
+/// waits for dead members), the lease thread, then the workers once admitted.
+fn start_member<T: Transport + Send + 'static>(
+    config: &Arc<Configuration>,
+    config_path: &Path,
+    id: u16,
+    lease_ms: u64,
+    transports: Vec<T>,
+    options: &NodeOptions,
+) -> anyhow::Result<Node> {
+    ensure!(lease_ms >= 1, "leases must be at least 1 ms long");
+    let state = ferrotx_coord::default_state_path(config_path);
+    let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
+        .with_context(|| format!("opening the coordination file {}", state.display()))?;
+    coordination
+        .retire_if_dead()
+        .with_context(|| format!("retiring a stale view in {}", state.display()))?;
+    let lease = ferrotx_node::LeaseThread::start(
+        config.clone(),
+        id,
+        ferrotx_node::incarnation_from_clock(),
+        ferrotx_membership::Options::with_lease_ms(lease_ms),
+        Box::new(coordination),
+        Instant::now(),
+    )
+    .with_context(|| format!("starting node {id}'s lease thread"))?;
+    Node::start_member(transports, options, lease, ADMIT_TIMEOUT)
+        .with_context(|| format!("starting node {id} as a member"))
+}
+
+/// Main of a driven node process: node `id` of `config` (read from `config_path`),
+/// running `drive`.
+pub fn serve(
+    config: Arc<Configuration>,
+    config_path: &Path,
+    id: u16,
+    drive: &DriveOptions,
+) -> anyhow::Result<()> {
     drive.workload.check()?;
     let options = NodeOptions {
         // One slot more than the workload's, for the truncation flush at the end.
@@ -238,7 +340,10 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
             Lossy::new(t, drive.loss, seed, BATCH_DATAGRAMS, UDP_MAX_PAYLOAD_BYTES)
         })
         .collect();
-    let node = Node::start(config.clone(), id, transports, &options, Instant::now());
+    let node = match drive.lease_ms {
+        Some(lease_ms) => start_member(&config, config_path, id, lease_ms, transports, &options)?,
+        None => Node::start(config.clone(), id, transports, &options, Instant::now()),
+    };
     // Primaries first: the objects reads and locks touch end up together in memory. Each
     // pass generates every row; a `loading DONE TOTAL` line goes out every half second.
     let total = 2 * drive.workload.rows();
@@ -337,11 +442,37 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
                 stop.store(true, Ordering::Relaxed);
                 let mut run = RunResult::default();
                 let (mut histogram, mut remote) = (new_histogram(), new_histogram());
+                // A node whose lease ran out (a false positive: nothing fails here) may
+                // serve nothing any more, and its coroutines never finish: after a short
+                // wait it reports what it has, so that the run ends with its figures.
+                let degraded = || {
+                    node.membership().is_some_and(|link| {
+                        let stats = link.status().stats;
+                        link.removed()
+                            || stats.lease_expirations > 0
+                            || stats.suspicions > 0
+                            || stats.probes > 0
+                    })
+                };
+                let stopped = Instant::now();
                 for receiver in running.drain(..) {
-                    let c = receiver
-                        .recv_timeout(Duration::from_secs(60))
-                        .context("a workload coroutine did not finish in 60 s")?;
-                    run.add_counts(&c.run);
+                    loop {
+                        match receiver.recv_timeout(Duration::from_millis(100)) {
+                            Ok(c) => run.add_counts(&c.run),
+                            Err(_) if stopped.elapsed() < Duration::from_secs(5) => continue,
+                            Err(_) if degraded() => run.unfinished += 1,
+                            Err(_) if stopped.elapsed() < Duration::from_secs(60) => continue,
+                            Err(_) => bail!("a workload coroutine did not finish in 60 s"),
+                        }
+                        break;
+                    }
+                }
+                if run.unfinished > 0 {
+                    // Its workers run nothing: no latencies to collect, no marks to flush.
+                    run.cpu_s = cpu_s;
+                    run.window_s = window_s;
+                    answer(&serde_json::to_string(&run)?)?;
+                    continue;
                 }
                 let types = drive.workload.types().len();
                 run.types.resize(types, TypeResult::default());
@@ -385,6 +516,12 @@ pub fn serve(config: Arc<Configuration>, id: u16, drive: &DriveOptions) -> anyho
             // Transactions committed in the window so far, for a progress line.
             "progress" => answer(&progress.load(Ordering::Relaxed).to_string())?,
             "check" => answer(&serde_json::to_string(&check(&node, &drive.workload))?)?,
+            "leases" => {
+                let leases = node
+                    .membership()
+                    .map(|link| NodeLeases::of(id, &link.status()));
+                answer(&serde_json::to_string(&leases)?)?
+            }
             "exit" => break,
             other => bail!("unknown command {other:?}"),
         }

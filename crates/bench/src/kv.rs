@@ -9,7 +9,7 @@ use anyhow::ensure;
 use ferrotx_cluster::Configuration;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{CheckResult, DriveOptions, NodeTotals, RunResult, new_histogram};
+use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
 use crate::workload::Workload;
@@ -45,6 +45,11 @@ pub struct ClusterBenchOptions {
     pub client_nodes: u16,
     /// Share of datagrams every node drops on purpose before sending, in [0, 1).
     pub loss: f64,
+    /// Length of the nodes' leases in milliseconds: the nodes run as members of the
+    /// cluster, with the lease thread and the coordination file, as `ferrotx node` does.
+    /// 0: static nodes without membership (the benchmarks before leases).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 impl ClusterBenchOptions {
@@ -155,6 +160,195 @@ pub struct ClusterBenchReport {
     pub committed_total: u64,
     /// The checks of the data.
     pub checks: Checks,
+    /// The nodes' leases over the whole run (loading included), when they ran with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<LeasesReport>,
+}
+
+/// The nodes' leases over a run: false positives (nothing fails in a benchmark) and
+/// renewal round trips.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LeasesReport {
+    /// Length of a lease, in milliseconds.
+    pub lease_ms: u64,
+    /// Lease expirations, summed over the nodes: all false positives. The target is 0.
+    pub expirations: u64,
+    /// Of those, the ones before the workload started: while the cluster formed and the
+    /// data loaded.
+    pub expirations_before_workload: u64,
+    /// Renewals (lease grants received), summed over the nodes.
+    pub renewals: u64,
+    /// Suspicions raised, summed over the nodes.
+    pub suspicions: u64,
+    /// Whether every node committed a view: with leases too short for the machine, the
+    /// first view may never commit (every member must acknowledge it within a lease, once
+    /// its workers started), and then nothing renews, expires or commits.
+    pub formed: bool,
+    /// Whether any node ended in another view than the cluster's first (view 1: the
+    /// benchmark starts a new cluster), so the cluster reconfigured (false positives).
+    pub reconfigured: bool,
+    /// Renewal round trip (request sent to grant received) over every node's renewals,
+    /// median, in microseconds: the upper bound of its power-of-two bucket of nanoseconds
+    /// (so within a factor of 2 above the true value).
+    pub renewal_rtt_p50_us: f64,
+    /// The same, 99th percentile.
+    pub renewal_rtt_p99_us: f64,
+    /// The longest renewal round trip, exact, in microseconds.
+    pub renewal_rtt_max_us: f64,
+    /// Every node's lease thread ran at real-time priority.
+    pub realtime: bool,
+    /// Longest gap between two loop iterations of any node's lease thread, in
+    /// microseconds.
+    pub max_loop_gap_us: u64,
+    /// Per node.
+    pub nodes: Vec<NodeLeasesReport>,
+}
+
+/// One node's leases over a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeLeasesReport {
+    /// The node.
+    pub node: u16,
+    /// Lease expirations (false positives).
+    pub expirations: u64,
+    /// Renewals.
+    pub renewals: u64,
+    /// Renewal round trip quantiles as in [`LeasesReport`], in microseconds.
+    pub renewal_rtt_p50_us: f64,
+    /// 99th percentile.
+    pub renewal_rtt_p99_us: f64,
+    /// Longest.
+    pub renewal_rtt_max_us: f64,
+    /// Its lease thread ran at real-time priority (`SCHED_FIFO`).
+    pub realtime: bool,
+    /// Longest gap between two iterations of its lease thread's loop, in microseconds.
+    pub max_loop_gap_us: u64,
+    /// The id of the last view it knew, and how many members that view had.
+    pub view_id: u64,
+    /// Members of that view.
+    pub view_members: usize,
+    /// Views committed at this node (0: the cluster never formed).
+    pub views_committed: u64,
+}
+
+/// Renewal round trip quantiles (p50, p99, max) in microseconds of log2 buckets of
+/// nanoseconds and the exact maximum.
+fn rtt_us(log2: &[u64], max_ns: u64) -> (f64, f64, f64) {
+    let mut stats = ferrotx_membership::Stats::default();
+    for (mine, &theirs) in stats.renewal_rtt_log2.iter_mut().zip(log2) {
+        *mine += theirs;
+    }
+    stats.renewal_rtt_max_ns = max_ns;
+    let us = |ns: u64| ns as f64 / 1e3;
+    (
+        us(stats.renewal_rtt_quantile_ns(0.5)),
+        us(stats.renewal_rtt_quantile_ns(0.99)),
+        us(max_ns),
+    )
+}
+
+impl LeasesReport {
+    /// The report of every node's answer to `leases`; `None` if the nodes ran without.
+    /// `before` are the nodes' answers once the data was loaded, before the workload.
+    pub fn of(
+        lease_ms: u64,
+        before: &[Option<NodeLeases>],
+        nodes: &[Option<NodeLeases>],
+    ) -> Option<Self> {
+        let nodes: Vec<&NodeLeases> = nodes.iter().flatten().collect();
+        if nodes.is_empty() {
+            return None;
+        }
+        let mut log2 = vec![0u64; nodes.iter().map(|n| n.renewal_rtt_log2.len()).max()?];
+        for n in &nodes {
+            for (sum, count) in log2.iter_mut().zip(&n.renewal_rtt_log2) {
+                *sum += count;
+            }
+        }
+        let max_ns = nodes.iter().map(|n| n.renewal_rtt_max_ns).max()?;
+        let (p50, p99, max) = rtt_us(&log2, max_ns);
+        Some(Self {
+            lease_ms,
+            expirations: nodes.iter().map(|n| n.expirations).sum(),
+            expirations_before_workload: before.iter().flatten().map(|n| n.expirations).sum(),
+            renewals: nodes.iter().map(|n| n.renewals).sum(),
+            suspicions: nodes.iter().map(|n| n.suspicions).sum(),
+            formed: nodes.iter().all(|n| n.views_committed > 0),
+            reconfigured: nodes.iter().any(|n| n.view_id != 1),
+            renewal_rtt_p50_us: p50,
+            renewal_rtt_p99_us: p99,
+            renewal_rtt_max_us: max,
+            realtime: nodes.iter().all(|n| n.realtime),
+            max_loop_gap_us: nodes.iter().map(|n| n.max_loop_gap_us).max()?,
+            nodes: nodes
+                .iter()
+                .map(|n| {
+                    let (p50, p99, max) = rtt_us(&n.renewal_rtt_log2, n.renewal_rtt_max_ns);
+                    NodeLeasesReport {
+                        node: n.node,
+                        expirations: n.expirations,
+                        renewals: n.renewals,
+                        renewal_rtt_p50_us: p50,
+                        renewal_rtt_p99_us: p99,
+                        renewal_rtt_max_us: max,
+                        realtime: n.realtime,
+                        max_loop_gap_us: n.max_loop_gap_us,
+                        view_id: n.view_id,
+                        view_members: n.view_members,
+                        views_committed: n.views_committed,
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Prints the leases of a run as a table.
+pub fn print_leases(leases: &LeasesReport) {
+    println!(
+        "  leases of {} ms: {} expirations (false positives; {} before the workload), {} \
+         renewals, renewal round trip p50 {:.0} us, p99 {:.0} us, max {:.0} us{}",
+        leases.lease_ms,
+        leases.expirations,
+        leases.expirations_before_workload,
+        leases.renewals,
+        leases.renewal_rtt_p50_us,
+        leases.renewal_rtt_p99_us,
+        leases.renewal_rtt_max_us,
+        if !leases.formed {
+            "; the cluster NEVER FORMED (a view was not committed at every node)"
+        } else if leases.reconfigured {
+            "; the cluster RECONFIGURED"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  {:>4} {:>11} {:>8} {:>10} {:>10} {:>10} {:>8} {:>12} {:>5}",
+        "node",
+        "expirations",
+        "renewals",
+        "p50 us",
+        "p99 us",
+        "max us",
+        "realtime",
+        "max gap us",
+        "view"
+    );
+    for n in &leases.nodes {
+        println!(
+            "  {:>4} {:>11} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8} {:>12} {:>5}",
+            n.node,
+            n.expirations,
+            n.renewals,
+            n.renewal_rtt_p50_us,
+            n.renewal_rtt_p99_us,
+            n.renewal_rtt_max_us,
+            if n.realtime { "yes" } else { "no" },
+            n.max_loop_gap_us,
+            n.view_id
+        );
+    }
 }
 
 /// Runs the benchmark: starts the node processes, runs the workload, checks the data.
@@ -188,6 +382,7 @@ pub fn run_points(
         yield_while_polling: options.yield_while_polling,
         client_nodes: options.client_nodes,
         loss: options.loss,
+        lease_ms: (options.lease_ms > 0).then_some(options.lease_ms),
     };
     // Progress goes to stderr, so that stdout holds only the report.
     let started = std::time::Instant::now();
@@ -197,6 +392,7 @@ pub fn run_points(
     );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     eprintln!("loaded in {:.1} s", started.elapsed().as_secs_f64());
+    let leases_before: Vec<Option<NodeLeases>> = cluster.command_json("leases")?;
     let mut points = Vec::new();
     // Per node, everything every run did: what the checks of the data expect.
     let mut all: Vec<RunResult> = Vec::new();
@@ -219,6 +415,9 @@ pub fn run_points(
     }
     eprintln!("checking the data...");
     let checks: Vec<CheckResult> = cluster.command_json("check")?;
+    // While every node still runs: one stopping would end the others' leases at the CM.
+    let leases: Vec<Option<NodeLeases>> = cluster.command_json("leases")?;
+    let leases = LeasesReport::of(options.lease_ms, &leases_before, &leases);
     let totals: Vec<NodeTotals> = cluster.exit()?;
     Ok(points
         .iter()
@@ -227,7 +426,7 @@ pub fn run_points(
                 coroutines: *c,
                 ..options.clone()
             };
-            report(&options, runs, &all, &checks, &totals)
+            report(&options, runs, &all, &checks, &totals, leases.clone())
         })
         .collect())
 }
@@ -269,6 +468,7 @@ fn report(
     all: &[RunResult],
     checks: &[CheckResult],
     totals: &[NodeTotals],
+    leases: Option<LeasesReport>,
 ) -> ClusterBenchReport {
     let (mut histogram, mut remote) = (new_histogram(), new_histogram());
     for run in runs {
@@ -283,7 +483,8 @@ fn report(
     let committed = sum(|r| r.window_committed);
     let aborted = sum(|r| r.window_aborted);
     let committed_total = all.iter().map(|r| r.committed).sum::<u64>();
-    let errors = all.iter().map(|r| r.errors).sum::<u64>();
+    // A coroutine that never finished (its node stopped serving) counts as an error.
+    let errors = all.iter().map(|r| r.errors + r.unfinished).sum::<u64>();
     let cpu_s: f64 = runs.iter().map(|r| r.cpu_s).sum();
     let percentiles = |h: &hdrhistogram::Histogram<u64>| {
         let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
@@ -398,6 +599,7 @@ fn report(
             errors,
             ok,
         },
+        leases,
     }
 }
 
@@ -472,6 +674,9 @@ pub fn print_table(report: &ClusterBenchReport) {
                 t.latency_us.p99
             );
         }
+    }
+    if let Some(leases) = &report.leases {
+        print_leases(leases);
     }
     let c = &report.checks;
     println!(

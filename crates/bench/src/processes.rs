@@ -87,6 +87,15 @@ impl ProcessCluster {
         let path = dir.join("cluster.toml");
         std::fs::write(&path, config.to_toml_string())
             .with_context(|| format!("writing {}", path.display()))?;
+        // The nodes' coordination file (with leases) goes next to the configuration: a
+        // fresh directory has none, but a view left by an earlier cluster would make the
+        // nodes wait for its dead members, so none may remain.
+        let state = ferrotx_coord::default_state_path(&path);
+        match std::fs::remove_file(&state) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", state.display())),
+        }
         let drive = serde_json::to_string(drive)?;
         let mut cluster = Self {
             nodes: Vec::new(),

@@ -138,6 +138,10 @@ enum Bench {
     /// SmallBank (FaSST's mix of six transaction types over savings and checking, with a
     /// hot set of accounts) over a cluster of node processes; the money is checked.
     Smallbank(SmallBankArgs),
+    /// False positives of short leases under load: TATP over a cluster of node processes
+    /// whose leases are --lease-ms long; reports lease expirations (nothing fails, so
+    /// every one is a false positive; the target is 0), renewals and renewal round trips.
+    Leases(LeasesArgs),
     /// Read and write (every replica) latency of 100 B to 1 MB objects, beside RAMCloud's
     /// figures and the RPC round trip of the same run.
     Latency(LatencyArgs),
@@ -244,6 +248,12 @@ struct ClusterRunArgs {
     /// First UDP port. Default: chosen from the process id.
     #[arg(long)]
     port_base: Option<u16>,
+    /// Length of the nodes' leases in milliseconds: the nodes run as members of the
+    /// cluster (lease thread, coordination file, admission), as `ferrotx node` does, and
+    /// the report has a `leases` object. 0: static nodes without membership, for
+    /// comparison.
+    #[arg(long, value_name = "N", default_value_t = processes::DEFAULT_LEASE_MS)]
+    lease_ms: u64,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -325,6 +335,49 @@ struct TatpArgs {
 }
 
 #[derive(Args)]
+struct LeasesArgs {
+    /// Measured seconds of TATP (after a warm-up of a tenth of it, at most 1 s).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    duration: f64,
+    /// Length of a lease, in milliseconds (FaRM's is 10).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    lease_ms: u64,
+    /// Node processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Copies of each partition (f + 1; at most --nodes).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Worker threads per node.
+    #[arg(long, default_value_t = 1)]
+    threads: u16,
+    /// Workload coroutines per worker thread.
+    #[arg(long, default_value_t = 20)]
+    coroutines: usize,
+    /// TATP subscribers per node (as `bench tatp`).
+    #[arg(long, default_value_t = 200_000)]
+    subscribers_per_node: u64,
+    /// First UDP port. Default: chosen from the process id.
+    #[arg(long)]
+    port_base: Option<u16>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// What `bench leases` writes to `--json`: the leases, and the TATP run they served.
+#[derive(serde::Serialize)]
+struct LeasesBenchReport {
+    /// The leases (lease_ms, expirations, renewals, renewal_rtt_*_us, realtime, nodes).
+    #[serde(flatten)]
+    leases: ferrotx_bench::kv::LeasesReport,
+    /// TATP transactions per second over the window.
+    throughput_per_s: f64,
+    /// The TATP run, as `bench tatp --json` writes it.
+    tatp: ferrotx_bench::kv::ClusterBenchReport,
+}
+
+#[derive(Args)]
 struct SmallBankArgs {
     /// Accounts per node.
     #[arg(long, default_value_t = 100_000)]
@@ -359,6 +412,7 @@ impl ClusterRunArgs {
             yield_while_polling: !self.spin_poll,
             client_nodes: self.client_nodes.unwrap_or(self.nodes),
             loss: self.loss,
+            lease_ms: self.lease_ms,
         }
     }
 }
@@ -483,6 +537,64 @@ fn main() -> anyhow::Result<()> {
                     .saturating_mul(u64::from(args.run.nodes)),
             });
             run_cluster_bench(&args.run.options(workload), &args.run)?;
+        }
+        Command::Bench(Bench::Leases(args)) => {
+            anyhow::ensure!(args.lease_ms >= 1, "--lease-ms must be at least 1");
+            let options = ClusterBenchOptions {
+                workload: Workload::Tatp(TatpWorkload {
+                    subscribers: args
+                        .subscribers_per_node
+                        .saturating_mul(u64::from(args.nodes)),
+                }),
+                nodes: args.nodes,
+                replicas: args.replicas,
+                threads: args.threads,
+                coroutines: args.coroutines,
+                partitions_per_node: 4,
+                duration_s: args.duration,
+                warmup_s: (args.duration / 10.0).min(1.0),
+                port_base: args.port_base.unwrap_or_else(default_port_base),
+                seed: 1,
+                spin_us: 200,
+                yield_while_polling: true,
+                client_nodes: args.nodes,
+                loss: 0.0,
+                lease_ms: args.lease_ms,
+            };
+            let tatp = ferrotx_bench::kv::run(&options)?;
+            ferrotx_bench::kv::print_table(&tatp);
+            let leases = tatp
+                .leases
+                .clone()
+                .context("the nodes reported no leases")?;
+            println!();
+            ferrotx_bench::kv::print_leases(&leases);
+            if !leases.formed {
+                println!(
+                    "  leases of {} ms are too short for this machine: the cluster never \
+                     formed (no view committed at every node), so nothing was renewed",
+                    leases.lease_ms
+                );
+            } else if leases.expirations > 0 || leases.reconfigured {
+                println!(
+                    "  {} false positives with leases of {} ms on this machine{}",
+                    leases.expirations,
+                    leases.lease_ms,
+                    if leases.reconfigured {
+                        "; the cluster reconfigured without a failed node"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            write_json(
+                &args.json,
+                &LeasesBenchReport {
+                    throughput_per_s: tatp.throughput_per_s,
+                    leases,
+                    tatp,
+                },
+            )?;
         }
         Command::Bench(Bench::Smallbank(args)) => {
             let nodes = u64::from(args.run.nodes);

@@ -84,7 +84,7 @@ pub fn node(
     }
     if let Some(drive) = drive {
         let drive: DriveOptions = serde_json::from_str(drive).context("parsing --drive")?;
-        return ferrotx_bench::driver::serve(config, id, &drive);
+        return ferrotx_bench::driver::serve(config, path, id, &drive);
     }
     ensure!(lease_ms >= 1, "--lease-ms must be at least 1");
     let stop = stop_on_signals()?;

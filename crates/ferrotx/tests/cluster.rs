@@ -99,6 +99,9 @@ fn bench_kv_reports_every_field_and_loses_no_write() {
     }
     assert!(number(&r, "committed") > 0.0, "{r}");
     assert!(number(&r, "cpu_s") > 0.0, "{r}");
+    // The nodes ran as members, with the default lease.
+    assert_eq!(r["leases"]["lease_ms"], 1000, "{r}");
+    assert_eq!(r["leases"]["reconfigured"], false, "{r}");
     // Every committed transaction added 1 to the counters of its 2 written keys: the sum
     // of all counters at the primaries shows a lost or doubled write.
     checks_passed(&r);
@@ -573,4 +576,78 @@ fn a_sweep_runs_every_point_on_one_cluster_and_checks_the_money_of_all() {
         runs.iter()
             .all(|run| run["committed_total"] == runs[0]["committed_total"])
     );
+}
+
+#[test]
+fn bench_leases_reports_expirations_renewals_and_round_trips() {
+    // The nodes run as members with leases (the default lease, so that a debug build of
+    // the whole suite on two cores gives no false positive), under a small TATP load.
+    let r = bench(
+        "leases",
+        "leases",
+        &[
+            "--duration",
+            "1.5",
+            "--lease-ms",
+            "1000",
+            "--subscribers-per-node",
+            "2000",
+            "--port-base",
+            &port_base(13),
+        ],
+    );
+    assert_eq!(r["lease_ms"], 1000, "{r}");
+    for field in [
+        "expirations",
+        "expirations_before_workload",
+        "renewals",
+        "suspicions",
+        "renewal_rtt_p50_us",
+        "renewal_rtt_p99_us",
+        "renewal_rtt_max_us",
+        "max_loop_gap_us",
+        "throughput_per_s",
+    ] {
+        number(&r, field);
+    }
+    assert!(r["realtime"].is_boolean(), "{r}");
+    assert_eq!(r["formed"], true, "{r}");
+    assert!(number(&r, "renewals") > 0.0, "{r}");
+    assert!(number(&r, "throughput_per_s") > 0.0, "{r}");
+    let p50 = number(&r, "renewal_rtt_p50_us");
+    assert!(p50 > 0.0 && p50 <= number(&r, "renewal_rtt_p99_us"), "{r}");
+    assert!(number(&r, "renewal_rtt_p99_us") <= number(&r, "renewal_rtt_max_us") * 2.0);
+    let nodes = r["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{r}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["node"], i, "{n}");
+        assert!(n["realtime"].is_boolean(), "{n}");
+        number(n, "expirations");
+        number(n, "renewal_rtt_max_us");
+        assert_eq!(n["view_members"], 3, "{n}");
+    }
+    // The TATP run is there in full, with its own copy of the leases.
+    checks_passed(&r["tatp"]);
+    assert_eq!(r["tatp"]["leases"]["renewals"], r["renewals"]);
+}
+
+#[test]
+fn bench_kv_without_leases_has_no_leases_object() {
+    let r = bench(
+        "kv",
+        "kv-no-leases",
+        &[
+            "--duration",
+            "0.5",
+            "--key-count",
+            "1000",
+            "--lease-ms",
+            "0",
+            "--port-base",
+            &port_base(14),
+        ],
+    );
+    checks_passed(&r);
+    assert!(r.get("leases").is_none(), "{r}");
+    assert_eq!(r["options"]["lease_ms"], 0);
 }
