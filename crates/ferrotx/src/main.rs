@@ -473,17 +473,25 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::
 }
 
 fn main() -> anyhow::Result<()> {
-    // Membership events (suspicion, probes, configuration changes) at info by default;
-    // RUST_LOG overrides. Nothing is logged per message.
+    let cli = Cli::parse();
+    // Membership events (suspicion, probes, configuration changes) at info for a node and
+    // a local cluster, warnings only elsewhere (benchmark nodes), none in the simulator
+    // (thousands of simulated clusters); RUST_LOG overrides. Nothing is logged per message.
+    let default_filter = match &cli.command {
+        Command::Node(args) if args.drive.is_none() => "info",
+        Command::Cluster(_) | Command::Status(_) => "info",
+        Command::Sim(_) => "off",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Node(args) => processes::node(
             &args.config,
             args.id,

@@ -21,6 +21,10 @@ pub struct Options {
     pub drift_ppm: u64,
     /// Backup CMs: the members after the CM (in node order) that take over when it fails.
     pub backup_cms: usize,
+    /// Least time the CM waits for every member to switch to a new view (NEW-CONFIG-ACK)
+    /// before leaving out those that did not: at least a lease, and never less than this,
+    /// since a member switches its workers (and a new one starts them) before it answers.
+    pub ack_timeout_min_ns: u64,
 }
 
 impl Default for Options {
@@ -29,6 +33,7 @@ impl Default for Options {
             lease_ns: 2_000_000_000,
             drift_ppm: 1_000,
             backup_cms: 2,
+            ack_timeout_min_ns: 500_000_000,
         }
     }
 }
@@ -45,6 +50,11 @@ impl Options {
     /// Interval between lease renewals: a fifth of the lease.
     pub fn renew_ns(&self) -> u64 {
         (self.lease_ns / 5).max(1)
+    }
+
+    /// How long the CM waits for NEW-CONFIG-ACKs.
+    pub fn ack_timeout_ns(&self) -> u64 {
+        self.lease_ns.max(self.ack_timeout_min_ns)
     }
 
     /// How long a probe waits for answers.
@@ -576,7 +586,7 @@ impl Membership {
             self.reconfig = Reconfig::Acks {
                 id: view.id,
                 sent_ns: now_ns,
-                deadline_ns: now_ns + self.options.lease_ns,
+                deadline_ns: now_ns + self.options.ack_timeout_ns(),
                 next_resend_ns: now_ns + self.options.renew_ns(),
                 acks,
             };
@@ -1380,7 +1390,7 @@ impl Membership {
                 self.reconfig = Reconfig::Acks {
                     id: next.id,
                     sent_ns: now_ns,
-                    deadline_ns: now_ns + self.options.lease_ns,
+                    deadline_ns: now_ns + self.options.ack_timeout_ns(),
                     next_resend_ns: now_ns + self.options.renew_ns(),
                     acks: BTreeMap::new(),
                 };

@@ -40,6 +40,9 @@ pub fn default_options() -> Options {
     Options {
         lease_ns: 10_000_000,
         drift_ppm: DRIFT_PPM_MAX.unsigned_abs().into(),
+        // The simulator's members switch at once: a member that does not acknowledge
+        // within a lease failed.
+        ack_timeout_min_ns: 0,
         ..Options::default()
     }
 }

@@ -12,18 +12,18 @@
 //! ferrotx-sim --test membership_seeds -- --nocapture`, or `ferrotx sim --workload
 //! membership-crash --seed S`.
 //!
-//! Bugs found in `crates/membership` have their seeds below, in `#[ignore]`d tests that
-//! pass once the bug is fixed; the sweep reports (without failing) what those bugs cause
-//! in other seeds: partitions lost because healthy members were removed, commits of a
-//! superseded view, and clusters that never converge.
+//! Bugs found in `crates/membership` have their seeds below, each in a test that failed
+//! before its fix. The sweep also reports (without failing) members removed though no
+//! fault struck them, partitions lost, commits of a superseded view taken from an inbox,
+//! and clusters that never converge.
 
 use ferrotx_sim::membership_scenarios::{self, NAMES, failure};
 use ferrotx_sim::run::{RunReport, run};
 use ferrotx_sim::seeds::{self, SeedPlan};
 
-/// Seeds of the sweep that a known membership bug fails outright (see the `bug_` tests):
-/// skipped by the sweep, replayed by their `#[ignore]`d test.
-const KNOWN: [(&str, u64); 2] = [("membership-random", 183), ("membership-random-writes", 97)];
+/// Seeds of the sweep that a membership bug failed outright before its fix (see the
+/// `bug_` tests); the sweep skips none now.
+const FIXED: [(&str, u64); 2] = [("membership-random", 183), ("membership-random-writes", 97)];
 
 fn run_seed(name: &str, seed: u64, strict_ticks: bool) -> RunReport {
     let mut options = membership_scenarios::options(name, seed);
@@ -45,9 +45,6 @@ fn membership_holds_under_every_attack() {
         let (mut committed, mut views, mut removed, mut stuck, mut converged) = (0, 0, 0, 0, 0u64);
         let (mut panics, mut hints) = (0, 0);
         for seed in range.clone() {
-            if !verbose && KNOWN.contains(&(name, seed)) {
-                continue;
-            }
             let report = run_seed(name, seed, false);
             let m = report.membership.as_ref().expect("membership ran");
             if verbose {
@@ -107,7 +104,6 @@ fn membership_holds_under_every_attack() {
 /// the join is never processed. (The default driver also ticks after delivering
 /// datagrams, as a polling lease thread would, which hides this.)
 #[test]
-#[ignore = "membership bug: a join waits for a CM tick that a healthy cluster never schedules"]
 fn bug_join_never_processed_with_strict_ticks() {
     let report = run_seed("membership-pause", 0, true);
     assert!(report.passed(), "{:#?}", report.membership);
@@ -123,7 +119,6 @@ fn bug_join_never_processed_with_strict_ticks() {
 /// minority, healed after a few leases) views 3 to 5 remove healthy nodes 3, 1 and 2, and
 /// a partition whose copies were on them is lost.
 #[test]
-#[ignore = "membership bug: commits after a wait grant leases already over; healthy CMs and members are removed"]
 fn bug_commit_after_wait_removes_healthy_members() {
     let report = run_seed("membership-partition-minority", 5, false);
     let m = report.membership.as_ref().expect("membership ran");
@@ -139,7 +134,6 @@ fn bug_commit_after_wait_removes_healthy_members() {
 /// serves nothing (check (b) holds), but commits go backwards, which the membership
 /// crate's own harness forbids.
 #[test]
-#[ignore = "membership bug: a node resuming from a pause commits a superseded view"]
 fn bug_resumed_node_commits_a_superseded_view() {
     let report = run_seed("membership-random", 62, false);
     let m = report.membership.as_ref().expect("membership ran");
@@ -154,12 +148,11 @@ fn bug_resumed_node_commits_a_superseded_view() {
 /// never reach a majority. Once the partition heals, 3 of 4 members are alive and
 /// connected, yet the cluster never reconfigures and nobody serves again.
 #[test]
-#[ignore = "membership bug: a CM whose uncommitted view lost a member never retries after a failed probe"]
 fn bug_cm_installing_never_retries() {
     // Also membership-random-writes seed 97: view 2 = {0 (CM), 1, 2, 3}, node 3 crashes
     // before acknowledging, a brief one-way cut from 0 fails the CM's probe, and the CM
     // stays Installing for good while 1 and 2 probe without it.
-    for (name, seed) in KNOWN {
+    for (name, seed) in FIXED {
         let report = run_seed(name, seed, false);
         assert!(report.passed(), "{name} {seed}: {:#?}", report.membership);
     }

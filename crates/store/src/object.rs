@@ -136,6 +136,28 @@ impl Object {
         }
     }
 
+    /// [`Object::apply`] for a copy that may be a primary's (a backup promoted by a
+    /// reconfiguration): `None`, and no change, if a transaction holds the object locked,
+    /// rather than spinning until it lets go.
+    pub fn apply_unless_locked(&self, version: u64, value: Option<&[u8]>) -> Option<bool> {
+        loop {
+            let word = self.header.load();
+            if word.version() >= version {
+                return Some(false);
+            }
+            if word.locked() {
+                return None;
+            }
+            if self.header.try_lock(word.version()).is_ok() {
+                if let Some(value) = value {
+                    self.value.write(value);
+                }
+                self.header.publish(version, value.is_some());
+                return Some(true);
+            }
+        }
+    }
+
     /// Releases the lock without a change (abort).
     pub fn unlock(&self) {
         self.header.unlock();

@@ -181,6 +181,22 @@ impl Partition {
         Ok(object_or_absent(index, key, spec).apply(version, value))
     }
 
+    /// [`Partition::apply`] that leaves a locked object alone (`Ok(None)`): for a copy
+    /// promoted to primary, whose objects transactions lock.
+    pub fn apply_unless_locked(
+        &self,
+        table: TableId,
+        key: &Key,
+        version: u64,
+        value: Option<&[u8]>,
+    ) -> Result<Option<bool>, StoreError> {
+        let (spec, index) = self.table(table)?;
+        if let Some(value) = value {
+            spec.check_value(value)?;
+        }
+        Ok(object_or_absent(index, key, spec).apply_unless_locked(version, value))
+    }
+
     /// Stores `value` at version 1 if `key` has no object: for loading data before any
     /// transaction runs. Returns false (and changes nothing) if the key has an object.
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {

@@ -164,9 +164,45 @@ impl Participant {
         self.stats
     }
 
-    /// Replaces the partitions served (a reconfiguration changed roles).
+    /// Replaces the partitions served (a reconfiguration changed roles). A backup
+    /// promoted to primary first applies every record this participant logged for it
+    /// (nothing locks its objects before the new configuration is committed), so that it
+    /// serves the writes its old primary installed; records it logged of transactions
+    /// whose outcome is undecided are applied too, until transaction-state recovery
+    /// (FaRM 5.3) decides them.
     pub fn set_store(&mut self, store: Arc<NodeStore>) {
+        let promoted: Vec<u32> = store
+            .partitions
+            .iter()
+            .filter(|(id, (role, _))| {
+                *role == Role::Primary && self.store.get(**id, Role::Backup).is_some()
+            })
+            .map(|(id, _)| *id)
+            .collect();
         self.store = store;
+        if promoted.is_empty() {
+            return;
+        }
+        for log in self.logs.values() {
+            for bytes in log.records.values() {
+                let Ok(record) = RecordView::parse(bytes) else {
+                    continue;
+                };
+                for write in record.writes() {
+                    if !promoted.contains(&write.partition) {
+                        continue;
+                    }
+                    if let Some(partition) = self.store.get_any(write.partition) {
+                        let _ = partition.apply_unless_locked(
+                            write.table,
+                            &write.key,
+                            write.version + 1,
+                            write.value,
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The node's partitions served.
@@ -390,12 +426,20 @@ impl Participant {
             for write in record.writes() {
                 // Logged as a backup; since then a reconfiguration may have promoted this
                 // copy (it applies the committed write all the same) or, later, moved it.
-                let Some(partition) = self.store.get_any(write.partition) else {
-                    continue;
-                };
-                partition
-                    .apply(write.table, &write.key, write.version + 1, write.value)
-                    .expect("checked by the primary's lock");
+                if let Some(partition) = self.store.get(write.partition, Role::Backup) {
+                    partition
+                        .apply(write.table, &write.key, write.version + 1, write.value)
+                        .expect("checked by the primary's lock");
+                } else if let Some(partition) = self.store.get_any(write.partition) {
+                    // Promoted since: applied when it was (`set_store`), and a
+                    // transaction may hold the object locked now.
+                    let _ = partition.apply_unless_locked(
+                        write.table,
+                        &write.key,
+                        write.version + 1,
+                        write.value,
+                    );
+                }
             }
             self.stats.records_applied += 1;
             if self.spare.len() < SPARE_BUFFERS_MAX && bytes.capacity() <= SPARE_BUFFER_BYTES_MAX {

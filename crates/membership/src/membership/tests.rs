@@ -45,6 +45,7 @@ impl Harness {
     fn options() -> Options {
         Options {
             lease_ns: LEASE_NS,
+            ack_timeout_min_ns: 0,
             ..Options::default()
         }
     }
