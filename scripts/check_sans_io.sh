@@ -26,6 +26,7 @@ protocol_crates=(
   ferrotx-resp
   ferrotx-redis-exec
   ferrotx-workload
+  ferrotx-membership
 )
 
 # Crates no protocol crate may reach: system interfaces and event loops, the OS's random
@@ -40,6 +41,7 @@ banned=(
   ferrotx-transport
   ferrotx-node
   ferrotx-server
+  ferrotx-coord
   ferrotx-bench
 )
 
