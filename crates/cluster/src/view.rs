@@ -149,6 +149,20 @@ impl View {
             .collect()
     }
 
+    /// The rank of `node` among the first `count` backup CMs ([`View::backup_cms`]), if it
+    /// is one; without allocating (the lease thread asks on every iteration).
+    pub fn backup_cm_rank(&self, node: u16, count: usize) -> Option<usize> {
+        let n = self.members.len();
+        let at = self.members.iter().position(|m| m.node == self.cm);
+        (0..count.min(n.saturating_sub(usize::from(at.is_some())))).find(|&i| {
+            let index = match at {
+                Some(at) => (at + 1 + i) % n,
+                None => i,
+            };
+            self.members[index].node == node
+        })
+    }
+
     /// The next view: id + 1, with `members` (the survivors and any admitted lives) and
     /// `cm`. Remap (FaRM 5.2 step 4): each partition keeps its copies on surviving members,
     /// in order, so that where the primary was lost its first surviving backup is
@@ -341,5 +355,11 @@ mod tests {
         bad.cm = 9;
         assert!(bad.check(&config).is_err());
         assert_eq!(v.backup_cms(2), vec![1, 2]);
+        for node in 0..4 {
+            assert_eq!(
+                v.backup_cm_rank(node, 2),
+                v.backup_cms(2).iter().position(|&n| n == node)
+            );
+        }
     }
 }

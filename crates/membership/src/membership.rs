@@ -382,12 +382,26 @@ impl Membership {
         if needed == 0 {
             return u64::MAX;
         }
-        let mut untils: Vec<u64> = view
+        // The `needed`-th largest of the members' grants, on the stack for clusters of up
+        // to 64 members (called on every iteration of the lease thread).
+        let others = view
             .members
             .iter()
             .filter(|m| m.node != self.me)
-            .map(|m| self.grants.get(&m.node).map_or(0, |g| g.cm_until))
-            .collect();
+            .map(|m| self.grants.get(&m.node).map_or(0, |g| g.cm_until));
+        let mut stack = [0u64; 64];
+        let mut heap = Vec::new();
+        let untils: &mut [u64] = if view.members.len() <= stack.len() {
+            let mut n = 0;
+            for u in others {
+                stack[n] = u;
+                n += 1;
+            }
+            &mut stack[..n]
+        } else {
+            heap.extend(others);
+            &mut heap
+        };
         untils.sort_unstable_by(|a, b| b.cmp(a));
         untils.get(needed - 1).copied().unwrap_or(0)
     }
@@ -434,11 +448,11 @@ impl Membership {
                 consider(self.cm_lease_until());
             } else {
                 consider(self.lease_until);
-                let backups = self
+                let rank = self
                     .view
                     .as_ref()
-                    .map(|v| v.backup_cms(self.options.backup_cms));
-                if let Some(rank) = backups.and_then(|b| b.iter().position(|&n| n == self.me)) {
+                    .and_then(|v| v.backup_cm_rank(self.me, self.options.backup_cms));
+                if let Some(rank) = rank {
                     let rank = rank as u64 * self.options.probe_timeout_ns();
                     consider(self.last_heard_cm_ns + self.options.lease_ns + rank);
                 }
@@ -610,8 +624,11 @@ impl Membership {
     }
 
     fn tick_member(&mut self, now_ns: u64) {
-        let view = self.view.clone().expect("a member has a view");
-        let cm = view.cm;
+        // Nothing here allocates in the steady state: the lease thread runs it often, and
+        // an allocation may wait on the process's memory map while other threads fault.
+        let view = self.view.as_ref().expect("a member has a view");
+        let (cm, view_id) = (view.cm, view.id);
+        let rank = view.backup_cm_rank(self.me, self.options.backup_cms);
         if cm == self.me {
             if now_ns >= self.next_renew_ns {
                 self.next_renew_ns = now_ns + self.options.renew_ns();
@@ -633,8 +650,8 @@ impl Membership {
                 tracing::warn!(
                     node = self.me,
                     cm,
-                    view = view.id,
-                    "lease at the CM ran out: not serving; suspecting the CM"
+                    view = view_id,
+                    "lease at the CM ran out: not serving"
                 );
                 self.stats.suspicions += 1;
                 // Look for a newer view at once, and then every lease.
@@ -648,8 +665,7 @@ impl Membership {
         }
         // A backup CM takes over a CM silent for a lease, after a delay that grows with
         // its rank, so that the first of them usually wins and the others adopt its view.
-        let backups = view.backup_cms(self.options.backup_cms);
-        if let Some(rank) = backups.iter().position(|&n| n == self.me) {
+        if let Some(rank) = rank {
             let start = self.last_heard_cm_ns
                 + self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
@@ -660,15 +676,21 @@ impl Membership {
     }
 
     fn tick_cm(&mut self, now_ns: u64) {
-        let view = self.view.clone().expect("a CM has a view");
+        let view = self.view.as_ref().expect("a CM has a view");
+        let view_id = view.id;
+        let me = self.me;
+        let grants = &self.grants;
+        let any_suspect = view
+            .members
+            .iter()
+            .any(|m| m.node != me && now_ns >= grants.get(&m.node).map_or(0, |g| g.alive_until));
+        // A set is built only when there is something to do.
         let mut suspects = BTreeSet::new();
-        for m in &view.members {
-            if m.node == self.me {
-                continue;
-            }
-            let g = self.grants.get(&m.node).copied().unwrap_or_default();
-            if now_ns >= g.alive_until {
-                suspects.insert(m.node);
+        if any_suspect {
+            for m in &view.members {
+                if m.node != me && now_ns >= grants.get(&m.node).map_or(0, |g| g.alive_until) {
+                    suspects.insert(m.node);
+                }
             }
         }
         let lease = self.cm_lease_until();
@@ -678,7 +700,7 @@ impl Membership {
                 self.stats.lease_expirations += 1;
                 tracing::warn!(
                     node = self.me,
-                    view = view.id,
+                    view = view_id,
                     "CM holds leases at no majority: not serving"
                 );
             }
@@ -696,7 +718,7 @@ impl Membership {
                 if !self.joiners.contains_key(s) {
                     tracing::warn!(
                         node = s,
-                        view = view.id,
+                        view = view_id,
                         "CM suspects a member: its lease ran out"
                     );
                 }

@@ -351,7 +351,11 @@ impl LeaseLoop {
     fn publish_status(&self) {
         let mut status = self.link.status.lock().expect("status lock");
         status.stats = self.membership.stats();
-        status.view = self.membership.view().cloned();
+        // The view is copied only when it changed (no allocation in the steady state).
+        let id = self.membership.view().map(|v| v.id);
+        if status.view.as_ref().map(|v| v.id) != id {
+            status.view = self.membership.view().cloned();
+        }
         status.phase = Some(self.membership.phase());
         status.realtime = self.realtime;
         status.max_loop_gap_us = self.max_gap_us;
