@@ -25,30 +25,19 @@ fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// What node `node` of `config` is: its endpoints and the partitions it holds.
+/// What node `node` of `config` is: its endpoints and the partitions the configuration
+/// file gives it (those of a new cluster's first view).
 fn describe(config: &Configuration, node: u16) -> String {
-    let member = config.member(node).expect("a member");
-    let (mut primary, mut backup) = (Vec::new(), Vec::new());
-    for (id, replicas) in config.partitions().iter() {
-        if replicas.primary == node {
-            primary.push(id.0);
-        } else if replicas.backups.contains(&node) {
-            backup.push(id.0);
-        }
-    }
-    let last = member.rpc_addr(config.threads_per_node() - 1);
-    let redis = match member.resp_addr() {
-        Some(addr) => format!("Redis on {addr}; "),
-        None => String::new(),
-    };
-    format!(
-        "node {node} ({}): {} threads, UDP {}..{}; {redis}primary of partitions {primary:?}, \
-         backup of {backup:?}",
-        member.failure_domain,
-        config.threads_per_node(),
-        member.rpc_addr(0),
-        last.port()
-    )
+    let members = config
+        .members()
+        .iter()
+        .map(|m| ferrotx_cluster::ViewMember {
+            node: m.node,
+            incarnation: 1,
+        })
+        .collect();
+    let first = ferrotx_cluster::View::initial(config.id(), config, members);
+    describe_in(config, &first, node)
 }
 
 /// The default lease: long enough that a debug build of the whole test suite, run in

@@ -296,18 +296,7 @@ fn member_nodes(s: &serde_json::Value) -> Vec<u64> {
 fn a_killed_node_is_removed_and_its_restart_admitted_as_a_new_member() {
     let base = port_base(13);
     let config = temp_path("membership.toml");
-    let _ = std::fs::remove_file(ferrotx_state(&config));
-    let mut cluster = ferrotx()
-        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
-        .args(["--port-base", &base.to_string()])
-        .args(["--resp-port-base", &(base + 3).to_string()])
-        .arg("--config-out")
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    lines_until(&mut cluster, "Ctrl-C stops the cluster");
+    let mut cluster = start_cluster_with_config(base, &config);
     let addr = |node: u16| format!("127.0.0.1:{}", base + 3 + node);
     let mut first = Redis::connect(&addr(0));
     for i in 0..300 {
@@ -319,16 +308,7 @@ fn a_killed_node_is_removed_and_its_restart_admitted_as_a_new_member() {
     let before = wait_status(&config, 20, |s| member_nodes(s) == [0, 1, 2]);
     let id = before["configuration"].as_u64().unwrap();
     // kill -9 node 2 (found by its command line).
-    let pids = Command::new("pgrep")
-        .args(["-f", &format!("node --config {} --id 2", config.display())])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid
-        .split_whitespace()
-        .next()
-        .expect("node 2 runs")
-        .to_string();
+    let pid = pid_of_node(&config, 2);
     assert!(
         Command::new("kill")
             .args(["-9", &pid])
@@ -391,6 +371,40 @@ fn a_killed_node_is_removed_and_its_restart_admitted_as_a_new_member() {
     let _ = std::fs::remove_file(&config);
 }
 
+/// Starts `ferrotx cluster local` (3 nodes, 3 replicas) from port `base`, its
+/// configuration written to `config`, and waits until it runs.
+fn start_cluster_with_config(base: u16, config: &std::path::Path) -> Child {
+    let _ = std::fs::remove_file(ferrotx_state(config));
+    let mut cluster = ferrotx()
+        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+        .args(["--port-base", &base.to_string()])
+        .args(["--resp-port-base", &(base + 3).to_string()])
+        .arg("--config-out")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    lines_until(&mut cluster, "Ctrl-C stops the cluster");
+    cluster
+}
+
+/// The pid of the node process of `node` started from `config` (by its command line).
+fn pid_of_node(config: &std::path::Path, node: u16) -> String {
+    let pids = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("node --config {} --id {node}", config.display()),
+        ])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8(pids.stdout).unwrap();
+    pids.split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("node {node} runs"))
+        .to_string()
+}
+
 /// The coordination file next to a configuration file.
 fn ferrotx_state(config: &std::path::Path) -> std::path::PathBuf {
     let mut name = config.file_name().unwrap().to_os_string();
@@ -404,18 +418,7 @@ fn ferrotx_state(config: &std::path::Path) -> std::path::PathBuf {
 fn a_node_paused_past_its_lease_never_serves_again() {
     let base = port_base(11);
     let config = temp_path("paused.toml");
-    let _ = std::fs::remove_file(ferrotx_state(&config));
-    let mut cluster = ferrotx()
-        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
-        .args(["--port-base", &base.to_string()])
-        .args(["--resp-port-base", &(base + 3).to_string()])
-        .arg("--config-out")
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    lines_until(&mut cluster, "Ctrl-C stops the cluster");
+    let mut cluster = start_cluster_with_config(base, &config);
     let addr = |node: u16| format!("127.0.0.1:{}", base + 3 + node);
     let mut first = Redis::connect(&addr(0));
     // Keys written through node 2, a third of them with their primary there; one
@@ -426,16 +429,7 @@ fn a_node_paused_past_its_lease_never_serves_again() {
         assert_eq!(client.call(&["SET", &format!("p{i}"), "old"]), "+OK\r\n");
     }
     wait_status(&config, 20, |s| member_nodes(s) == [0, 1, 2]);
-    let pids = Command::new("pgrep")
-        .args(["-f", &format!("node --config {} --id 2", config.display())])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid
-        .split_whitespace()
-        .next()
-        .expect("node 2 runs")
-        .to_string();
+    let pid = pid_of_node(&config, 2);
     assert!(
         Command::new("kill")
             .args(["-STOP", &pid])
