@@ -93,27 +93,20 @@ impl NodeCore {
     pub fn new(config: Arc<Configuration>, node: u16, incarnation: u64) -> Self {
         assert!(config.member(node).is_some(), "node {node} is not a member");
         assert!(incarnation > 0, "incarnations start at 1");
-        let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
-        let mut store = NodeStore::new();
-        let mut copies = Vec::new();
-        for (id, replicas) in config.partitions().iter() {
-            for (i, replica) in replicas.nodes().enumerate() {
-                if replica == node {
-                    let role = if i == 0 { Role::Primary } else { Role::Backup };
-                    let partition = Arc::new(Partition::new(id, &schema));
-                    store.host(role, partition.clone());
-                    copies.push((id, role, partition));
-                }
-            }
-        }
+        // The configuration file's map, as the first view of a cluster would give it.
+        let members = config
+            .members()
+            .iter()
+            .map(|m| ferrotx_cluster::ViewMember {
+                node: m.node,
+                incarnation: if m.node == node { incarnation } else { 1 },
+            })
+            .collect();
+        let first = View::initial(config.id(), &config, members);
+        let core = Self::from_view(config.clone(), &first, node, incarnation);
         Self {
-            node,
-            incarnation,
-            placement: Arc::new(ClusterPlacement::new(config.clone(), None)),
-            config,
-            schema,
-            store: Arc::new(store),
-            copies: copies.into(),
+            placement: Arc::new(ClusterPlacement::new(config, None)),
+            ..core
         }
     }
 

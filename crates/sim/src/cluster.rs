@@ -66,37 +66,7 @@ impl SimCluster {
     ///
     /// If the members are not numbered 0 to n-1.
     pub fn new(config: Configuration, options: CoreOptions, seed: u64, faults: Faults) -> Self {
-        let config = Arc::new(config);
-        for (i, member) in config.members().iter().enumerate() {
-            assert_eq!(usize::from(member.node), i, "members numbered from 0");
-        }
-        let network = SimNetwork::new(seed, faults);
-        let mut cluster = Self {
-            sim: Simulator::new(network),
-            nodes: config
-                .members()
-                .iter()
-                .map(|_| SimNode {
-                    core: None,
-                    coordinators: Vec::new(),
-                    participants: Vec::new(),
-                    incarnation: 0,
-                    up: false,
-                    membership: None,
-                })
-                .collect(),
-            placement: ClusterPlacement::new(config.clone(), None),
-            config,
-            options,
-            crashes: 0,
-            restarts: 0,
-            pauses: 0,
-            membership: None,
-        };
-        for node in 0..cluster.node_count() {
-            cluster.start(node);
-        }
-        cluster
+        Self::build(config, options, seed, faults, &[], None)
     }
 
     /// Like [`SimCluster::new`], but every node runs membership with `membership`
@@ -110,6 +80,17 @@ impl SimCluster {
         faults: Faults,
         clocks: &[NodeClock],
         membership: Options,
+    ) -> Self {
+        Self::build(config, options, seed, faults, clocks, Some(membership))
+    }
+
+    fn build(
+        config: Configuration,
+        options: CoreOptions,
+        seed: u64,
+        faults: Faults,
+        clocks: &[NodeClock],
+        membership: Option<Options>,
     ) -> Self {
         let config = Arc::new(config);
         for (i, member) in config.members().iter().enumerate() {
@@ -136,7 +117,7 @@ impl SimCluster {
             crashes: 0,
             restarts: 0,
             pauses: 0,
-            membership: Some(MembershipState::new(membership)),
+            membership: membership.map(MembershipState::new),
         };
         for (node, clock) in clocks.iter().enumerate() {
             cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
