@@ -589,22 +589,7 @@ impl Membership {
             // The CM of a view it could neither commit nor replace (a member did not
             // acknowledge, and a probe found no majority): collect the acks again, and
             // reconfigure from this view when some are missing at the deadline.
-            for m in &view.members {
-                if m.node != self.me {
-                    self.send(m.node, 0, Body::NewConfig(view.clone()));
-                }
-            }
-            let own = self.old_cm_lease_ns(now_ns, self.me);
-            let mut acks = BTreeMap::new();
-            acks.insert(self.me, now_ns + self.options.lengthened(own));
-            self.reconfig = Reconfig::Acks {
-                id: view.id,
-                sent_ns: now_ns,
-                deadline_ns: now_ns + self.options.ack_timeout_ns(),
-                next_resend_ns: now_ns + self.options.renew_ns(),
-                acks,
-            };
-            self.acks_done_check(now_ns);
+            self.send_new_config(now_ns, &view);
         }
         if now_ns >= self.next_read_ns {
             // The CM may have failed before committing: another may have taken over.
@@ -1086,12 +1071,7 @@ impl Membership {
         self.next_renew_ns = now_ns + self.options.renew_ns();
         self.installed_at_ns = now_ns;
         if view.cm == self.me {
-            let own = self.old_cm_lease_ns(now_ns, self.me);
-            let until = now_ns + self.options.lengthened(own);
-            if let Reconfig::Acks { acks, .. } = &mut self.reconfig {
-                acks.insert(self.me, until);
-            }
-            self.acks_done_check(now_ns);
+            self.own_ack(now_ns);
         } else {
             self.send_ack(now_ns, view.cm, view.id);
         }
@@ -1278,6 +1258,37 @@ impl Membership {
         }
     }
 
+    /// The CM sends NEW-CONFIG of `view` to every other member and starts collecting
+    /// their acks (its own counts once its workers have switched).
+    fn send_new_config(&mut self, now_ns: u64, view: &View) {
+        for m in &view.members {
+            if m.node != self.me {
+                self.send(m.node, 0, Body::NewConfig(view.clone()));
+            }
+        }
+        self.reconfig = Reconfig::Acks {
+            id: view.id,
+            sent_ns: now_ns,
+            deadline_ns: now_ns + self.options.ack_timeout_ns(),
+            next_resend_ns: now_ns + self.options.renew_ns(),
+            acks: BTreeMap::new(),
+        };
+        if self.installed {
+            self.own_ack(now_ns);
+        }
+    }
+
+    /// The CM's own ack: its workers switched. It reports, like every ack, how long the
+    /// leases it granted another CM may still run.
+    fn own_ack(&mut self, now_ns: u64) {
+        let own = self.old_cm_lease_ns(now_ns, self.me);
+        let until = now_ns + self.options.lengthened(own);
+        if let Reconfig::Acks { acks, .. } = &mut self.reconfig {
+            acks.insert(self.me, until);
+        }
+        self.acks_done_check(now_ns);
+    }
+
     fn acks_done_check(&mut self, now_ns: u64) {
         let Reconfig::Acks { id, acks, .. } = &self.reconfig else {
             return;
@@ -1404,18 +1415,7 @@ impl Membership {
                 // Admitted: a joiner that then fails to acknowledge is left out by the
                 // next round, not admitted again (it asks again if it is alive).
                 self.joiners.retain(|n, i| !next.is_member(*n, *i));
-                for m in &next.members {
-                    if m.node != self.me {
-                        self.send(m.node, 0, Body::NewConfig(next.clone()));
-                    }
-                }
-                self.reconfig = Reconfig::Acks {
-                    id: next.id,
-                    sent_ns: now_ns,
-                    deadline_ns: now_ns + self.options.ack_timeout_ns(),
-                    next_resend_ns: now_ns + self.options.renew_ns(),
-                    acks: BTreeMap::new(),
-                };
+                self.send_new_config(now_ns, &next);
                 self.actions.push_back(Action::Install(next));
             }
             Err(CoordinationError::Conflict(current)) => {
