@@ -129,8 +129,10 @@ impl Coordinator {
         self
     }
 
-    /// The placement of the current configuration. Cloned (a reference count on this
-    /// thread's own copy), so a transaction keeps the placement it started with.
+    /// The placement of the current configuration, for code that holds it across an await
+    /// (a commit keeps the placement it started with; a switch may replace the field
+    /// meanwhile). Lookups within one statement borrow the field instead, without
+    /// touching the reference count.
     pub(crate) fn placement(&self) -> Arc<dyn Placement> {
         self.placement.borrow().clone()
     }
@@ -207,8 +209,8 @@ impl Coordinator {
     /// Whether the primary of `key` of `table` is on this coordinator's node (so reading
     /// it takes no RPC).
     pub fn is_local(&self, table: TableId, key: &Key) -> bool {
-        let partition = self.placement().partition_of(table, key);
-        self.placement().primary(partition) == self.local.node()
+        let partition = self.placement.borrow().partition_of(table, key);
+        self.placement.borrow().primary(partition) == self.local.node()
     }
     fn spec(&self, table: TableId) -> Result<&TableSpec, Abort> {
         self.schema

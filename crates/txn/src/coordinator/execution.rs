@@ -116,7 +116,7 @@ impl Txn<'_> {
         }
         let coordinator = self.coordinator;
         coordinator.check_key(table, &key)?;
-        let partition = coordinator.placement().partition_of(table, &key);
+        let partition = coordinator.placement.borrow().partition_of(table, &key);
         let mut value = Vec::new();
         let outcome = match coordinator
             .read_at_primary(self.co, partition, table, &key, &mut value)
@@ -162,7 +162,10 @@ impl Txn<'_> {
         let mut fetch: Vec<(Key, u32)> = Vec::new();
         for &key in keys {
             if self.known(table, &key).is_none() && !fetch.iter().any(|(k, _)| *k == key) {
-                fetch.push((key, coordinator.placement().partition_of(table, &key)));
+                fetch.push((
+                    key,
+                    coordinator.placement.borrow().partition_of(table, &key),
+                ));
             }
         }
         let local = coordinator.local.node();
@@ -171,7 +174,7 @@ impl Txn<'_> {
         }
         if fetch
             .iter()
-            .any(|(_, p)| coordinator.placement().primary(*p) == super::NO_PRIMARY)
+            .any(|(_, p)| coordinator.placement.borrow().primary(*p) == super::NO_PRIMARY)
         {
             return Err(self.abort_execution(Abort::Unavailable));
         }
@@ -185,11 +188,11 @@ impl Txn<'_> {
             }
             let remote: Vec<(Key, u32)> = chunk
                 .iter()
-                .filter(|(_, p)| coordinator.placement().primary(*p) != local)
+                .filter(|(_, p)| coordinator.placement.borrow().primary(*p) != local)
                 .copied()
                 .collect();
             for (key, partition) in &remote {
-                let primary = coordinator.placement().primary(*partition);
+                let primary = coordinator.placement.borrow().primary(*partition);
                 self.co
                     .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
                         encode_read(*partition, table, key, buf);
@@ -225,7 +228,7 @@ impl Txn<'_> {
             }
             // This node's primaries, in memory (a locked one is retried below).
             for &(key, partition) in chunk {
-                if coordinator.placement().primary(partition) != local {
+                if coordinator.placement.borrow().primary(partition) != local {
                     continue;
                 }
                 let store = coordinator.store();
@@ -340,7 +343,11 @@ impl Txn<'_> {
             .iter()
             .find(|r| r.table == table && r.key == key)
             .map_or(VERSION_ANY, |r| r.version);
-        let partition = self.coordinator.placement().partition_of(table, &key);
+        let partition = self
+            .coordinator
+            .placement
+            .borrow()
+            .partition_of(table, &key);
         self.writes.push(Write {
             partition,
             table,

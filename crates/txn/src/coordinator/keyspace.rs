@@ -38,7 +38,7 @@ impl Coordinator {
         count: u32,
     ) -> Result<ScanPage, Abort> {
         self.spec(table)?;
-        let primary = self.placement().primary(partition);
+        let primary = self.placement.borrow().primary(partition);
         let page = if primary == self.local.node() {
             let mut request = Vec::new();
             let mut response = Vec::new();
@@ -82,7 +82,7 @@ impl Coordinator {
         for chunk in partitions.chunks(batch) {
             let mut remote = 0;
             for &partition in chunk {
-                let primary = self.placement().primary(partition);
+                let primary = self.placement.borrow().primary(partition);
                 if primary == local {
                     request.clear();
                     response.clear();

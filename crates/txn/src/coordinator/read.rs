@@ -55,7 +55,7 @@ impl Coordinator {
         out: &mut Vec<u8>,
     ) -> Result<ReadOutcome, Abort> {
         self.check_key(table, &key)?;
-        let partition = self.placement().partition_of(table, &key);
+        let partition = self.placement.borrow().partition_of(table, &key);
         let outcome = self
             .read_at_primary(co, partition, table, &key, out)
             .await?;
@@ -85,7 +85,7 @@ impl Coordinator {
         if !self.accepting.get() && !self.wait_accepting(co).await {
             return Err(Abort::Unavailable);
         }
-        let primary = self.placement().primary(partition);
+        let primary = self.placement.borrow().primary(partition);
         if primary == super::NO_PRIMARY {
             return Err(Abort::Unavailable);
         }
