@@ -93,7 +93,7 @@ pub struct NodeLeases {
     /// Whether its lease thread ran at real-time priority (`SCHED_FIFO`).
     pub realtime: bool,
     /// Longest gap between two iterations of its lease thread's loop, in microseconds.
-    pub max_loop_gap_us: u64,
+    pub max_wake_late_us: u64,
 }
 
 impl NodeLeases {
@@ -110,7 +110,7 @@ impl NodeLeases {
             renewal_rtt_log2: stats.renewal_rtt_log2.to_vec(),
             renewal_rtt_max_ns: stats.renewal_rtt_max_ns,
             realtime: status.realtime,
-            max_loop_gap_us: status.max_loop_gap_us,
+            max_wake_late_us: status.max_wake_late_us,
         }
     }
 }

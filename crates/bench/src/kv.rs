@@ -197,9 +197,9 @@ pub struct LeasesReport {
     pub renewal_rtt_max_us: f64,
     /// Every node's lease thread ran at real-time priority.
     pub realtime: bool,
-    /// Longest gap between two loop iterations of any node's lease thread, in
-    /// microseconds.
-    pub max_loop_gap_us: u64,
+    /// The latest any node's lease thread woke after it meant to (a timeout due), in
+    /// microseconds: how far the machine delays a real-time thread.
+    pub max_wake_late_us: u64,
     /// Per node.
     pub nodes: Vec<NodeLeasesReport>,
 }
@@ -221,8 +221,8 @@ pub struct NodeLeasesReport {
     pub renewal_rtt_max_us: f64,
     /// Its lease thread ran at real-time priority (`SCHED_FIFO`).
     pub realtime: bool,
-    /// Longest gap between two iterations of its lease thread's loop, in microseconds.
-    pub max_loop_gap_us: u64,
+    /// The latest its lease thread woke after it meant to, in microseconds.
+    pub max_wake_late_us: u64,
     /// The id of the last view it knew, and how many members that view had.
     pub view_id: u64,
     /// Members of that view.
@@ -279,7 +279,7 @@ impl LeasesReport {
             renewal_rtt_p99_us: p99,
             renewal_rtt_max_us: max,
             realtime: nodes.iter().all(|n| n.realtime),
-            max_loop_gap_us: nodes.iter().map(|n| n.max_loop_gap_us).max()?,
+            max_wake_late_us: nodes.iter().map(|n| n.max_wake_late_us).max()?,
             nodes: nodes
                 .iter()
                 .map(|n| {
@@ -292,7 +292,7 @@ impl LeasesReport {
                         renewal_rtt_p99_us: p99,
                         renewal_rtt_max_us: max,
                         realtime: n.realtime,
-                        max_loop_gap_us: n.max_loop_gap_us,
+                        max_wake_late_us: n.max_wake_late_us,
                         view_id: n.view_id,
                         view_members: n.view_members,
                         views_committed: n.views_committed,
@@ -332,7 +332,7 @@ pub fn print_leases(leases: &LeasesReport) {
         "p99 us",
         "max us",
         "realtime",
-        "max gap us",
+        "wake late us",
         "view"
     );
     for n in &leases.nodes {
@@ -345,7 +345,7 @@ pub fn print_leases(leases: &LeasesReport) {
             n.renewal_rtt_p99_us,
             n.renewal_rtt_max_us,
             if n.realtime { "yes" } else { "no" },
-            n.max_loop_gap_us,
+            n.max_wake_late_us,
             n.view_id
         );
     }

@@ -605,7 +605,7 @@ fn bench_leases_reports_expirations_renewals_and_round_trips() {
         "renewal_rtt_p50_us",
         "renewal_rtt_p99_us",
         "renewal_rtt_max_us",
-        "max_loop_gap_us",
+        "max_wake_late_us",
         "throughput_per_s",
     ] {
         number(&r, field);

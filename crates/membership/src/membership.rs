@@ -595,10 +595,13 @@ impl Membership {
             // The CM may have failed before committing: another may have taken over.
             self.request_read(now_ns);
         }
-        // A CM that does not commit within two leases failed: a backup CM takes over.
+        // A CM that does not commit within its wait for acks plus two leases failed: a
+        // backup CM takes over. (The CM waits for the slowest member's ack, up to the ack
+        // timeout; a member that switched fast must not take that wait for a failure.)
         let backups = view.backup_cms(self.options.backup_cms);
         if let Some(rank) = backups.iter().position(|&n| n == self.me) {
             let start = self.installed_at_ns
+                + self.options.ack_timeout_ns()
                 + 2 * self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
             if now_ns >= start {
@@ -1134,7 +1137,9 @@ impl Membership {
         self.last_heard_cm_ns = now_ns;
         self.lease_until = sent + self.options.shortened(duration_ns);
         self.grant_cm(now_ns, m.from);
-        self.expired = false;
+        // A commit may carry no lease (the CM held none at a majority yet): the first
+        // renewal brings one, and a lease never held has not expired.
+        self.expired = self.lease_until <= now_ns;
         // Renew at once: the commit's lease is timed from our ack.
         self.next_renew_ns = now_ns;
         tracing::info!(
@@ -1204,7 +1209,9 @@ impl Membership {
         let lease = self.options.lease_ns;
         let g = self.grants.entry(m.from).or_default();
         if g.last_grant.0 == m.seq {
-            g.cm_until = g.cm_until.max(g.last_grant.1 + lease);
+            g.cm_until = g
+                .cm_until
+                .max(g.last_grant.1 + self.options.shortened(lease));
         }
     }
 
@@ -1234,7 +1241,9 @@ impl Membership {
                 let until = now_ns + self.options.lengthened(old_cm_lease_ns);
                 acks.insert(m.from, until);
                 let g = self.grants.entry(m.from).or_default();
-                g.cm_until = g.cm_until.max(*sent_ns + self.options.lease_ns);
+                g.cm_until = g
+                    .cm_until
+                    .max(*sent_ns + self.options.shortened(self.options.lease_ns));
                 g.last_ack_seq = m.seq;
                 self.acks_done_check(now_ns);
             }
@@ -1325,7 +1334,6 @@ impl Membership {
         debug_assert_eq!(view.id, id);
         self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
         self.phase = Phase::Member;
-        self.expired = false;
         self.stats.views_committed += 1;
         // Members not in the view are forgotten; the others count alive for a lease.
         let lease = self.options.lease_ns;
@@ -1337,6 +1345,9 @@ impl Membership {
             }
         }
         self.joiners.retain(|n, i| !view.is_member(*n, *i));
+        // A CM that holds no lease at a majority yet (a first view) gets them from the
+        // members' first renewals; a lease never held has not expired.
+        self.expired = self.cm_lease_until() <= now_ns;
         let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
         for m in &view.members {
             if m.node != self.me {
