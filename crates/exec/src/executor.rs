@@ -17,6 +17,9 @@ pub struct Executor {
     shared: Rc<Shared>,
     slots: Vec<Option<Coroutine>>,
     live: usize,
+    /// Coroutines in the background ([`Executor::spawn_background`]), by slot: not
+    /// counted by [`Executor::live`].
+    background: Vec<bool>,
     /// Scratch list of coroutines to poll this round; kept to avoid allocating.
     round: Vec<CallerId>,
 }
@@ -29,6 +32,7 @@ impl Executor {
             shared: Rc::new(Shared::new(engine)),
             slots: (0..callers).map(|_| None).collect(),
             live: 0,
+            background: vec![false; callers],
             round: Vec::with_capacity(callers),
         }
     }
@@ -38,14 +42,26 @@ impl Executor {
         &self.shared
     }
 
-    /// Number of coroutines that have not finished.
+    /// Number of coroutines that have not finished, background ones left out.
     pub fn live(&self) -> usize {
-        self.live
+        self.live - self.background.iter().filter(|b| **b).count()
     }
 
     /// Number of free coroutine slots.
     pub fn free_slots(&self) -> usize {
         self.slots.len() - self.live
+    }
+
+    /// [`Executor::spawn`] for a coroutine that runs for as long as the thread does (a
+    /// protocol's driver): [`Executor::live`] does not count it.
+    pub fn spawn_background<F, Fut>(&mut self, body: F) -> CallerId
+    where
+        F: FnOnce(Co) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let id = self.spawn(body);
+        self.background[usize::from(id.0)] = true;
+        id
     }
 
     /// Starts a coroutine in the first free slot; it first runs in the next
@@ -113,6 +129,7 @@ impl Executor {
         if let Poll::Ready(()) = coroutine.as_mut().poll(&mut cx) {
             *slot = None;
             self.live -= 1;
+            self.background[usize::from(id.0)] = false;
         }
         1
     }

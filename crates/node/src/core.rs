@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
@@ -81,6 +81,9 @@ pub struct NodeCore {
     store: Arc<NodeStore>,
     /// The copies this node hosts: partition, role, data.
     copies: Arc<[(PartitionId, Role, Arc<Partition>)]>,
+    /// The store of the last view switched to, shared by the node's threads (its
+    /// recovery blocks count them): the view's id and the store.
+    view_store: Arc<Mutex<(u64, Arc<NodeStore>)>>,
 }
 
 impl NodeCore {
@@ -135,13 +138,15 @@ impl NodeCore {
                 copies.push((id, role, partition));
             }
         }
+        let store = Arc::new(store);
         Self {
             node,
             incarnation,
             placement: Arc::new(ClusterPlacement::new(config.clone(), Some(view))),
             config,
             schema,
-            store: Arc::new(store),
+            view_store: Arc::new(Mutex::new((view.id, store.clone()))),
+            store,
             copies: copies.into(),
         }
     }
@@ -149,6 +154,29 @@ impl NodeCore {
     /// The node's partitions with their roles in `view` (a backup promoted where the
     /// primary was lost); copies the view no longer gives this node are left out.
     pub fn store_for(&self, view: &View) -> Arc<NodeStore> {
+        let mut cached = self.view_store.lock().expect("view store lock");
+        if cached.0 == view.id {
+            return cached.1.clone();
+        }
+        let previous = cached.1.clone();
+        let mut store = self.build_store(view);
+        // A partition this node becomes primary of (a promoted backup) is blocked until
+        // every thread's recovery decided the transactions that wrote it.
+        let threads = u32::from(self.config.threads_per_node());
+        let promoted: Vec<u32> = store
+            .hosted()
+            .filter(|&(p, role)| role == Role::Primary && previous.get(p, Role::Backup).is_some())
+            .map(|(p, _)| p)
+            .collect();
+        for p in promoted {
+            store.block(p, threads);
+        }
+        let store = Arc::new(store);
+        *cached = (view.id, store.clone());
+        store
+    }
+
+    fn build_store(&self, view: &View) -> NodeStore {
         let mut store = NodeStore::new();
         for (id, _, partition) in self.copies.iter() {
             let Some(nodes) = view.copies.get(id.0 as usize) else {
@@ -159,7 +187,7 @@ impl NodeCore {
                 store.host(role, partition.clone());
             }
         }
-        Arc::new(store)
+        store
     }
 
     /// This node's role for `partition` in `view`, if it holds a copy there.
@@ -210,7 +238,12 @@ impl NodeCore {
             .engine()
             .switch_configuration(now_ns, view.id, &members);
         coordinator.set_accepting(false);
-        coordinator.switch_configuration(view.id, self.placement_for(view), self.store_for(view));
+        coordinator.switch_configuration(
+            view.id,
+            members.into(),
+            self.placement_for(view),
+            self.store_for(view),
+        );
     }
 
     /// The node's id.
@@ -249,7 +282,8 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                callers: options.coroutines,
+                // One more for recovery, in the background.
+                callers: options.coroutines + 1,
                 ..options.rpc.clone()
             },
         );
@@ -267,8 +301,13 @@ impl NodeCore {
             )
             .with_log_records_max(options.log_records_max),
         );
+        let mut worker = Worker::new(transport, engine);
+        let recovery = coordinator.clone();
+        worker
+            .executor()
+            .spawn_background(move |co| async move { recovery.run_recovery(co).await });
         CoreWorker {
-            worker: Worker::new(transport, engine),
+            worker,
             coordinator,
             participant,
         }

@@ -48,7 +48,8 @@ fn classify(abort: Abort) -> Attempt {
         | Abort::ReadOnly
         | Abort::KeyExists
         | Abort::Finished
-        | Abort::Protocol => Attempt::Fail(Reply::error(format!("ERR ferrotx: {abort}"))),
+        | Abort::Protocol
+        | Abort::OutcomeUnknown => Attempt::Fail(Reply::error(format!("ERR ferrotx: {abort}"))),
     }
 }
 

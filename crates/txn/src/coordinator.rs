@@ -14,6 +14,7 @@ mod keyspace;
 mod log_space;
 mod placement;
 mod read;
+mod recovery;
 mod round;
 mod stats;
 mod truncation;
@@ -22,6 +23,7 @@ mod truncation;
 mod tests;
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use ferrotx_exec::{Co, Signal};
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
 use ferrotx_wire::EndpointId;
 
+use crate::messages::TxId;
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant};
 
 pub use abort::{Abort, NO_PRIMARY};
@@ -83,6 +86,17 @@ pub struct Coordinator {
     truncation: RefCell<Truncation>,
     log_space: RefCell<LogSpace>,
     stats: Cell<CoordinatorStats>,
+    /// The members of the current view (node, incarnation): recovery coordinators are
+    /// chosen among them.
+    members: RefCell<Arc<[(u16, u64)]>>,
+    /// This thread's transactions whose outcome recovery decides: the partitions they
+    /// write, and whether a coroutine still waits (else the transaction ends, joining
+    /// the truncation mark, only when decided).
+    awaiting: RefCell<BTreeMap<TxId, (Vec<u32>, bool)>>,
+    /// Decisions for the coroutines waiting.
+    outcomes: RefCell<BTreeMap<TxId, bool>>,
+    /// Notified when a decision comes in.
+    decided: Signal,
 }
 
 impl Coordinator {
@@ -114,6 +128,10 @@ impl Coordinator {
             truncation: RefCell::new(Truncation::default()),
             log_space: RefCell::new(LogSpace::new(LOG_RECORDS_MAX)),
             stats: Cell::new(CoordinatorStats::default()),
+            members: RefCell::new(Arc::from(Vec::new())),
+            awaiting: RefCell::new(BTreeMap::new()),
+            outcomes: RefCell::new(BTreeMap::new()),
+            decided: Signal::new(64),
         }
     }
 
@@ -149,13 +167,17 @@ impl Coordinator {
     pub fn switch_configuration(
         &self,
         configuration: u64,
+        members: Arc<[(u16, u64)]>,
         placement: Arc<dyn Placement>,
         store: Arc<NodeStore>,
     ) {
         self.configuration.set(configuration);
+        *self.members.borrow_mut() = members;
         *self.placement.borrow_mut() = placement;
         *self.store.borrow_mut() = store.clone();
-        self.participant.borrow_mut().set_store(store);
+        self.participant
+            .borrow_mut()
+            .set_store(configuration, store);
     }
 
     /// Whether new transactions may start: false from NEW-CONFIG until NEW-CONFIG-COMMIT.

@@ -8,4 +8,5 @@
 pub mod coordinator;
 pub mod messages;
 pub mod participant;
+pub mod recovery;
 mod store_scan;

@@ -488,6 +488,8 @@ pub enum ReadStatus {
     Contended = 3,
     /// The request named an unknown table or a partition this node is not primary for.
     Refused = 4,
+    /// The partition is blocked while transaction-state recovery runs: read again soon.
+    Recovering = 5,
 }
 
 /// Encodes a READ response.
@@ -505,6 +507,7 @@ pub fn decode_read_response(bytes: &[u8]) -> Result<(ReadStatus, u64, &[u8]), De
         2 => ReadStatus::Locked,
         3 => ReadStatus::Contended,
         4 => ReadStatus::Refused,
+        5 => ReadStatus::Recovering,
         _ => return Err(DecodeError::Invalid),
     };
     let version = r.u64()?;

@@ -4,9 +4,10 @@
 //! node's threads.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
 use ferrotx_store::Partition;
@@ -21,7 +22,22 @@ use crate::messages::{
     encode_read_response, finish_scan_response, push_scan_object, request_type,
     start_scan_response,
 };
+use crate::recovery::request_type as rt;
 use crate::store_scan::scan_primary;
+
+mod recovery;
+
+pub use recovery::RecoveryStats;
+
+/// A recovery coordinator's entry for a transaction first heard of in `view`.
+pub(crate) fn recovery_entry(view: u64) -> recovery::Recovering {
+    recovery::Recovering {
+        view,
+        partitions: Vec::new(),
+        votes: BTreeMap::new(),
+        since_ns: 0,
+    }
+}
 
 /// Records a backup keeps per coordinator thread before they are truncated. The
 /// coordinator reserves a record at each backup of a transaction before it starts
@@ -58,6 +74,10 @@ pub enum Role {
 /// The partitions a node hosts, shared by its worker threads.
 pub struct NodeStore {
     partitions: HashMap<u32, (Role, Arc<Partition>), FixedState>,
+    /// Partitions this node became primary of in this view (a promoted backup), blocked
+    /// until transaction-state recovery is done: how many worker threads still recover
+    /// transactions that wrote them (docs/recovery.md, step 1).
+    recovering: HashMap<u32, Arc<AtomicU32>, FixedState>,
 }
 
 impl Default for NodeStore {
@@ -71,7 +91,44 @@ impl NodeStore {
     pub fn new() -> Self {
         Self {
             partitions: HashMap::with_hasher(FixedState::with_seed(0)),
+            recovering: HashMap::with_hasher(FixedState::with_seed(0)),
         }
+    }
+
+    /// Blocks partition `id` (hosted as primary) until `threads` worker threads each
+    /// called [`NodeStore::recovered`] for it.
+    pub fn block(&mut self, id: u32, threads: u32) {
+        if threads > 0 {
+            self.recovering
+                .insert(id, Arc::new(AtomicU32::new(threads)));
+        }
+    }
+
+    /// Whether partition `id` is blocked by recovery: it answers no READ, LOCK or VALIDATE.
+    #[inline]
+    pub fn is_recovering(&self, id: u32) -> bool {
+        !self.recovering.is_empty()
+            && self
+                .recovering
+                .get(&id)
+                .is_some_and(|n| n.load(Ordering::Acquire) > 0)
+    }
+
+    /// One worker thread finished recovering partition `id`: the last one unblocks it.
+    pub fn recovered(&self, id: u32) {
+        if let Some(n) = self.recovering.get(&id) {
+            let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        }
+    }
+
+    /// The partitions blocked by recovery when this store was built.
+    pub fn blocked(&self) -> impl Iterator<Item = u32> + '_ {
+        self.recovering.keys().copied()
+    }
+
+    /// Every partition hosted, with its role.
+    pub fn hosted(&self) -> impl Iterator<Item = (u32, Role)> + '_ {
+        self.partitions.iter().map(|(id, (role, _))| (*id, *role))
     }
 
     /// Hosts `partition` in `role`.
@@ -113,13 +170,26 @@ pub struct ParticipantStats {
     pub log_records_high_water: u64,
 }
 
-/// One coordinator thread's log at this backup: its records, by counter.
+/// A record in a coordinator's log at this backup.
+struct Logged {
+    /// The record as the bytes it arrived in (checked by `RecordView::parse`).
+    bytes: Vec<u8>,
+    /// Logged by recovery (REPLICATE-TX-STATE: a lock record), not by COMMIT-BACKUP.
+    replicated: bool,
+}
+
+/// What this participant thread knows of one coordinator thread: its log here (as a
+/// backup), its truncation mark, and the transactions it installed here (as a primary)
+/// that no mark seen here covers yet (their votes are commit-primary).
 #[derive(Default)]
 struct BackupLog {
-    /// Each record as the bytes it arrived in (checked by `RecordView::parse`).
-    records: BTreeMap<u64, Vec<u8>>,
-    /// Every record up to this counter has been applied and freed.
+    /// Records by counter.
+    records: BTreeMap<u64, Logged>,
+    /// The highest truncation mark seen: every transaction up to it ended.
     truncated_up_to: u64,
+    /// Counters installed here by COMMIT-PRIMARY above the mark (a few: a mark follows
+    /// within the coordinator's next commits).
+    installed: VecDeque<u64>,
 }
 
 /// The participant state of one worker thread.
@@ -137,6 +207,11 @@ pub struct Participant {
     /// Objects one step of a scan found, before they are copied into the answer.
     scan_scratch: Vec<(Key, Vec<u8>)>,
     stats: ParticipantStats,
+    /// The view this participant serves (LOCK and COMMIT-* of older views are
+    /// recovery's).
+    configuration: u64,
+    /// Recovery's state in this thread (docs/recovery.md).
+    pub(crate) recovery: recovery::RecoveryState,
 }
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -156,6 +231,8 @@ impl Participant {
             scratch: Vec::new(),
             scan_scratch: Vec::new(),
             stats: ParticipantStats::default(),
+            configuration: 0,
+            recovery: recovery::RecoveryState::default(),
         }
     }
 
@@ -164,45 +241,13 @@ impl Participant {
         self.stats
     }
 
-    /// Replaces the partitions served (a reconfiguration changed roles). A backup
-    /// promoted to primary first applies every record this participant logged for it
-    /// (nothing locks its objects before the new configuration is committed), so that it
-    /// serves the writes its old primary installed; records it logged of transactions
-    /// whose outcome is undecided are applied too, until transaction-state recovery
-    /// (FaRM 5.3) decides them.
-    pub fn set_store(&mut self, store: Arc<NodeStore>) {
-        let promoted: Vec<u32> = store
-            .partitions
-            .iter()
-            .filter(|(id, (role, _))| {
-                *role == Role::Primary && self.store.get(**id, Role::Backup).is_some()
-            })
-            .map(|(id, _)| *id)
-            .collect();
+    /// Replaces the partitions served in view `configuration` (a reconfiguration changed
+    /// roles). A backup promoted to primary applies nothing here: its partition is
+    /// blocked until transaction-state recovery decided every transaction its replicas
+    /// hold records of, and applied the committed ones (docs/recovery.md).
+    pub fn set_store(&mut self, configuration: u64, store: Arc<NodeStore>) {
+        self.configuration = self.configuration.max(configuration);
         self.store = store;
-        if promoted.is_empty() {
-            return;
-        }
-        for log in self.logs.values() {
-            for bytes in log.records.values() {
-                let Ok(record) = RecordView::parse(bytes) else {
-                    continue;
-                };
-                for write in record.writes() {
-                    if !promoted.contains(&write.partition) {
-                        continue;
-                    }
-                    if let Some(partition) = self.store.get_any(write.partition) {
-                        let _ = partition.apply_unless_locked(
-                            write.table,
-                            &write.key,
-                            write.version + 1,
-                            write.value,
-                        );
-                    }
-                }
-            }
-        }
     }
 
     /// The node's partitions served.
@@ -217,7 +262,7 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 9] = [
+        let handlers: [(u8, ParticipantHandler); 16] = [
             (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
@@ -227,6 +272,13 @@ impl Participant {
             (request_type::ABORT, Self::abort),
             (request_type::SCAN, Self::scan),
             (request_type::COUNT, Self::count),
+            (rt::NEED_RECOVERY, Self::need_recovery),
+            (rt::REPLICATE_TX_STATE, Self::replicate_tx_state),
+            (rt::RECOVERY_VOTE, Self::recovery_vote),
+            (rt::REQUEST_VOTE, Self::request_vote),
+            (rt::COMMIT_RECOVERY, Self::commit_recovery),
+            (rt::ABORT_RECOVERY, Self::abort_recovery),
+            (rt::TRUNCATE_RECOVERY, Self::truncate_recovery),
         ];
         for (request_type, handler) in handlers {
             let participant = participant.clone();
@@ -242,6 +294,10 @@ impl Participant {
     /// READ: the object's value and version from this primary.
     pub fn read(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let (partition, table, key) = decode_read(payload).map_err(|_| MALFORMED)?;
+        if self.store.is_recovering(partition) {
+            encode_read_response(ReadStatus::Recovering, 0, &[], response);
+            return Ok(());
+        }
         let Some(partition) = self.store.get(partition, Role::Primary) else {
             encode_read_response(ReadStatus::Refused, 0, &[], response);
             return Ok(());
@@ -268,6 +324,12 @@ impl Participant {
     /// record's order), which a blind write's coordinator sends on to the backups.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if record.tx.configuration < self.configuration {
+            // A commit of an older view: its outcome is recovery's.
+            response.push(crate::recovery::UNDECIDED);
+            return Ok(());
+        }
+        self.note_mark(&record);
         if self.locked.contains_key(&record.tx) {
             // The RPC layer runs a request at most once, so this is not a retry: refuse it
             // rather than lose track of the locks the first one holds.
@@ -284,6 +346,9 @@ impl Participant {
         response.push(1);
         let mut taken = 0;
         let granted = record.writes().all(|write| {
+            if self.store.is_recovering(write.partition) {
+                return false;
+            }
             let Some(partition) = self.store.get(write.partition, Role::Primary) else {
                 return false;
             };
@@ -338,9 +403,11 @@ impl Participant {
             return Ok(());
         }
         let valid = items.iter().all(|item| {
-            self.store
-                .get(item.partition, Role::Primary)
-                .is_some_and(|p| p.validate(item.table, &item.key, item.version) == Ok(true))
+            !self.store.is_recovering(item.partition)
+                && self
+                    .store
+                    .get(item.partition, Role::Primary)
+                    .is_some_and(|p| p.validate(item.table, &item.key, item.version) == Ok(true))
         });
         response.push(u8::from(valid));
         Ok(())
@@ -354,6 +421,10 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if record.tx.configuration < self.configuration {
+            response.push(crate::recovery::UNDECIDED);
+            return Ok(());
+        }
         for write in record.writes() {
             let Some(partition) = self.store.get(write.partition, Role::Backup) else {
                 return Err(NOT_HOSTED);
@@ -384,10 +455,16 @@ impl Participant {
             }
             let bytes = self.keep(payload);
             let log = self.logs.entry(coordinator).or_default();
-            let replaced = log.records.insert(record.tx.counter, bytes);
+            let replaced = log.records.insert(
+                record.tx.counter,
+                Logged {
+                    bytes,
+                    replicated: false,
+                },
+            );
             let len = log.records.len() as u64;
             if let Some(old) = replaced {
-                self.recycle(old);
+                self.recycle(old.bytes);
             }
             self.stats.records_logged += 1;
             self.stats.log_records_high_water = self.stats.log_records_high_water.max(len);
@@ -417,11 +494,12 @@ impl Participant {
             return;
         }
         log.truncated_up_to = mark;
+        log.installed.retain(|&c| c > mark);
         while let Some(entry) = log.records.first_entry() {
             if *entry.key() > mark {
                 break;
             }
-            let bytes = entry.remove();
+            let bytes = entry.remove().bytes;
             let record = RecordView::parse(&bytes).expect("checked when logged");
             for write in record.writes() {
                 // Logged as a backup; since then a reconfiguration may have promoted this
@@ -455,20 +533,47 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
-        if let Some(bytes) = self.locked.remove(&tx) {
-            let record = RecordView::parse(&bytes).expect("checked when locked");
-            for write in record.writes() {
-                if let Some(partition) = self.store.get_any(write.partition) {
-                    partition
-                        .install(write.table, &write.key, write.value)
-                        .expect("checked when locked");
-                }
-            }
-            self.stats.commits += 1;
-            self.recycle(bytes);
+        if tx.configuration < self.configuration {
+            response.push(crate::recovery::UNDECIDED);
+            return Ok(());
         }
+        self.install_locked(&tx);
         response.push(1);
         Ok(())
+    }
+
+    /// Installs the writes of `tx` locked here and unlocks them; remembers that it did
+    /// (a commit-primary vote) until a truncation mark covers it. False if `tx` holds no
+    /// locks here.
+    fn install_locked(&mut self, tx: &TxId) -> bool {
+        let Some(bytes) = self.locked.remove(tx) else {
+            return false;
+        };
+        let record = RecordView::parse(&bytes).expect("checked when locked");
+        for write in record.writes() {
+            if let Some(partition) = self.store.get_any(write.partition) {
+                partition
+                    .install(write.table, &write.key, write.value)
+                    .expect("checked when locked");
+            }
+        }
+        let log = self
+            .logs
+            .entry((tx.node, tx.thread, tx.incarnation))
+            .or_default();
+        if tx.counter > log.truncated_up_to {
+            log.installed.push_back(tx.counter);
+        }
+        self.stats.commits += 1;
+        self.recycle(bytes);
+        true
+    }
+
+    /// Takes the truncation mark a LOCK record carries (a primary learns marks too: its
+    /// truncated and commit-primary votes depend on them).
+    fn note_mark(&mut self, record: &RecordView<'_>) {
+        let coordinator = (record.tx.node, record.tx.thread, record.tx.incarnation);
+        self.truncate(coordinator, record.truncate_up_to);
     }
 
     /// ABORT: release the transaction's locks here, and drop its record from its
@@ -478,9 +583,9 @@ impl Participant {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
         let coordinator = (tx.node, tx.thread, tx.incarnation);
         if let Some(log) = self.logs.get_mut(&coordinator)
-            && let Some(bytes) = log.records.remove(&tx.counter)
+            && let Some(logged) = log.records.remove(&tx.counter)
         {
-            self.recycle(bytes);
+            self.recycle(logged.bytes);
         }
         if let Some(bytes) = self.locked.remove(&tx) {
             let record = RecordView::parse(&bytes).expect("checked when locked");

@@ -45,6 +45,13 @@ pub enum Abort {
     /// this node does not serve (its lease ran out). Nothing was changed: retry later.
     #[error("unavailable: the cluster is reconfiguring or a partition has no copy")]
     Unavailable,
+    /// A configuration change interrupted the commit after its records went to the
+    /// backups, and transaction-state recovery did not decide it in time: it may have
+    /// committed or not. Retrying may apply it twice.
+    #[error(
+        "outcome unknown: a failure interrupted the commit and recovery has not decided it yet"
+    )]
+    OutcomeUnknown,
 }
 
 impl Abort {

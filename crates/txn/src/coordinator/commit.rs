@@ -5,6 +5,10 @@ use ferrotx_store::{Key, TableId};
 use super::execution::Txn;
 use super::round::yes;
 use super::{Abort, Placement, buggify_delay};
+
+/// Longest a commit interrupted by a view change waits for recovery's decision before
+/// it answers [`Abort::OutcomeUnknown`].
+pub const RECOVERY_WAIT_NS: u64 = 3_000_000_000;
 use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, encode_record, encode_tx, encode_validate,
     request_type,
@@ -203,7 +207,13 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.before_lock") {
             buggify_delay(self.co).await;
         }
-        if let Err(refused) = self.lock(&mut commit).await {
+        let result = self.lock(&mut commit).await;
+        if coordinator.configuration() != tx.configuration {
+            // The view changed before any COMMIT-BACKUP: recovery can only abort it
+            // (and releases what the old view's LOCKs hold). Nothing took effect.
+            return Err(abort(&commit, Abort::Unavailable));
+        }
+        if let Err(refused) = result {
             return Err(abort(&commit, refused));
         }
         // Fault point: a pause with every lock held, before VALIDATE: readers of the
@@ -219,7 +229,11 @@ impl Txn<'_> {
             self.release(&commit.locked).await;
             return Err(abort(&commit, Abort::Conflict));
         }
-        if let Err(conflict) = self.validate(&mut commit, &read_only).await {
+        let result = self.validate(&mut commit, &read_only).await;
+        if coordinator.configuration() != tx.configuration {
+            return Err(abort(&commit, Abort::Unavailable));
+        }
+        if let Err(conflict) = result {
             return Err(abort(&commit, conflict));
         }
         // Fault point: a pause between VALIDATE and COMMIT-BACKUP: the reads were found
@@ -234,16 +248,43 @@ impl Txn<'_> {
             self.release(&commit.locked).await;
             return Err(abort(&commit, Abort::Conflict));
         }
-        // The records go out now: an abort from here on keeps the reservations.
+        // The records go out now: an abort from here on keeps the reservations, and from
+        // a view change on the outcome is recovery's.
         self.commit_backup(&mut commit).await?;
+        if coordinator.configuration() != tx.configuration {
+            return self.await_recovery(&commit).await;
+        }
         // Fault point: a pause between COMMIT-BACKUP and COMMIT-PRIMARY: the transaction
         // is committed (every backup logged it) but nothing is installed, and every
         // written object stays locked.
         if ferrotx_buggify::fires("txn.commit.after_commit_backup") {
             buggify_delay(self.co).await;
         }
-        self.commit_primary(&commit).await;
+        if !self.commit_primary(&commit).await && coordinator.configuration() != tx.configuration {
+            return self.await_recovery(&commit).await;
+        }
         Ok(())
+    }
+
+    /// The outcome of a commit a view change interrupted after COMMIT-BACKUP went out:
+    /// recovery's decision ([`crate::recovery`]), waited for up to [`RECOVERY_WAIT_NS`].
+    async fn await_recovery(&mut self, commit: &Commit) -> Result<(), Abort> {
+        let coordinator = self.coordinator;
+        let deadline = self.co.now_ns() + RECOVERY_WAIT_NS;
+        match coordinator
+            .await_recovery(self.co, commit.tx, &commit.partitions, deadline)
+            .await
+        {
+            Some(true) => Ok(()),
+            // Aborted by recovery: nothing took effect.
+            Some(false) => Err(Abort::Unavailable),
+            None => {
+                // Recovery ends it later; it must not join the truncation mark now
+                // (truncation would apply its logged writes).
+                self.undecided = true;
+                Err(Abort::OutcomeUnknown)
+            }
+        }
     }
 
     /// FaRM 4 step 1, LOCK: one message to every primary of a written partition, carrying
@@ -438,6 +479,11 @@ impl Txn<'_> {
                 }
             }
         }
+        if logged < commit.backups.len() && coordinator.configuration() != tx.configuration {
+            // Some backups may have logged it: recovery decides (the caller waits).
+            commit.logged = logged;
+            return Ok(());
+        }
         if logged < commit.backups.len() {
             let mut holders: Vec<u16> = commit.locked.clone();
             holders.extend_from_slice(&commit.backups);
@@ -454,12 +500,13 @@ impl Txn<'_> {
     /// every primary that locked: install the writes, bump the versions, unlock. The
     /// commit is reported once the primaries acknowledged (FaRM reports at the first;
     /// with batches the coroutine resumes when all have).
-    async fn commit_primary(&self, commit: &Commit) {
+    async fn commit_primary(&self, commit: &Commit) -> bool {
         assert_eq!(
             commit.logged,
             commit.backups.len(),
             "COMMIT-PRIMARY follows every backup's acknowledgement"
         );
+        let mut all = true;
         assert_eq!(commit.locked.len(), commit.primaries.len());
         assert!(commit.validated);
         let tx = commit.tx;
@@ -471,7 +518,8 @@ impl Txn<'_> {
         // those, never return their old values).
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
-            self.coordinator
+            let answers = self
+                .coordinator
                 .round(
                     self.co,
                     request_type::COMMIT_PRIMARY,
@@ -481,10 +529,12 @@ impl Txn<'_> {
                     yes,
                 )
                 .await;
+            all &= answers.iter().all(|(_, ok)| *ok);
             buggify_delay(self.co).await;
             primaries = rest;
         }
-        self.coordinator
+        let answers = self
+            .coordinator
             .round(
                 self.co,
                 request_type::COMMIT_PRIMARY,
@@ -494,6 +544,8 @@ impl Txn<'_> {
                 yes,
             )
             .await;
+        all &= answers.iter().all(|(_, ok)| *ok);
+        all
     }
 
     /// FaRM 4 step 5, TRUNCATE, lazily: the transaction has ended (committed at every
@@ -503,6 +555,9 @@ impl Txn<'_> {
     /// (read-only, or ended before its commit reserved log space) has nothing to truncate.
     pub(super) fn truncate(&self) {
         assert!(self.finished, "only an ended transaction is truncated");
+        if self.undecided {
+            return;
+        }
         if let Some(tx) = self.tx {
             self.coordinator.truncation.borrow_mut().finish(tx.counter);
         }

@@ -36,6 +36,7 @@ impl Coordinator {
             values: Vec::new(),
             writes: Vec::new(),
             finished: false,
+            undecided: false,
         }
     }
 }
@@ -55,6 +56,9 @@ pub struct Txn<'a> {
     pub(super) values: Vec<Option<Vec<u8>>>,
     pub(super) writes: Vec<Write>,
     pub(super) finished: bool,
+    /// Recovery has not decided its commit: it joins the truncation mark only once
+    /// recovery decides it.
+    pub(super) undecided: bool,
 }
 
 impl Drop for Txn<'_> {
@@ -209,7 +213,7 @@ impl Txn<'_> {
                     Ok(match status {
                         ReadStatus::Present => Some((version, Some(value.to_vec()))),
                         ReadStatus::Absent => Some((version, None)),
-                        ReadStatus::Locked | ReadStatus::Contended => None,
+                        ReadStatus::Locked | ReadStatus::Contended | ReadStatus::Recovering => None,
                         ReadStatus::Refused => return Err(Abort::Protocol),
                     })
                 });
@@ -232,6 +236,10 @@ impl Txn<'_> {
                     continue;
                 }
                 let store = coordinator.store();
+                if store.is_recovering(partition) {
+                    retry.push(key);
+                    continue;
+                }
                 let Some(copy) = store.get(partition, Role::Primary) else {
                     return Err(self.abort_execution(Abort::Protocol));
                 };

@@ -13,6 +13,10 @@ use crate::participant::Role;
 /// the new version; many mean contention, and aborting frees the coroutine.
 const LOCKED_READ_ATTEMPTS_MAX: usize = 32;
 
+/// Longest a read waits for a partition that recovery blocks before it gives up with
+/// [`Abort::Unavailable`] (nothing was changed: the caller may retry).
+const RECOVERING_READ_WAIT_NS: u64 = 2_000_000_000;
+
 impl Coordinator {
     /// Single-key lock-free read: the committed value of `key` of `table` (`None` if
     /// absent), read at its primary, with no transaction (no id, no validation, nothing
@@ -89,13 +93,21 @@ impl Coordinator {
         if primary == super::NO_PRIMARY {
             return Err(Abort::Unavailable);
         }
-        for _ in 0..LOCKED_READ_ATTEMPTS_MAX {
-            let read: Result<ReadOutcome, ReadError> = if primary == self.local.node() {
+        let mut attempts = 0;
+        let mut recovering_since = None;
+        while attempts < LOCKED_READ_ATTEMPTS_MAX {
+            let read: Result<ReadOutcome, Option<ReadError>> = if primary == self.local.node() {
                 let store = self.store();
-                let Some(copy) = store.get(partition, Role::Primary) else {
-                    return Err(Abort::Protocol);
-                };
-                copy.read(table, key, out).map_err(|_| Abort::Protocol)?
+                if store.is_recovering(partition) {
+                    Err(None)
+                } else {
+                    let Some(copy) = store.get(partition, Role::Primary) else {
+                        return Err(Abort::Protocol);
+                    };
+                    copy.read(table, key, out)
+                        .map_err(|_| Abort::Protocol)?
+                        .map_err(Some)
+                }
             } else {
                 co.push_with(self.endpoint(primary), request_type::READ, |buf| {
                     encode_read(partition, table, key, buf);
@@ -118,8 +130,9 @@ impl Coordinator {
                             version,
                             present: false,
                         }),
-                        ReadStatus::Locked => Err(ReadError::Locked),
-                        ReadStatus::Contended => Err(ReadError::Contended),
+                        ReadStatus::Locked => Err(Some(ReadError::Locked)),
+                        ReadStatus::Contended => Err(Some(ReadError::Contended)),
+                        ReadStatus::Recovering => Err(None),
                         ReadStatus::Refused => return Err(Abort::Protocol),
                     })
                 })?
@@ -130,7 +143,20 @@ impl Coordinator {
                 // always allowed (only a locked object's value may not be returned).
                 Ok(_) if ferrotx_buggify::fires("txn.read.pretend_locked") => co.yield_now().await,
                 Ok(outcome) => return Ok(outcome),
-                Err(ReadError::Locked | ReadError::Contended) => co.yield_now().await,
+                Err(Some(ReadError::Locked | ReadError::Contended)) => {
+                    attempts += 1;
+                    co.yield_now().await
+                }
+                Err(None) => {
+                    // The partition's primary changed and recovery has not decided the
+                    // transactions that wrote it: wait a little, up to a bound.
+                    let now = co.now_ns();
+                    let since = *recovering_since.get_or_insert(now);
+                    if now >= since + RECOVERING_READ_WAIT_NS {
+                        return Err(Abort::Unavailable);
+                    }
+                    co.sleep_until(now + 200_000).await;
+                }
             }
         }
         Err(Abort::Locked)
