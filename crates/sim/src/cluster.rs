@@ -298,6 +298,9 @@ impl SimCluster {
         slot.up = false;
         slot.core = None;
         slot.membership = None;
+        if let Some(state) = self.membership.as_mut() {
+            state.installs_pending.retain(|(_, n, _, _)| *n != node);
+        }
         slot.coordinators.clear();
         slot.participants.clear();
         let mut network = self.sim.network.borrow_mut();
@@ -432,8 +435,20 @@ impl SimCluster {
                         self.build_workers(node, core);
                     }
                     self.switch_workers(node, local, &view);
-                    if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
-                        m.installed(local, view.id);
+                    // A real node acknowledges once its worker threads have switched,
+                    // which may take a while: with an install delay, `installed` is
+                    // called by a timer (its workers switched at once all the same).
+                    let state = self.membership.as_mut().expect("membership runs");
+                    let delay = state.install_delay(node);
+                    if delay == 0 {
+                        if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                            m.installed(local, view.id);
+                        }
+                    } else {
+                        let due = self.sim.clock(node).global_ns(local + delay).max(now + 1);
+                        state
+                            .installs_pending
+                            .push((due, node, incarnation, view.id));
                     }
                 }
                 Action::Commit(id) => {
@@ -470,6 +485,37 @@ impl SimCluster {
             if worker.transport().local().node() == node {
                 worker.set_serving_until(until);
             }
+        }
+    }
+
+    /// Tells node `node`'s membership that the views whose install delay is over have
+    /// been installed (its workers have switched): it acknowledges them. Installs of an
+    /// earlier life are dropped.
+    fn installs_due(&mut self, node: u16, now: u64) {
+        let incarnation = self.nodes[usize::from(node)].incarnation;
+        let state = self.membership.as_mut().expect("membership runs");
+        if state.installs_pending.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        state.installs_pending.retain(|&(at, n, life, id)| {
+            if n != node || (at > now && life == incarnation) {
+                return true;
+            }
+            if life == incarnation {
+                due.push(id);
+            }
+            false
+        });
+        if due.is_empty() {
+            return;
+        }
+        let local = self.sim.clock(node).local_ns(now);
+        for id in due {
+            if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                m.installed(local, id);
+            }
+            self.drain(node, now);
         }
     }
 
@@ -557,6 +603,7 @@ impl SimCluster {
         }
         for node in 0..self.node_count() {
             if self.is_up(node) && now >= self.sim.paused_until(node) {
+                self.installs_due(node, now);
                 self.drive(node, now);
             }
         }
@@ -587,6 +634,13 @@ impl SimCluster {
         let mut consider = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for (at, _) in &state.restarts_pending {
             consider(*at);
+        }
+        for (at, _, _, _) in &state.installs_pending {
+            // One due while its node is paused waits for the pause's end (considered
+            // below).
+            if *at > now {
+                consider(*at);
+            }
         }
         for node in 0..self.node_count() {
             let Some(m) = &self.nodes[usize::from(node)].membership else {

@@ -17,6 +17,8 @@ use std::collections::BTreeSet;
 use ferrotx_cluster::{MemoryCoordination, View};
 use ferrotx_membership::Options;
 use ferrotx_wire::EndpointId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::faults::DRIFT_PPM_MAX;
 
@@ -60,6 +62,16 @@ pub struct MembershipState {
     pub removed: Vec<(u64, u16, u64, u64)>,
     /// Removed nodes the supervisor restarts: (simulated time, node).
     pub restarts_pending: Vec<(u64, u16)>,
+    /// Each node's longest install delay (simulated ns; a node past the end has none):
+    /// how long after `Action::Install` it calls `installed` (and so acknowledges), as a
+    /// real node does only once its worker threads have switched. Each install draws its
+    /// delay uniformly between 0 and this, from the seed ([`MembershipState::delay_installs`]).
+    pub install_delay_max_ns: Vec<u64>,
+    /// Where the install delays are drawn from.
+    install_rng: ChaCha8Rng,
+    /// Installs whose `installed` call is deferred: (simulated time due, node, its
+    /// incarnation, view id).
+    pub installs_pending: Vec<(u64, u16, u64, u64)>,
     /// Whether the driver calls `tick` only when `next_timeout_ns` is due (the state
     /// machine's contract, as its own test harness drives it). When false (the default),
     /// it also ticks after delivering datagrams, as a lease thread that polls its socket
@@ -105,6 +117,9 @@ impl MembershipState {
             committed_max: 0,
             removed: Vec::new(),
             restarts_pending: Vec::new(),
+            install_delay_max_ns: Vec::new(),
+            install_rng: ChaCha8Rng::seed_from_u64(0),
+            installs_pending: Vec::new(),
             restart_removed: true,
             strict_ticks: false,
             faults_over_ns: None,
@@ -119,6 +134,22 @@ impl MembershipState {
             violations_count: 0,
             reported: BTreeSet::new(),
             events_seen: 0,
+        }
+    }
+
+    /// Delays each node's installs by up to `max_ns[node]` (drawn from `seed`). With no
+    /// delays (the default) every node calls `installed` at once, as before.
+    pub fn delay_installs(&mut self, max_ns: Vec<u64>, seed: u64) {
+        self.install_delay_max_ns = max_ns;
+        self.install_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x510e_1a57);
+    }
+
+    /// The delay of node `node`'s next install: 0, drawing nothing, unless the node has
+    /// a longest delay.
+    pub(crate) fn install_delay(&mut self, node: u16) -> u64 {
+        match self.install_delay_max_ns.get(usize::from(node)) {
+            Some(&max) if max > 0 => self.install_rng.random_range(0..=max),
+            _ => 0,
         }
     }
 

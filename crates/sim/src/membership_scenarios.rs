@@ -16,7 +16,7 @@ use crate::scenarios::WorkloadScenario;
 use crate::simulator::NodeClock;
 
 /// Every membership scenario, in the order `--workload membership` runs them.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "membership-crash",
     "membership-crash-cm",
     "membership-pause",
@@ -29,6 +29,7 @@ pub const NAMES: [&str; 12] = [
     "membership-two-failures",
     "membership-random",
     "membership-random-writes",
+    "membership-slow-install",
 ];
 
 /// The scenarios whose load writes. Until transaction recovery exists, a failure that
@@ -45,6 +46,12 @@ pub const BEYOND_F: [&str; 2] = ["membership-random", "membership-random-writes"
 
 /// Transactions each client runs.
 const TRANSACTIONS: usize = 12;
+
+/// The longest install delay of `membership-slow-install`, in leases.
+const SLOW_INSTALL_LEASES: u64 = 5;
+
+/// The CM's ack timeout in `membership-slow-install`, in leases.
+const SLOW_INSTALL_ACK_TIMEOUT_LEASES: u64 = 8;
 
 /// Whether `name` is a membership scenario.
 pub fn is_membership(name: &str) -> bool {
@@ -81,12 +88,12 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
 ///
 /// If `name` is not one of [`NAMES`].
 pub fn options(name: &str, seed: u64) -> RunOptions {
-    let membership = default_options();
+    let mut membership = default_options();
     let lease = membership.lease_ns;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x3e3b_e125);
     let nodes: u16 = match name {
         "membership-crash" | "membership-crash-cm" | "membership-pause" | "membership-drift" => 3,
-        "membership-one-way" => rng.random_range(3..=5),
+        "membership-one-way" | "membership-slow-install" => rng.random_range(3..=5),
         _ => 5,
     };
     let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
@@ -97,6 +104,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     let mut at = |lo: u64, hi: u64| rng.random_range(lo..=hi);
     let t = at(lease / 10, lease);
     let mut schedule = Vec::new();
+    let mut install_delay_max_ns = Vec::new();
     match name {
         "membership-crash" | "membership-crash-cm" => {
             let node = if name == "membership-crash-cm" {
@@ -198,6 +206,17 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
             plan.network.duplicate /= 2.5;
             schedule = std::mem::take(&mut plan.schedule);
         }
+        "membership-slow-install" => {
+            // No fault but slow installs: every node takes between 0 and 5 leases (drawn
+            // per install) to switch its workers to a new view before it acknowledges
+            // it, as a real node's threads may at bootstrap. The CM waits for the
+            // slowest ack up to its ack timeout, here 8 leases (above the slowest
+            // install, with room for a lost NEW-CONFIG or ack); a member that switched
+            // fast must not take that wait for a failed CM. Nothing fails, so the
+            // cluster stays in its first view (see [`failure`]).
+            membership.ack_timeout_min_ns = SLOW_INSTALL_ACK_TIMEOUT_LEASES * lease;
+            install_delay_max_ns = vec![SLOW_INSTALL_LEASES * lease; usize::from(nodes)];
+        }
         other => panic!("no membership scenario {other:?}; they are {NAMES:?}"),
     }
     schedule.sort_by_key(|(at, _)| *at);
@@ -208,6 +227,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         deadline_ns: 30 * lease,
         plan: Some(plan),
         membership: Some(membership),
+        install_delay_max_ns,
         ..RunOptions::new(seed)
     }
 }
@@ -216,11 +236,27 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
 /// bootstrap, the step bound, a liveness failure of a run that lost no member; and (c)
 /// or a read-only workload's finding, unless the run removed a healthy member (the
 /// known bugs below, which then explain a cluster left without a majority or a
-/// partition left without a copy).
+/// partition left without a copy). In `membership-slow-install`, where nothing fails,
+/// also any healthy member removed or any view after the first.
 pub fn failure(name: &str, report: &RunReport) -> Option<String> {
     let Some(m) = report.membership.as_ref() else {
         return Some("membership did not run".to_string());
     };
+    if name == "membership-slow-install" {
+        // Nothing fails: a removal, or any view after the first, is a false suspicion.
+        if !m.healthy_removed.is_empty() {
+            return Some(format!(
+                "healthy members removed (node, view): {:?}; views {:?}",
+                m.healthy_removed, m.views
+            ));
+        }
+        if m.views.len() > 1 {
+            return Some(format!(
+                "no node failed, yet views after the first were stored: {:?}",
+                m.views
+            ));
+        }
+    }
     let explained = !m.healthy_removed.is_empty() || !m.stale_commits.is_empty();
     let beyond_f = BEYOND_F.contains(&name);
     let hard: Vec<&String> = m

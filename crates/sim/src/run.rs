@@ -91,6 +91,12 @@ pub struct RunOptions {
     /// With membership: tick each node's state machine only when its timeout is due
     /// (see [`crate::membership::MembershipState::strict_ticks`]).
     pub membership_strict_ticks: bool,
+    /// With membership: each node's longest install delay, in ns of its clock (a node
+    /// past the end has none): how long a node takes to switch its workers to a new view
+    /// before it acknowledges it. Each install draws its delay from the seed (see
+    /// [`crate::membership::MembershipState::install_delay_max_ns`]). Empty: every node
+    /// acknowledges at once.
+    pub install_delay_max_ns: Vec<u64>,
 }
 
 impl RunOptions {
@@ -111,6 +117,7 @@ impl RunOptions {
             plan: None,
             membership: None,
             membership_strict_ticks: false,
+            install_delay_max_ns: Vec::new(),
         }
     }
 }
@@ -305,11 +312,9 @@ fn run_with_membership(
         &plan.clocks,
         membership,
     );
-    cluster
-        .membership
-        .as_mut()
-        .expect("membership runs")
-        .strict_ticks = options.membership_strict_ticks;
+    let state = cluster.membership.as_mut().expect("membership runs");
+    state.strict_ticks = options.membership_strict_ticks;
+    state.delay_installs(options.install_delay_max_ns.clone(), options.seed);
     let mut report = MembershipReport::default();
     // Bootstrap: every node joins, the node of lowest id swaps in the first view, every
     // node installs it and serves. Bounded by simulated time.

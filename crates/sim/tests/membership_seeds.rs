@@ -1,13 +1,14 @@
 //! Membership under attack: every membership scenario (crashes of a member and of the
 //! CM, a pause past the lease, minority, majority and one-way partitions, the CM failing
 //! during a reconfiguration, two backup CMs racing to swap, clock drift, two failures in
-//! a row, random faults with crashes, and random faults under a writing load) over many
+//! a row, random faults with crashes, random faults under a writing load, and slow
+//! installs with no fault) over many
 //! seeds, each checked at every simulator step by the membership checkers (see
 //! `ferrotx_sim::membership`): (a) one view per id, growing; (b) nobody serves outside
 //! the committed view of the highest id; (c) live nodes converge and serve within 20
 //! leases of the last fault; (d) no remap orphans a partition whose holder survives.
 //!
-//! `FERROTX_SIM_SEEDS=N` (default 50 per scenario, 12 scenarios: 600 runs) and
+//! `FERROTX_SIM_SEEDS=N` (default 50 per scenario, 13 scenarios: 650 runs) and
 //! `FERROTX_SIM_SEED_BASE`; replay one seed with `FERROTX_SIM_SEED=<seed> cargo test -p
 //! ferrotx-sim --test membership_seeds -- --nocapture`, or `ferrotx sim --workload
 //! membership-crash --seed S`.
@@ -155,5 +156,39 @@ fn bug_cm_installing_never_retries() {
     for (name, seed) in FIXED {
         let report = run_seed(name, seed, false);
         assert!(report.passed(), "{name} {seed}: {:#?}", report.membership);
+    }
+}
+
+/// Seeds of `membership-slow-install` that failed before the backup CM waited out the
+/// CM's ack timeout (commit 7973863): in seeds 0 and 3 backup CM 1 (rank 0), in seed 4
+/// backup CM 2 (rank 1), removes the CM in view 2.
+const SLOW_INSTALL: [u64; 3] = [0, 3, 4];
+
+/// Every node switches its workers to a new view in 0 to 5 leases (drawn per install)
+/// before it acknowledges it, and nothing fails. The CM waits for the slowest ack, up to
+/// its ack timeout (8 leases here). A backup CM that installed the first view fast took
+/// over the uncommitted view two leases after its own install (`tick_installing`), while
+/// the CM was still waiting for a slow member's ack: its probe excluding the CM reached a
+/// majority and view 2 removed the healthy CM, then cascades removed more healthy nodes
+/// (60 of seeds 0 to 99 failed). The takeover now starts only after the ack timeout plus
+/// two leases, and the cluster stays in view 1.
+#[test]
+fn bug_slow_install_backup_cm_removes_waiting_cm() {
+    for seed in SLOW_INSTALL {
+        let name = "membership-slow-install";
+        let report = run_seed(name, seed, false);
+        assert_eq!(
+            failure(name, &report),
+            None,
+            "seed {seed}: {:#?}",
+            report.membership
+        );
+        let m = report.membership.as_ref().expect("membership ran");
+        assert_eq!(m.views.len(), 1, "seed {seed}: {:?}", m.views);
+        assert!(
+            m.healthy_removed.is_empty(),
+            "seed {seed}: {:?}",
+            m.healthy_removed
+        );
     }
 }
