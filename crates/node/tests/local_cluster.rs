@@ -924,3 +924,51 @@ fn a_handle_starts_coroutines_from_any_thread_until_the_node_stops() {
         ferrotx_node::SpawnError::Stopped { node: 1, thread: 0 }
     );
 }
+
+/// Backups catch up when quiet: after the last commit, with no explicit TRUNCATE, every
+/// backup applies the coordinators' last records within a short idle interval (the
+/// truncation mark goes out on its own), so the replicas equal the primaries.
+#[test]
+fn backups_apply_the_last_commits_once_the_coordinators_are_quiet() {
+    let config = Configuration::local(3, 3, 1, 6, 51_400).unwrap();
+    let cluster = LocalCluster::start(config, schema());
+    let nodes = cluster.nodes();
+    let runs: Vec<_> = nodes
+        .iter()
+        .map(|&node| {
+            cluster.spawn(
+                node,
+                0,
+                move |co, coordinator: Rc<Coordinator>| async move {
+                    let mut committed = 0u64;
+                    for i in 0..20u64 {
+                        let mut txn = coordinator.begin(&co);
+                        let key = Key::from(1_000 * u64::from(node) + i);
+                        txn.put(ACCOUNTS, key, Some(i.to_le_bytes().to_vec()))
+                            .unwrap();
+                        committed += u64::from(txn.commit().await.is_ok());
+                    }
+                    committed
+                },
+            )
+        })
+        .collect();
+    let committed: u64 = runs.into_iter().map(|r| r.recv().unwrap()).sum();
+    assert_eq!(committed, 60);
+    let keys = || {
+        nodes
+            .iter()
+            .flat_map(|&n| (0..20).map(move |i| Key::from(1_000 * u64::from(n) + i)))
+    };
+    // No flush: the coordinators' idle passes send their marks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cluster.replicas_differ(ACCOUNTS, keys()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backups still behind: {:?}",
+            cluster.replicas_differ(ACCOUNTS, keys())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    cluster.stop();
+}

@@ -87,6 +87,17 @@ impl LogSpace {
         }
     }
 
+    /// The backups holding records that `mark` covers and that they have not been told
+    /// of: an idle coordinator sends them the mark (docs/recovery.md, "quiet").
+    pub(super) fn behind(&self, mark: u64) -> Vec<u16> {
+        self.backups
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.acked_mark < mark && b.records.first().is_some_and(|&c| c <= mark))
+            .map(|(n, _)| n as u16)
+            .collect()
+    }
+
     /// `node` acknowledged a message carrying truncation mark `mark`.
     pub(super) fn acknowledged(&mut self, node: u16, mark: u64) {
         let backup = self.backup(node);

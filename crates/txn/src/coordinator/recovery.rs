@@ -27,7 +27,8 @@ const REQUEST_VOTE_AFTER_NS: u64 = 1_000_000;
 /// The driver's pause between two checks while recovery has work.
 const BUSY_POLL_NS: u64 = 200_000;
 
-/// The driver's pause while it has none.
+/// The driver's pause while it has none: also how long a coordinator stays quiet before
+/// its backups are sent its truncation mark (they apply the records it covers).
 const IDLE_POLL_NS: u64 = 5_000_000;
 
 impl Coordinator {
@@ -36,6 +37,7 @@ impl Coordinator {
     /// coordinates the recovery of. Spawn it once per worker, in the background.
     pub async fn run_recovery(&self, co: Co) {
         let mut recovered = self.configuration();
+        let mut last_mark = 0;
         loop {
             let view = self.configuration();
             if self.accepting.get() && view > recovered {
@@ -43,6 +45,24 @@ impl Coordinator {
                 self.recovery_round(&co, view).await;
             }
             let busy = self.coordinate_recoveries(&co).await;
+            // Backups catch up when quiet: a mark that did not move since the last pass
+            // (no commit of this thread ended meanwhile) goes to the backups that hold
+            // records it covers, which apply them. Under load it rides on commits.
+            let mark = self.truncation_mark();
+            if mark == last_mark && self.accepting.get() {
+                let members = self.members.borrow().clone();
+                let behind: Vec<u16> = self
+                    .log_space
+                    .borrow()
+                    .behind(mark)
+                    .into_iter()
+                    .filter(|n| members.is_empty() || members.iter().any(|m| m.0 == *n))
+                    .collect();
+                if !behind.is_empty() {
+                    self.send_truncate(&co, &behind, mark).await;
+                }
+            }
+            last_mark = mark;
             let pause = if busy || !self.awaiting.borrow().is_empty() {
                 BUSY_POLL_NS
             } else {
