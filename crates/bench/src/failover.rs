@@ -779,12 +779,13 @@ impl Prober {
                     .saturating_duration_since(Instant::now())
                     .min(timeout)
             };
-            if !self.clients.contains_key(&node) {
-                let c = Client::connect(addr, left().max(Duration::from_millis(1)))
-                    .map_err(|e| format!("node {node}: connect: {e}"))?;
-                self.clients.insert(node, c);
-            }
-            let client = self.clients.get_mut(&node).expect("inserted");
+            let client = match self.clients.entry(node) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                    Client::connect(addr, left().max(Duration::from_millis(1)))
+                        .map_err(|e| format!("node {node}: connect: {e}"))?,
+                ),
+            };
             for (p, key) in self.keys.iter().enumerate() {
                 for args in [
                     vec![&b"GET"[..], key.as_bytes()],
