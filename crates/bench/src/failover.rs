@@ -32,7 +32,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -150,6 +150,18 @@ impl Errors {
         self.connection += other.connection;
     }
 
+    /// `self` less `earlier` (counts of an earlier moment).
+    fn since(&self, earlier: &Errors) -> Errors {
+        Errors {
+            tryagain: self.tryagain - earlier.tryagain,
+            clusterdown: self.clusterdown - earlier.clusterdown,
+            outcome_unknown: self.outcome_unknown - earlier.outcome_unknown,
+            other: self.other - earlier.other,
+            timeout: self.timeout - earlier.timeout,
+            connection: self.connection - earlier.connection,
+        }
+    }
+
     /// All of them.
     pub fn total(&self) -> u64 {
         self.tryagain
@@ -160,6 +172,20 @@ impl Errors {
             + self.connection
     }
 }
+
+/// Errors of the requests sent before the kill, between the kill and the restart of the
+/// killed node, and after the restart.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ErrorsByPhase {
+    pub before_kill: Errors,
+    pub after_kill: Errors,
+    pub after_restart: Errors,
+}
+
+/// The phases of a run, as the load clients see them.
+const PHASE_BEFORE_KILL: u8 = 0;
+const PHASE_AFTER_KILL: u8 = 1;
+const PHASE_AFTER_RESTART: u8 = 2;
 
 /// Median, maximum and number of measurements (null when there are none).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -237,6 +263,8 @@ pub struct RunReport {
     pub unverified_examples: Vec<String>,
     /// Errors the load clients saw, by kind.
     pub errors: Errors,
+    /// The same by the phase in which the request was sent.
+    pub errors_by_phase: ErrorsByPhase,
     /// Connections the clients opened again after one broke or timed out.
     pub reconnects: u64,
     /// Distinct messages of the "other" errors (digits as #), with counts.
@@ -264,6 +292,7 @@ pub struct FailoverReport {
     pub acknowledged_lost: u64,
     pub unverified: u64,
     pub errors: Errors,
+    pub errors_by_phase: ErrorsByPhase,
     pub runs: Vec<RunReport>,
     /// The runs' `recovery` objects (`{"per_run": [...]}`) if `ferrotx status --json` had
     /// that field in any run; else null.
@@ -284,8 +313,18 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
         runs.push(run);
     }
     let mut errors = Errors::default();
+    let mut errors_by_phase = ErrorsByPhase::default();
     for run in &runs {
         errors.add(&run.errors);
+        errors_by_phase
+            .before_kill
+            .add(&run.errors_by_phase.before_kill);
+        errors_by_phase
+            .after_kill
+            .add(&run.errors_by_phase.after_kill);
+        errors_by_phase
+            .after_restart
+            .add(&run.errors_by_phase.after_restart);
     }
     let recovery = runs.iter().any(|r| r.recovery.is_some()).then(|| {
         serde_json::json!({ "per_run": runs.iter().map(|r| r.recovery.clone()).collect::<Vec<_>>() })
@@ -305,6 +344,7 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
         acknowledged_lost: runs.iter().map(|r| r.lost).sum(),
         unverified: runs.iter().map(|r| r.unverified).sum(),
         errors,
+        errors_by_phase,
         runs,
         recovery,
     })
@@ -326,7 +366,8 @@ fn opt_ms(v: Option<f64>) -> String {
 fn print_run(r: &RunReport) {
     println!(
         "kill {:>3}: node {}{} detect {:>8} ms  recovered {:>8} ms  rejoin {:>8} ms  \
-         acked {:>7}  lost {:>4}  unverified {:>3}  errors {:>5}",
+         acked {:>7}  lost {:>4}  unverified {:>3}  errors {:>5} (before kill {}, after kill {}, \
+         after restart {})",
         r.kill,
         r.node_killed,
         if r.killed_was_cm { " (CM)" } else { "     " },
@@ -336,7 +377,10 @@ fn print_run(r: &RunReport) {
         r.acknowledged_writes,
         r.lost,
         r.unverified,
-        r.errors.total()
+        r.errors.total(),
+        r.errors_by_phase.before_kill.total(),
+        r.errors_by_phase.after_kill.total(),
+        r.errors_by_phase.after_restart.total()
     );
     for note in &r.notes {
         println!("          note: {note}");
@@ -653,9 +697,33 @@ struct ClientLog {
     reconnects: u64,
     other_errors: BTreeMap<String, u64>,
     last_error: Option<Instant>,
+    /// The phase of the request being sent.
+    phase: u8,
+    /// `errors` when each phase began (index 0 unused).
+    phase_starts: [Option<Errors>; 3],
 }
 
 impl ClientLog {
+    /// Enters `phase` (and any it skipped).
+    fn enter(&mut self, phase: u8) {
+        while self.phase < phase {
+            self.phase += 1;
+            self.phase_starts[usize::from(self.phase)] = Some(self.errors.clone());
+        }
+    }
+
+    /// Errors by the phase their request was sent in.
+    fn by_phase(&self) -> ErrorsByPhase {
+        let start = |p: usize| self.phase_starts[p].clone();
+        let after_kill = start(1).unwrap_or_else(|| self.errors.clone());
+        let after_restart = start(2).unwrap_or_else(|| self.errors.clone());
+        ErrorsByPhase {
+            before_kill: after_kill.clone(),
+            after_kill: after_restart.since(&after_kill),
+            after_restart: self.errors.since(&after_restart),
+        }
+    }
+
     fn error_reply(&mut self, message: &[u8]) {
         self.last_error = Some(Instant::now());
         match error_kind(&mut self.errors, message) {
@@ -679,6 +747,7 @@ fn load_client(
     thread: usize,
     addrs: &[SocketAddr],
     stop: &AtomicBool,
+    phase: &AtomicU8,
     seed: u64,
     timeout: Duration,
 ) -> ClientLog {
@@ -698,6 +767,7 @@ fn load_client(
             }
             continue;
         };
+        log.enter(phase.load(Ordering::Relaxed));
         log.requests += 1;
         let (result, counter) = if rng.random_bool(0.5) {
             let k = rng.random_range(0..COUNTERS);
@@ -1103,15 +1173,17 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
 
     // The load.
     let stop = Arc::new(AtomicBool::new(false));
+    let phase = Arc::new(AtomicU8::new(PHASE_BEFORE_KILL));
     let load: Vec<_> = (0..options.clients)
         .map(|thread| {
             let addrs = addrs.clone();
             let stop = stop.clone();
+            let phase = phase.clone();
             let seed = options
                 .seed
                 .wrapping_mul(1_000_003)
                 .wrapping_add(kill.into());
-            std::thread::spawn(move || load_client(thread, &addrs, &stop, seed, timeout))
+            std::thread::spawn(move || load_client(thread, &addrs, &stop, &phase, seed, timeout))
         })
         .collect();
     std::thread::sleep(Duration::from_millis(options.warmup_ms));
@@ -1128,6 +1200,7 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
         ));
     }
     let recovery_deadline = Duration::from_millis(options.recovery_deadline_ms);
+    phase.store(PHASE_AFTER_KILL, Ordering::Relaxed);
     nodes.kill(victim)?;
     let killed_at = Instant::now();
     let deadline = killed_at + recovery_deadline;
@@ -1175,6 +1248,7 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
     }
 
     // The restart: a new process of the same node, admitted as a new member.
+    phase.store(PHASE_AFTER_RESTART, Ordering::Relaxed);
     let restarted_at = Instant::now();
     nodes.children[usize::from(victim)] =
         Some(start_node(exe, &path, &dir.path, victim, options.lease_ms)?);
@@ -1212,9 +1286,14 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
     drop(nodes);
 
     let mut errors = Errors::default();
+    let mut errors_by_phase = ErrorsByPhase::default();
     let mut other_errors = BTreeMap::new();
     for log in &logs {
         errors.add(&log.errors);
+        let by_phase = log.by_phase();
+        errors_by_phase.before_kill.add(&by_phase.before_kill);
+        errors_by_phase.after_kill.add(&by_phase.after_kill);
+        errors_by_phase.after_restart.add(&by_phase.after_restart);
         for (m, n) in &log.other_errors {
             *other_errors.entry(m.clone()).or_default() += n;
         }
@@ -1255,6 +1334,7 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
         lost_examples: checked.examples,
         unverified_examples: checked.unverified_examples,
         errors,
+        errors_by_phase,
         reconnects: logs.iter().map(|l| l.reconnects).sum(),
         other_errors,
         recovery,
