@@ -457,17 +457,18 @@ struct Nodes {
 }
 
 impl Nodes {
-    /// Sends SIGKILL to `node` and reaps it.
-    fn kill(&mut self, node: u16) -> anyhow::Result<()> {
+    /// Sends SIGKILL to `node` and reaps it; returns the instant just before the signal.
+    fn kill(&mut self, node: u16) -> anyhow::Result<Instant> {
         let mut child = self.children[usize::from(node)]
             .take()
             .with_context(|| format!("node {node} does not run"))?;
+        let at = Instant::now();
         // `Child::kill` is SIGKILL on Unix.
         child
             .kill()
             .with_context(|| format!("killing node {node}"))?;
         child.wait()?;
-        Ok(())
+        Ok(at)
     }
 
     /// Nodes that exited by themselves, with their status.
@@ -1201,8 +1202,7 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
     }
     let recovery_deadline = Duration::from_millis(options.recovery_deadline_ms);
     phase.store(PHASE_AFTER_KILL, Ordering::Relaxed);
-    nodes.kill(victim)?;
-    let killed_at = Instant::now();
+    let killed_at = nodes.kill(victim)?;
     let deadline = killed_at + recovery_deadline;
     let detector = {
         let state = state.clone();
