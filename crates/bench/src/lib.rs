@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod driver;
+pub mod failover;
 pub mod kv;
 pub mod latency;
 pub mod lossy;

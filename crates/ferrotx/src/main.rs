@@ -145,6 +145,11 @@ enum Bench {
     /// Read and write (every replica) latency of 100 B to 1 MB objects, beside RAMCloud's
     /// figures and the RPC round trip of the same run.
     Latency(LatencyArgs),
+    /// Failover under Redis load: for each kill, a fresh cluster of node processes, Redis
+    /// clients (INCR and SET) on every node, one node killed with SIGKILL; reports the time
+    /// to a view without it (detect) and until every partition is read and written through
+    /// every survivor (recovery), client errors by kind, and acknowledged writes lost.
+    Failover(FailoverArgs),
     /// RPC throughput and latency between a server and a client process on loopback.
     Rpc(RpcArgs),
     /// CPU used by an idle node (RPC server threads with no traffic).
@@ -299,6 +304,42 @@ struct BankArgs {
     initial_balance: u64,
     #[command(flatten)]
     run: ClusterRunArgs,
+}
+
+#[derive(Args)]
+struct FailoverArgs {
+    /// Kills, each on a fresh cluster.
+    #[arg(long, default_value_t = 1)]
+    kills: u32,
+    /// Node processes per cluster (3 replicas per partition, fewer with fewer nodes).
+    #[arg(long, default_value_t = 3)]
+    nodes: u16,
+    /// Length of the nodes' leases, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    lease_ms: u64,
+    /// Seed of the nodes killed and of the clients' commands.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Redis client threads of the load.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Longest wait from a kill to the first successful probe of every partition through
+    /// every survivor, in milliseconds (past it, the kill counts as not recovered).
+    #[arg(long, default_value_t = 20_000)]
+    recovery_deadline_ms: u64,
+    /// A client's timeout for one request, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    request_timeout_ms: u64,
+    /// First port: the cluster uses nodes x 3 consecutive ports from here. Default:
+    /// chosen from the process id, below the kernel's ephemeral ports.
+    #[arg(long)]
+    port_base: Option<u16>,
+    /// Keep each run's directory (configuration, coordination file, node logs).
+    #[arg(long)]
+    keep_logs: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -536,6 +577,26 @@ fn main() -> anyhow::Result<()> {
                     port_base: args.port_base.unwrap_or_else(default_port_base),
                 })?;
             ferrotx_bench::latency::print_table(&report);
+            write_json(&args.json, &report)?;
+        }
+        Command::Bench(Bench::Failover(args)) => {
+            // Below Linux's ephemeral ports (32768 and up), where the clients' own sockets
+            // could take a node's Redis port between a kill and the restart.
+            let port_base = args
+                .port_base
+                .unwrap_or(12_000 + (std::process::id() % 1_000) as u16 * 20);
+            let options = ferrotx_bench::failover::FailoverOptions {
+                nodes: args.nodes,
+                lease_ms: args.lease_ms,
+                seed: args.seed,
+                clients: args.clients,
+                recovery_deadline_ms: args.recovery_deadline_ms,
+                request_timeout_ms: args.request_timeout_ms,
+                keep_logs: args.keep_logs,
+                ..ferrotx_bench::failover::FailoverOptions::new(args.kills, port_base)
+            };
+            let report = ferrotx_bench::failover::run(&options)?;
+            ferrotx_bench::failover::print_table(&report);
             write_json(&args.json, &report)?;
         }
         Command::Bench(Bench::Tatp(args)) => {
