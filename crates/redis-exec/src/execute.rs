@@ -64,7 +64,8 @@ pub async fn run_plan(
     plan: &Plan,
     seed: u64,
 ) -> PlanRun {
-    let mut aborts = match run_whole(co, coordinator, kv, plan, seed).await {
+    let deadline = co.now_ns().saturating_add(kv.command_timeout_ns);
+    let mut aborts = match run_whole(co, coordinator, kv, plan, seed, deadline).await {
         Ok(run) => return run,
         Err(too_large) if !plan.may_split() => return too_large.failed(),
         Err(too_large) => too_large.aborts,
@@ -72,7 +73,7 @@ pub async fn run_plan(
     let mut replies = Vec::with_capacity(plan.commands().len());
     for (i, single) in plan.one_by_one().enumerate() {
         let seed = seed ^ (i as u64 + 1);
-        let run = run_whole(co, coordinator, kv, &single, seed)
+        let run = run_whole(co, coordinator, kv, &single, seed, deadline)
             .await
             .unwrap_or_else(TooLarge::failed);
         aborts += run.aborts;
@@ -112,17 +113,18 @@ async fn run_whole(
     kv: KvTable,
     plan: &Plan,
     seed: u64,
+    deadline_ns: u64,
 ) -> Result<PlanRun, TooLarge> {
     let mut backoff = Backoff::new(seed, co.now_ns());
     let mut aborts = 0;
     loop {
-        let outcome = match attempt(co, coordinator, kv, plan).await {
+        let outcome = match attempt(co, coordinator, kv, plan, deadline_ns).await {
             Ok(outcome) => outcome,
             Err(Attempt::TooLarge(reply)) => return Err(TooLarge { reply, aborts }),
             Err(Attempt::Fail(reply)) => Outcome::Failed(reply),
             Err(Attempt::Retry(abort)) => {
                 aborts += 1;
-                if !backoff.exhausted(co) {
+                if !backoff.exhausted(co) && co.now_ns() < deadline_ns {
                     backoff.wait(co).await;
                     continue;
                 }
@@ -133,8 +135,9 @@ async fn run_whole(
                          partition has no copy left",
                     ))
                 } else {
+                    // Nothing was changed: Redis clients may retry TRYAGAIN.
                     Outcome::Failed(Reply::error(format!(
-                        "ERR ferrotx: transaction aborted after {} retries ({abort}); try again",
+                        "TRYAGAIN ferrotx: transaction aborted after {} retries ({abort})",
                         aborts - 1
                     )))
                 }
@@ -150,6 +153,7 @@ async fn attempt(
     coordinator: &Coordinator,
     kv: KvTable,
     plan: &Plan,
+    deadline_ns: u64,
 ) -> Result<Outcome, Attempt> {
     // The plan's keys (sorted, once each), then the watched keys it does not touch: read
     // in the transaction, so that its validation covers them.
@@ -166,6 +170,7 @@ async fn attempt(
     } else {
         coordinator.begin(co)
     };
+    txn.set_deadline(deadline_ns);
     let values = txn.read_many(kv.id, &store_keys).await.map_err(classify)?;
     if !watched_unchanged(&txn, kv, plan) {
         // Dropping the transaction abandons it: nothing was locked or written.

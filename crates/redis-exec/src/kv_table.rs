@@ -17,7 +17,15 @@ pub struct KvTable {
     /// Its largest value: the largest stored value (Redis key and value encoded) a write
     /// may make.
     pub stored_bytes_max: usize,
+    /// Longest a command runs before it answers: its result, `-TRYAGAIN` or
+    /// `-CLUSTERDOWN` (nothing changed), or "outcome unknown" (a failure interrupted its
+    /// commit and recovery did not decide it in time). [`DEFAULT_COMMAND_TIMEOUT_NS`]
+    /// unless the server sets another.
+    pub command_timeout_ns: u64,
 }
+
+/// Default of [`KvTable::command_timeout_ns`]: 5 s, a few leases and recoveries.
+pub const DEFAULT_COMMAND_TIMEOUT_NS: u64 = 5_000_000_000;
 
 impl KvTable {
     /// The `kv` table of `config`'s schema: it must exist and hold values of any size.
@@ -35,6 +43,7 @@ impl KvTable {
             ValueSize::Variable(bytes) => Ok(Self {
                 id: spec.id,
                 stored_bytes_max: bytes,
+                command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
             }),
             ValueSize::Fixed(bytes) => Err(KvTableError::FixedSizeKvTable { bytes }),
         }
@@ -59,7 +68,8 @@ mod tests {
             KvTable::find(&config).unwrap(),
             KvTable {
                 id: TableId(1),
-                stored_bytes_max: 1 << 20
+                stored_bytes_max: 1 << 20,
+                command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
             }
         );
         let other = |tables| config.clone().with_tables(tables).unwrap();
@@ -87,7 +97,8 @@ mod tests {
             found.unwrap(),
             KvTable {
                 id: TableId(5),
-                stored_bytes_max: 4096
+                stored_bytes_max: 4096,
+                command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
             }
         );
     }

@@ -65,6 +65,6 @@ pub use connection::{
 pub use error::KvTableError;
 pub use execute::{PlanRun, VERSION_UNREADABLE, read_versions, run_plan};
 pub use keyspace::{PARTITION_BITS, run_keyspace};
-pub use kv_table::{KV_TABLE_NAME, KvTable, store_key};
+pub use kv_table::{DEFAULT_COMMAND_TIMEOUT_NS, KV_TABLE_NAME, KvTable, store_key};
 pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
 pub use work::{Work, WorkResult, execute};

@@ -384,7 +384,7 @@ fn counters_add_up<const N: usize>(
 /// The reply to a transaction still conflicting when its retries ran out: allowed under
 /// heavy contention (a transaction at a remote primary can lose to one at a local primary
 /// again and again), but it must have written nothing.
-const GAVE_UP: &str = "-ERR ferrotx: transaction aborted after ";
+const GAVE_UP: &str = "-TRYAGAIN ferrotx: transaction aborted after ";
 
 #[test]
 fn concurrent_increments_from_clients_of_every_node_add_up_exactly() {

@@ -192,13 +192,13 @@ impl Coordinator {
         &self.opened
     }
 
-    /// Waits, at most [`ACCEPT_WAIT_NS`], until transactions may start (a configuration
+    /// Waits, at most [`ACCEPT_WAIT_NS`] and not past `deadline_ns`, until transactions may start (a configuration
     /// being switched to is committed); false if they still may not.
-    pub(crate) async fn wait_accepting(&self, co: &Co) -> bool {
+    pub(crate) async fn wait_accepting(&self, co: &Co, deadline_ns: u64) -> bool {
         if self.accepting.get() {
             return true;
         }
-        let deadline = co.now_ns() + ACCEPT_WAIT_NS;
+        let deadline = (co.now_ns() + ACCEPT_WAIT_NS).min(deadline_ns);
         while !self.accepting.get() {
             if !co.wait_until(&self.opened, deadline).await {
                 return self.accepting.get();

@@ -98,7 +98,9 @@ impl Txn<'_> {
         // Between NEW-CONFIG and NEW-CONFIG-COMMIT nothing commits: wait for the commit.
         // A partition with no copy takes no write. Both are refused before anything was
         // sent.
-        if !coordinator.accepting.get() && !coordinator.wait_accepting(self.co).await {
+        if !coordinator.accepting.get()
+            && !coordinator.wait_accepting(self.co, self.deadline_ns).await
+        {
             return Err(Abort::Unavailable);
         }
         let placement_now = coordinator.placement();
@@ -270,7 +272,7 @@ impl Txn<'_> {
     /// recovery's decision ([`crate::recovery`]), waited for up to [`RECOVERY_WAIT_NS`].
     async fn await_recovery(&mut self, commit: &Commit) -> Result<(), Abort> {
         let coordinator = self.coordinator;
-        let deadline = self.co.now_ns() + RECOVERY_WAIT_NS;
+        let deadline = (self.co.now_ns() + RECOVERY_WAIT_NS).min(self.deadline_ns);
         match coordinator
             .await_recovery(self.co, commit.tx, &commit.partitions, deadline)
             .await

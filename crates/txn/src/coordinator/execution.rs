@@ -37,6 +37,7 @@ impl Coordinator {
             writes: Vec::new(),
             finished: false,
             undecided: false,
+            deadline_ns: u64::MAX,
         }
     }
 }
@@ -59,6 +60,9 @@ pub struct Txn<'a> {
     /// Recovery has not decided its commit: it joins the truncation mark only once
     /// recovery decides it.
     pub(super) undecided: bool,
+    /// No wait of this transaction (a reconfiguration, a partition being recovered,
+    /// recovery's decision) goes past this time: [`Txn::set_deadline`].
+    pub(super) deadline_ns: u64,
 }
 
 impl Drop for Txn<'_> {
@@ -123,7 +127,14 @@ impl Txn<'_> {
         let partition = coordinator.placement.borrow().partition_of(table, &key);
         let mut value = Vec::new();
         let outcome = match coordinator
-            .read_at_primary(self.co, partition, table, &key, &mut value)
+            .read_at_primary(
+                self.co,
+                partition,
+                table,
+                &key,
+                &mut value,
+                self.deadline_ns,
+            )
             .await
         {
             Ok(outcome) => outcome,
@@ -173,7 +184,9 @@ impl Txn<'_> {
             }
         }
         let local = coordinator.local.node();
-        if !coordinator.accepting.get() && !coordinator.wait_accepting(self.co).await {
+        if !coordinator.accepting.get()
+            && !coordinator.wait_accepting(self.co, self.deadline_ns).await
+        {
             return Err(self.abort_execution(Abort::Unavailable));
         }
         if fetch
@@ -381,6 +394,14 @@ impl Txn<'_> {
     /// Deletes `key` (a write of `None`; deleting an absent key is allowed).
     pub async fn delete(&mut self, table: TableId, key: Key) -> Result<(), Abort> {
         self.write(table, key, None).await
+    }
+
+    /// Bounds every wait of this transaction to `deadline_ns` (the caller's time, as
+    /// [`Co::now_ns`]): a wait for a configuration to be committed or for a partition
+    /// recovery blocks ends with [`Abort::Unavailable`] (nothing changed), and a wait for
+    /// recovery's decision on an interrupted commit with [`Abort::OutcomeUnknown`].
+    pub fn set_deadline(&mut self, deadline_ns: u64) {
+        self.deadline_ns = deadline_ns;
     }
 
     /// Aborts during execution: nothing is locked yet, so nothing to release.

@@ -61,7 +61,7 @@ impl Coordinator {
         self.check_key(table, &key)?;
         let partition = self.placement.borrow().partition_of(table, &key);
         let outcome = self
-            .read_at_primary(co, partition, table, &key, out)
+            .read_at_primary(co, partition, table, &key, out, u64::MAX)
             .await?;
         // Fault point: the answer reaches the caller late, as after a slow reply: the
         // value may be overwritten meanwhile, which a linearizable read allows (it took
@@ -85,8 +85,9 @@ impl Coordinator {
         table: TableId,
         key: &Key,
         out: &mut Vec<u8>,
+        deadline_ns: u64,
     ) -> Result<ReadOutcome, Abort> {
-        if !self.accepting.get() && !self.wait_accepting(co).await {
+        if !self.accepting.get() && !self.wait_accepting(co, deadline_ns).await {
             return Err(Abort::Unavailable);
         }
         let primary = self.placement.borrow().primary(partition);
@@ -152,7 +153,7 @@ impl Coordinator {
                     // transactions that wrote it: wait a little, up to a bound.
                     let now = co.now_ns();
                     let since = *recovering_since.get_or_insert(now);
-                    if now >= since + RECOVERING_READ_WAIT_NS {
+                    if now >= (since + RECOVERING_READ_WAIT_NS).min(deadline_ns) {
                         return Err(Abort::Unavailable);
                     }
                     co.sleep_until(now + 200_000).await;
