@@ -163,9 +163,14 @@ impl NodeCore {
         // A partition this node becomes primary of (a promoted backup) is blocked until
         // every thread's recovery decided the transactions that wrote it.
         let threads = u32::from(self.config.threads_per_node());
+        // So is one still blocked in the previous view (its recovery was cut short by
+        // this change): it stays blocked until this view's recovery is done.
         let promoted: Vec<u32> = store
             .hosted()
-            .filter(|&(p, role)| role == Role::Primary && previous.get(p, Role::Backup).is_some())
+            .filter(|&(p, role)| {
+                role == Role::Primary
+                    && (previous.get(p, Role::Backup).is_some() || previous.is_recovering(p))
+            })
             .map(|(p, _)| p)
             .collect();
         for p in promoted {

@@ -214,7 +214,7 @@ impl Coordinator {
                 }
                 for (tx, e) in merged.iter_mut() {
                     // Installed here (commit-primary), which `held_for` does not list.
-                    if let (Some(vote), _) = participant.held(tx) {
+                    if let Some(vote) = participant.decided_or_installed(tx) {
                         e.0 = e.0.merge(vote);
                     }
                     if let Ok(record) = crate::messages::RecordView::parse(&e.2) {

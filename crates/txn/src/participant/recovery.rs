@@ -86,42 +86,6 @@ impl Participant {
         self.recovery.stats
     }
 
-    /// What this replica holds of `tx`, and the partitions it writes (from its record).
-    pub(crate) fn held(&self, tx: &TxId) -> (Option<Vote>, Vec<u32>) {
-        if let Some((committed, partitions)) = self.recovery.decided.get(tx) {
-            let vote = if *committed {
-                Vote::CommitPrimary
-            } else {
-                Vote::Abort
-            };
-            return (Some(vote), partitions.clone());
-        }
-        let coordinator: CoordinatorId = (tx.node, tx.thread, tx.incarnation);
-        if let Some(bytes) = self.locked.get(tx) {
-            let partitions = RecordView::parse(bytes)
-                .map(|r| r.partitions().collect())
-                .unwrap_or_default();
-            return (Some(Vote::Lock), partitions);
-        }
-        if let Some(log) = self.logs.get(&coordinator) {
-            if let Some(logged) = log.records.get(&tx.counter) {
-                let partitions = RecordView::parse(&logged.bytes)
-                    .map(|r| r.partitions().collect())
-                    .unwrap_or_default();
-                let vote = if logged.replicated {
-                    Vote::Lock
-                } else {
-                    Vote::CommitBackup
-                };
-                return (Some(vote), partitions);
-            }
-            if log.installed.contains(&tx.counter) {
-                return (Some(Vote::CommitPrimary), Vec::new());
-            }
-        }
-        (None, Vec::new())
-    }
-
     /// The vote of a replica with no record of `tx`: truncated if a mark seen here
     /// covers it, else unknown.
     pub(crate) fn vote_without_record(&self, tx: &TxId) -> Vote {
@@ -137,11 +101,14 @@ impl Participant {
     }
 
     /// Every transaction older than `view` this replica holds something of for
-    /// `partition`: its kind, and the record's bytes (empty for a decision).
+    /// `partition`: its kind, and the record's bytes (empty for a decision). A record
+    /// counts only if it carries writes of `partition` (a LOCK record holds the writes
+    /// of the partitions the node is primary of, a logged one those it backs up): a
+    /// record of the same transaction for another partition says nothing of this one.
     pub(crate) fn held_for(&self, view: u64, partition: u32) -> Vec<(Vote, TxId, Vec<u8>)> {
         let mut out = Vec::new();
         let writes_partition = |bytes: &[u8]| {
-            RecordView::parse(bytes).is_ok_and(|r| r.partitions().any(|p| p == partition))
+            RecordView::parse(bytes).is_ok_and(|r| r.writes().any(|w| w.partition == partition))
         };
         for (tx, bytes) in &self.locked {
             if tx.configuration < view && writes_partition(bytes) {
@@ -160,7 +127,7 @@ impl Participant {
                     counter,
                     configuration: record.tx.configuration,
                 };
-                if tx.configuration < view && record.partitions().any(|p| p == partition) {
+                if tx.configuration < view && record.writes().any(|w| w.partition == partition) {
                     let vote = if logged.replicated {
                         Vote::Lock
                     } else {
@@ -227,12 +194,14 @@ impl Participant {
         let (_view, _partition, bytes) = decode_replicate(payload).map_err(|_| MALFORMED)?;
         let record = RecordView::parse(bytes).map_err(|_| MALFORMED)?;
         let tx = record.tx;
-        if self.held(&tx).0.is_none() {
+        // Logged unless decided or logged already (a LOCK record this node holds as a
+        // primary of another partition does not carry these writes).
+        if !self.recovery.decided.contains_key(&tx) {
             let log = self
                 .logs
                 .entry((tx.node, tx.thread, tx.incarnation))
                 .or_default();
-            if tx.counter > log.truncated_up_to {
+            if tx.counter > log.truncated_up_to && !log.records.contains_key(&tx.counter) {
                 log.records.insert(
                     tx.counter,
                     Logged {
@@ -306,10 +275,27 @@ impl Participant {
         if let Some((vote, _)) = votes.get(tx) {
             return Some(*vote);
         }
-        Some(match self.held(tx).0 {
+        // No replica of the partition held a record of it when gathered.
+        Some(match self.decided_or_installed(tx) {
             Some(vote) => vote,
             None => self.vote_without_record(tx),
         })
+    }
+
+    /// Commit-primary if this primary installed `tx` (COMMIT-PRIMARY) and no mark covers
+    /// it yet, or the decision on it seen here.
+    pub(crate) fn decided_or_installed(&self, tx: &TxId) -> Option<Vote> {
+        if let Some((committed, _)) = self.recovery.decided.get(tx) {
+            return Some(if *committed {
+                Vote::CommitPrimary
+            } else {
+                Vote::Abort
+            });
+        }
+        self.logs
+            .get(&(tx.node, tx.thread, tx.incarnation))
+            .is_some_and(|log| log.installed.contains(&tx.counter))
+            .then_some(Vote::CommitPrimary)
     }
 
     /// COMMIT-RECOVERY: install or apply the transaction's writes here, keep the decision.
