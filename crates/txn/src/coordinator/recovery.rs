@@ -68,7 +68,8 @@ impl Coordinator {
             } else {
                 IDLE_POLL_NS
             };
-            co.sleep_until(co.now_ns() + pause).await;
+            // A view committed wakes it at once (the worker notifies `opened`).
+            co.wait_until(&self.opened, co.now_ns() + pause).await;
         }
     }
 
