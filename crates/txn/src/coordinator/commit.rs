@@ -252,8 +252,8 @@ impl Txn<'_> {
         }
         // The records go out now: an abort from here on keeps the reservations, and from
         // a view change on the outcome is recovery's.
-        self.commit_backup(&mut commit).await?;
-        if coordinator.configuration() != tx.configuration {
+        let logged_everywhere = self.commit_backup(&mut commit).await?;
+        if !logged_everywhere || coordinator.configuration() != tx.configuration {
             return self.await_recovery(&commit).await;
         }
         // Fault point: a pause between COMMIT-BACKUP and COMMIT-PRIMARY: the transaction
@@ -416,14 +416,16 @@ impl Txn<'_> {
     /// truncation mark, so each acknowledgement also frees the space of the records it
     /// covers.
     ///
-    /// If a backup did not log the record (it refused it, answered something else, or
-    /// restarted, losing its log), the transaction cannot commit: without recovery (FaRM
-    /// 5.3) nothing would ever bring that backup up to date. It is aborted instead: ABORT
-    /// to every primary (releasing the locks) and to every backup (dropping the record
-    /// where it was logged, so truncation never applies it), and it fails with
-    /// [`Abort::Protocol`]. The records were sent, so their reservations stay counted
-    /// until a truncation mark covers them.
-    async fn commit_backup(&mut self, commit: &mut Commit) -> Result<(), Abort> {
+    /// If a backup certainly did not log the record (it refused it, the call was never
+    /// sent, or it restarted, losing its log), the transaction cannot commit: it is
+    /// aborted, with ABORT to every primary (releasing the locks) and to every backup
+    /// (dropping the record where it was logged, so truncation never applies it), and it
+    /// fails with [`Abort::Protocol`]. The records were sent, so their reservations stay
+    /// counted until a truncation mark covers them. If a backup may have logged it (the
+    /// view changed while the call was out, or the backup answered "undecided" from a
+    /// newer view), the outcome is recovery's: `Ok(false)`, and the caller waits for the
+    /// decision.
+    async fn commit_backup(&mut self, commit: &mut Commit) -> Result<bool, Abort> {
         assert_eq!(
             commit.locked.len(),
             commit.primaries.len(),
@@ -452,8 +454,13 @@ impl Txn<'_> {
             ..
         } = &*commit;
         coordinator.count(|s| s.commit_backup_messages += backups.len() as u64);
+        // Backups that certainly did not log the record: a refusal in this view, a call
+        // never sent, or a restarted backup (whose log died with its earlier life). The
+        // others that did not answer "logged" (the view changed while the call was out,
+        // or the backup's view is newer: "undecided") may have logged it.
+        let mut not_logged = 0;
         let answers = coordinator
-            .round(
+            .round_results(
                 self.co,
                 request_type::COMMIT_BACKUP,
                 Participant::commit_backup,
@@ -467,7 +474,16 @@ impl Txn<'_> {
                         buffer,
                     )
                 },
-                yes,
+                |_, result| {
+                    use ferrotx_rpc::RpcError;
+                    let certain_no = match result {
+                        Ok(answer) => answer != [1] && answer != [crate::recovery::UNDECIDED],
+                        Err(RpcError::ConfigurationChanged) => false,
+                        Err(_) => true,
+                    };
+                    not_logged += usize::from(certain_no);
+                    result.is_ok_and(|answer| answer == [1])
+                },
             )
             .await;
         let mut logged = 0;
@@ -481,10 +497,14 @@ impl Txn<'_> {
                 }
             }
         }
-        if logged < commit.backups.len() && coordinator.configuration() != tx.configuration {
-            // Some backups may have logged it: recovery decides (the caller waits).
+        let missing = commit.backups.len() - logged;
+        if missing > 0 && (not_logged < missing || coordinator.configuration() != tx.configuration)
+        {
+            // A backup did not answer (the call failed: its view changed) or answered
+            // "undecided" (a newer view there): it may have logged the record, and
+            // recovery in the next view decides the transaction (the caller waits).
             commit.logged = logged;
-            return Ok(());
+            return Ok(false);
         }
         if logged < commit.backups.len() {
             let mut holders: Vec<u16> = commit.locked.clone();
@@ -495,7 +515,7 @@ impl Txn<'_> {
             return Err(Abort::Protocol);
         }
         commit.logged = logged;
-        Ok(())
+        Ok(true)
     }
 
     /// FaRM 4 step 4, COMMIT-PRIMARY: once every backup logged the record, one message to

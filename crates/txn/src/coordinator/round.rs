@@ -1,6 +1,7 @@
 //! One message of a protocol phase to each of a set of nodes, and their answers.
 
 use ferrotx_exec::Co;
+use ferrotx_rpc::RpcError;
 
 use super::Coordinator;
 use crate::participant::ParticipantHandler;
@@ -22,6 +23,23 @@ impl Coordinator {
         encode: impl Fn(u16, &mut Vec<u8>),
         mut read: impl FnMut(u16, &[u8]) -> bool,
     ) -> Vec<(u16, bool)> {
+        self.round_results(co, request_type, handler, nodes, encode, |node, result| {
+            result.is_ok_and(|answer| read(node, answer))
+        })
+        .await
+    }
+
+    /// [`Coordinator::round`] whose `read` also sees the calls that failed, with why (a
+    /// handler's refusal here is [`RpcError::Handler`]).
+    pub(super) async fn round_results(
+        &self,
+        co: &Co,
+        request_type: u8,
+        handler: ParticipantHandler,
+        nodes: &[u16],
+        encode: impl Fn(u16, &mut Vec<u8>),
+        mut read: impl FnMut(u16, Result<&[u8], RpcError>) -> bool,
+    ) -> Vec<(u16, bool)> {
         let mut answers = Vec::with_capacity(nodes.len());
         let local = self.local.node();
         let batch_max = co.engine().config().max_batch;
@@ -36,9 +54,11 @@ impl Coordinator {
                 request.clear();
                 response.clear();
                 encode(node, &mut request);
-                let ok = handler(&mut self.participant.borrow_mut(), &request, &mut response)
-                    .is_ok()
-                    && read(node, &response);
+                let result = handler(&mut self.participant.borrow_mut(), &request, &mut response);
+                let ok = match result {
+                    Ok(()) => read(node, Ok(&response)),
+                    Err(_) => read(node, Err(RpcError::Handler)),
+                };
                 answers.push((node, ok));
                 continue;
             }
@@ -67,7 +87,7 @@ impl Coordinator {
         &self,
         co: &Co,
         nodes: &[u16],
-        read: &mut impl FnMut(u16, &[u8]) -> bool,
+        read: &mut impl FnMut(u16, Result<&[u8], RpcError>) -> bool,
         answers: &mut Vec<(u16, bool)>,
     ) {
         co.call().await;
@@ -75,7 +95,7 @@ impl Coordinator {
         let mut i = 0;
         for &node in nodes {
             if node != local {
-                let ok = co.result(i, |r| r.is_ok_and(|answer| read(node, answer)));
+                let ok = co.result(i, |r| read(node, r));
                 answers.push((node, ok));
                 i += 1;
             }
