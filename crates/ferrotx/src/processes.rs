@@ -1,6 +1,7 @@
 //! `ferrotx node` and `ferrotx cluster local`: node processes, started and stopped.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -196,8 +197,9 @@ fn describe_in(config: &Configuration, view: &ferrotx_cluster::View, node: u16) 
     )
 }
 
-/// `ferrotx status`: the cluster's current view from its coordination file, and each
-/// member probed on its lease socket (alive, its view, its life, round trip).
+/// `ferrotx status`: the cluster's current view from its coordination file, each
+/// member probed on its lease socket (alive, its view, its life, round trip), and the
+/// recovery counters of each member with a Redis address (from INFO).
 pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::Result<()> {
     let config = Configuration::load(path)?;
     let state = coordination
@@ -206,6 +208,9 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     let view = ferrotx_coord::FileCoordination::read_path(&state)?
         .with_context(|| format!("no cluster has run on {} yet", state.display()))?;
     let probes = probe_members(&config, &view);
+    let recoveries = query_recovery(&config, &view);
+    let answered: Vec<&RecoveryCounters> = recoveries.iter().flatten().collect();
+    let total = (!answered.is_empty()).then(|| RecoveryCounters::sum(&answered));
     let replicas = usize::from(config.replicas());
     let (short, lost) = view.short_and_lost(replicas);
     if json {
@@ -213,7 +218,8 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             .members
             .iter()
             .zip(&probes)
-            .map(|(m, p)| {
+            .zip(&recoveries)
+            .map(|((m, p), r)| {
                 serde_json::json!({
                     "node": m.node,
                     "incarnation": m.incarnation,
@@ -222,6 +228,7 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
                     "view": p.map(|p| p.view),
                     "same_life": p.map(|p| p.incarnation == m.incarnation),
                     "rtt_us": p.map(|p| p.rtt_us),
+                    "recovery": r.as_ref().map(RecoveryCounters::json),
                 })
             })
             .collect();
@@ -234,6 +241,11 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             "copies": view.copies,
             "short_of_copies": short,
             "without_copy": lost,
+            "recovery": total.as_ref().map(|t| {
+                let mut json = t.json();
+                json["members"] = answered.len().into();
+                json
+            }),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -268,6 +280,19 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             println!("  node {}: not a member", m.node);
         }
     }
+    println!("recovery (INFO over Redis):");
+    for (m, r) in view.members.iter().zip(&recoveries) {
+        match r {
+            Some(r) => println!("  node {}: {}", m.node, r.line()),
+            None if config.member(m.node).and_then(|c| c.resp_addr()).is_none() => {
+                println!("  node {}: no Redis address", m.node)
+            }
+            None => println!("  node {}: no answer to INFO", m.node),
+        }
+    }
+    if let Some(t) = &total {
+        println!("  all {} answering: {}", answered.len(), t.line());
+    }
     println!(
         "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy",
         view.copies.len(),
@@ -284,6 +309,203 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         }
     }
     Ok(())
+}
+
+/// How long `ferrotx status` waits for a member's INFO (connecting, then the reply).
+const INFO_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A node's transaction-state recovery counters, from the `recovery_*` fields of its INFO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RecoveryCounters {
+    rounds: u64,
+    commit: u64,
+    abort: u64,
+    /// By kind, in [`ferrotx_node::RECOVERY_VOTES`] order.
+    votes: [u64; 6],
+    waited: u64,
+}
+
+impl RecoveryCounters {
+    /// The counters in INFO's text, or `None` if it has none (not a ferrotx node, or one
+    /// without them).
+    fn from_info(text: &str) -> Option<Self> {
+        let fields: std::collections::HashMap<&str, u64> = text
+            .lines()
+            .filter_map(|line| line.trim_end().split_once(':'))
+            .filter_map(|(name, value)| Some((name, value.parse().ok()?)))
+            .collect();
+        let field = |name: &str| fields.get(name).copied();
+        let mut votes = [0; 6];
+        for (n, kind) in votes.iter_mut().zip(ferrotx_node::RECOVERY_VOTES) {
+            *n = field(&format!("recovery_votes_{}", kind.name()))?;
+        }
+        Some(Self {
+            rounds: field("recovery_rounds")?,
+            commit: field("recovery_decided_commit")?,
+            abort: field("recovery_decided_abort")?,
+            votes,
+            waited: field("recovery_waited")?,
+        })
+    }
+
+    fn sum(all: &[&Self]) -> Self {
+        let mut sum = Self::default();
+        for r in all {
+            sum.rounds += r.rounds;
+            sum.commit += r.commit;
+            sum.abort += r.abort;
+            for (s, n) in sum.votes.iter_mut().zip(r.votes) {
+                *s += n;
+            }
+            sum.waited += r.waited;
+        }
+        sum
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let votes: serde_json::Map<String, serde_json::Value> = ferrotx_node::RECOVERY_VOTES
+            .iter()
+            .zip(self.votes)
+            .map(|(kind, n)| (kind.name().to_owned(), n.into()))
+            .collect();
+        serde_json::json!({
+            "rounds": self.rounds,
+            "decisions": { "commit": self.commit, "abort": self.abort },
+            "votes": votes,
+            "waited": self.waited,
+        })
+    }
+
+    /// One line of `ferrotx status`.
+    fn line(&self) -> String {
+        let votes: Vec<String> = ferrotx_node::RECOVERY_VOTES
+            .iter()
+            .zip(self.votes)
+            .map(|(kind, n)| format!("{} {n}", kind.name()))
+            .collect();
+        format!(
+            "{} rounds, decided {} commit / {} abort, votes {}, {} waited",
+            self.rounds,
+            self.commit,
+            self.abort,
+            votes.join(" "),
+            self.waited
+        )
+    }
+}
+
+/// The recovery counters of every member of `view` with a Redis address, asked with
+/// INFO over TCP, all at once, each within [`INFO_TIMEOUT`]; `None` for a member without
+/// an address or that did not answer in time.
+fn query_recovery(
+    config: &Configuration,
+    view: &ferrotx_cluster::View,
+) -> Vec<Option<RecoveryCounters>> {
+    let password = config.resp().requirepass.as_deref();
+    std::thread::scope(|scope| {
+        let asks: Vec<_> = view
+            .members
+            .iter()
+            .map(|m| {
+                let addr = config.member(m.node).and_then(|c| c.resp_addr());
+                scope.spawn(move || {
+                    let mut addr = addr?;
+                    if addr.ip().is_unspecified() {
+                        addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
+                    }
+                    let text = info_over_tcp(addr, password, INFO_TIMEOUT)?;
+                    RecoveryCounters::from_info(&text)
+                })
+            })
+            .collect();
+        asks.into_iter()
+            .map(|ask| ask.join().ok().flatten())
+            .collect()
+    })
+}
+
+/// `INFO ferrotx` (after `AUTH` with `password`, if any) on the Redis port `addr`: the
+/// reply's text, or `None` on an error reply, a malformed one or no whole reply within
+/// `timeout` of the start.
+fn info_over_tcp(addr: SocketAddr, password: Option<&str>, timeout: Duration) -> Option<String> {
+    fn bulk(out: &mut Vec<u8>, arg: &[u8]) {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    let deadline = Instant::now() + timeout;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    let _ = stream.set_nodelay(true);
+    let mut request = Vec::new();
+    if let Some(password) = password {
+        request.extend_from_slice(b"*2\r\n");
+        bulk(&mut request, b"AUTH");
+        bulk(&mut request, password.as_bytes());
+    }
+    request.extend_from_slice(b"*2\r\n");
+    bulk(&mut request, b"INFO");
+    bulk(&mut request, b"ferrotx");
+    stream
+        .set_write_timeout(Some(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        ))
+        .ok()?;
+    stream.write_all(&request).ok()?;
+    let mut input = Vec::new();
+    let mut at = 0;
+    if password.is_some() {
+        // `+OK`, or an error (then no INFO either).
+        at = read_line(&mut stream, &mut input, 0, deadline)?;
+        if !input.starts_with(b"+") {
+            return None;
+        }
+    }
+    // RESP2: `$<len>` then the text (INFO's verbatim string as a bulk string).
+    let end = read_line(&mut stream, &mut input, at, deadline)?;
+    let header = std::str::from_utf8(input.get(at..end - 2)?).ok()?;
+    let len: usize = header.strip_prefix('$')?.parse().ok()?;
+    while input.len() < end + len + 2 {
+        read_some(&mut stream, &mut input, deadline)?;
+    }
+    String::from_utf8(input[end..end + len].to_vec()).ok()
+}
+
+/// Reads until `input` holds a CRLF at or after `from`; returns the index just past it.
+fn read_line(
+    stream: &mut TcpStream,
+    input: &mut Vec<u8>,
+    from: usize,
+    deadline: Instant,
+) -> Option<usize> {
+    loop {
+        if let Some(i) = input
+            .get(from..)
+            .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
+        {
+            return Some(from + i + 2);
+        }
+        read_some(stream, input, deadline)?;
+    }
+}
+
+/// One read into `input`, waiting no later than `deadline`; `None` at the deadline, end
+/// of stream or an error.
+fn read_some(stream: &mut TcpStream, input: &mut Vec<u8>, deadline: Instant) -> Option<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    stream.set_read_timeout(Some(left)).ok()?;
+    let mut buf = [0u8; 4096];
+    match stream.read(&mut buf) {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            input.extend_from_slice(&buf[..n]);
+            Some(())
+        }
+    }
 }
 
 /// A member's answer to a probe.
@@ -497,4 +719,54 @@ fn run_children(config: &Configuration, path: &Path, lease_ms: u64) -> anyhow::R
     children.stop();
     println!("stopped all {} nodes", config.members().len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_counters_from_info() {
+        let info = "# ferrotx\r\nnode_id:1\r\nrecovery_rounds:2\r\nrecovery_decided_commit:3\r\n\
+                    recovery_decided_abort:1\r\nrecovery_votes_unknown:0\r\n\
+                    recovery_votes_truncated:0\r\nrecovery_votes_abort:0\r\n\
+                    recovery_votes_lock:1\r\nrecovery_votes_commit_backup:2\r\n\
+                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n";
+        let r = RecoveryCounters::from_info(info).unwrap();
+        assert_eq!(
+            r,
+            RecoveryCounters {
+                rounds: 2,
+                commit: 3,
+                abort: 1,
+                votes: [0, 0, 0, 1, 2, 1],
+                waited: 4,
+            }
+        );
+        let json = r.json();
+        assert_eq!(json["decisions"]["commit"], 3);
+        assert_eq!(json["votes"]["commit_backup"], 2);
+        assert_eq!(RecoveryCounters::sum(&[&r, &r]).votes[4], 4);
+        // A node without the counters (or a cut reply) has none.
+        assert_eq!(
+            RecoveryCounters::from_info("# ferrotx\r\nnode_id:1\r\n"),
+            None
+        );
+        assert_eq!(
+            RecoveryCounters::from_info(&info.replace("recovery_waited:4\r\n", "")),
+            None
+        );
+    }
+
+    #[test]
+    fn info_from_a_closed_port_is_none_in_time() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepts (the backlog does) but never answers.
+        let started = Instant::now();
+        assert_eq!(info_over_tcp(addr, None, INFO_TIMEOUT), None);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(listener);
+        assert_eq!(info_over_tcp(addr, None, INFO_TIMEOUT), None);
+    }
 }

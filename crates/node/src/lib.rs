@@ -20,6 +20,8 @@ mod runtime;
 mod worker;
 
 pub use core::{CoreOptions, CoreWorker, NodeCore};
+pub use ferrotx_txn::participant::RecoveryStats;
+pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{

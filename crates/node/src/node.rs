@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId};
 use ferrotx_transport::udp::{UdpConfig, UdpTransport};
 use ferrotx_transport::{Doorbell, Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::Coordinator;
-use ferrotx_txn::participant::{ParticipantStats, Role};
+use ferrotx_txn::participant::{ParticipantStats, RecoveryStats, Role};
 use ferrotx_wire::EndpointId;
 
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
@@ -84,6 +84,47 @@ struct Spawner {
     pending: Arc<AtomicUsize>,
     /// Wakes the worker if it sleeps.
     doorbell: Option<Arc<Doorbell>>,
+}
+
+/// One worker thread's recovery counters ([`RecoveryStats`]) as its worker last
+/// published them, for other threads to read.
+///
+/// The worker compares its participant's counters with what it published once per loop
+/// iteration (a `RefCell` borrow and ten integer comparisons: no allocation, lock or
+/// system call) and stores them here, with relaxed atomics, only when they changed, which
+/// is during recovery, after a configuration change. A reader sees each counter as of
+/// the end of one of the worker's loop iterations, within a step of the worker's own;
+/// counters of one thread read together may come from two consecutive publications.
+#[derive(Default)]
+struct PublishedRecovery {
+    rounds: AtomicU64,
+    committed: AtomicU64,
+    aborted: AtomicU64,
+    votes: [AtomicU64; 6],
+    waited: AtomicU64,
+}
+
+impl PublishedRecovery {
+    fn store(&self, stats: &RecoveryStats) {
+        self.rounds.store(stats.rounds, Ordering::Relaxed);
+        self.committed.store(stats.committed, Ordering::Relaxed);
+        self.aborted.store(stats.aborted, Ordering::Relaxed);
+        for (published, n) in self.votes.iter().zip(stats.votes) {
+            published.store(n, Ordering::Relaxed);
+        }
+        self.waited.store(stats.waited, Ordering::Relaxed);
+    }
+
+    /// Adds these counters to `sum`.
+    fn add_to(&self, sum: &mut RecoveryStats) {
+        sum.rounds += self.rounds.load(Ordering::Relaxed);
+        sum.committed += self.committed.load(Ordering::Relaxed);
+        sum.aborted += self.aborted.load(Ordering::Relaxed);
+        for (total, published) in sum.votes.iter_mut().zip(&self.votes) {
+            *total += published.load(Ordering::Relaxed);
+        }
+        sum.waited += self.waited.load(Ordering::Relaxed);
+    }
 }
 
 /// A running node. Data is loaded with [`Node::load`] before transactions run;
@@ -177,6 +218,8 @@ pub struct NodeHandle {
     node: u16,
     config: Arc<Configuration>,
     spawners: Arc<[Spawner]>,
+    /// Each worker thread's recovery counters, in thread order.
+    recovery: Arc<[PublishedRecovery]>,
 }
 
 /// Why a coroutine could not be started.
@@ -206,6 +249,20 @@ impl NodeHandle {
     /// The node's worker threads.
     pub fn threads(&self) -> u16 {
         u16::try_from(self.spawners.len()).expect("threads_per_node is a u16")
+    }
+
+    /// The node's transaction-state recovery counters (FaRM 5.3), summed over its worker
+    /// threads: rounds (one per committed view per thread), the decisions this node's
+    /// threads took as recovery coordinators, the partitions' votes they counted (by
+    /// kind, in [`ferrotx_txn::recovery::VOTES`] order) and the commits of this node's
+    /// coordinators that waited for recovery's decision. Cheap (a few relaxed loads per
+    /// thread), never blocks; after the node stopped, its final counters.
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        let mut sum = RecoveryStats::default();
+        for thread in self.recovery.iter() {
+            thread.add_to(&mut sum);
+        }
+        sum
     }
 
     /// Starts `body` as a coroutine on worker thread `thread`, with that thread's
@@ -323,6 +380,9 @@ impl Node {
         let stop = Arc::new(AtomicBool::new(false));
         let mut spawners = Vec::new();
         let mut threads = Vec::new();
+        let recovery: Arc<[PublishedRecovery]> = (0..transports.len())
+            .map(|_| PublishedRecovery::default())
+            .collect();
         for (thread, transport) in transports.into_iter().enumerate() {
             let thread = u16::try_from(thread).expect("threads_per_node is a u16");
             let local = EndpointId::new(node, thread);
@@ -333,6 +393,7 @@ impl Node {
                 link.add_doorbell(bell);
             }
             let link = link.clone();
+            let recovery = recovery.clone();
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
@@ -355,7 +416,18 @@ impl Node {
                     worker.set_serving_until(0);
                     coordinator.set_accepting(false);
                 }
+                let published = &recovery[usize::from(thread)];
+                let mut recovery_seen = RecoveryStats::default();
                 run(&mut worker, epoch, idle, |worker| {
+                    // Recovery's counters change only while it runs: published when they
+                    // do (see `PublishedRecovery`).
+                    if let Ok(p) = participant.try_borrow() {
+                        let stats = p.recovery_stats();
+                        if stats != recovery_seen {
+                            published.store(&stats);
+                            recovery_seen = stats;
+                        }
+                    }
                     if let Some(m) = &mut membership {
                         m.check(&core, worker, &coordinator, epoch);
                     }
@@ -374,6 +446,7 @@ impl Node {
                     !stop.load(Ordering::Relaxed)
                 });
                 let rpc = *worker.executor().shared().engine().stats();
+                published.store(&participant.borrow().recovery_stats());
                 let participant = participant.borrow().stats();
                 WorkerReport { rpc, participant }
             });
@@ -383,6 +456,7 @@ impl Node {
             node,
             config: config.clone(),
             spawners: spawners.into(),
+            recovery,
         };
         Self {
             core,
@@ -480,6 +554,12 @@ impl Node {
     /// This node's copy of `partition` in `role`, if it hosts one.
     pub fn copy(&self, partition: PartitionId, role: Role) -> Option<&Partition> {
         self.core.copy(partition, role)
+    }
+
+    /// The node's recovery counters, summed over its worker threads (see
+    /// [`NodeHandle::recovery_stats`]).
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        self.handle.recovery_stats()
     }
 
     /// A handle that starts coroutines on this node from any thread.

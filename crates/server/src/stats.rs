@@ -5,6 +5,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferrotx_cluster::Configuration;
+use ferrotx_node::{RECOVERY_VOTES, RecoveryStats};
 use ferrotx_redis_exec::Counters;
 use ferrotx_resp::InfoStats;
 
@@ -31,11 +32,13 @@ impl Stats {
         }
     }
 
-    /// INFO's numbers, with the connections' `counters`, for node `node` of `config`,
-    /// serving on `port` with at most `clients_max` clients.
+    /// INFO's numbers, with the connections' `counters` and the node's `recovery`
+    /// counters, for node `node` of `config`, serving on `port` with at most
+    /// `clients_max` clients.
     pub fn info(
         &self,
         counters: &Counters,
+        recovery: &RecoveryStats,
         config: &Configuration,
         node: u16,
         port: u16,
@@ -46,6 +49,18 @@ impl Stats {
             .map_or(0, |since| {
                 u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
             });
+        let mut extra = vec![
+            ("configuration_id".to_owned(), config.id().to_string()),
+            (
+                "worker_threads".to_owned(),
+                config.threads_per_node().to_string(),
+            ),
+            (
+                "pipelined_commands_joined".to_owned(),
+                counters.commands_pipelined.to_string(),
+            ),
+        ];
+        extra.extend(recovery_fields(recovery));
         InfoStats {
             process_id: std::process::id(),
             tcp_port: port,
@@ -65,18 +80,66 @@ impl Stats {
             replicas: u32::from(config.replicas()),
             transactions_committed: counters.transactions_committed,
             transactions_aborted: counters.transactions_aborted,
-            extra: vec![
-                ("configuration_id".to_owned(), config.id().to_string()),
-                (
-                    "worker_threads".to_owned(),
-                    config.threads_per_node().to_string(),
-                ),
-                (
-                    "pipelined_commands_joined".to_owned(),
-                    counters.commands_pipelined.to_string(),
-                ),
-            ],
+            extra,
             ..InfoStats::default()
         }
+    }
+}
+
+/// INFO's `recovery_*` fields (in the `# ferrotx` section) for a node's transaction-state
+/// recovery counters: `recovery_rounds`, `recovery_decided_commit`,
+/// `recovery_decided_abort`, `recovery_votes_<kind>` for each vote kind, and
+/// `recovery_waited`.
+pub(crate) fn recovery_fields(recovery: &RecoveryStats) -> Vec<(String, String)> {
+    let mut fields = vec![
+        ("recovery_rounds".to_owned(), recovery.rounds.to_string()),
+        (
+            "recovery_decided_commit".to_owned(),
+            recovery.committed.to_string(),
+        ),
+        (
+            "recovery_decided_abort".to_owned(),
+            recovery.aborted.to_string(),
+        ),
+    ];
+    for (kind, n) in RECOVERY_VOTES.iter().zip(recovery.votes) {
+        fields.push((format!("recovery_votes_{}", kind.name()), n.to_string()));
+    }
+    fields.push(("recovery_waited".to_owned(), recovery.waited.to_string()));
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_fields_name_every_counter() {
+        let stats = RecoveryStats {
+            rounds: 1,
+            committed: 2,
+            aborted: 3,
+            votes: [4, 5, 6, 7, 8, 9],
+            waited: 10,
+        };
+        let fields: Vec<String> = recovery_fields(&stats)
+            .into_iter()
+            .map(|(name, value)| format!("{name}:{value}"))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "recovery_rounds:1",
+                "recovery_decided_commit:2",
+                "recovery_decided_abort:3",
+                "recovery_votes_unknown:4",
+                "recovery_votes_truncated:5",
+                "recovery_votes_abort:6",
+                "recovery_votes_lock:7",
+                "recovery_votes_commit_backup:8",
+                "recovery_votes_commit_primary:9",
+                "recovery_waited:10",
+            ]
+        );
     }
 }
