@@ -158,6 +158,12 @@ impl NodeCore {
         if cached.0 == view.id {
             return cached.1.clone();
         }
+        if view.id < cached.0 {
+            // A thread late to switch to a view the node has left already: it switches
+            // again at once. Its store is its own (not cached: the node's threads must
+            // share the newest view's, whose blocks count them).
+            return Arc::new(self.build_store(view));
+        }
         let previous = cached.1.clone();
         let mut store = self.build_store(view);
         // A partition this node becomes primary of (a promoted backup) is blocked until

@@ -372,6 +372,47 @@ fn read_write<'a>(r: &mut Reader<'a>) -> Result<WriteRef<'a>, DecodeError> {
     })
 }
 
+/// Overwrites the version of each write of the encoded record `bytes` (checked by
+/// [`RecordView::parse`]) with the next of `versions` (8 bytes each, little-endian, in the
+/// record's order): a primary keeps its LOCK record with the versions it locked blind
+/// writes at, so that recovery may replicate it. Allocates nothing.
+pub fn set_record_versions(bytes: &mut [u8], versions: &[u8]) -> Result<(), DecodeError> {
+    let (header, writes_at) = {
+        let mut r = Reader(bytes);
+        r.tx()?;
+        r.u64()?;
+        let partitions = count(&mut r)?;
+        r.take(4 * partitions)?;
+        let n = count(&mut r)?;
+        (n, bytes.len() - r.0.len())
+    };
+    if versions.len() != 8 * header {
+        return Err(DecodeError::Invalid);
+    }
+    let mut at = writes_at;
+    for version in versions.chunks_exact(8) {
+        let (version_at, next) = {
+            let mut r = Reader(&bytes[at..]);
+            r.u32()?;
+            r.u16()?;
+            r.key()?;
+            let version_at = at + (bytes.len() - at - r.0.len());
+            r.u64()?;
+            match r.u8()? {
+                0 => {}
+                1 => {
+                    r.bytes()?;
+                }
+                _ => return Err(DecodeError::Invalid),
+            }
+            (version_at, bytes.len() - r.0.len())
+        };
+        bytes[version_at..version_at + 8].copy_from_slice(version);
+        at = next;
+    }
+    Ok(())
+}
+
 /// A LOCK or COMMIT-BACKUP record read in place: [`RecordView::parse`] checks the whole
 /// record once, then its fields and writes are read from the bytes without copying, so a
 /// participant can keep the record as the bytes it arrived in.

@@ -20,13 +20,14 @@ use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
     encode_read_response, finish_scan_response, push_scan_object, request_type,
-    start_scan_response,
+    set_record_versions, start_scan_response,
 };
 use crate::recovery::request_type as rt;
 use crate::store_scan::scan_primary;
 
 mod recovery;
 
+pub(crate) use recovery::HeldRecord;
 pub use recovery::RecoveryStats;
 
 /// A recovery coordinator's entry for a transaction first heard of in `view`.
@@ -170,21 +171,19 @@ pub struct ParticipantStats {
     pub log_records_high_water: u64,
 }
 
-/// A record in a coordinator's log at this backup.
-struct Logged {
-    /// The record as the bytes it arrived in (checked by `RecordView::parse`).
-    bytes: Vec<u8>,
-    /// Logged by recovery (REPLICATE-TX-STATE: a lock record), not by COMMIT-BACKUP.
-    replicated: bool,
-}
-
 /// What this participant thread knows of one coordinator thread: its log here (as a
 /// backup), its truncation mark, and the transactions it installed here (as a primary)
 /// that no mark seen here covers yet (their votes are commit-primary).
 #[derive(Default)]
 struct BackupLog {
-    /// Records by counter.
-    records: BTreeMap<u64, Logged>,
+    /// COMMIT-BACKUP records by counter, as the bytes they arrived in (checked by
+    /// `RecordView::parse`).
+    records: BTreeMap<u64, Vec<u8>>,
+    /// Records recovery replicated here (REPLICATE-TX-STATE: a primary's LOCK record, or
+    /// another backup's record), by counter and the partition they were sent for: lock
+    /// records, applied only by a commit decision and dropped by a truncation mark (a
+    /// transaction that ended with only these here did not commit in the normal case).
+    replicated: BTreeMap<(u64, u32), Vec<u8>>,
     /// The highest truncation mark seen: every transaction up to it ended.
     truncated_up_to: u64,
     /// Counters installed here by COMMIT-PRIMARY above the mark (a few: a mark follows
@@ -387,7 +386,10 @@ impl Participant {
             return Ok(());
         }
         self.stats.locks_granted += 1;
-        let bytes = self.keep(payload);
+        let mut bytes = self.keep(payload);
+        // Kept with the versions locked (a blind write's record says "any"): recovery
+        // may replicate it to backups, which apply it at those versions.
+        set_record_versions(&mut bytes, &response[1..]).expect("checked when parsed");
         self.locked.insert(record.tx, bytes);
         Ok(())
     }
@@ -455,16 +457,10 @@ impl Participant {
             }
             let bytes = self.keep(payload);
             let log = self.logs.entry(coordinator).or_default();
-            let replaced = log.records.insert(
-                record.tx.counter,
-                Logged {
-                    bytes,
-                    replicated: false,
-                },
-            );
+            let replaced = log.records.insert(record.tx.counter, bytes);
             let len = log.records.len() as u64;
             if let Some(old) = replaced {
-                self.recycle(old.bytes);
+                self.recycle(old);
             }
             self.stats.records_logged += 1;
             self.stats.log_records_high_water = self.stats.log_records_high_water.max(len);
@@ -495,11 +491,14 @@ impl Participant {
         }
         log.truncated_up_to = mark;
         log.installed.retain(|&c| c > mark);
+        if !log.replicated.is_empty() {
+            log.replicated.retain(|&(counter, _), _| counter > mark);
+        }
         while let Some(entry) = log.records.first_entry() {
             if *entry.key() > mark {
                 break;
             }
-            let bytes = entry.remove().bytes;
+            let bytes = entry.remove();
             let record = RecordView::parse(&bytes).expect("checked when logged");
             for write in record.writes() {
                 // Logged as a backup; since then a reconfiguration may have promoted this
@@ -582,10 +581,15 @@ impl Participant {
     pub fn abort(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
         let coordinator = (tx.node, tx.thread, tx.incarnation);
-        if let Some(log) = self.logs.get_mut(&coordinator)
-            && let Some(logged) = log.records.remove(&tx.counter)
-        {
-            self.recycle(logged.bytes);
+        let removed = self.logs.get_mut(&coordinator).and_then(|log| {
+            if !log.replicated.is_empty() {
+                log.replicated
+                    .retain(|&(counter, _), _| counter != tx.counter);
+            }
+            log.records.remove(&tx.counter)
+        });
+        if let Some(bytes) = removed {
+            self.recycle(bytes);
         }
         if let Some(bytes) = self.locked.remove(&tx) {
             let record = RecordView::parse(&bytes).expect("checked when locked");
@@ -612,6 +616,13 @@ impl Participant {
             response.push(ScanStatus::Refused as u8);
             Ok(())
         };
+        if self.store.is_recovering(request.partition) {
+            // Blocked by recovery: an empty page that goes on from the same cursor, as
+            // for a locked object (the caller asks again a little later).
+            start_scan_response(response);
+            finish_scan_response(request.cursor, 0, 0, response);
+            return Ok(());
+        }
         let Some(partition) = self.store.get(request.partition, Role::Primary) else {
             return refuse(response);
         };
@@ -651,9 +662,10 @@ impl Participant {
     /// transaction (walks the table).
     pub fn count(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let (partition, table) = decode_count(payload).map_err(|_| MALFORMED)?;
-        let count = self
-            .store
-            .get(partition, Role::Primary)
+        // Not counted while recovery blocks the partition (the caller retries later).
+        let count = (!self.store.is_recovering(partition))
+            .then(|| self.store.get(partition, Role::Primary))
+            .flatten()
             .and_then(|p| p.count_present(table).ok())
             .map(|count| count as u64);
         encode_count_response(count, response);

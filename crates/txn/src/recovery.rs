@@ -144,9 +144,10 @@ pub fn recovery_coordinator(tx: &TxId, members: &[(u16, u64)]) -> u16 {
     members[(h % members.len() as u64) as usize].0
 }
 
-/// A record in a NEED-RECOVERY message: what the backup holds of the transaction, and
-/// the record's bytes (empty for a decision whose record is gone).
-#[derive(Clone, Copy, Debug)]
+/// A record in a NEED-RECOVERY message: what the backup holds of the transaction, the
+/// record's bytes (empty for a decision whose record is gone), and every partition the
+/// transaction writes.
+#[derive(Clone, Debug)]
 pub struct Held<'a> {
     /// Its kind.
     pub vote: Vote,
@@ -154,34 +155,58 @@ pub struct Held<'a> {
     pub tx: TxId,
     /// The record as logged (a LOCK / COMMIT-BACKUP record), if the backup still has it.
     pub record: &'a [u8],
+    /// Every partition the transaction writes.
+    pub partitions: Vec<u32>,
 }
 
 /// Encodes NEED-RECOVERY from backup node `from` in `view`: for each partition it backs
-/// up whose primary is the destination, the records it holds.
+/// up whose primary is the destination, records it holds. A backup's records may take
+/// several messages; `last` marks its final one.
 pub fn encode_need_recovery(
     view: u64,
     from: u16,
+    last: bool,
     parts: &[(u32, Vec<Held<'_>>)],
     out: &mut Vec<u8>,
 ) {
     let mut w = Writer(out);
-    w.u64(view).u16(from).u16(parts.len() as u16);
+    w.u64(view)
+        .u16(from)
+        .u8(u8::from(last))
+        .u16(parts.len() as u16);
     for (partition, held) in parts {
         w.u32(*partition).u16(held.len() as u16);
         for h in held {
-            w.u8(h.vote as u8).tx(&h.tx).bytes(h.record);
+            w.u8(h.vote as u8)
+                .tx(&h.tx)
+                .bytes(h.record)
+                .u16(h.partitions.len() as u16);
+            for &p in &h.partitions {
+                w.u32(p);
+            }
         }
     }
 }
 
-/// What a NEED-RECOVERY message carries: view, sender, and records per partition.
-pub type NeedRecovery<'a> = (u64, u16, Vec<(u32, Vec<Held<'a>>)>);
+/// The bytes [`encode_need_recovery`] takes for `held` beyond its partition header.
+pub fn held_encoded_len(held: &Held<'_>) -> usize {
+    1 + 28 + 4 + held.record.len() + 2 + 4 * held.partitions.len()
+}
+
+/// What a NEED-RECOVERY message carries: view, sender, whether it is the sender's last,
+/// and records per partition.
+pub type NeedRecovery<'a> = (u64, u16, bool, Vec<(u32, Vec<Held<'a>>)>);
 
 /// Decodes NEED-RECOVERY.
 pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeError> {
     let mut r = Reader(bytes);
     let view = r.u64()?;
     let from = r.u16()?;
+    let last = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(DecodeError::Invalid),
+    };
     let parts = usize::from(r.u16()?);
     if parts > ITEMS_MAX {
         return Err(DecodeError::Invalid);
@@ -198,12 +223,22 @@ pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeErro
             let vote = Vote::from_u8(r.u8()?).ok_or(DecodeError::Invalid)?;
             let tx = r.tx()?;
             let record = r.bytes()?;
-            held.push(Held { vote, tx, record });
+            let k = usize::from(r.u16()?);
+            if k > ITEMS_MAX {
+                return Err(DecodeError::Invalid);
+            }
+            let partitions = (0..k).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            held.push(Held {
+                vote,
+                tx,
+                record,
+                partitions,
+            });
         }
         out.push((partition, held));
     }
     r.finish()?;
-    Ok((view, from, out))
+    Ok((view, from, last, out))
 }
 
 /// Encodes REPLICATE-TX-STATE: view, partition, and the record.
@@ -307,6 +342,31 @@ pub fn decode_request_votes(bytes: &[u8]) -> Result<(u64, Vec<(u32, TxId)>), Dec
     Ok((view, asks))
 }
 
+/// Encodes COMMIT-RECOVERY or ABORT-RECOVERY: the view, the transaction, and every
+/// partition it writes (kept with the decision, so that a replica that had no record of
+/// it still reports it for the right partitions).
+pub fn encode_decision(view: u64, tx: &TxId, partitions: &[u32], out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    w.u64(view).tx(tx).u16(partitions.len() as u16);
+    for &p in partitions {
+        w.u32(p);
+    }
+}
+
+/// Decodes what [`encode_decision`] wrote.
+pub fn decode_decision(bytes: &[u8]) -> Result<(u64, TxId, Vec<u32>), DecodeError> {
+    let mut r = Reader(bytes);
+    let view = r.u64()?;
+    let tx = r.tx()?;
+    let n = usize::from(r.u16()?);
+    if n > ITEMS_MAX {
+        return Err(DecodeError::Invalid);
+    }
+    let partitions = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+    r.finish()?;
+    Ok((view, tx, partitions))
+}
+
 /// Encodes REQUEST-VOTE, COMMIT-RECOVERY, ABORT-RECOVERY and TRUNCATE-RECOVERY: a view,
 /// a partition (`u32::MAX` where none applies) and a transaction.
 pub fn encode_tx_in_view(view: u64, partition: u32, tx: &TxId, out: &mut Vec<u8>) {
@@ -367,10 +427,12 @@ mod tests {
             vote: Vote::CommitBackup,
             tx: tx(5),
             record: &record,
+            partitions: vec![9, 11],
         }];
-        encode_need_recovery(4, 2, &[(9, held)], &mut out);
-        let (view, from, parts) = decode_need_recovery(&out).unwrap();
-        assert_eq!((view, from, parts.len()), (4, 2, 1));
+        encode_need_recovery(4, 2, true, &[(9, held)], &mut out);
+        let (view, from, last, parts) = decode_need_recovery(&out).unwrap();
+        assert_eq!((view, from, last, parts.len()), (4, 2, true, 1));
+        assert_eq!(parts[0].1[0].partitions, [9, 11]);
         assert_eq!(parts[0].0, 9);
         assert_eq!(parts[0].1[0].tx, tx(5));
         assert_eq!(parts[0].1[0].record, &record);
@@ -389,6 +451,9 @@ mod tests {
         out.push(0);
         assert!(decode_votes(&out).is_err());
 
+        out.clear();
+        encode_decision(4, &tx(2), &[1, 3], &mut out);
+        assert_eq!(decode_decision(&out).unwrap(), (4, tx(2), vec![1, 3]));
         out.clear();
         encode_request_votes(4, &[(3, tx(1))], &mut out);
         assert_eq!(decode_request_votes(&out).unwrap(), (4, vec![(3, tx(1))]));

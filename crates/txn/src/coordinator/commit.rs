@@ -511,7 +511,11 @@ impl Txn<'_> {
             holders.extend_from_slice(&commit.backups);
             holders.sort_unstable();
             holders.dedup();
-            self.release(&holders).await;
+            if !self.release(&holders).await || coordinator.configuration() != tx.configuration {
+                // Some holder may keep its lock or record into the next view, whose
+                // recovery then decides: the outcome is recovery's.
+                return Ok(false);
+            }
             return Err(Abort::Protocol);
         }
         commit.logged = logged;
@@ -637,8 +641,8 @@ impl Txn<'_> {
 
     /// Releases what the transaction holds at `nodes` (ABORT): locks at primaries, and its
     /// logged record at backups. The way out of steps 1 to 3.
-    async fn release(&self, nodes: &[u16]) {
-        let Some(tx) = self.tx else { return };
+    async fn release(&self, nodes: &[u16]) -> bool {
+        let Some(tx) = self.tx else { return true };
         // Fault point: a pause between deciding to abort and ABORT: the transaction holds
         // its locks (and its record, if logged) longer than it needs to, so other
         // transactions find its objects locked and readers retry.
@@ -654,6 +658,8 @@ impl Txn<'_> {
                 |_, buffer| encode_tx(&tx, buffer),
                 yes,
             )
-            .await;
+            .await
+            .iter()
+            .all(|(_, ok)| *ok)
     }
 }

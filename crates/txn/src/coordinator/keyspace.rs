@@ -90,7 +90,8 @@ impl Coordinator {
                     Participant::count(&mut self.participant.borrow_mut(), &request, &mut response)
                         .map_err(|_| Abort::Protocol)?;
                     let count = decode_count_response(&response).map_err(|_| Abort::Protocol)?;
-                    total += count.ok_or(Abort::Protocol)?;
+                    // Refused: not primary here, or blocked by recovery: retry later.
+                    total += count.ok_or(Abort::Unavailable)?;
                 } else {
                     co.push_with(self.endpoint(primary), request_type::COUNT, |buffer| {
                         encode_count(partition, table, buffer)
@@ -102,10 +103,10 @@ impl Coordinator {
                 co.call().await;
                 for i in 0..remote {
                     total += co.result(i, |response| {
-                        let bytes = response.map_err(|_| Abort::Protocol)?;
+                        let bytes = response.map_err(Abort::from_rpc)?;
                         decode_count_response(bytes)
                             .map_err(|_| Abort::Protocol)?
-                            .ok_or(Abort::Protocol)
+                            .ok_or(Abort::Unavailable)
                     })?;
                 }
             }

@@ -8,18 +8,74 @@ use ferrotx_exec::Co;
 
 use super::{Coordinator, NO_PRIMARY};
 use crate::messages::TxId;
-use crate::participant::Participant;
+use crate::participant::{HeldRecord, Participant, ParticipantHandler};
 use crate::recovery::{
-    Held, NOT_READY, VOTES, Vote, VoteMessage, decide, encode_need_recovery, encode_replicate,
-    encode_request_votes, encode_tx_in_view, encode_votes, recovery_coordinator, request_type,
+    Held, NOT_READY, VOTES, Vote, VoteMessage, decide, encode_decision, encode_need_recovery,
+    encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes, held_encoded_len,
+    recovery_coordinator, request_type,
 };
 
-/// What a replica holds of a transaction: kind, id, record.
-type HeldOwned = (Vote, TxId, Vec<u8>);
+/// A partition's merged view of a transaction.
+struct Merged {
+    vote: Vote,
+    /// Every partition it writes.
+    partitions: Vec<u32>,
+    /// A record carrying the partition's writes (empty: decisions only).
+    record: Vec<u8>,
+    /// The replicas that hold a record of it.
+    holders: BTreeSet<u16>,
+}
 
-/// A partition's merged view of a transaction: its vote, the partitions it writes, a
-/// record of it, and the replicas that hold one.
-type Merged = (Vote, Vec<u32>, Vec<u8>, BTreeSet<u16>);
+/// Votes per RECOVERY-VOTE message (far below the decoders' item limit).
+const VOTES_PER_MESSAGE: usize = 512;
+
+/// Bytes of records per NEED-RECOVERY message, beyond which another message follows: a
+/// quarter of the RPC layer's message limit (a record alone always fits one message).
+const NEED_RECOVERY_BYTES_MAX: usize = 256 << 10;
+
+/// A backup's NEED-RECOVERY messages to one primary for the records `held` of each
+/// partition: as few as fit [`NEED_RECOVERY_BYTES_MAX`] and [`VOTES_PER_MESSAGE`]
+/// records each, the last one marked (one message, marked, when there are none).
+fn need_recovery_messages(view: u64, me: u16, held: &[(u32, Vec<HeldRecord>)]) -> Vec<Vec<u8>> {
+    let mut chunks: Vec<Vec<(u32, Vec<Held<'_>>)>> = vec![Vec::new()];
+    let (mut bytes, mut count) = (0, 0);
+    for (p, records) in held {
+        chunks.last_mut().expect("a chunk").push((*p, Vec::new()));
+        for h in records {
+            let h = Held {
+                vote: h.vote,
+                tx: h.tx,
+                record: &h.record,
+                partitions: h.partitions.clone(),
+            };
+            let len = held_encoded_len(&h);
+            if count > 0 && (bytes + len > NEED_RECOVERY_BYTES_MAX || count == VOTES_PER_MESSAGE) {
+                chunks.push(vec![(*p, Vec::new())]);
+                bytes = 0;
+                count = 0;
+            }
+            bytes += len;
+            count += 1;
+            chunks
+                .last_mut()
+                .expect("a chunk")
+                .last_mut()
+                .expect("a partition")
+                .1
+                .push(h);
+        }
+    }
+    let n = chunks.len();
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, parts)| {
+            let mut out = Vec::new();
+            encode_need_recovery(view, me, i + 1 == n, parts, &mut out);
+            out
+        })
+        .collect()
+}
 
 /// How long a recovery coordinator waits for a partition's vote before asking for it.
 const REQUEST_VOTE_AFTER_NS: u64 = 1_000_000;
@@ -78,14 +134,15 @@ impl Coordinator {
     }
 
     /// One view's round in this thread: backups send their records to the primaries;
-    /// primaries gather them, replicate what a backup lacks, and vote.
+    /// primaries gather them, replicate what a replica (themselves included) lacks, and
+    /// vote. Whatever fails short of a view change is tried again.
     async fn recovery_round(&self, co: &Co, view: u64) {
         let placement = self.placement();
         let me = self.local.node();
         self.participant
             .borrow_mut()
             .start_gather(view, |p| placement.backups(p).to_vec());
-        // Backups: their records, per primary.
+        // Backups: their records, per primary, in messages of bounded size.
         let store = self.store();
         let mut by_primary: BTreeMap<u16, Vec<u32>> = BTreeMap::new();
         for (p, role) in store.hosted() {
@@ -96,56 +153,64 @@ impl Coordinator {
                 }
             }
         }
-        let mut owed: Vec<u16> = by_primary.keys().copied().collect();
-        while !owed.is_empty() {
+        let mut messages: Vec<(u16, Vec<u8>)> = Vec::new();
+        {
+            let participant = self.participant.borrow();
+            for (&node, partitions) in &by_primary {
+                let held: Vec<(u32, Vec<HeldRecord>)> = partitions
+                    .iter()
+                    .map(|&p| (p, participant.held_for(view, p)))
+                    .collect();
+                messages.extend(
+                    need_recovery_messages(view, me, &held)
+                        .into_iter()
+                        .map(|m| (node, m)),
+                );
+            }
+        }
+        // One message per primary at a time, in order (its last one says it is the last).
+        let mut next: BTreeMap<u16, usize> = by_primary.keys().map(|&n| (n, 0)).collect();
+        loop {
             if self.view_changed(view) {
                 return;
             }
-            let messages: BTreeMap<u16, Vec<u8>> = {
-                let participant = self.participant.borrow();
-                owed.iter()
-                    .map(|node| {
-                        let parts: Vec<(u32, Vec<HeldOwned>)> = by_primary[node]
-                            .iter()
-                            .map(|&p| (p, participant.held_for(view, p)))
-                            .collect();
-                        let parts: Vec<(u32, Vec<Held<'_>>)> = parts
-                            .iter()
-                            .map(|(p, held)| {
-                                (
-                                    *p,
-                                    held.iter()
-                                        .map(|(vote, tx, record)| Held {
-                                            vote: *vote,
-                                            tx: *tx,
-                                            record,
-                                        })
-                                        .collect(),
-                                )
-                            })
-                            .collect();
-                        let mut out = Vec::new();
-                        encode_need_recovery(view, me, &parts, &mut out);
-                        (*node, out)
-                    })
-                    .collect()
-            };
+            let mut batch: Vec<(u16, usize)> = Vec::new();
+            for (&node, i) in &next {
+                if let Some(k) = messages
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (n, _))| *n == node)
+                    .map(|(k, _)| k)
+                    .nth(*i)
+                {
+                    batch.push((node, k));
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            let nodes: Vec<u16> = batch.iter().map(|(n, _)| *n).collect();
             let answers = self
                 .round(
                     co,
                     request_type::NEED_RECOVERY,
                     Participant::need_recovery,
-                    &owed,
-                    |node, buffer| buffer.extend_from_slice(&messages[&node]),
+                    &nodes,
+                    |node, buffer| {
+                        let k = batch.iter().find(|(n, _)| *n == node).expect("batched").1;
+                        buffer.extend_from_slice(&messages[k].1);
+                    },
                     |_, answer| answer == [1],
                 )
                 .await;
-            owed = answers
-                .iter()
-                .filter(|(_, ok)| !ok)
-                .map(|(n, _)| *n)
-                .collect();
-            if !owed.is_empty() {
+            let mut accepted = false;
+            for (node, ok) in answers {
+                if ok {
+                    *next.get_mut(&node).expect("a primary") += 1;
+                    accepted = true;
+                }
+            }
+            if !accepted {
                 co.sleep_until(co.now_ns() + BUSY_POLL_NS).await;
             }
         }
@@ -179,78 +244,43 @@ impl Coordinator {
         let members: Vec<(u16, u64)> = self.members.borrow().to_vec();
         let mut votes_to: BTreeMap<u16, Vec<VoteMessage>> = BTreeMap::new();
         for p in partitions {
-            // Merge what every replica of `p` holds.
-            let mut merged: BTreeMap<TxId, Merged> = BTreeMap::new();
-            {
-                let participant = self.participant.borrow();
-                for (vote, tx, record) in participant.held_for(view, p) {
-                    let e =
-                        merged
-                            .entry(tx)
-                            .or_insert((vote, Vec::new(), Vec::new(), BTreeSet::new()));
-                    e.0 = e.0.merge(vote);
-                    e.3.insert(me);
-                    if e.2.is_empty() && !record.is_empty() {
-                        e.2 = record;
-                    }
-                }
-                let gather = participant.recovery.gather.as_ref().expect("gathering");
-                let pg = gather
-                    .partitions
-                    .iter()
-                    .find(|pg| pg.partition == p)
-                    .expect("gathering p");
-                for (from, vote, tx, record) in &pg.reported {
-                    let e = merged.entry(*tx).or_insert((
-                        *vote,
-                        Vec::new(),
-                        Vec::new(),
-                        BTreeSet::new(),
-                    ));
-                    e.0 = e.0.merge(*vote);
-                    e.3.insert(*from);
-                    if e.2.is_empty() && !record.is_empty() {
-                        e.2 = record.clone();
-                    }
-                }
-                for (tx, e) in merged.iter_mut() {
-                    // Installed here (commit-primary), which `held_for` does not list.
-                    if let Some(vote) = participant.decided_or_installed(tx) {
-                        e.0 = e.0.merge(vote);
-                    }
-                    if let Ok(record) = crate::messages::RecordView::parse(&e.2) {
-                        e.1 = record.partitions().collect();
-                    }
-                }
-            }
-            // Replicate each record to the backups of `p` that lack it.
-            for (tx, (_, _, record, holders)) in &merged {
-                if record.is_empty() {
+            let merged = self.merge(view, p);
+            // Replicate each record to the replicas of `p` that lack it, this primary
+            // included (a promoted backup may lack one another backup logged): once every
+            // replica holds it, no later failure loses what the votes are based on.
+            let mut replicas: Vec<u16> = placement.backups(p).to_vec();
+            replicas.push(me);
+            for m in merged.values() {
+                if m.record.is_empty() {
                     continue;
                 }
-                let lacking: Vec<u16> = placement
-                    .backups(p)
+                let lacking: Vec<u16> = replicas
                     .iter()
                     .copied()
-                    .filter(|b| !holders.contains(b))
+                    .filter(|n| !m.holders.contains(n))
                     .collect();
-                if lacking.is_empty() {
-                    continue;
+                loop {
+                    if lacking.is_empty() || self.view_changed(view) {
+                        break;
+                    }
+                    let answers = self
+                        .round(
+                            co,
+                            request_type::REPLICATE_TX_STATE,
+                            Participant::replicate_tx_state,
+                            &lacking,
+                            |_, buffer| encode_replicate(view, p, &m.record, buffer),
+                            |_, answer| answer == [1],
+                        )
+                        .await;
+                    if answers.iter().all(|(_, ok)| *ok) {
+                        break;
+                    }
+                    co.sleep_until(co.now_ns() + BUSY_POLL_NS).await;
                 }
-                let answers = self
-                    .round(
-                        co,
-                        request_type::REPLICATE_TX_STATE,
-                        Participant::replicate_tx_state,
-                        &lacking,
-                        |_, buffer| encode_replicate(view, p, record, buffer),
-                        |_, answer| answer == [1],
-                    )
-                    .await;
-                if self.view_changed(view) || answers.iter().any(|(_, ok)| !ok) {
-                    return;
-                }
-                let _ = tx;
+            }
+            if self.view_changed(view) {
+                return;
             }
             // The partition's votes, kept for REQUEST-VOTE, and sent to each recovery
             // coordinator.
@@ -271,7 +301,7 @@ impl Coordinator {
                 pg.votes = Some(
                     merged
                         .iter()
-                        .map(|(tx, (vote, parts, _, _))| (*tx, (*vote, parts.clone())))
+                        .map(|(tx, m)| (*tx, (m.vote, m.partitions.clone())))
                         .collect(),
                 );
                 pg.pending = merged
@@ -284,41 +314,105 @@ impl Coordinator {
                     store.recovered(p);
                 }
             }
-            for (tx, (vote, parts, _, _)) in merged {
+            for (tx, m) in merged {
                 let r = recovery_coordinator(&tx, &members);
                 votes_to.entry(r).or_default().push(VoteMessage {
                     view,
                     partition: p,
                     tx,
-                    partitions: parts,
-                    vote,
+                    partitions: m.partitions,
+                    vote: m.vote,
                 });
             }
         }
-        let mut owed: Vec<u16> = votes_to.keys().copied().collect();
-        while !owed.is_empty() {
+        // The votes, at most VOTES_PER_MESSAGE per message.
+        let mut queue: Vec<(u16, Vec<VoteMessage>)> = Vec::new();
+        for (node, votes) in votes_to {
+            for chunk in votes.chunks(VOTES_PER_MESSAGE) {
+                queue.push((node, chunk.to_vec()));
+            }
+        }
+        while !queue.is_empty() {
             if self.view_changed(view) {
                 return;
             }
+            // One message per node per round.
+            let mut nodes: Vec<u16> = queue.iter().map(|(n, _)| *n).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
             let answers = self
                 .round(
                     co,
                     request_type::RECOVERY_VOTE,
                     Participant::recovery_vote,
-                    &owed,
-                    |node, buffer| encode_votes(&votes_to[&node], buffer),
+                    &nodes,
+                    |node, buffer| {
+                        let votes = &queue.iter().find(|(n, _)| *n == node).expect("queued").1;
+                        encode_votes(votes, buffer)
+                    },
                     |_, answer| answer == [1],
                 )
                 .await;
-            owed = answers
-                .iter()
-                .filter(|(_, ok)| !ok)
-                .map(|(n, _)| *n)
-                .collect();
-            if !owed.is_empty() {
+            let mut sent = false;
+            for (node, ok) in answers {
+                if ok {
+                    let i = queue.iter().position(|(n, _)| *n == node).expect("queued");
+                    queue.remove(i);
+                    sent = true;
+                }
+            }
+            if !sent {
                 co.sleep_until(co.now_ns() + BUSY_POLL_NS).await;
             }
         }
+    }
+
+    /// What the replicas of partition `p` (this primary and the backups that reported)
+    /// hold of each transaction older than `view`: the partition's vote, a record with
+    /// its writes, and who holds one.
+    fn merge(&self, view: u64, p: u32) -> BTreeMap<TxId, Merged> {
+        let me = self.local.node();
+        let participant = self.participant.borrow();
+        let mut merged: BTreeMap<TxId, Merged> = BTreeMap::new();
+        let gather = participant.recovery.gather.as_ref().expect("gathering");
+        let pg = gather
+            .partitions
+            .iter()
+            .find(|pg| pg.partition == p)
+            .expect("gathering p");
+        let own = participant.held_for(view, p);
+        let reported = pg
+            .reporters
+            .iter()
+            .copied()
+            .zip(pg.reported.iter().cloned());
+        for (from, h) in own.into_iter().map(|h| (me, h)).chain(reported) {
+            let m = merged.entry(h.tx).or_insert_with(|| Merged {
+                vote: h.vote,
+                partitions: Vec::new(),
+                record: Vec::new(),
+                holders: BTreeSet::new(),
+            });
+            m.vote = m.vote.merge(h.vote);
+            if !h.record.is_empty() {
+                m.holders.insert(from);
+                // A commit-backup record over a lock record: both carry the versions
+                // locked, but a backup's is the one every backup logs.
+                if m.record.is_empty() || h.vote == Vote::CommitBackup {
+                    m.record = h.record;
+                }
+            }
+            if m.partitions.is_empty() {
+                m.partitions = h.partitions;
+            }
+        }
+        for (tx, m) in merged.iter_mut() {
+            // Installed here (commit-primary), which `held_for` does not list.
+            if let Some(vote) = participant.decided_or_installed(tx) {
+                m.vote = m.vote.merge(vote);
+            }
+        }
+        merged
     }
 
     /// One pass over the transactions this thread coordinates the recovery of: asks for
@@ -416,25 +510,43 @@ impl Coordinator {
             }
         }
         for (tx, commit, partitions, votes) in ready {
-            if !self
-                .finish_recovery(co, view, tx, commit, &partitions)
-                .await
-            {
+            let replicas = self.replicas_of(&partitions);
+            // The decision, to every replica; final once all acknowledged (each keeps it
+            // and votes it until TRUNCATE-RECOVERY).
+            let (kind, handler): (u8, ParticipantHandler) = if commit {
+                (request_type::COMMIT_RECOVERY, Participant::commit_recovery)
+            } else {
+                (request_type::ABORT_RECOVERY, Participant::abort_recovery)
+            };
+            let answers = self
+                .round(
+                    co,
+                    kind,
+                    handler,
+                    &replicas,
+                    |_, buffer| encode_decision(view, &tx, &partitions, buffer),
+                    |_, answer| answer == [1],
+                )
+                .await;
+            if self.view_changed(view) || answers.iter().any(|(_, ok)| !ok) {
                 return true;
             }
-            let mut participant = self.participant.borrow_mut();
-            participant.recovery.table.remove(&tx);
-            let stats = &mut participant.recovery.stats;
-            if commit {
-                stats.committed += 1;
-            } else {
-                stats.aborted += 1;
+            {
+                let mut participant = self.participant.borrow_mut();
+                participant.recovery.table.remove(&tx);
+                let stats = &mut participant.recovery.stats;
+                if commit {
+                    stats.committed += 1;
+                } else {
+                    stats.aborted += 1;
+                }
+                for v in votes {
+                    let i = VOTES.iter().position(|k| *k == v).expect("a vote kind");
+                    stats.votes[i] += 1;
+                }
             }
-            for v in votes {
-                let i = VOTES.iter().position(|k| *k == v).expect("a vote kind");
-                stats.votes[i] += 1;
-            }
-            drop(participant);
+            // The client hears it now, before TRUNCATE-RECOVERY: were the view to change
+            // during that, the replicas that forgot it could not tell a later round.
             match self.awaiting.borrow_mut().remove(&tx) {
                 Some((_, true)) => {
                     self.outcomes.borrow_mut().insert(tx, commit);
@@ -444,60 +556,39 @@ impl Coordinator {
                 Some((_, false)) => self.truncation.borrow_mut().finish(tx.counter),
                 None => {}
             }
-        }
-        busy
-    }
-
-    /// Sends the decision on `tx` to every replica of its partitions, then, once all
-    /// acknowledged, TRUNCATE-RECOVERY. False if the view changed on the way.
-    async fn finish_recovery(
-        &self,
-        co: &Co,
-        view: u64,
-        tx: TxId,
-        commit: bool,
-        partitions: &[u32],
-    ) -> bool {
-        let mut replicas: Vec<u16> = {
-            let placement = self.placement.borrow();
-            partitions
-                .iter()
-                .flat_map(|&p| {
-                    let primary = placement.primary(p);
-                    std::iter::once(primary).chain(placement.backups(p).iter().copied())
-                })
-                .filter(|&n| n != NO_PRIMARY)
-                .collect()
-        };
-        replicas.sort_unstable();
-        replicas.dedup();
-        let (kind, handler): (u8, crate::participant::ParticipantHandler) = if commit {
-            (request_type::COMMIT_RECOVERY, Participant::commit_recovery)
-        } else {
-            (request_type::ABORT_RECOVERY, Participant::abort_recovery)
-        };
-        for (kind, handler) in [
-            (kind, handler),
-            (
-                request_type::TRUNCATE_RECOVERY,
-                Participant::truncate_recovery as crate::participant::ParticipantHandler,
-            ),
-        ] {
-            let answers = self
+            // A replica that misses this keeps the decision and reports it in the next
+            // view, whose round decides the same and truncates it then.
+            let _ = self
                 .round(
                     co,
-                    kind,
-                    handler,
+                    request_type::TRUNCATE_RECOVERY,
+                    Participant::truncate_recovery,
                     &replicas,
                     |_, buffer| encode_tx_in_view(view, u32::MAX, &tx, buffer),
                     |_, answer| answer == [1],
                 )
                 .await;
-            if self.view_changed(view) || answers.iter().any(|(_, ok)| !ok) {
-                return false;
+            if self.view_changed(view) {
+                return true;
             }
         }
-        true
+        busy
+    }
+
+    /// Every replica of `partitions` in the current view, ascending.
+    fn replicas_of(&self, partitions: &[u32]) -> Vec<u16> {
+        let placement = self.placement.borrow();
+        let mut replicas: Vec<u16> = partitions
+            .iter()
+            .flat_map(|&p| {
+                let primary = placement.primary(p);
+                std::iter::once(primary).chain(placement.backups(p).iter().copied())
+            })
+            .filter(|&n| n != NO_PRIMARY)
+            .collect();
+        replicas.sort_unstable();
+        replicas.dedup();
+        replicas
     }
 
     /// Waits, until `deadline_ns`, for recovery's decision on this thread's own `tx`

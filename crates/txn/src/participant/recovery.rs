@@ -8,10 +8,10 @@ use ferrotx_rpc::HandlerError;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
-use super::{Logged, MALFORMED, Participant, Role};
-use crate::messages::{CoordinatorId, RecordView, TxId};
+use super::{MALFORMED, Participant, Role};
+use crate::messages::{CoordinatorId, RecordView, TxId, VERSION_ANY};
 use crate::recovery::{
-    NOT_READY, Vote, decode_need_recovery, decode_replicate, decode_request_votes,
+    NOT_READY, Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
     decode_tx_in_view, decode_votes,
 };
 
@@ -30,14 +30,27 @@ pub struct RecoveryStats {
     pub waited: u64,
 }
 
+/// What a replica holds of a transaction for one partition.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldRecord {
+    /// Its kind.
+    pub(crate) vote: Vote,
+    pub(crate) tx: TxId,
+    /// A record carrying the partition's writes (empty: a decision alone).
+    pub(crate) record: Vec<u8>,
+    /// Every partition the transaction writes.
+    pub(crate) partitions: Vec<u32>,
+}
+
 /// One partition this thread is primary of in the view being recovered.
 #[derive(Default)]
 pub(crate) struct PartitionGather {
     pub(crate) partition: u32,
     /// Backups not heard from yet.
     pub(crate) waiting: Vec<u16>,
-    /// What the backups reported: backup, kind, transaction, record (may be empty).
-    pub(crate) reported: Vec<(u16, Vote, TxId, Vec<u8>)>,
+    /// What the backups reported, and (same order) which backup reported each.
+    pub(crate) reported: Vec<HeldRecord>,
+    pub(crate) reporters: Vec<u16>,
     /// Once gathered and replicated: the partition's vote on each recovering
     /// transaction, with the partitions it writes.
     pub(crate) votes: Option<BTreeMap<TxId, (Vote, Vec<u32>)>>,
@@ -101,50 +114,61 @@ impl Participant {
     }
 
     /// Every transaction older than `view` this replica holds something of for
-    /// `partition`: its kind, and the record's bytes (empty for a decision). A record
-    /// counts only if it carries writes of `partition` (a LOCK record holds the writes
-    /// of the partitions the node is primary of, a logged one those it backs up): a
-    /// record of the same transaction for another partition says nothing of this one.
-    pub(crate) fn held_for(&self, view: u64, partition: u32) -> Vec<(Vote, TxId, Vec<u8>)> {
-        let mut out = Vec::new();
-        let writes_partition = |bytes: &[u8]| {
-            RecordView::parse(bytes).is_ok_and(|r| r.writes().any(|w| w.partition == partition))
+    /// `partition`: its kind, the record's bytes (empty for a decision alone) and the
+    /// partitions it writes. A record counts only if it carries writes of `partition` (a
+    /// LOCK record holds the writes of the partitions the node is primary of, a logged
+    /// one those it backs up): a record of the same transaction for another partition
+    /// says nothing of this one. Commit-backup records come before lock records.
+    pub(crate) fn held_for(&self, view: u64, partition: u32) -> Vec<HeldRecord> {
+        let mut out: Vec<HeldRecord> = Vec::new();
+        let writes_partition = |r: &RecordView<'_>| r.writes().any(|w| w.partition == partition);
+        let push = |out: &mut Vec<HeldRecord>, vote: Vote, bytes: &[u8]| {
+            let Ok(record) = RecordView::parse(bytes) else {
+                return;
+            };
+            if record.tx.configuration < view
+                && writes_partition(&record)
+                && !out.iter().any(|h| h.tx == record.tx)
+            {
+                out.push(HeldRecord {
+                    vote,
+                    tx: record.tx,
+                    record: bytes.to_vec(),
+                    partitions: record.partitions().collect(),
+                });
+            }
         };
-        for (tx, bytes) in &self.locked {
-            if tx.configuration < view && writes_partition(bytes) {
-                out.push((Vote::Lock, *tx, bytes.clone()));
+        for log in self.logs.values() {
+            for bytes in log.records.values() {
+                push(&mut out, Vote::CommitBackup, bytes);
             }
         }
-        for (&(node, thread, incarnation), log) in &self.logs {
-            for (&counter, logged) in &log.records {
-                let Ok(record) = RecordView::parse(&logged.bytes) else {
-                    continue;
-                };
-                let tx = TxId {
-                    node,
-                    thread,
-                    incarnation,
-                    counter,
-                    configuration: record.tx.configuration,
-                };
-                if tx.configuration < view && record.writes().any(|w| w.partition == partition) {
-                    let vote = if logged.replicated {
-                        Vote::Lock
-                    } else {
-                        Vote::CommitBackup
-                    };
-                    out.push((vote, tx, logged.bytes.clone()));
+        for bytes in self.locked.values() {
+            push(&mut out, Vote::Lock, bytes);
+        }
+        for log in self.logs.values() {
+            for ((_, p), bytes) in &log.replicated {
+                if *p == partition {
+                    push(&mut out, Vote::Lock, bytes);
                 }
             }
         }
         for (tx, (committed, partitions)) in &self.recovery.decided {
-            if partitions.contains(&partition) && !out.iter().any(|(_, t, _)| t == tx) {
+            if tx.configuration < view
+                && partitions.contains(&partition)
+                && !out.iter().any(|h| h.tx == *tx)
+            {
                 let vote = if *committed {
                     Vote::CommitPrimary
                 } else {
                     Vote::Abort
                 };
-                out.push((vote, *tx, Vec::new()));
+                out.push(HeldRecord {
+                    vote,
+                    tx: *tx,
+                    record: Vec::new(),
+                    partitions: partitions.clone(),
+                });
             }
         }
         out
@@ -157,7 +181,7 @@ impl Participant {
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let (view, from, parts) = decode_need_recovery(payload).map_err(|_| MALFORMED)?;
+        let (view, from, last, parts) = decode_need_recovery(payload).map_err(|_| MALFORMED)?;
         let Some(gather) = self.recovery.gather.as_mut().filter(|g| g.view >= view) else {
             response.push(NOT_READY);
             return Ok(());
@@ -174,9 +198,17 @@ impl Participant {
                 let Some(i) = pg.waiting.iter().position(|&n| n == from) else {
                     continue;
                 };
-                pg.waiting.swap_remove(i);
+                if last {
+                    pg.waiting.swap_remove(i);
+                }
                 for h in held {
-                    pg.reported.push((from, h.vote, h.tx, h.record.to_vec()));
+                    pg.reported.push(HeldRecord {
+                        vote: h.vote,
+                        tx: h.tx,
+                        record: h.record.to_vec(),
+                        partitions: h.partitions,
+                    });
+                    pg.reporters.push(from);
                 }
             }
         }
@@ -184,31 +216,30 @@ impl Participant {
         Ok(())
     }
 
-    /// REPLICATE-TX-STATE at a backup: logs the record (as a lock record) unless it holds
-    /// the transaction already.
+    /// REPLICATE-TX-STATE at a replica of a partition: keeps the record (a lock record for
+    /// that partition) unless the transaction is decided here or a commit-backup record
+    /// of it is logged here (which carries this node's writes of every partition it
+    /// backs up). A record with a write of unknown version is refused.
     pub fn replicate_tx_state(
         &mut self,
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let (_view, _partition, bytes) = decode_replicate(payload).map_err(|_| MALFORMED)?;
+        let (_view, partition, bytes) = decode_replicate(payload).map_err(|_| MALFORMED)?;
         let record = RecordView::parse(bytes).map_err(|_| MALFORMED)?;
+        if record.writes().any(|w| w.version == VERSION_ANY) {
+            return Err(MALFORMED);
+        }
         let tx = record.tx;
-        // Logged unless decided or logged already (a LOCK record this node holds as a
-        // primary of another partition does not carry these writes).
         if !self.recovery.decided.contains_key(&tx) {
             let log = self
                 .logs
                 .entry((tx.node, tx.thread, tx.incarnation))
                 .or_default();
             if tx.counter > log.truncated_up_to && !log.records.contains_key(&tx.counter) {
-                log.records.insert(
-                    tx.counter,
-                    Logged {
-                        bytes: bytes.to_vec(),
-                        replicated: true,
-                    },
-                );
+                log.replicated
+                    .entry((tx.counter, partition))
+                    .or_insert_with(|| bytes.to_vec());
             }
         }
         response.push(1);
@@ -304,8 +335,8 @@ impl Participant {
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let (_view, _, tx) = decode_tx_in_view(payload).map_err(|_| MALFORMED)?;
-        self.decide_here(&tx, true);
+        let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
+        self.decide_here(&tx, true, &partitions);
         response.push(1);
         Ok(())
     }
@@ -317,8 +348,8 @@ impl Participant {
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
-        let (_view, _, tx) = decode_tx_in_view(payload).map_err(|_| MALFORMED)?;
-        self.decide_here(&tx, false);
+        let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
+        self.decide_here(&tx, false, &partitions);
         response.push(1);
         Ok(())
     }
@@ -335,17 +366,14 @@ impl Participant {
         Ok(())
     }
 
-    /// Applies a decision on `tx` at this replica (idempotent).
-    pub(crate) fn decide_here(&mut self, tx: &TxId, commit: bool) {
+    /// Applies a decision on `tx` (writing `partitions`) at this replica, once: a commit
+    /// installs what it holds locked and brings every copy here to the versions of the
+    /// records it logged or was replicated; an abort unlocks and drops them. The
+    /// decision is kept (and voted) until TRUNCATE-RECOVERY.
+    pub(crate) fn decide_here(&mut self, tx: &TxId, commit: bool, partitions: &[u32]) {
         if self.recovery.decided.contains_key(tx) {
             self.settle(tx);
             return;
-        }
-        let mut partitions: Vec<u32> = Vec::new();
-        if let Some(bytes) = self.locked.get(tx)
-            && let Ok(record) = RecordView::parse(bytes)
-        {
-            partitions = record.partitions().collect();
         }
         if commit {
             self.install_locked(tx);
@@ -360,34 +388,42 @@ impl Participant {
             self.recycle(bytes);
         }
         let coordinator: CoordinatorId = (tx.node, tx.thread, tx.incarnation);
-        let logged = self
-            .logs
-            .get_mut(&coordinator)
-            .and_then(|log| log.records.remove(&tx.counter));
-        if let Some(logged) = logged {
-            if let Ok(record) = RecordView::parse(&logged.bytes) {
-                if partitions.is_empty() {
-                    partitions = record.partitions().collect();
-                }
-                if commit {
-                    for write in record.writes() {
-                        // Any copy here (a backup, or one promoted since it logged):
-                        // brought to the record's version unless it moved past it.
-                        if let Some(partition) = self.store.get_any(write.partition) {
-                            let _ = partition.apply_unless_locked(
-                                write.table,
-                                &write.key,
-                                write.version + 1,
-                                write.value,
-                            );
-                        }
-                    }
-                    self.stats.records_applied += 1;
-                }
+        let mut records: Vec<Vec<u8>> = Vec::new();
+        if let Some(log) = self.logs.get_mut(&coordinator) {
+            records.extend(log.records.remove(&tx.counter));
+            let replicated: Vec<(u64, u32)> = log
+                .replicated
+                .range((tx.counter, 0)..=(tx.counter, u32::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in replicated {
+                records.extend(log.replicated.remove(&k));
             }
-            self.recycle(logged.bytes);
         }
-        self.recovery.decided.insert(*tx, (commit, partitions));
+        for bytes in records {
+            if commit && let Ok(record) = RecordView::parse(&bytes) {
+                for write in record.writes() {
+                    // Any copy here (a backup, or one promoted since it logged): brought
+                    // to the record's version unless it moved past it.
+                    let Some(version) = write.version.checked_add(1) else {
+                        continue;
+                    };
+                    if let Some(partition) = self.store.get_any(write.partition) {
+                        let _ = partition.apply_unless_locked(
+                            write.table,
+                            &write.key,
+                            version,
+                            write.value,
+                        );
+                    }
+                }
+                self.stats.records_applied += 1;
+            }
+            self.recycle(bytes);
+        }
+        self.recovery
+            .decided
+            .insert(*tx, (commit, partitions.to_vec()));
         self.settle(tx);
     }
 
