@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(take_sprung(), None);
         assert!(!(0..100).any(|_| fires("trap.point")), "once");
         assert_eq!(take_sprung(), None);
-        assert_eq!(armed.visits().1, true);
+        assert!(armed.visits().1);
         drop(armed);
         // Unforced: the point does not fire, but the trap springs.
         let _armed = arm_trap("trap.point", 1, false);
