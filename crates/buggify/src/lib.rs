@@ -14,7 +14,7 @@
 //! The state is per thread: a simulation runs one cluster in one thread, and other
 //! threads of the same process (other tests running at once) see nothing enabled.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -31,6 +31,21 @@ static THREADS_ENABLED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    static TRAP: RefCell<Option<Trap>> = const { RefCell::new(None) };
+    /// Whether a trap sprang and nobody took it yet (cheap to poll after each step).
+    static SPRUNG: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A trap armed at one point ([`arm_trap`]).
+struct Trap {
+    point: &'static str,
+    /// The visit of `point` (1 = the first) at which it springs.
+    visit: u64,
+    visits: u64,
+    /// Whether the point fires when the trap springs (for delay points: the coroutine
+    /// stops right there).
+    force: bool,
+    sprung: bool,
 }
 
 /// One run's fault points.
@@ -57,6 +72,23 @@ pub fn fires(point: &'static str) -> bool {
 
 #[cold]
 fn fires_enabled(point: &'static str) -> bool {
+    let trapped = TRAP.with(|trap| {
+        let mut trap = trap.borrow_mut();
+        let trap = trap.as_mut()?;
+        if trap.sprung || trap.point != point {
+            return None;
+        }
+        trap.visits += 1;
+        if trap.visits < trap.visit {
+            return None;
+        }
+        trap.sprung = true;
+        SPRUNG.with(|s| s.set(true));
+        Some(trap.force)
+    });
+    if trapped == Some(true) {
+        return true;
+    }
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         let Some(state) = state.as_mut() else {
@@ -138,6 +170,68 @@ impl Drop for Enabled {
     }
 }
 
+/// Arms a trap on this thread: the `visit`-th time (1 = the first) any code of this
+/// thread reaches fault point `point`, the trap springs, once. A simulator that steps one
+/// worker at a time polls [`take_sprung`] after each step and so learns which worker was
+/// exactly there (to crash, pause or cut off its node). With `force`, the point fires
+/// when the trap springs (at a delay point the coroutine stops right at it); otherwise
+/// the point behaves as it would without the trap. Works with or without [`enable`].
+/// The trap is disarmed when the returned guard is dropped.
+///
+/// # Panics
+///
+/// If a trap is already armed on this thread.
+pub fn arm_trap(point: &'static str, visit: u64, force: bool) -> Armed {
+    TRAP.with(|trap| {
+        let mut trap = trap.borrow_mut();
+        assert!(trap.is_none(), "a trap armed twice on one thread");
+        *trap = Some(Trap {
+            point,
+            visit: visit.max(1),
+            visits: 0,
+            force,
+            sprung: false,
+        });
+    });
+    SPRUNG.with(|s| s.set(false));
+    THREADS_ENABLED.fetch_add(1, Ordering::Relaxed);
+    Armed { _private: () }
+}
+
+/// The point of the trap that sprang since the last call, if one did (cheap: one
+/// thread-local flag when none did).
+pub fn take_sprung() -> Option<&'static str> {
+    if !SPRUNG.with(|s| s.replace(false)) {
+        return None;
+    }
+    TRAP.with(|trap| trap.borrow().as_ref().map(|t| t.point))
+}
+
+/// A trap armed on this thread; dropping it disarms it.
+#[derive(Debug)]
+pub struct Armed {
+    _private: (),
+}
+
+impl Armed {
+    /// How often the trap's point was reached so far, and whether it sprang.
+    pub fn visits(&self) -> (u64, bool) {
+        TRAP.with(|trap| {
+            trap.borrow()
+                .as_ref()
+                .map_or((0, false), |t| (t.visits, t.sprung))
+        })
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        TRAP.with(|trap| *trap.borrow_mut() = None);
+        SPRUNG.with(|s| s.set(false));
+        THREADS_ENABLED.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// SplitMix64 (Steele, Lea and Flood): a tiny generator, enough to draw fault decisions
 /// from a seed without a dependency.
 struct SplitMix64(u64);
@@ -174,6 +268,27 @@ mod tests {
         assert!(!other.join().unwrap());
         drop(enabled);
         assert!(!(0..1000).any(|_| fires("test.point")));
+    }
+
+    #[test]
+    fn a_trap_springs_once_at_its_visit() {
+        assert_eq!(take_sprung(), None);
+        let armed = arm_trap("trap.point", 3, true);
+        assert!(!fires("trap.point"));
+        assert!(!fires("other.point"));
+        assert!(!fires("trap.point"));
+        assert_eq!(take_sprung(), None);
+        assert!(fires("trap.point"), "forced at the third visit");
+        assert_eq!(take_sprung(), Some("trap.point"));
+        assert_eq!(take_sprung(), None);
+        assert!(!(0..100).any(|_| fires("trap.point")), "once");
+        assert_eq!(take_sprung(), None);
+        assert!(armed.visits().1);
+        drop(armed);
+        // Unforced: the point does not fire, but the trap springs.
+        let _armed = arm_trap("trap.point", 1, false);
+        assert!(!fires("trap.point"));
+        assert_eq!(take_sprung(), Some("trap.point"));
     }
 
     #[test]

@@ -12,7 +12,8 @@ use clap::Args;
 use ferrotx_sim::FaultKind;
 use ferrotx_sim::run::Scenario;
 use ferrotx_sim::run::{RunOptions, RunReport, run};
-use ferrotx_sim::{membership, membership_scenarios, scenarios};
+use ferrotx_sim::{RecoveryStats, VOTES};
+use ferrotx_sim::{membership, membership_scenarios, recovery_scenarios, scenarios};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -20,7 +21,9 @@ use serde::Serialize;
 pub struct SimArgs {
     /// Workloads to run, comma-separated, or `all` (the workloads), or `membership` (every
     /// membership-* scenario: hand-written attacks on membership, which set their own
-    /// nodes and faults and always run membership).
+    /// nodes and faults and always run membership), or `recovery` (every recovery-*
+    /// scenario: a node crashed, paused or cut off exactly at a commit-protocol fault
+    /// point, with membership, under a writing workload drawn from the seed).
     #[arg(long, value_delimiter = ',', default_value = "bank")]
     workload: Vec<String>,
     /// Seeds per workload, from --seed-base.
@@ -59,8 +62,10 @@ pub struct SimArgs {
     strict_ticks: bool,
 }
 
-fn scenario_of(name: &str) -> Box<dyn Scenario> {
-    if membership_scenarios::is_membership(name) {
+fn scenario_of(name: &str, seed: u64) -> Box<dyn Scenario> {
+    if recovery_scenarios::is_recovery(name) {
+        recovery_scenarios::scenario(name, seed)
+    } else if membership_scenarios::is_membership(name) {
         membership_scenarios::scenario(name)
     } else {
         scenarios::scenario(name)
@@ -80,6 +85,48 @@ struct WorkloadSummary {
     aborted: u64,
     indeterminate: u64,
     simulated_s: f64,
+    /// Transaction-state recovery's counters over every worker of every seed (the nodes
+    /// up at the end and the last counters of every node life that ended).
+    recovery: RecoverySummary,
+    /// Recovery scenarios: seeds whose trap sprang (the attack happened).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traps_sprung: Option<u64>,
+}
+
+/// Recovery counters as the JSON report has them.
+#[derive(Default, Serialize)]
+struct RecoverySummary {
+    decisions: BTreeMap<&'static str, u64>,
+    votes: BTreeMap<&'static str, u64>,
+    rounds: u64,
+    waited: u64,
+}
+
+impl RecoverySummary {
+    fn add(&mut self, stats: &RecoveryStats) {
+        *self.decisions.entry("commit").or_default() += stats.committed;
+        *self.decisions.entry("abort").or_default() += stats.aborted;
+        for (vote, n) in VOTES.iter().zip(stats.votes) {
+            *self.votes.entry(vote.name()).or_default() += n;
+        }
+        self.rounds += stats.rounds;
+        self.waited += stats.waited;
+    }
+
+    fn line(&self) -> String {
+        let votes: Vec<String> = VOTES
+            .iter()
+            .map(|v| format!("{} {}", v.name(), self.votes.get(v.name()).unwrap_or(&0)))
+            .collect();
+        format!(
+            "recovery: {} rounds, decisions commit {} abort {}, votes {}, {} commits waited for a decision",
+            self.rounds,
+            self.decisions.get("commit").unwrap_or(&0),
+            self.decisions.get("abort").unwrap_or(&0),
+            votes.join(", "),
+            self.waited
+        )
+    }
 }
 
 #[derive(Serialize)]
@@ -91,6 +138,8 @@ struct Report {
     fault_kinds: Vec<&'static str>,
     faults_injected: BTreeMap<&'static str, u64>,
     buggify_fired: BTreeMap<&'static str, u64>,
+    /// Recovery counters over every workload.
+    recovery: RecoverySummary,
     workloads: BTreeMap<&'static str, WorkloadSummary>,
 }
 
@@ -99,6 +148,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         scenarios::NAMES.to_vec()
     } else if args.workload.iter().any(|w| w == "membership") {
         membership_scenarios::NAMES.to_vec()
+    } else if args.workload.iter().any(|w| w == "recovery") {
+        recovery_scenarios::NAMES.to_vec()
     } else {
         args.workload
             .iter()
@@ -106,22 +157,22 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                 scenarios::NAMES
                     .iter()
                     .chain(membership_scenarios::NAMES.iter())
+                    .chain(recovery_scenarios::NAMES.iter())
                     .copied()
                     .find(|n| n == w)
                     .with_context(|| {
                         format!(
-                            "unknown workload {w:?}; the workloads are {}, and the membership \
-                             scenarios {}",
+                            "unknown workload {w:?}; the workloads are {}, the membership \
+                             scenarios {}, and the recovery scenarios {}",
                             scenarios::NAMES.join(", "),
-                            membership_scenarios::NAMES.join(", ")
+                            membership_scenarios::NAMES.join(", "),
+                            recovery_scenarios::NAMES.join(", ")
                         )
                     })
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let only_membership = workloads
-        .iter()
-        .all(|w| membership_scenarios::is_membership(w));
+    let only_membership = workloads.iter().all(|w| own_verdict(w));
     let kinds: Vec<FaultKind> = match &args.faults {
         // The membership scenarios draw light network faults and write the rest by hand.
         _ if only_membership => vec![FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder],
@@ -149,6 +200,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         );
     }
     let options_for = |workload: &str, seed: u64| {
+        if recovery_scenarios::is_recovery(workload) {
+            return RunOptions {
+                membership_strict_ticks: args.strict_ticks,
+                ..recovery_scenarios::options(workload, seed)
+            };
+        }
         if membership_scenarios::is_membership(workload) {
             return RunOptions {
                 membership_strict_ticks: args.strict_ticks,
@@ -168,7 +225,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
     if let Some(seed) = args.seed {
         let mut failed = false;
         for workload in &workloads {
-            let mut scenario = scenario_of(workload);
+            let mut scenario = scenario_of(workload, seed);
             let report = run(&mut *scenario, &options_for(workload, seed));
             print_replay(&report);
             failed |= !report_passes(&report, &kinds);
@@ -203,7 +260,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                     }
                     let workload = workloads[(i / args.seeds) as usize];
                     let seed = args.seed_base + i % args.seeds;
-                    let mut scenario = scenario_of(workload);
+                    let mut scenario = scenario_of(workload, seed);
                     let report = run(&mut *scenario, &options_for(workload, seed));
                     if !report_passes(&report, &kinds) {
                         bar.println(format!(
@@ -230,6 +287,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         fault_kinds: kinds.iter().map(|k| k.name()).collect(),
         faults_injected: kinds.iter().map(|k| (k.name(), 0)).collect(),
         buggify_fired: BTreeMap::new(),
+        recovery: RecoverySummary::default(),
         workloads: BTreeMap::new(),
     };
     let mut failures = Vec::new();
@@ -240,8 +298,13 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         w.aborted += report.checked.aborted;
         w.indeterminate += report.checked.indeterminate;
         w.simulated_s += report.simulated_ns as f64 / 1e9;
+        w.recovery.add(&report.recovery);
+        summary.recovery.add(&report.recovery);
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
-        if membership_scenarios::is_membership(report.workload) {
+        if recovery_scenarios::is_recovery(report.workload) {
+            *w.traps_sprung.get_or_insert(0) += u64::from(recovery_scenarios::sprung(report));
+        }
+        if own_verdict(report.workload) {
             if report_passes(report, &kinds) {
                 w.passed += 1;
             } else {
@@ -295,6 +358,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             w.indeterminate
         );
     }
+    println!("{}", summary.recovery.line());
+    for (name, w) in &summary.workloads {
+        if let Some(sprung) = w.traps_sprung {
+            println!("{name}: trap sprang in {sprung} of {} seeds", w.seeds);
+        }
+    }
     let injected: Vec<String> = summary
         .faults_injected
         .iter()
@@ -327,7 +396,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.fault_kinds.join(",")
     };
     for report in failures.iter().take(10) {
-        if membership_scenarios::is_membership(report.workload) {
+        if own_verdict(report.workload) {
             println!(
                 "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {}",
                 report.workload,
@@ -378,6 +447,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
 /// until failure handling exists, and reported). With membership, a run that lost no
 /// member and still stalled fails through its own liveness report.
 fn report_passes(report: &RunReport, kinds: &[FaultKind]) -> bool {
+    if recovery_scenarios::is_recovery(report.workload) {
+        return recovery_scenarios::failure(report).is_none();
+    }
     if membership_scenarios::is_membership(report.workload) {
         // Their own verdict: the membership checkers, with what the known membership
         // bugs cause reported rather than failed (see `membership_scenarios::failure`).
@@ -396,7 +468,20 @@ fn membership_violations(report: &RunReport) -> &[String] {
         .map_or(&[], |m| m.violations.as_slice())
 }
 
+/// Whether a scenario sets its own nodes and faults and gives its own verdict (the
+/// membership-* and recovery-* scenarios).
+fn own_verdict(workload: &str) -> bool {
+    membership_scenarios::is_membership(workload) || recovery_scenarios::is_recovery(workload)
+}
+
 fn first_problem(report: &RunReport) -> String {
+    if recovery_scenarios::is_recovery(report.workload) {
+        let attack = report.attack.join("; ");
+        return format!(
+            "{} [{attack}]",
+            recovery_scenarios::failure(report).unwrap_or_else(|| "passed".to_string())
+        );
+    }
     if membership_scenarios::is_membership(report.workload) {
         return membership_scenarios::failure(report.workload, report)
             .unwrap_or_else(|| "passed".to_string());
@@ -422,6 +507,12 @@ fn print_replay(report: &RunReport) {
         report.simulated_ns as f64 / 1e9
     );
     println!("faults injected: {:?}", report.faults);
+    for line in &report.attack {
+        println!("attack: {line}");
+    }
+    let mut recovery = RecoverySummary::default();
+    recovery.add(&report.recovery);
+    println!("{}", recovery.line());
     if !report.buggify.is_empty() {
         println!("fault points: {:?}", report.buggify);
     }
@@ -462,7 +553,7 @@ fn print_replay(report: &RunReport) {
         }
         if m.stuck > 0 {
             println!(
-                "  {} client coroutines stuck after losing a member (no transaction recovery yet)",
+                "  {} client coroutines stuck in a run beyond f (reported, not failed)",
                 m.stuck
             );
         }
@@ -471,7 +562,7 @@ fn print_replay(report: &RunReport) {
         }
         if !m.excused.is_empty() {
             println!(
-                "  {} workload findings after losing a member (reported, not failed), first: {}",
+                "  {} workload findings in a run beyond f (reported, not failed), first: {}",
                 m.excused.len(),
                 m.excused[0]
             );

@@ -16,9 +16,10 @@ use ferrotx_rpc::Event;
 use ferrotx_store::{Key, Partition, PartitionId, TableId};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
-use ferrotx_txn::participant::{Participant, Role};
+use ferrotx_txn::participant::{Participant, RecoveryStats, Role};
 use ferrotx_wire::EndpointId;
 
+use crate::faults::FaultEvent;
 use crate::membership::{MembershipState, lease_endpoint};
 use crate::network::{Faults, SimNetwork};
 use crate::simulator::{NodeClock, Simulator};
@@ -56,6 +57,69 @@ pub struct SimCluster {
     pub pauses: u64,
     /// Membership, when the cluster runs it ([`SimCluster::with_membership`]).
     pub membership: Option<MembershipState>,
+    /// Recovery counters of the workers of node lives that ended (crashed or stopped).
+    retired_recovery: RecoveryStats,
+    /// The attack of a `recovery-*` scenario: what to do when a trap springs.
+    attack: Option<Attack>,
+    /// The trap armed now, if any.
+    armed: Option<ferrotx_buggify::Armed>,
+    /// Events the attack scheduled itself (restarts, heals, a second crash), by time.
+    scheduled: Vec<(u64, FaultEvent)>,
+    /// After the first trap sprang: once a view newer than this one commits, crash another
+    /// node this long after (and this pick among the nodes up).
+    after_commit: Option<(u64, u64, u64)>,
+    /// What the attack did, in order (for reports).
+    pub attack_log: Vec<String>,
+    /// Nodes the attack struck (crashed, paused, cut off).
+    pub attack_struck: std::collections::BTreeSet<u16>,
+}
+
+/// What the simulator does to a node when a trap armed at a fault point springs there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrapAction {
+    /// Crash the node whose worker reached the point; restart it (a new life, no data)
+    /// this long after, if set.
+    Crash {
+        /// Restart after this long.
+        restart_after_ns: Option<u64>,
+    },
+    /// Crash another node that is up (the `pick`-th of them, modulo), not the one whose
+    /// worker reached the point; restart it this long after, if set.
+    CrashOther {
+        /// Which of the other nodes up.
+        pick: u64,
+        /// Restart after this long.
+        restart_after_ns: Option<u64>,
+    },
+    /// Pause the node for this long (past the lease).
+    Pause {
+        /// How long.
+        for_ns: u64,
+    },
+    /// Cut the node off from every other (both ways), healed this long after.
+    Isolate {
+        /// Heal after this long.
+        heal_after_ns: u64,
+    },
+}
+
+/// A trap at a fault point of the commit protocol and what happens when it springs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attack {
+    /// The fault point (`txn.commit.after_lock`, ...).
+    pub point: &'static str,
+    /// The visit of the point (over every worker of the run) at which the trap springs.
+    pub visit: u64,
+    /// Whether the point fires when the trap springs (delay points: the coroutine stops
+    /// right at it, so nothing of the next phase is sent before the fault).
+    pub force: bool,
+    /// What happens to the node.
+    pub action: TrapAction,
+    /// Once the first view after the fault commits, crash another node up (the pick-th,
+    /// modulo) this long after: a failure during recovery.
+    pub then_after_commit: Option<(u64, u64)>,
+    /// A second trap, armed once this one sprang.
+    pub then: Option<Box<Attack>>,
 }
 
 impl SimCluster {
@@ -118,6 +182,13 @@ impl SimCluster {
             restarts: 0,
             pauses: 0,
             membership: membership.map(MembershipState::new),
+            retired_recovery: RecoveryStats::default(),
+            attack: None,
+            armed: None,
+            scheduled: Vec::new(),
+            after_commit: None,
+            attack_log: Vec::new(),
+            attack_struck: std::collections::BTreeSet::new(),
         };
         for (node, clock) in clocks.iter().enumerate() {
             cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
@@ -179,6 +250,178 @@ impl SimCluster {
     /// Every coordinator of the nodes that are up.
     pub fn coordinators(&self) -> impl Iterator<Item = &Rc<Coordinator>> {
         self.nodes.iter().flat_map(|n| n.coordinators.iter())
+    }
+
+    /// Recovery counters summed over every worker of the run: the nodes up now, and the
+    /// last counters of every node life that ended (crashed, stopped or removed).
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        let mut sum = self.retired_recovery;
+        for participant in self.participants() {
+            add_recovery(&mut sum, &participant.borrow().recovery_stats());
+        }
+        sum
+    }
+
+    /// Arms `attack`'s trap: from now on, the worker step that reaches its point at its
+    /// visit is followed at once by its action on that worker's node.
+    pub fn arm(&mut self, attack: Attack) {
+        self.armed = None;
+        self.armed = Some(ferrotx_buggify::arm_trap(
+            attack.point,
+            attack.visit,
+            attack.force,
+        ));
+        self.attack = Some(attack);
+    }
+
+    /// Whether every trap armed sprang (true when none was).
+    pub fn traps_sprung(&self) -> bool {
+        self.attack.is_none()
+    }
+
+    /// The nodes up now.
+    fn nodes_up(&self) -> Vec<u16> {
+        (0..self.node_count()).filter(|&n| self.is_up(n)).collect()
+    }
+
+    /// Applies a timed fault event now.
+    fn apply_event(&mut self, now: u64, event: &FaultEvent) {
+        match event {
+            FaultEvent::Partition { side_a, side_b } => {
+                self.sim.network.borrow_mut().partition(side_a, side_b);
+            }
+            FaultEvent::OneWay { from, to } => self.sim.network.borrow_mut().cut_one_way(from, to),
+            FaultEvent::Heal => self.sim.network.borrow_mut().heal(),
+            FaultEvent::Pause { node, for_ns } => self.pause(*node, now + for_ns),
+            FaultEvent::Crash { node } => self.crash(*node),
+            FaultEvent::Restart { node } => self.restart(*node),
+        }
+        self.attack_log
+            .push(format!("{:.3} ms: {event:?}", now as f64 / 1e6));
+    }
+
+    /// Marks the faults as going on until `until` (convergence is timed from the last).
+    fn faults_until(&mut self, until: u64) {
+        if let Some(state) = self.membership.as_mut() {
+            state.faults_over_ns = Some(state.faults_over_ns.unwrap_or(0).max(until));
+            state.converged_ns = None;
+        }
+    }
+
+    /// A trap sprang at `point` in worker `endpoint` at `now`: carry out the attack.
+    fn trap_sprung(&mut self, now: u64, endpoint: EndpointId, point: &'static str) {
+        let Some(attack) = self.attack.take() else {
+            return;
+        };
+        self.armed = None;
+        let node = endpoint.node();
+        self.attack_log.push(format!(
+            "{:.3} ms: trap {point} (visit {}) sprang in worker {node}.{}",
+            now as f64 / 1e6,
+            attack.visit,
+            endpoint.thread()
+        ));
+        let view = self
+            .node_membership(node)
+            .and_then(|m| m.view().map(|v| v.id))
+            .unwrap_or(0);
+        let mut last = now;
+        match attack.action {
+            TrapAction::Crash { restart_after_ns } => {
+                self.attack_struck.insert(node);
+                self.apply_event(now, &FaultEvent::Crash { node });
+                if let Some(after) = restart_after_ns {
+                    self.scheduled
+                        .push((now + after, FaultEvent::Restart { node }));
+                    last = now + after;
+                }
+            }
+            TrapAction::CrashOther {
+                pick,
+                restart_after_ns,
+            } => {
+                let others: Vec<u16> = self.nodes_up().into_iter().filter(|&n| n != node).collect();
+                if let Some(&victim) = others.get((pick % others.len().max(1) as u64) as usize) {
+                    self.attack_struck.insert(victim);
+                    self.apply_event(now, &FaultEvent::Crash { node: victim });
+                    if let Some(after) = restart_after_ns {
+                        self.scheduled
+                            .push((now + after, FaultEvent::Restart { node: victim }));
+                        last = now + after;
+                    }
+                }
+            }
+            TrapAction::Pause { for_ns } => {
+                self.attack_struck.insert(node);
+                self.apply_event(now, &FaultEvent::Pause { node, for_ns });
+                last = now + for_ns;
+            }
+            TrapAction::Isolate { heal_after_ns } => {
+                self.attack_struck.insert(node);
+                let rest: Vec<u16> = (0..self.node_count()).filter(|&n| n != node).collect();
+                self.apply_event(
+                    now,
+                    &FaultEvent::Partition {
+                        side_a: vec![node],
+                        side_b: rest,
+                    },
+                );
+                self.scheduled.push((now + heal_after_ns, FaultEvent::Heal));
+                last = now + heal_after_ns;
+            }
+        }
+        if let Some((delay, pick)) = attack.then_after_commit {
+            self.after_commit = Some((view, delay, pick));
+            // Faults go on until that crash happened.
+            last = u64::MAX / 4;
+        }
+        self.faults_until(last);
+        if let Some(next) = attack.then {
+            self.arm(*next);
+        }
+    }
+
+    /// The attack's own events due at `now`, and a crash due once a view commits.
+    fn attack_step(&mut self, now: u64) {
+        if let Some((view, delay, pick)) = self.after_commit {
+            let committed = self.membership.as_ref().map_or(0, |s| s.committed_max);
+            if committed > view {
+                self.after_commit = None;
+                let up = self.nodes_up();
+                let candidates: Vec<u16> = up
+                    .into_iter()
+                    .filter(|n| !self.attack_struck.contains(n))
+                    .collect();
+                if let Some(&victim) =
+                    candidates.get((pick % candidates.len().max(1) as u64) as usize)
+                {
+                    self.attack_log.push(format!(
+                        "{:.3} ms: view {committed} committed; crash node {victim} in {:.3} ms",
+                        now as f64 / 1e6,
+                        delay as f64 / 1e6
+                    ));
+                    self.attack_struck.insert(victim);
+                    self.scheduled
+                        .push((now + delay, FaultEvent::Crash { node: victim }));
+                }
+                let last = self
+                    .scheduled
+                    .iter()
+                    .map(|(at, _)| *at)
+                    .max()
+                    .unwrap_or(0)
+                    .max(now + delay);
+                if let Some(state) = self.membership.as_mut() {
+                    state.faults_over_ns = Some(last);
+                    state.converged_ns = None;
+                }
+            }
+        }
+        self.scheduled.sort_by_key(|(at, _)| *at);
+        while self.scheduled.first().is_some_and(|(at, _)| *at <= now) {
+            let (_, event) = self.scheduled.remove(0);
+            self.apply_event(now, &event);
+        }
     }
 
     /// Sets node `node`'s clock.
@@ -302,7 +545,12 @@ impl SimCluster {
             state.installs_pending.retain(|(_, n, _, _)| *n != node);
         }
         slot.coordinators.clear();
-        slot.participants.clear();
+        for participant in slot.participants.drain(..) {
+            add_recovery(
+                &mut self.retired_recovery,
+                &participant.borrow().recovery_stats(),
+            );
+        }
         let mut network = self.sim.network.borrow_mut();
         self.sim.workers.retain(|w| {
             let local = w.transport().local();
@@ -607,7 +855,11 @@ impl SimCluster {
                 self.drive(node, now);
             }
         }
+        self.attack_step(now);
         let mut next = self.sim.step_workers();
+        if let Some((at, endpoint, point)) = self.sim.trap_hit.take() {
+            self.trap_sprung(at, endpoint, point);
+        }
         let events = self.sim.events.len();
         let seen = self.membership.as_ref().map_or(0, |s| s.events_seen);
         for i in seen..events {
@@ -641,6 +893,9 @@ impl SimCluster {
             if *at > now {
                 consider(*at);
             }
+        }
+        for (at, _) in &self.scheduled {
+            consider(*at);
         }
         for node in 0..self.node_count() {
             let Some(m) = &self.nodes[usize::from(node)].membership else {
@@ -718,5 +973,16 @@ impl SimCluster {
         self.membership
             .as_ref()
             .is_some_and(|s| s.steps >= s.steps_max)
+    }
+}
+
+/// Adds `b`'s counters to `a`.
+fn add_recovery(a: &mut RecoveryStats, b: &RecoveryStats) {
+    a.rounds += b.rounds;
+    a.committed += b.committed;
+    a.aborted += b.aborted;
+    a.waited += b.waited;
+    for (x, y) in a.votes.iter_mut().zip(b.votes) {
+        *x += y;
     }
 }

@@ -14,13 +14,17 @@ pub mod faults;
 pub mod membership;
 pub mod membership_scenarios;
 mod network;
+pub mod recovery_scenarios;
 pub mod rpc_workload;
 pub mod run;
 pub mod scenarios;
 pub mod seeds;
 mod simulator;
 
-pub use cluster::SimCluster;
+pub use cluster::{Attack, SimCluster, TrapAction};
 pub use faults::{FaultEvent, FaultKind, FaultPlan};
+/// Recovery's counters and vote kinds, as reports show them.
+pub use ferrotx_txn::participant::RecoveryStats;
+pub use ferrotx_txn::recovery::VOTES;
 pub use network::{Faults, SimNetwork, SimTransport};
 pub use simulator::{NodeClock, Simulator};

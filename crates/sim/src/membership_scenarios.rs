@@ -32,11 +32,8 @@ pub const NAMES: [&str; 13] = [
     "membership-slow-install",
 ];
 
-/// The scenarios whose load writes. Until transaction recovery exists, a failure that
-/// interrupts writes leaves lost writes and stuck commits, and a backup promoted to
-/// primary panics applying the records it logged as a backup ([`crate::run::KNOWN_PANIC`]):
-/// these runs report such findings instead of failing. The others run a read-only load,
-/// which every checker must find correct.
+/// The scenarios whose load writes. Runs that stay within f must pass every checker
+/// (transaction recovery handles interrupted commits); the others run a read-only load.
 pub const WRITING: [&str; 1] = ["membership-random-writes"];
 
 /// The scenarios whose faults may strike more than f = replicas - 1 nodes at once (a

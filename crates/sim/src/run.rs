@@ -19,9 +19,17 @@ use ferrotx_node::CoreOptions;
 use ferrotx_rpc::Config;
 use ferrotx_store::TableSpec;
 
-use crate::cluster::SimCluster;
+use crate::cluster::{Attack, SimCluster};
 use crate::faults::{FaultKind, FaultPlan};
 use crate::membership::CONVERGENCE_LEASES;
+
+/// Leases a run with membership goes on after the cluster converged (after the last
+/// fault), so that every client still waiting gets its answer: transaction recovery
+/// decides in a few round trips once the view is committed.
+pub const LIVENESS_LEASES: u64 = 5;
+
+/// Leases an attack may lengthen a run by, at most (a trap that springs late).
+const ATTACK_LEASES_MAX: u64 = 100;
 
 /// The simulated configuration's addresses are never bound; any valid port base does.
 const PORT_BASE_UNUSED: u16 = 40_000;
@@ -97,6 +105,13 @@ pub struct RunOptions {
     /// [`crate::membership::MembershipState::install_delay_max_ns`]). Empty: every node
     /// acknowledges at once.
     pub install_delay_max_ns: Vec<u64>,
+    /// With membership: a trap at a fault point of the commit protocol, armed once the
+    /// cluster serves, and what happens to the node whose worker reaches it (the
+    /// `recovery-*` scenarios).
+    pub attack: Option<Attack>,
+    /// What the run's clients run, when the scenario name does not say (a `recovery-*`
+    /// scenario's workload, drawn from the seed); shown in reports.
+    pub detail: Option<String>,
 }
 
 impl RunOptions {
@@ -118,6 +133,8 @@ impl RunOptions {
             membership: None,
             membership_strict_ticks: false,
             install_delay_max_ns: Vec::new(),
+            attack: None,
+            detail: None,
         }
     }
 }
@@ -149,6 +166,12 @@ pub struct RunReport {
     pub partitioned: u64,
     /// What membership did and its checkers found, when the run had membership.
     pub membership: Option<MembershipReport>,
+    /// Transaction-state recovery's counters, summed over every worker of the run: the
+    /// nodes up at the end and the last counters of every node life that ended.
+    pub recovery: ferrotx_txn::participant::RecoveryStats,
+    /// The run's attack (a trap at a commit point) as it happened, and the workload of a
+    /// `recovery-*` scenario.
+    pub attack: Vec<String>,
 }
 
 /// Membership in one run.
@@ -163,18 +186,17 @@ pub struct MembershipReport {
     /// Simulated time from the end of the last fault until every live node served in
     /// the latest view (`None`: never within the run).
     pub converged_after_ns: Option<u64>,
-    /// Client coroutines still running at the end although a member was lost: stuck in
-    /// transactions the failure interrupted, until transaction recovery exists.
+    /// Client coroutines still running at the end of a run that went beyond f (a
+    /// partition with no copy left, or half the view down): reported, not failed. Within
+    /// f they are a liveness failure.
     pub stuck: usize,
-    /// The workload's own checkers' findings in runs that lost a member: data recovery
-    /// and transaction recovery do not exist yet, so they are reported, not failed.
+    /// The workload's own checkers' findings in runs beyond f (a partition lost every
+    /// copy, or half the view is down for good): data is gone, so they are reported, not
+    /// failed. Within f they fail the run.
     pub excused: Vec<String>,
     /// The membership checkers' violations (a failed seed).
     pub violations: Vec<String>,
-    /// A panic that ended the run early, with where it happened. One in the
-    /// participant's log ([`KNOWN_PANIC`]: a promoted backup truncating records it
-    /// logged as a backup, which transaction recovery will handle) is reported; any other
-    /// fails the seed.
+    /// A panic that ended the run early, with where it happened: it fails the seed.
     pub panic: Option<String>,
     /// Commits of a view older than one committed before (see
     /// [`crate::membership::MembershipState::stale_commits`]).
@@ -328,20 +350,43 @@ fn run_with_membership(
     let mut liveness = None;
     let buggify = plan.buggify.then(|| ferrotx_buggify::enable(options.seed));
     let mut stuck = 0;
+    let mut live = 0;
+    let mut why = "";
     if bootstrapped {
         scenario.load(&cluster);
+        if let Some(attack) = options.attack.clone() {
+            cluster.arm(attack);
+        }
         scenario.start_clients(&mut cluster, options.seed);
         plan.delay(now);
         let faults_over = plan.last_event_ns().unwrap_or(now).max(now);
         let state = cluster.membership.as_mut().expect("membership runs");
         state.faults_over_ns = Some(faults_over);
-        let converge_by = faults_over + CONVERGENCE_LEASES * lease;
-        let deadline = now + options.deadline_ns.max(converge_by - now + lease);
+        let start = now;
+        // The run lasts the options' deadline at least, and always until the cluster had
+        // CONVERGENCE_LEASES to converge after the last fault, then LIVENESS_LEASES more
+        // for every client to get its answer. An attack's trap moves the last fault on.
+        let bounds = |cluster: &SimCluster| {
+            let over = cluster
+                .membership
+                .as_ref()
+                .and_then(|s| s.faults_over_ns)
+                .unwrap_or(start);
+            let converge_by = over.saturating_add(CONVERGENCE_LEASES * lease);
+            let deadline = (start + options.deadline_ns)
+                .max(converge_by.saturating_add(LIVENESS_LEASES * lease))
+                .min(start + options.deadline_ns + ATTACK_LEASES_MAX * lease);
+            (converge_by, deadline)
+        };
         let ran = catch_panic(|| {
-            while (cluster.coroutines_live() > 0 || now <= converge_by)
-                && now < deadline
-                && !cluster.out_of_steps()
-            {
+            loop {
+                let (converge_by, deadline) = bounds(&cluster);
+                if !((cluster.coroutines_live() > 0 || now <= converge_by)
+                    && now < deadline
+                    && !cluster.out_of_steps())
+                {
+                    break;
+                }
                 let until = plan.next_event_ns().map_or(deadline, |at| at.min(deadline));
                 let until = if now <= converge_by {
                     until.min(converge_by + 1)
@@ -358,35 +403,19 @@ fn run_with_membership(
             report.panic = Some(panic);
         }
         let state = cluster.membership.as_ref().expect("membership runs");
+        let faults_over = state.faults_over_ns.unwrap_or(faults_over);
         report.converged_after_ns = state.converged_ns.map(|t| t.saturating_sub(faults_over));
-        let live = cluster.coroutines_live();
-        if live > 0 {
-            let down: Vec<u16> = (0..options.nodes).filter(|&n| !cluster.is_up(n)).collect();
-            let why = if cluster.out_of_steps() {
-                "the step bound was reached"
-            } else {
-                "the deadline passed"
-            };
-            if state.lost_a_member() {
-                stuck = live;
-            } else {
-                liveness = Some(format!(
-                    "{live} client coroutines never finished by {:.3} simulated s ({why}; nodes down: {down:?}; no member was lost)",
-                    now as f64 / 1e9
-                ));
-            }
-        }
+        live = cluster.coroutines_live();
+        why = if cluster.out_of_steps() {
+            "the step bound was reached"
+        } else {
+            "the deadline passed"
+        };
     }
-    let lost = cluster
-        .membership
-        .as_ref()
-        .is_some_and(|s| s.lost_a_member());
     let out_of_steps = cluster.out_of_steps();
     let state = cluster.membership.as_mut().expect("membership runs");
     if let Some(panic) = &report.panic {
-        if !panic.contains(KNOWN_PANIC) {
-            state.violation(format!("panic: {panic}"));
-        }
+        state.violation(format!("panic: {panic}"));
     } else if !bootstrapped {
         state.violation(format!(
             "the cluster did not bootstrap (every node serving in the first view) within {} leases",
@@ -435,7 +464,8 @@ fn run_with_membership(
             .count();
         report.majority_down = 2 * down >= current.members.len();
     }
-    let struck = plan.struck_nodes(options.nodes);
+    let mut struck = plan.struck_nodes(options.nodes);
+    struck.extend(cluster.attack_struck.iter().copied());
     let history = state.history();
     for w in history.windows(2) {
         for m in &w[0].members {
@@ -446,13 +476,30 @@ fn run_with_membership(
     }
     report.lost_partitions = state.lost_partitions();
     report.hints = state.hints;
+    // Beyond f: a partition lost every copy, or half the view is down for good. Data is
+    // gone or no view can follow, as FaRM intends: the workload's findings and clients
+    // still waiting are reported, not failed. Within f (any number of members lost and
+    // replaced one at a time), recovery must leave every checker satisfied and every
+    // client answered.
+    let beyond_f = report.lost_partitions > 0 || report.majority_down;
+    if live > 0 {
+        if beyond_f {
+            stuck = live;
+        } else {
+            let down: Vec<u16> = (0..options.nodes).filter(|&n| !cluster.is_up(n)).collect();
+            liveness = Some(format!(
+                "{live} client coroutines never finished by {:.3} simulated s ({why}; nodes down: {down:?}; within f)",
+                now as f64 / 1e9
+            ));
+        }
+    }
     report.stuck = stuck;
     let mut checked = if bootstrapped && report.panic.is_none() {
         scenario.check(&cluster)
     } else {
         Checked::default()
     };
-    if lost || report.panic.is_some() {
+    if beyond_f {
         report.excused = std::mem::take(&mut checked.violations);
     }
     finish(
@@ -466,12 +513,6 @@ fn run_with_membership(
         Some(report),
     )
 }
-
-/// Where the known panic of a run with membership happens: a backup promoted to primary
-/// by a new view still holds commit records it logged as a backup, and applying them at
-/// truncation finds no backup copy (`crates/txn/src/participant.rs`, `truncate`).
-/// Transaction recovery (FaRM 5.3) is what will process them.
-pub const KNOWN_PANIC: &str = "crates/txn/src/participant.rs";
 
 thread_local! {
     static CAPTURING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -562,5 +603,12 @@ fn finish(
         log_space_waits,
         partitioned: counters.partitioned,
         membership,
+        recovery: cluster.recovery_stats(),
+        attack: options
+            .detail
+            .iter()
+            .cloned()
+            .chain(cluster.attack_log.iter().cloned())
+            .collect(),
     }
 }

@@ -77,6 +77,10 @@ pub struct Simulator {
     pub clocks: Vec<NodeClock>,
     /// Until when each node is paused, by node id (0 or a past time: running).
     pub paused_until_ns: Vec<u64>,
+    /// A trap armed in `ferrotx_buggify` that sprang: (simulated time, the worker whose
+    /// step reached its point, the point). Stepping stops right after that step, so the
+    /// caller acts on the worker's node before anything else runs.
+    pub trap_hit: Option<(u64, EndpointId, &'static str)>,
 }
 
 impl Simulator {
@@ -88,6 +92,7 @@ impl Simulator {
             events: Vec::new(),
             clocks: Vec::new(),
             paused_until_ns: Vec::new(),
+            trap_hit: None,
         }
     }
 
@@ -167,7 +172,12 @@ impl Simulator {
             let local_now = clock.local_ns(now);
             let worker = &mut self.workers[i];
             let mut steps = 0;
+            let mut sprung = None;
             while worker.step(local_now) {
+                sprung = ferrotx_buggify::take_sprung();
+                if sprung.is_some() {
+                    break;
+                }
                 steps += 1;
                 assert!(
                     steps < STEPS_PER_INSTANT_MAX,
@@ -177,6 +187,12 @@ impl Simulator {
             let local = worker.transport().local();
             for event in worker.events().drain(..) {
                 self.events.push((now, local, event));
+            }
+            if let Some(point) = sprung {
+                // Stop here: the caller acts on this worker's node at once, and the next
+                // round of steps (1 ns later) runs everyone else.
+                self.trap_hit = Some((now, local, point));
+                return Some(now);
             }
             if local_now >= worker.serving_until() {
                 continue;

@@ -1,0 +1,311 @@
+//! Scenarios that attack transaction-state recovery (`ferrotx sim --workload
+//! recovery-...`, all of them with `--workload recovery`): a node fails exactly at a
+//! boundary of the commit protocol, with membership on, under a writing workload.
+//!
+//! The simulator steps one worker at a time, so a trap armed at a fault point of the
+//! commit protocol (`ferrotx_buggify::arm_trap`) tells which worker reached it; right
+//! after that worker's step the simulator crashes, pauses past the lease, or cuts off its
+//! node ([`crate::cluster::Attack`]). At a coordinator's delay point the trap makes the
+//! point fire, so the coroutine stops right there and nothing of the next phase leaves
+//! before the fault. At a participant's point (a primary handling LOCK or VALIDATE) the
+//! point behaves as usual and the node fails once its step, answer included, is done.
+//!
+//! The workload is drawn from the seed (`seed % 7` over the writing workloads), the point
+//! and its visit (over every worker) from the seed, and so are restarts (a new life
+//! holding no data). Every scenario stays within f = 2 of 3 replicas: one failure on 3
+//! nodes, two on 5.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::{Attack, SimCluster, TrapAction};
+use crate::faults::{FaultKind, FaultPlan};
+use crate::membership::default_options;
+use crate::run::{Checked, RunOptions, RunReport, Scenario};
+use crate::scenarios;
+
+/// Every recovery scenario, in the order `--workload recovery` runs them.
+pub const NAMES: [&str; 7] = [
+    "recovery-crash-coordinator",
+    "recovery-crash-primary",
+    "recovery-crash-backup",
+    "recovery-pause",
+    "recovery-partition",
+    "recovery-crash-during-recovery",
+    "recovery-two-crashes",
+];
+
+/// The workloads the recovery scenarios run (every one writes), by `seed % 7`.
+pub const WORKLOADS: [&str; 7] = [
+    "bank",
+    "kv",
+    "list-append",
+    "smallbank",
+    "tatp",
+    "resp-bank",
+    "resp-list-append",
+];
+
+/// The coordinator's delay points of the commit, in protocol order: a trap there stops
+/// the coroutine right at the boundary (forced), so the fault falls between two phases.
+pub const COORDINATOR_POINTS: [&str; 7] = [
+    "txn.commit.before_lock",
+    "txn.commit.after_lock",
+    "txn.commit.after_validate",
+    "txn.commit.after_commit_backup",
+    "txn.commit.between_commit_primaries",
+    "txn.commit.before_truncate",
+    "txn.commit.before_release",
+];
+
+/// A primary's points: it handles a LOCK (of a partition the transaction writes) or a
+/// VALIDATE. The trap does not force them (they would refuse).
+pub const PARTICIPANT_POINTS: [&str; 2] = [
+    "txn.participant.lock.refuse",
+    "txn.participant.validate.refuse",
+];
+
+/// Whether `name` is a recovery scenario.
+pub fn is_recovery(name: &str) -> bool {
+    NAMES.contains(&name)
+}
+
+fn canonical(name: &str) -> &'static str {
+    NAMES
+        .into_iter()
+        .find(|n| *n == name)
+        .unwrap_or_else(|| panic!("no recovery scenario {name:?}; they are {NAMES:?}"))
+}
+
+/// The workload of scenario runs with `seed`.
+pub fn workload_of(seed: u64) -> &'static str {
+    WORKLOADS[(seed % WORKLOADS.len() as u64) as usize]
+}
+
+/// A workload scenario reported under the recovery scenario's name.
+struct Named {
+    name: &'static str,
+    inner: Box<dyn Scenario>,
+}
+
+impl Scenario for Named {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn schema(&self) -> Vec<ferrotx_store::TableSpec> {
+        self.inner.schema()
+    }
+    fn load(&self, cluster: &SimCluster) {
+        self.inner.load(cluster);
+    }
+    fn start_clients(&mut self, cluster: &mut SimCluster, seed: u64) {
+        self.inner.start_clients(cluster, seed);
+    }
+    fn check(&self, cluster: &SimCluster) -> Checked {
+        self.inner.check(cluster)
+    }
+}
+
+/// Scenario `name` for `seed`: the seed's workload under the scenario's name.
+///
+/// # Panics
+///
+/// If `name` is not one of [`NAMES`].
+pub fn scenario(name: &str, seed: u64) -> Box<dyn Scenario> {
+    Box::new(Named {
+        name: canonical(name),
+        inner: scenarios::scenario(workload_of(seed)),
+    })
+}
+
+/// The run options of scenario `name` for `seed`: membership on, its nodes, light
+/// network faults, and the attack.
+///
+/// # Panics
+///
+/// If `name` is not one of [`NAMES`].
+pub fn options(name: &str, seed: u64) -> RunOptions {
+    let name = canonical(name);
+    let membership = default_options();
+    let lease = membership.lease_ns;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7ec0_7e57);
+    let nodes: u16 = match name {
+        "recovery-crash-during-recovery" | "recovery-two-crashes" => 5,
+        _ => 3,
+    };
+    let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
+    let mut plan = FaultPlan::draw(seed, &light, nodes, 1);
+    plan.network.loss /= 2.5;
+    plan.network.duplicate /= 2.5;
+    let restart = |rng: &mut ChaCha8Rng| {
+        rng.random_bool(0.5)
+            .then(|| rng.random_range(lease..=6 * lease))
+    };
+    let coordinator_point = |rng: &mut ChaCha8Rng| {
+        let point = COORDINATOR_POINTS[rng.random_range(0..COORDINATOR_POINTS.len())];
+        let visit = match point {
+            // Reached only by transactions writing several primaries, or aborting.
+            "txn.commit.between_commit_primaries" | "txn.commit.before_release" => {
+                rng.random_range(1..=6)
+            }
+            _ => rng.random_range(1..=24),
+        };
+        (point, visit, true)
+    };
+    let participant_point = |rng: &mut ChaCha8Rng| {
+        let point = if rng.random_bool(0.75) {
+            PARTICIPANT_POINTS[0]
+        } else {
+            PARTICIPANT_POINTS[1]
+        };
+        (point, rng.random_range(1..=24), false)
+    };
+    let any_point = |rng: &mut ChaCha8Rng| {
+        if rng.random_bool(0.75) {
+            coordinator_point(rng)
+        } else {
+            participant_point(rng)
+        }
+    };
+    let attack = |(point, visit, force): (&'static str, u64, bool), action| Attack {
+        point,
+        visit,
+        force,
+        action,
+        then_after_commit: None,
+        then: None,
+    };
+    let attack = match name {
+        "recovery-crash-coordinator" => {
+            let at = coordinator_point(&mut rng);
+            let restart_after_ns = restart(&mut rng);
+            attack(at, TrapAction::Crash { restart_after_ns })
+        }
+        "recovery-crash-primary" => {
+            let at = participant_point(&mut rng);
+            let restart_after_ns = restart(&mut rng);
+            attack(at, TrapAction::Crash { restart_after_ns })
+        }
+        "recovery-crash-backup" => {
+            // After LOCK, so records are (about to be) logged at the backups: another node
+            // fails while this coordinator commits. With 3 replicas on 3 nodes every node
+            // holds a copy of every partition: the victim is a backup of every written
+            // partition it is not primary of.
+            let points = &COORDINATOR_POINTS[1..5];
+            let point = points[rng.random_range(0..points.len())];
+            let visit = if point == "txn.commit.between_commit_primaries" {
+                rng.random_range(1..=6)
+            } else {
+                rng.random_range(1..=24)
+            };
+            let pick = rng.random_range(0..4);
+            let restart_after_ns = restart(&mut rng);
+            attack(
+                (point, visit, true),
+                TrapAction::CrashOther {
+                    pick,
+                    restart_after_ns,
+                },
+            )
+        }
+        "recovery-pause" => {
+            let at = any_point(&mut rng);
+            let for_ns = rng.random_range(lease + lease / 2..=4 * lease);
+            attack(at, TrapAction::Pause { for_ns })
+        }
+        "recovery-partition" => {
+            let at = any_point(&mut rng);
+            let heal_after_ns = rng.random_range(2 * lease..=6 * lease);
+            attack(at, TrapAction::Isolate { heal_after_ns })
+        }
+        "recovery-crash-during-recovery" => {
+            let at = any_point(&mut rng);
+            let restart_after_ns = restart(&mut rng);
+            let mut a = attack(at, TrapAction::Crash { restart_after_ns });
+            // Recovery starts at NEW-CONFIG and exchanges from NEW-CONFIG-COMMIT on: a
+            // second crash within a fifth of a lease of the commit falls in it.
+            a.then_after_commit = Some((rng.random_range(0..=lease / 5), rng.random_range(0..4)));
+            a
+        }
+        "recovery-two-crashes" => {
+            let first = any_point(&mut rng);
+            let restart_after_ns = restart(&mut rng);
+            let second = any_point(&mut rng);
+            let second_restart = restart(&mut rng);
+            let mut a = attack(first, TrapAction::Crash { restart_after_ns });
+            let mut b = attack(
+                (second.0, rng.random_range(1..=8), second.2),
+                TrapAction::Crash {
+                    restart_after_ns: second_restart,
+                },
+            );
+            b.then = None;
+            a.then = Some(Box::new(b));
+            a
+        }
+        other => panic!("no recovery scenario {other:?}; they are {NAMES:?}"),
+    };
+    RunOptions {
+        nodes,
+        faults: light.to_vec(),
+        deadline_ns: 30 * lease,
+        plan: Some(plan),
+        membership: Some(membership),
+        detail: Some(format!(
+            "workload {}; trap {} visit {}{}: {:?}{}",
+            workload_of(seed),
+            attack.point,
+            attack.visit,
+            if attack.force { " (forced)" } else { "" },
+            attack.action,
+            match (&attack.then_after_commit, &attack.then) {
+                (Some((delay, _)), _) => format!(
+                    "; then a crash {:.3} ms after the next view commits",
+                    *delay as f64 / 1e6
+                ),
+                (None, Some(b)) =>
+                    format!("; then trap {} visit {}: {:?}", b.point, b.visit, b.action),
+                (None, None) => String::new(),
+            }
+        )),
+        attack: Some(attack),
+        ..RunOptions::new(seed)
+    }
+}
+
+/// A recovery run's failure, if any: every membership violation, a panic, a liveness
+/// report, any workload finding; and a run that went beyond f (a partition with no copy
+/// left, or half the view down), which these scenarios never should.
+pub fn failure(report: &RunReport) -> Option<String> {
+    let Some(m) = report.membership.as_ref() else {
+        return Some("membership did not run".to_string());
+    };
+    if let Some(panic) = &m.panic {
+        return Some(format!("panic: {panic}"));
+    }
+    if !m.violations.is_empty() {
+        return Some(format!("membership: {:?}", m.violations));
+    }
+    if let Some(l) = &report.liveness {
+        return Some(format!("liveness: {l}"));
+    }
+    if !report.checked.violations.is_empty() {
+        return Some(format!(
+            "workload: {} ({} violations)",
+            report.checked.violations[0],
+            report.checked.violations.len()
+        ));
+    }
+    if m.lost_partitions > 0 || m.majority_down {
+        return Some(format!(
+            "beyond f (lost partitions {}, majority down {}; healthy removed {:?}): stuck {}, findings {:?}",
+            m.lost_partitions, m.majority_down, m.healthy_removed, m.stuck, m.excused
+        ));
+    }
+    None
+}
+
+/// Whether the run's trap sprang (the attack happened).
+pub fn sprung(report: &RunReport) -> bool {
+    report.attack.iter().any(|line| line.contains("sprang"))
+}

@@ -1,0 +1,108 @@
+//! Transaction-state recovery under attack: every `recovery-*` scenario (a node crashed,
+//! paused past its lease or cut off exactly when a worker of it reaches a fault point of
+//! the commit protocol; a crash during recovery; two crashes in a row) over the first
+//! seeds, each run within f and so required to pass every checker: membership's, the
+//! workload's (strict serializability, lost acknowledged writes, replicas, money,
+//! list-append), no panic, and every client answered once the faults are over.
+//!
+//! `FERROTX_SIM_SEEDS=N` (default 20 per scenario, 7 scenarios) and
+//! `FERROTX_SIM_SEED_BASE`; replay one seed with `FERROTX_SIM_SEED=<seed> cargo test -p
+//! ferrotx-sim --test recovery_seeds -- --nocapture`, or `ferrotx sim --workload
+//! recovery-crash-coordinator --seed S`.
+//!
+//! Seeds that fail today because of bugs in the first cut of recovery (crates/txn, being
+//! changed elsewhere) are listed in [`KNOWN_FAILING`]: the sweep reports them and does
+//! not fail on them; any other failing seed fails the test.
+
+use ferrotx_sim::recovery_scenarios::{self, NAMES, failure, sprung};
+use ferrotx_sim::run::{RunReport, run};
+use ferrotx_sim::seeds::{self, SeedPlan};
+
+/// Seeds of the default sweep (0 to 19) that fail at commit 8922ee6's recovery: see the
+/// report of branch `sim-recovery` for the first violation of each and a diagnosis.
+const KNOWN_FAILING: [(&str, u64); 13] = [
+    ("recovery-crash-backup", 10),
+    ("recovery-crash-backup", 14),
+    ("recovery-crash-during-recovery", 0),
+    ("recovery-crash-during-recovery", 5),
+    ("recovery-crash-during-recovery", 7),
+    ("recovery-crash-during-recovery", 8),
+    ("recovery-crash-during-recovery", 11),
+    ("recovery-crash-during-recovery", 12),
+    ("recovery-crash-during-recovery", 17),
+    ("recovery-crash-during-recovery", 18),
+    ("recovery-crash-primary", 16),
+    ("recovery-pause", 19),
+    ("recovery-two-crashes", 17),
+];
+
+fn run_seed(name: &str, seed: u64) -> RunReport {
+    run(
+        &mut *recovery_scenarios::scenario(name, seed),
+        &recovery_scenarios::options(name, seed),
+    )
+}
+
+#[test]
+fn recovery_holds_under_every_attack() {
+    let (range, verbose) = match seeds::from_env_with_default(20) {
+        SeedPlan::Replay(seed) => (seed..seed + 1, true),
+        SeedPlan::Sweep(range) => (range, false),
+    };
+    let mut failed = Vec::new();
+    let mut known = Vec::new();
+    let mut now_passing = Vec::new();
+    let (mut rounds, mut decisions) = (0, 0);
+    for name in NAMES {
+        let (mut seeds_run, mut sprang) = (0, 0);
+        for seed in range.clone() {
+            let report = run_seed(name, seed);
+            if verbose {
+                println!("{name} seed {seed}: {report:#?}");
+            }
+            seeds_run += 1;
+            sprang += u64::from(sprung(&report));
+            rounds += report.recovery.rounds;
+            decisions += report.recovery.committed + report.recovery.aborted;
+            let is_known = KNOWN_FAILING.contains(&(name, seed));
+            match failure(&report) {
+                Some(why) if is_known => known.push((name, seed, why)),
+                Some(why) => {
+                    eprintln!(
+                        "{name} seed {seed} FAILED: {why}\n  attack: {:?}\n  replay: ferrotx sim --workload {name} --seed {seed}",
+                        report.attack
+                    );
+                    failed.push((name, seed));
+                }
+                None if is_known => now_passing.push((name, seed)),
+                None => {}
+            }
+        }
+        println!("{name}: trap sprang in {sprang} of {seeds_run} seeds");
+        if !verbose {
+            // The attack happens in nearly every seed (a trap whose visit never comes
+            // leaves a run without fault).
+            assert!(
+                sprang * 10 >= seeds_run * 8,
+                "{name}: the trap sprang in only {sprang} of {seeds_run} seeds"
+            );
+        }
+    }
+    println!("recovery: {rounds} rounds, {decisions} decisions");
+    for (name, seed, why) in &known {
+        println!("known failing (recovery bug): {name} seed {seed}: {why}");
+    }
+    if !now_passing.is_empty() {
+        println!(
+            "known failing seeds that pass now (remove them from KNOWN_FAILING): {now_passing:?}"
+        );
+    }
+    assert!(
+        verbose || (rounds > 0 && decisions > 0),
+        "recovery never ran"
+    );
+    assert!(
+        failed.is_empty(),
+        "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=S or ferrotx sim --workload NAME --seed S"
+    );
+}
