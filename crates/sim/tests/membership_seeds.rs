@@ -29,7 +29,7 @@ const FIXED: [(&str, u64); 2] = [("membership-random", 183), ("membership-random
 /// Seeds of the default sweep (0 to 49) that stay within f and fail the workload's
 /// checkers at commit 8922ee6: findings of the first cut of transaction recovery
 /// (crates/txn), no longer excused now that recovery exists. Reported, not failed; see
-/// the report of branch `sim-recovery` (and `tests/recovery_seeds.rs`).
+/// `known_recovery_failures.txt` next to this file (and `tests/recovery_seeds.rs`).
 const KNOWN_RECOVERY_FAILURES: [(&str, u64); 3] = [
     ("membership-random-writes", 1),
     ("membership-random-writes", 6),
