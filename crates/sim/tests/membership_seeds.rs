@@ -26,11 +26,12 @@ use ferrotx_sim::seeds::{self, SeedPlan};
 /// `bug_` tests); the sweep skips none now.
 const FIXED: [(&str, u64); 2] = [("membership-random", 183), ("membership-random-writes", 97)];
 
-/// Seeds of the default sweep (0 to 49) that stay within f and fail the workload's
-/// checkers at commit 8922ee6: findings of the first cut of transaction recovery
-/// (crates/txn), no longer excused now that recovery exists. Reported, not failed; see
-/// `known_recovery_failures.txt` next to this file (and `tests/recovery_seeds.rs`).
-const KNOWN_RECOVERY_FAILURES: [(&str, u64); 3] = [
+/// Seeds of the default sweep (0 to 49) that stayed within f and failed the workload's
+/// checkers at commit 8922ee6 (findings of the first cut of transaction recovery, no
+/// longer excused now that recovery exists; see `known_recovery_failures.txt`): the
+/// sweep runs them like any other, and they pass.
+#[allow(dead_code)]
+const FIRST_CUT_RECOVERY_FAILURES: [(&str, u64); 3] = [
     ("membership-random-writes", 1),
     ("membership-random-writes", 6),
     ("membership-random-writes", 44),
@@ -81,12 +82,8 @@ fn membership_holds_under_every_attack() {
                 unconverged_seeds.push((name, seed));
             }
             if let Some(why) = failure(name, &report) {
-                if KNOWN_RECOVERY_FAILURES.contains(&(name, seed)) {
-                    println!("{name} seed {seed} fails (known recovery bug): {why}");
-                } else {
-                    eprintln!("{name} seed {seed} FAILED: {why}");
-                    failed.push((name, seed));
-                }
+                eprintln!("{name} seed {seed} FAILED: {why}");
+                failed.push((name, seed));
             }
         }
         println!(

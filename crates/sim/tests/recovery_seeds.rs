@@ -10,18 +10,18 @@
 //! ferrotx-sim --test recovery_seeds -- --nocapture`, or `ferrotx sim --workload
 //! recovery-crash-coordinator --seed S`.
 //!
-//! Seeds that fail today because of bugs in the first cut of recovery (crates/txn, being
-//! changed elsewhere) are listed in [`KNOWN_FAILING`]: the sweep reports them and does
-//! not fail on them; any other failing seed fails the test.
+//! Seeds that failed the first cut of recovery (commit 8922ee6: records matched to
+//! partitions by the transaction's partition list, and blocks lost at a second view
+//! change) are in [`FIRST_CUT_FAILURES`], which must pass too.
 
 use ferrotx_sim::recovery_scenarios::{self, NAMES, failure, sprung};
 use ferrotx_sim::run::{RunReport, run};
 use ferrotx_sim::seeds::{self, SeedPlan};
 
-/// Seeds of the default sweep (0 to 19) that fail at commit 8922ee6's recovery. Every
-/// failing seed of the first 200, with its first violation, is in
-/// `known_recovery_failures.txt` next to this file.
-const KNOWN_FAILING: [(&str, u64); 13] = [
+/// Seeds of the default sweep (0 to 19) that failed at commit 8922ee6's recovery. Every
+/// failing seed of the first 200 then, with its first violation, is in
+/// `known_recovery_failures.txt` next to this file; all pass now.
+const FIRST_CUT_FAILURES: [(&str, u64); 13] = [
     ("recovery-crash-backup", 10),
     ("recovery-crash-backup", 14),
     ("recovery-crash-during-recovery", 0),
@@ -51,8 +51,6 @@ fn recovery_holds_under_every_attack() {
         SeedPlan::Sweep(range) => (range, false),
     };
     let mut failed = Vec::new();
-    let mut known = Vec::new();
-    let mut now_passing = Vec::new();
     let (mut rounds, mut decisions) = (0, 0);
     for name in NAMES {
         let (mut seeds_run, mut sprang) = (0, 0);
@@ -65,9 +63,7 @@ fn recovery_holds_under_every_attack() {
             sprang += u64::from(sprung(&report));
             rounds += report.recovery.rounds;
             decisions += report.recovery.committed + report.recovery.aborted;
-            let is_known = KNOWN_FAILING.contains(&(name, seed));
             match failure(&report) {
-                Some(why) if is_known => known.push((name, seed, why)),
                 Some(why) => {
                     eprintln!(
                         "{name} seed {seed} FAILED: {why}\n  attack: {:?}\n  replay: ferrotx sim --workload {name} --seed {seed}",
@@ -75,7 +71,6 @@ fn recovery_holds_under_every_attack() {
                     );
                     failed.push((name, seed));
                 }
-                None if is_known => now_passing.push((name, seed)),
                 None => {}
             }
         }
@@ -90,14 +85,6 @@ fn recovery_holds_under_every_attack() {
         }
     }
     println!("recovery: {rounds} rounds, {decisions} decisions");
-    for (name, seed, why) in &known {
-        println!("known failing (recovery bug): {name} seed {seed}: {why}");
-    }
-    if !now_passing.is_empty() {
-        println!(
-            "known failing seeds that pass now (remove them from KNOWN_FAILING): {now_passing:?}"
-        );
-    }
     assert!(
         verbose || (rounds > 0 && decisions > 0),
         "recovery never ran"
@@ -106,4 +93,14 @@ fn recovery_holds_under_every_attack() {
         failed.is_empty(),
         "failing seeds {failed:?}; replay one with FERROTX_SIM_SEED=S or ferrotx sim --workload NAME --seed S"
     );
+}
+
+/// The seeds the first cut of recovery failed (see [`FIRST_CUT_FAILURES`]) pass.
+#[test]
+fn seeds_that_failed_the_first_cut_pass() {
+    let failed: Vec<(&str, u64, String)> = FIRST_CUT_FAILURES
+        .iter()
+        .filter_map(|&(name, seed)| failure(&run_seed(name, seed)).map(|why| (name, seed, why)))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
 }
