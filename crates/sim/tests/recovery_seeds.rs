@@ -63,15 +63,12 @@ fn recovery_holds_under_every_attack() {
             sprang += u64::from(sprung(&report));
             rounds += report.recovery.rounds;
             decisions += report.recovery.committed + report.recovery.aborted;
-            match failure(&report) {
-                Some(why) => {
-                    eprintln!(
-                        "{name} seed {seed} FAILED: {why}\n  attack: {:?}\n  replay: ferrotx sim --workload {name} --seed {seed}",
-                        report.attack
-                    );
-                    failed.push((name, seed));
-                }
-                None => {}
+            if let Some(why) = failure(&report) {
+                eprintln!(
+                    "{name} seed {seed} FAILED: {why}\n  attack: {:?}\n  replay: ferrotx sim --workload {name} --seed {seed}",
+                    report.attack
+                );
+                failed.push((name, seed));
             }
         }
         println!("{name}: trap sprang in {sprang} of {seeds_run} seeds");
