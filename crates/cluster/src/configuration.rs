@@ -423,6 +423,7 @@ mod tests {
             max_request_bytes: 1 << 20,
             max_clients: 5,
             pipeline_commands_max: 16,
+            command_timeout_ms: 1_500,
         };
         let config = config.with_resp(settings.clone()).unwrap();
         assert_eq!(config.resp(), &settings);

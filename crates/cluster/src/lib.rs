@@ -64,6 +64,7 @@
 //! max_request_bytes = 67108864   # default 64 MiB
 //! max_clients = 10000     # default 10,000
 //! pipeline_commands_max = 64   # default 64: pipelined commands per transaction
+//! command_timeout_ms = 5000    # default 5 s: longest a command runs before it answers
 //!
 //! [[partition]]           # optional: all partitions, in order, or none
 //! id = 0

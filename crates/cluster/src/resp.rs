@@ -19,6 +19,9 @@ pub const RESP_CLIENTS_MAX_DEFAULT: usize = 10_000;
 /// clients send, small enough that one conflict retries little work.
 pub const RESP_PIPELINE_COMMANDS_MAX_DEFAULT: usize = 64;
 
+/// Default of [`RespSettings::command_timeout_ms`]: 5 s, a few leases and recoveries.
+pub const RESP_COMMAND_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
 /// How every node of the cluster serves Redis clients (each on its member's `resp`
 /// address or `resp_port`, if it has one).
 #[derive(Clone, PartialEq, Eq)]
@@ -35,6 +38,10 @@ pub struct RespSettings {
     /// Most data commands a client pipelines (sends before reading the replies) that run
     /// as one transaction; 1 runs every command as a transaction of its own.
     pub pipeline_commands_max: usize,
+    /// Longest a command runs before it answers: its result, `-TRYAGAIN` /
+    /// `-CLUSTERDOWN` (nothing changed), or "outcome unknown" (a failure interrupted its
+    /// commit and recovery did not decide it in time).
+    pub command_timeout_ms: u64,
 }
 
 impl Default for RespSettings {
@@ -44,6 +51,7 @@ impl Default for RespSettings {
             max_request_bytes: RESP_REQUEST_BYTES_MAX_DEFAULT,
             max_clients: RESP_CLIENTS_MAX_DEFAULT,
             pipeline_commands_max: RESP_PIPELINE_COMMANDS_MAX_DEFAULT,
+            command_timeout_ms: RESP_COMMAND_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -59,6 +67,7 @@ impl fmt::Debug for RespSettings {
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_clients", &self.max_clients)
             .field("pipeline_commands_max", &self.pipeline_commands_max)
+            .field("command_timeout_ms", &self.command_timeout_ms)
             .finish()
     }
 }
@@ -69,6 +78,11 @@ impl RespSettings {
         if self.max_request_bytes == 0 {
             return Err(ConfigError::RespLimitZero {
                 setting: "max_request_bytes",
+            });
+        }
+        if self.command_timeout_ms == 0 {
+            return Err(ConfigError::RespLimitZero {
+                setting: "command_timeout_ms",
             });
         }
         if self.max_clients == 0 {

@@ -95,6 +95,8 @@ struct RespSection {
     max_clients: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pipeline_commands_max: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    command_timeout_ms: Option<u64>,
 }
 
 impl RespSection {
@@ -103,6 +105,7 @@ impl RespSection {
             && self.max_request_bytes.is_none()
             && self.max_clients.is_none()
             && self.pipeline_commands_max.is_none()
+            && self.command_timeout_ms.is_none()
     }
 
     fn to_settings(&self) -> RespSettings {
@@ -114,6 +117,9 @@ impl RespSection {
             pipeline_commands_max: self
                 .pipeline_commands_max
                 .unwrap_or(default.pipeline_commands_max),
+            command_timeout_ms: self
+                .command_timeout_ms
+                .unwrap_or(default.command_timeout_ms),
         }
     }
 
@@ -129,6 +135,8 @@ impl RespSection {
             pipeline_commands_max: (settings.pipeline_commands_max
                 != default.pipeline_commands_max)
                 .then_some(settings.pipeline_commands_max),
+            command_timeout_ms: (settings.command_timeout_ms != default.command_timeout_ms)
+                .then_some(settings.command_timeout_ms),
         }
     }
 }
@@ -305,6 +313,7 @@ mod tests {
                 max_request_bytes: 1 << 20,
                 max_clients: 50,
                 pipeline_commands_max: 1,
+                command_timeout_ms: 5_000,
             }
         );
         assert_eq!(

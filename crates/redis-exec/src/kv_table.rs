@@ -29,6 +29,7 @@ pub const DEFAULT_COMMAND_TIMEOUT_NS: u64 = 5_000_000_000;
 
 impl KvTable {
     /// The `kv` table of `config`'s schema: it must exist and hold values of any size.
+    /// Commands answer within the configuration's `[resp] command_timeout_ms`.
     pub fn find(config: &Configuration) -> Result<Self, KvTableError> {
         let Some(spec) = config.tables().iter().find(|t| t.name == KV_TABLE_NAME) else {
             let names: Vec<&str> = config.tables().iter().map(|t| t.name.as_str()).collect();
@@ -43,7 +44,7 @@ impl KvTable {
             ValueSize::Variable(bytes) => Ok(Self {
                 id: spec.id,
                 stored_bytes_max: bytes,
-                command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
+                command_timeout_ns: config.resp().command_timeout_ms.saturating_mul(1_000_000),
             }),
             ValueSize::Fixed(bytes) => Err(KvTableError::FixedSizeKvTable { bytes }),
         }
