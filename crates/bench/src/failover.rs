@@ -327,7 +327,16 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
             .add(&run.errors_by_phase.after_restart);
     }
     let recovery = runs.iter().any(|r| r.recovery.is_some()).then(|| {
-        serde_json::json!({ "per_run": runs.iter().map(|r| r.recovery.clone()).collect::<Vec<_>>() })
+        // The runs' counters summed: recovering transactions by decision and by vote kind
+        // (each run is a fresh cluster, so its counters are that run's alone).
+        let mut total = serde_json::Map::new();
+        for run in runs.iter().filter_map(|r| r.recovery.as_ref()) {
+            sum_into(&mut total, run);
+        }
+        serde_json::json!({
+            "total": serde_json::Value::Object(total),
+            "per_run": runs.iter().map(|r| r.recovery.clone()).collect::<Vec<_>>(),
+        })
     });
     Ok(FailoverReport {
         kills: options.kills,
@@ -1340,4 +1349,28 @@ fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<R
         recovery,
         notes,
     })
+}
+
+/// Adds the numbers of `value` (an object of numbers and objects of numbers) into `total`.
+fn sum_into(total: &mut serde_json::Map<String, serde_json::Value>, value: &serde_json::Value) {
+    let Some(object) = value.as_object() else {
+        return;
+    };
+    for (key, v) in object {
+        if let Some(n) = v.as_u64() {
+            let sum = total
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+                + n;
+            total.insert(key.clone(), sum.into());
+        } else if v.is_object() {
+            let entry = total
+                .entry(key.clone())
+                .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+            if let Some(inner) = entry.as_object_mut() {
+                sum_into(inner, v);
+            }
+        }
+    }
 }
