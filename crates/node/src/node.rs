@@ -418,10 +418,15 @@ impl Node {
                 }
                 let published = &recovery[usize::from(thread)];
                 let mut recovery_seen = RecoveryStats::default();
+                let mut iteration = 0u32;
                 run(&mut worker, epoch, idle, |worker| {
                     // Recovery's counters change only while it runs: published when they
-                    // do (see `PublishedRecovery`).
-                    if let Ok(p) = participant.try_borrow() {
+                    // do (see `PublishedRecovery`), looked at every 32 iterations (an idle
+                    // worker still wakes every few ms for recovery's idle pass).
+                    iteration = iteration.wrapping_add(1);
+                    if iteration % 32 == 0
+                        && let Ok(p) = participant.try_borrow()
+                    {
                         let stats = p.recovery_stats();
                         if stats != recovery_seen {
                             published.store(&stats);
