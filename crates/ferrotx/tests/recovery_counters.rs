@@ -6,10 +6,10 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ferrotx, lines_until, temp_path, test_ports};
+use common::{ferrotx, interrupt, lines_until, member_nodes, temp_path, test_ports, wait_status};
 
 /// The vote kinds, as `ferrotx status` and INFO name them.
 const VOTE_KINDS: [&str; 6] = [
@@ -78,36 +78,6 @@ fn status_output(config: &Path, json: bool) -> std::process::Output {
     out
 }
 
-fn status(config: &Path) -> serde_json::Value {
-    serde_json::from_slice(&status_output(config, true).stdout).unwrap()
-}
-
-/// Waits until `check` holds for the cluster's status, for at most `secs` seconds.
-fn wait_status(
-    config: &Path,
-    secs: u64,
-    check: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let s = status(config);
-        if check(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "status never got there: {s:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn member_nodes(s: &serde_json::Value) -> Vec<u64> {
-    s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["node"].as_u64().unwrap())
-        .collect()
-}
-
 /// Requires `r` to be a recovery object with every counter; returns its rounds.
 fn check_recovery_object(r: &serde_json::Value) -> u64 {
     for key in ["rounds", "waited"] {
@@ -134,24 +104,6 @@ fn pid_of_node(lines: &[String], node: u16) -> String {
         .find(|l| l.contains(&format!("node {node} (")))
         .unwrap_or_else(|| panic!("node {node} not listed: {lines:?}"));
     line.split_whitespace().nth(1).unwrap().to_owned()
-}
-
-/// Sends SIGINT and requires a clean exit.
-fn interrupt(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn state_path(config: &Path) -> PathBuf {

@@ -8,7 +8,9 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ferrotx, lines_until, temp_path, test_ports};
+use common::{
+    ferrotx, interrupt, lines_until, member_nodes, status, temp_path, test_ports, wait_status,
+};
 
 /// A port range of its own for each test ([`test_ports`]).
 fn port_base(test: u16) -> u16 {
@@ -82,24 +84,6 @@ impl Redis {
             }
             _ => {}
         }
-    }
-}
-
-/// Sends SIGINT and requires a clean exit.
-fn interrupt(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "did not stop");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -246,47 +230,6 @@ fn a_node_without_a_kv_table_refuses_to_serve_redis() {
         stderr.contains("no table named \"kv\" (it has accounts)"),
         "{stderr}"
     );
-}
-
-/// `ferrotx status --json` for the configuration at `config`.
-fn status(config: &std::path::Path) -> serde_json::Value {
-    let out = ferrotx()
-        .args(["status", "--json", "--config"])
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Waits until `check` holds for the cluster's status, for at most `secs` seconds.
-fn wait_status(
-    config: &std::path::Path,
-    secs: u64,
-    check: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let s = status(config);
-        if check(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "status never got there: {s:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn member_nodes(s: &serde_json::Value) -> Vec<u64> {
-    s["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["node"].as_u64().unwrap())
-        .collect()
 }
 
 /// FaRM 5.1-5.2 over real processes: kill -9 one node of three, and the survivors agree on

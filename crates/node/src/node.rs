@@ -424,7 +424,7 @@ impl Node {
                     // do (see `PublishedRecovery`), looked at every 32 iterations (an idle
                     // worker still wakes every few ms for recovery's idle pass).
                     iteration = iteration.wrapping_add(1);
-                    if iteration % 32 == 0
+                    if iteration.is_multiple_of(32)
                         && let Ok(p) = participant.try_borrow()
                     {
                         let stats = p.recovery_stats();

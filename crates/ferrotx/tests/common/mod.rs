@@ -3,8 +3,9 @@
 #![allow(dead_code)] // Each test binary uses its own part.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 /// The `ferrotx` binary under test.
 pub fn ferrotx() -> Command {
@@ -71,4 +72,64 @@ pub fn lines_until(child: &mut Child, last: &str) -> Vec<String> {
         let _ = std::io::copy(&mut stdout, &mut std::io::sink());
     });
     lines
+}
+
+/// `ferrotx status --json` of the cluster of `config`.
+pub fn status(config: &Path) -> serde_json::Value {
+    let out = ferrotx()
+        .args(["status", "--json", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Waits until `check` holds for the cluster's status, for at most `secs` seconds.
+pub fn wait_status(
+    config: &Path,
+    secs: u64,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = status(config);
+        if check(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "status never got there: {s:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The nodes of a status's members.
+pub fn member_nodes(s: &serde_json::Value) -> Vec<u64> {
+    s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node"].as_u64().unwrap())
+        .collect()
+}
+
+/// Stops `child` with SIGINT and waits (15 s at most) for it to exit successfully.
+pub fn interrupt(mut child: Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
