@@ -303,7 +303,13 @@ pub fn parse_redis_reply(
     let results = match parse_value(bytes, &mut at, 0)? {
         Value::Array(Some(results)) if results.len() == ops.len() => results,
         Value::Array(None) | Value::Null => return Ok((Outcome::Aborted, unknown(), at)),
-        Value::Error(error) if error.starts_with(b"EXECABORT") => {
+        // EXECABORT, and -TRYAGAIN / -CLUSTERDOWN (ferrotx: it certainly took no
+        // effect), are definite aborts, which the checker holds the front end to.
+        Value::Error(error)
+            if error.starts_with(b"EXECABORT")
+                || error.starts_with(b"TRYAGAIN")
+                || error.starts_with(b"CLUSTERDOWN") =>
+        {
             return Ok((Outcome::Aborted, unknown(), at));
         }
         Value::Error(_) => return Ok((Outcome::Indeterminate, unknown(), at)),

@@ -122,11 +122,23 @@ fn plain_command(op: &MicroOp, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether an error reply says the command certainly took no effect (`-TRYAGAIN`,
+/// `-CLUSTERDOWN`: docs/redis.md), as opposed to "outcome unknown" and other errors.
+fn certainly_failed(error: &[u8]) -> bool {
+    error.starts_with(b"TRYAGAIN") || error.starts_with(b"CLUSTERDOWN")
+}
+
 /// A plain command's reply, as the transaction of that one operation: its outcome and
 /// what it recorded; `None` if no correct front end replies so.
 fn plain_outcome(op: &MicroOp, reply: &RespValue) -> Option<(Outcome, Vec<MicroOp>)> {
     match (op, reply) {
-        // The plan failed (retries exhausted, a node refused): it may have committed.
+        // -TRYAGAIN and -CLUSTERDOWN say it certainly took no effect: a definite abort,
+        // which the checkers hold the front end to (its append must never be read).
+        (MicroOp::Append { .. }, RespValue::Error(e)) if certainly_failed(e) => {
+            Some((Outcome::Aborted, Vec::new()))
+        }
+        // The plan failed otherwise (outcome unknown, a node refused): it may have
+        // committed.
         (MicroOp::Append { .. }, RespValue::Error(_)) => {
             Some((Outcome::Indeterminate, vec![op.clone()]))
         }
@@ -526,7 +538,9 @@ impl BankClient {
             }
             let outcome = match &replies[3] {
                 RespValue::NullArray | RespValue::Null if read.is_some() => Outcome::Aborted,
-                RespValue::Error(e) if e.starts_with(b"EXECABORT") => Outcome::Aborted,
+                RespValue::Error(e) if e.starts_with(b"EXECABORT") || certainly_failed(e) => {
+                    Outcome::Aborted
+                }
                 RespValue::Error(_) => Outcome::Indeterminate,
                 RespValue::Array(results) => {
                     let expected = match (kind, read) {
