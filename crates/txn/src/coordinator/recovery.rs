@@ -420,7 +420,9 @@ impl Coordinator {
     async fn coordinate_recoveries(&self, co: &Co) -> bool {
         let view = self.configuration();
         if !self.accepting.get() {
-            return true;
+            // Nothing to do before the view is committed; the commit wakes the driver
+            // (`opened`), so it need not poll fast meanwhile.
+            return false;
         }
         let now = co.now_ns();
         // A local commit waiting for its outcome is recovered here whatever voted.
