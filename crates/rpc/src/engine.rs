@@ -9,9 +9,9 @@ use hashbrown::HashMap;
 
 use crate::caller::{BatchState, Call, Caller, CallerId, Outcome};
 use crate::config::Config;
-use crate::error::RpcError;
-use crate::handler::Handler;
-use crate::session::{Peer, TxOp, Waiting};
+use crate::error::{HandlerError, RpcError};
+use crate::handler::{Deferred, DeferredHandler, Handler, Registered};
+use crate::session::{Peer, ServerState, TxOp, Waiting};
 use crate::stats::Stats;
 
 /// Most peers one engine talks to. Each costs a few tens of KiB of session state; 4,096
@@ -45,7 +45,7 @@ pub enum Event {
 pub struct Engine {
     pub(crate) config: Config,
     pub(crate) local: EndpointId,
-    pub(crate) handlers: Vec<Option<Handler>>,
+    pub(crate) handlers: Vec<Option<Registered>>,
     pub(crate) callers: Vec<Caller>,
     pub(crate) ready: VecDeque<CallerId>,
     pub(crate) peers: Vec<Peer>,
@@ -114,7 +114,56 @@ impl Engine {
             request_type, CONNECT_REQUEST_TYPE,
             "request type 0 is the engine's own"
         );
-        self.handlers[usize::from(request_type)] = Some(handler);
+        self.handlers[usize::from(request_type)] = Some(Registered::Now(handler));
+    }
+
+    /// Registers a handler of `request_type` that answers later, through
+    /// [`Engine::respond`] (a request whose work must wait: a lock queue, a commit). The
+    /// request still runs at most once: duplicates are ignored while it runs and get the
+    /// saved answer after. Panics for `CONNECT_REQUEST_TYPE`.
+    pub fn register_deferred(&mut self, request_type: u8, handler: DeferredHandler) {
+        assert_ne!(
+            request_type, CONNECT_REQUEST_TYPE,
+            "request type 0 is the engine's own"
+        );
+        self.handlers[usize::from(request_type)] = Some(Registered::Later(handler));
+    }
+
+    /// Answers the deferred request `token` with `response` (or a handler error), and
+    /// queues the answer for transmission. False, doing nothing, if the request is gone:
+    /// its client restarted, or the slot carries a later request.
+    pub fn respond(&mut self, token: Deferred, response: Result<&[u8], HandlerError>) -> bool {
+        let Some(peer) = self.peers.get_mut(token.peer as usize) else {
+            return false;
+        };
+        if peer.incarnation != token.incarnation || peer.endpoint != token.source {
+            return false;
+        }
+        let Some(slot) = peer.server.get_mut(usize::from(token.slot)) else {
+            return false;
+        };
+        if slot.request_number != token.request_number || slot.state != ServerState::Running {
+            return false;
+        }
+        slot.response.clear();
+        slot.status = match response {
+            Ok(bytes) => {
+                assert!(
+                    bytes.len() <= MAX_MESSAGE_BYTES as usize,
+                    "deferred response over the message limit"
+                );
+                slot.response.extend_from_slice(bytes);
+                Status::Ok
+            }
+            Err(e) => {
+                slot.response.extend_from_slice(e.0.as_bytes());
+                Status::HandlerError
+            }
+        };
+        slot.state = ServerState::Done;
+        self.stats.deferred_answered += 1;
+        self.queue_tx(token.peer, TxOp::Response(token.slot));
+        true
     }
 
     /// Tells the engine the incarnation of `endpoint`, as a membership layer that knows it

@@ -40,5 +40,5 @@ pub use caller::CallerId;
 pub use config::Config;
 pub use engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 pub use error::{HandlerError, RpcError};
-pub use handler::{Handler, Request};
+pub use handler::{Deferred, DeferredHandler, Handler, Request};
 pub use stats::Stats;

@@ -6,7 +6,7 @@ use ferrotx_wire::{Datagram, EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind
 use crate::caller::Outcome;
 use crate::engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 use crate::error::RpcError;
-use crate::handler::{Handler, Request};
+use crate::handler::{Deferred, Registered, Request};
 use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
 use crate::stats::Stats;
 
@@ -186,7 +186,7 @@ impl Engine {
                     return;
                 }
                 ServerState::Receiving if !single => {}
-                ServerState::Receiving | ServerState::Empty => {
+                ServerState::Receiving | ServerState::Empty | ServerState::Running => {
                     self.stats.duplicate_requests_ignored += 1;
                     return;
                 }
@@ -207,15 +207,24 @@ impl Engine {
                 return;
             }
         }
+        let deferred = Deferred {
+            peer: p,
+            slot: slot_number,
+            request_number,
+            incarnation: self.peers[p as usize].incarnation,
+            source,
+        };
+        let slot = &mut self.peers[p as usize].server[usize::from(slot_number)];
         if single {
-            execute(
+            if execute(
                 &mut self.handlers,
                 &mut self.stats,
                 slot,
-                source,
+                deferred,
                 message.fragment,
-            );
-            self.queue_tx(p, TxOp::Response(slot_number));
+            ) {
+                self.queue_tx(p, TxOp::Response(slot_number));
+            }
             return;
         }
         if header.request_type != slot.request_type {
@@ -233,9 +242,11 @@ impl Engine {
             } => {}
             Fragment::New { complete: true, .. } => {
                 let request = std::mem::take(&mut slot.request);
-                execute(&mut self.handlers, &mut self.stats, slot, source, &request);
+                let done = execute(&mut self.handlers, &mut self.stats, slot, deferred, &request);
                 slot.request = request;
-                self.queue_tx(p, TxOp::Response(slot_number));
+                if done {
+                    self.queue_tx(p, TxOp::Response(slot_number));
+                }
             }
             Fragment::Duplicate => self.stats.duplicate_requests_ignored += 1,
         }
@@ -334,24 +345,32 @@ fn reassemble(
     outcome
 }
 
-/// Runs the handler of a complete request and saves its response in the slot.
+/// Runs the handler of a complete request and saves its response in the slot: true if
+/// it answered, false if a deferred handler took it (it answers through
+/// `Engine::respond`).
 fn execute(
-    handlers: &mut [Option<Handler>],
+    handlers: &mut [Option<Registered>],
     stats: &mut Stats,
     slot: &mut ServerSlot,
-    source: EndpointId,
+    deferred: Deferred,
     payload: &[u8],
-) {
+) -> bool {
     debug_assert_eq!(slot.state, ServerState::Receiving);
     slot.response.clear();
     let request = Request {
-        source,
+        source: deferred.source,
         request_type: slot.request_type,
         payload,
     };
     slot.status = match handlers[usize::from(slot.request_type)].as_mut() {
         None => Status::UnknownRequestType,
-        Some(handler) => match handler(&request, &mut slot.response) {
+        Some(Registered::Later(handler)) => {
+            slot.state = ServerState::Running;
+            stats.deferred_started += 1;
+            handler(&request, deferred);
+            return false;
+        }
+        Some(Registered::Now(handler)) => match handler(&request, &mut slot.response) {
             Ok(()) => {
                 assert!(
                     slot.response.len() <= MAX_MESSAGE_BYTES as usize,
@@ -369,4 +388,5 @@ fn execute(
     };
     slot.state = ServerState::Done;
     stats.requests_executed += 1;
+    true
 }

@@ -119,6 +119,9 @@ pub(crate) enum ServerState {
     Empty,
     /// Packets of request `request_number` are arriving.
     Receiving,
+    /// Request `request_number` runs in a deferred handler, which answers later
+    /// (`Engine::respond`); duplicates are ignored meanwhile.
+    Running,
     /// Request `request_number` ran; `response` is saved for duplicates.
     Done,
 }

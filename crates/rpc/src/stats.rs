@@ -22,6 +22,11 @@ pub struct Stats {
     /// Duplicates of requests still being reassembled, or of older requests, and packets
     /// other than the first of a retransmitted split request already answered, ignored.
     pub duplicate_requests_ignored: u64,
+    /// Requests handed to a deferred handler, and those it answered
+    /// (`Engine::respond`); the difference runs now, or was abandoned.
+    pub deferred_started: u64,
+    /// See `deferred_started`.
+    pub deferred_answered: u64,
     /// Responses that matched no waiting request (late duplicates), dropped.
     pub stale_responses: u64,
     /// Datagrams rejected by the decoder, by reason (`DecodeError::index`).

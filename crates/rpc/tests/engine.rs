@@ -1857,3 +1857,87 @@ fn learning_of_a_restart_fails_the_requests_sent_to_the_earlier_life() {
     assert_eq!(c.outstanding(), 0);
     assert!(new_log.borrow().is_empty());
 }
+
+// Deferred handlers.
+
+/// Request type of a deferred handler (registered by the test that uses it).
+const LATER: u8 = 10;
+
+#[test]
+fn a_deferred_request_runs_once_and_is_answered_when_the_layer_above_responds() {
+    let mut c = client(Config::default());
+    let (mut s, _) = server(Config::default());
+    let taken: Rc<RefCell<Vec<(Vec<u8>, ferrotx_rpc::Deferred)>>> = Rc::default();
+    let sink = taken.clone();
+    s.register_deferred(
+        LATER,
+        Box::new(move |request, token| {
+            assert_eq!(token.source, CLIENT);
+            sink.borrow_mut().push((request.payload.to_vec(), token));
+        }),
+    );
+    let payload = b"later".to_vec();
+    send_typed(&mut c, 0, LATER, std::slice::from_ref(&payload));
+    let requests = transmit(&mut c);
+    deliver(&mut s, 10, CLIENT, &requests);
+    assert!(transmit(&mut s).is_empty(), "a deferred request answers nothing yet");
+    assert_eq!(taken.borrow().len(), 1);
+    // Retransmissions while it runs are ignored, and do not run it again.
+    let mut now = 10;
+    let again = next_retransmission(&mut c, &mut now);
+    deliver(&mut s, now, CLIENT, &again);
+    assert!(transmit(&mut s).is_empty());
+    assert_eq!(taken.borrow().len(), 1, "a duplicate ran the handler again");
+    assert_eq!(s.stats().deferred_started, 1);
+
+    let token = taken.borrow()[0].1;
+    assert!(s.respond(token, Ok(&answer(&payload))));
+    assert!(!s.respond(token, Ok(b"twice")), "a token answers once");
+    let responses = transmit(&mut s);
+    assert_eq!(responses.len(), 1);
+    deliver(&mut c, now, SERVER, &responses);
+    assert_answered(&mut c, std::slice::from_ref(&payload));
+    // A late duplicate gets the saved answer, not a second run.
+    deliver(&mut s, now, CLIENT, &again);
+    assert_eq!(transmit(&mut s), responses);
+    assert_eq!(taken.borrow().len(), 1);
+    assert_eq!(s.stats().deferred_answered, 1);
+
+    // A deferred handler's error reaches the caller as a handler error.
+    send_typed(&mut c, now, LATER, &[b"fail".to_vec()]);
+    deliver(&mut s, now, CLIENT, &transmit(&mut c));
+    let token = taken.borrow()[1].1;
+    assert!(s.respond(token, Err(HandlerError("no"))));
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::Handler));
+}
+
+#[test]
+fn a_deferred_answer_to_a_client_that_restarted_is_dropped() {
+    let mut c = client(Config::default());
+    let (mut s, _) = server(Config::default());
+    let taken: Rc<RefCell<Vec<ferrotx_rpc::Deferred>>> = Rc::default();
+    let sink = taken.clone();
+    s.register_deferred(
+        LATER,
+        Box::new(move |_, token| sink.borrow_mut().push(token)),
+    );
+    send_typed(&mut c, 0, LATER, &[b"old life".to_vec()]);
+    deliver(&mut s, 10, CLIENT, &transmit(&mut c));
+    // The client restarts: its new life's first request reaches the server.
+    let mut reborn = Engine::new(
+        CLIENT,
+        Config {
+            incarnation: 2,
+            ..Config::default()
+        },
+    );
+    reborn.set_peer_incarnation(SERVER, 1);
+    send_typed(&mut reborn, 20, ECHO, &[b"new life".to_vec()]);
+    deliver(&mut s, 20, CLIENT, &transmit(&mut reborn));
+    let old = taken.borrow()[0];
+    assert!(!s.respond(old, Ok(b"stale")), "the old life's request is gone");
+    deliver(&mut reborn, 30, SERVER, &transmit(&mut s));
+    assert_answered(&mut reborn, &[b"new life".to_vec()]);
+}
