@@ -242,7 +242,13 @@ impl Engine {
             } => {}
             Fragment::New { complete: true, .. } => {
                 let request = std::mem::take(&mut slot.request);
-                let done = execute(&mut self.handlers, &mut self.stats, slot, deferred, &request);
+                let done = execute(
+                    &mut self.handlers,
+                    &mut self.stats,
+                    slot,
+                    deferred,
+                    &request,
+                );
                 slot.request = request;
                 if done {
                     self.queue_tx(p, TxOp::Response(slot_number));

@@ -1863,11 +1863,14 @@ fn learning_of_a_restart_fails_the_requests_sent_to_the_earlier_life() {
 /// Request type of a deferred handler (registered by the test that uses it).
 const LATER: u8 = 10;
 
+/// What a deferred handler took: each request's payload and token.
+type Taken = Rc<RefCell<Vec<(Vec<u8>, ferrotx_rpc::Deferred)>>>;
+
 #[test]
 fn a_deferred_request_runs_once_and_is_answered_when_the_layer_above_responds() {
     let mut c = client(Config::default());
     let (mut s, _) = server(Config::default());
-    let taken: Rc<RefCell<Vec<(Vec<u8>, ferrotx_rpc::Deferred)>>> = Rc::default();
+    let taken: Taken = Rc::default();
     let sink = taken.clone();
     s.register_deferred(
         LATER,
@@ -1880,7 +1883,10 @@ fn a_deferred_request_runs_once_and_is_answered_when_the_layer_above_responds() 
     send_typed(&mut c, 0, LATER, std::slice::from_ref(&payload));
     let requests = transmit(&mut c);
     deliver(&mut s, 10, CLIENT, &requests);
-    assert!(transmit(&mut s).is_empty(), "a deferred request answers nothing yet");
+    assert!(
+        transmit(&mut s).is_empty(),
+        "a deferred request answers nothing yet"
+    );
     assert_eq!(taken.borrow().len(), 1);
     // Retransmissions while it runs are ignored, and do not run it again.
     let mut now = 10;
@@ -1937,7 +1943,10 @@ fn a_deferred_answer_to_a_client_that_restarted_is_dropped() {
     send_typed(&mut reborn, 20, ECHO, &[b"new life".to_vec()]);
     deliver(&mut s, 20, CLIENT, &transmit(&mut reborn));
     let old = taken.borrow()[0];
-    assert!(!s.respond(old, Ok(b"stale")), "the old life's request is gone");
+    assert!(
+        !s.respond(old, Ok(b"stale")),
+        "the old life's request is gone"
+    );
     deliver(&mut reborn, 30, SERVER, &transmit(&mut s));
     assert_answered(&mut reborn, &[b"new life".to_vec()]);
 }
