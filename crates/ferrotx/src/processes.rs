@@ -89,7 +89,14 @@ pub fn node(
             state.display()
         );
     }
-    let options = NodeOptions::default();
+    // Redis commands whose keys share a primary are shipped to it and run there.
+    let procedures = ferrotx_redis_exec::KvTable::find(&config)
+        .map(ferrotx_redis_exec::procedures)
+        .unwrap_or_default();
+    let options = NodeOptions {
+        procedures,
+        ..NodeOptions::default()
+    };
     let incarnation = ferrotx_node::incarnation_from_clock();
     let epoch = Instant::now();
     let lease = ferrotx_node::LeaseThread::start(

@@ -88,6 +88,8 @@ struct WorkloadSummary {
     /// Transaction-state recovery's counters over every worker of every seed (the nodes
     /// up at the end and the last counters of every node life that ended).
     recovery: RecoverySummary,
+    /// Redis plans shipped to their keys' primary and answered.
+    shipped: u64,
     /// Recovery scenarios: seeds whose trap sprang (the attack happened).
     #[serde(skip_serializing_if = "Option::is_none")]
     traps_sprung: Option<u64>,
@@ -140,6 +142,8 @@ struct Report {
     buggify_fired: BTreeMap<&'static str, u64>,
     /// Recovery counters over every workload.
     recovery: RecoverySummary,
+    /// Operations shipped to their keys' primary and answered, over every workload.
+    shipped: u64,
     workloads: BTreeMap<&'static str, WorkloadSummary>,
 }
 
@@ -288,6 +292,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         faults_injected: kinds.iter().map(|k| (k.name(), 0)).collect(),
         buggify_fired: BTreeMap::new(),
         recovery: RecoverySummary::default(),
+        shipped: 0,
         workloads: BTreeMap::new(),
     };
     let mut failures = Vec::new();
@@ -300,6 +305,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         w.simulated_s += report.simulated_ns as f64 / 1e9;
         w.recovery.add(&report.recovery);
         summary.recovery.add(&report.recovery);
+        w.shipped += report.shipped;
+        summary.shipped += report.shipped;
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
         if recovery_scenarios::is_recovery(report.workload) {
             *w.traps_sprung.get_or_insert(0) += u64::from(recovery_scenarios::sprung(report));
@@ -359,6 +366,10 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         );
     }
     println!("{}", summary.recovery.line());
+    println!(
+        "shipped: {} operations run at their keys' primary",
+        summary.shipped
+    );
     for (name, w) in &summary.workloads {
         if let Some(sprung) = w.traps_sprung {
             println!("{name}: trap sprang in {sprung} of {} seeds", w.seeds);

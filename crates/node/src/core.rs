@@ -20,6 +20,7 @@ use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec}
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
+use ferrotx_txn::ship::{Procedures, Shipping};
 use ferrotx_wire::EndpointId;
 
 use crate::placement::ClusterPlacement;
@@ -37,6 +38,9 @@ pub struct CoreOptions {
     /// reservations); small values make commits wait for log space, which the simulator
     /// uses to test it.
     pub log_records_max: usize,
+    /// The operations callers may ship to this node's primaries ([`ferrotx_txn::ship`]):
+    /// the Redis front end registers its commands here.
+    pub procedures: Procedures,
 }
 
 impl Default for CoreOptions {
@@ -45,6 +49,7 @@ impl Default for CoreOptions {
             coroutines: 20,
             rpc: Config::default(),
             log_records_max: LOG_RECORDS_MAX,
+            procedures: Procedures::default(),
         }
     }
 }
@@ -293,8 +298,9 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                // One more for recovery, in the background.
-                callers: options.coroutines + 1,
+                // Two more in the background: recovery, and the executor of shipped
+                // operations.
+                callers: options.coroutines + 2,
                 ..options.rpc.clone()
             },
         );
@@ -310,13 +316,23 @@ impl NodeCore {
                 placement,
                 self.schema.clone(),
             )
-            .with_log_records_max(options.log_records_max),
+            .with_log_records_max(options.log_records_max)
+            .with_ship_threads(self.config.threads_per_node()),
         );
+        let callers = engine.config().callers;
         let mut worker = Worker::new(transport, engine);
         let recovery = coordinator.clone();
         worker
             .executor()
             .spawn_background(move |co| async move { recovery.run_recovery(co).await });
+        let shipping = Shipping::new(options.procedures.clone(), callers);
+        coordinator.set_shipping(shipping.clone());
+        let shared = worker.shared().clone();
+        shipping.register(&mut shared.engine(), &shared);
+        let executor = coordinator.clone();
+        worker
+            .executor()
+            .spawn_background(move |co| async move { shipping.run(co, executor).await });
         CoreWorker {
             worker,
             coordinator,

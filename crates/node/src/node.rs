@@ -9,6 +9,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ferrotx_txn::ship::Procedures;
+
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::{Co, Executor};
 use ferrotx_rpc::{Config, Stats};
@@ -41,6 +43,9 @@ pub struct NodeOptions {
     pub incarnation: Option<u64>,
     /// Socket settings over UDP.
     pub udp: UdpConfig,
+    /// The operations callers may ship to this node's primaries
+    /// ([`ferrotx_txn::ship`]); the Redis front end registers its commands.
+    pub procedures: Procedures,
 }
 
 impl Default for NodeOptions {
@@ -55,6 +60,7 @@ impl Default for NodeOptions {
             },
             incarnation: None,
             udp: UdpConfig::default(),
+            procedures: Procedures::default(),
         }
     }
 }
@@ -375,6 +381,7 @@ impl Node {
                 datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
                 ..Config::default()
             },
+            procedures: options.procedures.clone(),
             ..CoreOptions::default()
         };
         let stop = Arc::new(AtomicBool::new(false));

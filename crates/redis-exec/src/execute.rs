@@ -13,6 +13,7 @@ use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 
 use crate::backoff::Backoff;
 use crate::kv_table::{KvTable, store_key};
+use crate::ship::{ship_plan, ship_target};
 
 /// How a plan's run ended.
 #[derive(Debug)]
@@ -40,10 +41,7 @@ fn classify(abort: Abort) -> Attempt {
         Abort::Conflict | Abort::Locked | Abort::LogFull | Abort::Unavailable => {
             Attempt::Retry(abort)
         }
-        Abort::TooLarge => Attempt::TooLarge(Reply::error_static(
-            "ERR ferrotx: the transaction is too large for one commit (too many keys or \
-             bytes); split it",
-        )),
+        Abort::TooLarge => Attempt::TooLarge(too_large()),
         Abort::Refused(_)
         | Abort::ReadOnly
         | Abort::KeyExists
@@ -51,6 +49,14 @@ fn classify(abort: Abort) -> Attempt {
         | Abort::Protocol
         | Abort::OutcomeUnknown => Attempt::Fail(Reply::error(format!("ERR ferrotx: {abort}"))),
     }
+}
+
+/// The reply to a plan too large for one commit.
+fn too_large() -> Reply {
+    Reply::error_static(
+        "ERR ferrotx: the transaction is too large for one commit (too many keys or bytes); \
+         split it",
+    )
 }
 
 /// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a
@@ -115,6 +121,34 @@ async fn run_whole(
     seed: u64,
     deadline_ns: u64,
 ) -> Result<PlanRun, TooLarge> {
+    if let Some(partition) = ship_target(coordinator, kv, plan) {
+        // Every key has one primary: the plan runs there, in its queue.
+        let failed = |reply| {
+            Ok(PlanRun {
+                outcome: Outcome::Failed(reply),
+                aborts: 0,
+            })
+        };
+        match ship_plan(co, coordinator, plan, partition, deadline_ns).await {
+            Ok(outcome) => return Ok(PlanRun { outcome, aborts: 0 }),
+            // The primary could not run it (a node without the procedure): run it here.
+            Err(Abort::Protocol) => {}
+            Err(Abort::TooLarge) => {
+                return Err(TooLarge {
+                    reply: too_large(),
+                    aborts: 0,
+                });
+            }
+            Err(Abort::Unavailable) => return failed(clusterdown()),
+            Err(abort @ (Abort::Conflict | Abort::Locked | Abort::LogFull)) => {
+                return failed(Reply::error(format!(
+                    "TRYAGAIN ferrotx: transaction aborted after retries at the key's \
+                     primary ({abort})"
+                )));
+            }
+            Err(abort) => return failed(Reply::error(format!("ERR ferrotx: {abort}"))),
+        }
+    }
     let mut backoff = Backoff::new(seed, co.now_ns());
     let mut aborts = 0;
     loop {
@@ -130,10 +164,7 @@ async fn run_whole(
                 }
                 if abort == Abort::Unavailable {
                     // Nothing was changed, and Redis clients retry this error.
-                    Outcome::Failed(Reply::error_static(
-                        "CLUSTERDOWN ferrotx: the cluster is reconfiguring, or the key's \
-                         partition has no copy left",
-                    ))
+                    Outcome::Failed(clusterdown())
                 } else {
                     // Nothing was changed: Redis clients may retry TRYAGAIN.
                     Outcome::Failed(Reply::error(format!(
@@ -145,6 +176,15 @@ async fn run_whole(
         };
         return Ok(PlanRun { outcome, aborts });
     }
+}
+
+/// The reply to a command the cluster could not run (nothing changed; Redis clients
+/// retry it).
+fn clusterdown() -> Reply {
+    Reply::error_static(
+        "CLUSTERDOWN ferrotx: the cluster is reconfiguring, or the key's partition has no \
+         copy left",
+    )
 }
 
 /// One attempt at `plan`.

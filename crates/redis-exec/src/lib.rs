@@ -55,6 +55,7 @@ mod execute;
 mod keyspace;
 mod kv_table;
 mod resp_value;
+mod ship;
 mod work;
 
 pub use client::RespClient;
@@ -67,4 +68,5 @@ pub use execute::{PlanRun, VERSION_UNREADABLE, read_versions, run_plan};
 pub use keyspace::{PARTITION_BITS, run_keyspace};
 pub use kv_table::{DEFAULT_COMMAND_TIMEOUT_NS, KV_TABLE_NAME, KvTable, store_key};
 pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
+pub use ship::{REDIS_PLAN, decode_plan, encode_plan, procedures, ship_plan, ship_target};
 pub use work::{Work, WorkResult, execute};

@@ -146,6 +146,21 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan of `commands` checking `watched`, EXEC's if `exec` (the node rebuilds a
+    /// plan shipped to a primary with it).
+    pub fn new(commands: Vec<DataCommand>, watched: Vec<WatchedKey>, exec: bool) -> Self {
+        Self {
+            commands,
+            watched,
+            exec,
+        }
+    }
+
+    /// True for EXEC's plan (its commands take effect together, or none).
+    pub fn is_exec(&self) -> bool {
+        self.exec
+    }
+
     /// The data commands, in order (one outside MULTI; any number, even none, for EXEC).
     pub fn commands(&self) -> &[DataCommand] {
         &self.commands

@@ -162,6 +162,9 @@ pub struct RunReport {
     pub digest: u64,
     /// Commits that waited for log space at a backup.
     pub log_space_waits: u64,
+    /// Operations shipped to their primary that came back with an outcome (the nodes up
+    /// at the end).
+    pub shipped: u64,
     /// Datagrams cut by partitions.
     pub partitioned: u64,
     /// What membership did and its checkers found, when the run had membership.
@@ -269,6 +272,10 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             ..Config::default()
         },
         log_records_max: options.log_records_max,
+        // Redis commands whose keys share a primary are shipped there, as on real nodes.
+        procedures: ferrotx_redis_exec::KvTable::find(&config)
+            .map(ferrotx_redis_exec::procedures)
+            .unwrap_or_default(),
     };
     if let Some(membership) = options.membership {
         return run_with_membership(scenario, options, plan, config, core, membership);
@@ -591,6 +598,7 @@ fn finish(
         .coordinators()
         .map(|c| c.stats().log_space_waits)
         .sum();
+    let shipped = cluster.coordinators().map(|c| c.stats().shipped).sum();
     RunReport {
         seed: options.seed,
         workload: scenario.name(),
@@ -601,6 +609,7 @@ fn finish(
         simulated_ns: cluster.sim.now_ns(),
         digest,
         log_space_waits,
+        shipped,
         partitioned: counters.partitioned,
         membership,
         recovery: cluster.recovery_stats(),

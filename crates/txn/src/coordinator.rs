@@ -16,6 +16,7 @@ mod placement;
 mod read;
 mod recovery;
 mod round;
+mod ship;
 mod stats;
 mod truncation;
 
@@ -97,6 +98,14 @@ pub struct Coordinator {
     outcomes: RefCell<BTreeMap<TxId, bool>>,
     /// Notified when a decision comes in.
     decided: Signal,
+    /// Worker threads per node: a shipped operation goes to thread `partition % threads`
+    /// of its primary ([`crate::ship`]).
+    ship_threads: Cell<u16>,
+    /// The counter of this thread's shipped operations (their [`crate::ship::Origin`]).
+    next_ship_seq: Cell<u64>,
+    /// This thread's executor of shipped operations, for those whose primary is this
+    /// very endpoint (reached in memory).
+    shipping: RefCell<Option<Rc<crate::ship::Shipping>>>,
 }
 
 impl Coordinator {
@@ -132,7 +141,23 @@ impl Coordinator {
             awaiting: RefCell::new(BTreeMap::new()),
             outcomes: RefCell::new(BTreeMap::new()),
             decided: Signal::new(64),
+            ship_threads: Cell::new(1),
+            next_ship_seq: Cell::new(1),
+            shipping: RefCell::new(None),
         }
+    }
+
+    /// Sets this thread's executor of shipped operations ([`crate::ship::Shipping`]).
+    pub fn set_shipping(&self, shipping: Rc<crate::ship::Shipping>) {
+        *self.shipping.borrow_mut() = Some(shipping);
+    }
+
+    /// The same coordinator shipping operations to thread `partition % threads` of each
+    /// primary (every node runs `threads` worker threads). Panics if `threads` is 0.
+    pub fn with_ship_threads(self, threads: u16) -> Self {
+        assert!(threads > 0, "a node has worker threads");
+        self.ship_threads.set(threads);
+        self
     }
 
     /// The same coordinator keeping at most `records` records in each backup's log
@@ -234,6 +259,17 @@ impl Coordinator {
         let partition = self.placement.borrow().partition_of(table, key);
         self.placement.borrow().primary(partition) == self.local.node()
     }
+    /// The partition of `key` of `table`.
+    pub fn partition_of(&self, table: TableId, key: &Key) -> u32 {
+        self.placement.borrow().partition_of(table, key)
+    }
+
+    /// The primary of `partition` in the current configuration ([`NO_PRIMARY`] if it
+    /// has no copy left).
+    pub fn primary_of_partition(&self, partition: u32) -> u16 {
+        self.placement.borrow().primary(partition)
+    }
+
     fn spec(&self, table: TableId) -> Result<&TableSpec, Abort> {
         self.schema
             .iter()

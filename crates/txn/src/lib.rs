@@ -9,4 +9,5 @@ pub mod coordinator;
 pub mod messages;
 pub mod participant;
 pub mod recovery;
+pub mod ship;
 mod store_scan;

@@ -61,11 +61,17 @@ impl RedisCluster {
             .unwrap()
             .with_resp(settings.clone())
             .unwrap();
-        let cluster = LocalCluster::start_wrapped(
-            config,
-            default_tables(),
-            &NodeOptions::default(),
-            |local, transport| {
+        // The nodes run shipped Redis commands, as `ferrotx node` does.
+        let kv = ferrotx_redis_exec::KvTable::find(
+            &config.clone().with_tables(default_tables()).unwrap(),
+        )
+        .unwrap();
+        let options = NodeOptions {
+            procedures: ferrotx_redis_exec::procedures(kv),
+            ..NodeOptions::default()
+        };
+        let cluster =
+            LocalCluster::start_wrapped(config, default_tables(), &options, |local, transport| {
                 let seed = u64::from(local.0);
                 Lossy::new(
                     transport,
@@ -74,8 +80,7 @@ impl RedisCluster {
                     BATCH_DATAGRAMS,
                     UDP_MAX_PAYLOAD_BYTES,
                 )
-            },
-        );
+            });
         let servers = cluster
             .nodes()
             .into_iter()

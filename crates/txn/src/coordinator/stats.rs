@@ -21,4 +21,6 @@ pub struct CoordinatorStats {
     pub log_space_waits: u64,
     /// Commits refused with [`Abort::LogFull`] after waiting.
     pub log_full_aborts: u64,
+    /// Operations shipped to their primary that came back with an outcome.
+    pub shipped: u64,
 }

@@ -1,0 +1,805 @@
+//! Shipping: an operation run at its keys' primary, in one RPC (docs/transactions.md,
+//! "Shipped operations").
+//!
+//! A caller whose operation touches only keys of partitions with one primary (a Redis
+//! INCR, APPEND, SETNX, or a MULTI block on one primary) sends it there as a SHIP request
+//! naming a registered [`Procedure`] and its arguments, instead of reading the keys
+//! remotely and locking them a round trip later. At the primary, one worker thread per
+//! partition (`partition % threads`) queues the requests it receives and runs them in
+//! batches: one transaction per batch, coordinated there, which reads every key in
+//! memory, applies the operations in arrival order (each sees the writes of those before
+//! it), writes the result and commits with FaRM's protocol (its LOCK is in memory, its
+//! COMMIT-BACKUP goes to the backups). So:
+//!
+//! - **no starvation** among shipped operations: the queue is served in order, and a
+//!   batch never conflicts with another batch of the same thread;
+//! - **combining**: concurrent operations on one key become one commit and one log
+//!   record, each caller getting its own result, in arrival order (consistent with real
+//!   time: an operation that finished before another was sent is in an earlier batch);
+//! - **recovery covers it**: a batch is an ordinary transaction of the primary's
+//!   coordinator thread.
+//!
+//! Every request carries an [`Origin`] chosen by the caller. The primary remembers the
+//! results of the origins it ran ([`ShipResults`], bounded), so a caller whose call was cut
+//! by a configuration change asks the same primary again with the same origin and gets
+//! the first run's result, or its "outcome unknown", never a second run. If the primary
+//! changed, the caller answers "outcome unknown".
+//!
+//! Procedures are synchronous: they see the values read through a [`BatchView`] and
+//! write into it; the executor does the reading and the commit. The code takes its time
+//! from the coroutine and draws no randomness but from the origins, so the simulator
+//! replays it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ferrotx_exec::{Co, Shared, Signal};
+use ferrotx_rpc::{Deferred, Engine, HandlerError};
+use ferrotx_store::{Key, TableId};
+use foldhash::fast::FixedState;
+use hashbrown::HashMap;
+
+use crate::coordinator::{Abort, Coordinator};
+
+/// Request type of SHIP.
+pub const SHIP: u8 = 26;
+
+/// Most operations one batch runs; more wait for the next.
+pub const BATCH_OPERATIONS_MAX: usize = 64;
+
+/// Most keys one batch reads: far inside one commit's limits.
+pub const BATCH_KEYS_MAX: usize = 1024;
+
+/// Results each worker thread remembers (about 100 bytes each): a caller asks again
+/// within milliseconds of a configuration change, while this covers a fraction of a second
+/// of the busiest thread's operations.
+pub const RESULTS_MAX: usize = 32 * 1024;
+
+/// How long a batch is retried on conflicts with other transactions (not shipped) before
+/// its callers are told so (a Redis client gets `-TRYAGAIN`).
+const RETRY_NS_MAX: u64 = 2_000_000_000;
+
+/// How long an operation waits for its partition's recovery before its caller is told
+/// to retry.
+const RECOVERY_WAIT_NS: u64 = 2_000_000_000;
+
+/// Who shipped an operation, unique over the cluster's lifetime: the caller's endpoint,
+/// its process's life and a counter of that thread.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Origin {
+    /// The caller's node.
+    pub node: u16,
+    /// Its worker thread.
+    pub thread: u16,
+    /// Its process's life.
+    pub incarnation: u64,
+    /// The thread's counter of shipped operations.
+    pub seq: u64,
+}
+
+/// An operation that runs at its keys' primary. Registered under a one-byte id on every
+/// node ([`Procedures`]); the caller ships the id and the arguments.
+pub trait Procedure: Send + Sync {
+    /// The keys `args` reads or writes (every one must be read before [`Procedure::apply`]),
+    /// appended to `keys`; an error if `args` is malformed (the caller gets it).
+    fn keys(&self, args: &[u8], keys: &mut Vec<(TableId, Key)>) -> Result<(), String>;
+
+    /// Runs the operation on the values in `view` (each of its keys, as the batch's
+    /// earlier operations left it), writing its writes there and its result to `result`.
+    /// `now_ns` is the primary's time. Must not fail: an operation refused (a Redis error
+    /// reply) writes nothing and says so in its result.
+    fn apply(&self, args: &[u8], view: &mut BatchView, now_ns: u64, result: &mut Vec<u8>);
+}
+
+/// The procedures a node runs, by id.
+#[derive(Clone, Default)]
+pub struct Procedures {
+    table: Vec<(u8, Arc<dyn Procedure>)>,
+}
+
+impl std::fmt::Debug for Procedures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<u8> = self.table.iter().map(|(id, _)| *id).collect();
+        f.debug_struct("Procedures").field("ids", &ids).finish()
+    }
+}
+
+impl Procedures {
+    /// These procedures and `procedure` under `id` (replacing one registered there).
+    pub fn with(mut self, id: u8, procedure: Arc<dyn Procedure>) -> Self {
+        self.table.retain(|(i, _)| *i != id);
+        self.table.push((id, procedure));
+        self
+    }
+
+    fn get(&self, id: u8) -> Option<&Arc<dyn Procedure>> {
+        self.table.iter().find(|(i, _)| *i == id).map(|(_, p)| p)
+    }
+}
+
+/// The values a batch read, and what its operations wrote so far.
+#[derive(Default)]
+pub struct BatchView {
+    entries: Vec<ViewEntry>,
+}
+
+struct ViewEntry {
+    table: TableId,
+    key: Key,
+    version: u64,
+    value: Option<Vec<u8>>,
+    written: bool,
+}
+
+impl BatchView {
+    fn find(&self, table: TableId, key: &Key) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.table == table && e.key == *key)
+    }
+
+    /// The value of `key` now (`Some(None)`: absent); `None` if the batch did not read
+    /// it (the procedure named it in [`Procedure::keys`], so this is a bug of its own).
+    pub fn get(&self, table: TableId, key: &Key) -> Option<Option<&[u8]>> {
+        self.find(table, key)
+            .map(|i| self.entries[i].value.as_deref())
+    }
+
+    /// The version `key` had when read, if no earlier operation of the batch wrote it
+    /// (WATCH compares it); `None` if one did, or the key was not read.
+    pub fn version(&self, table: TableId, key: &Key) -> Option<u64> {
+        self.find(table, key)
+            .filter(|&i| !self.entries[i].written)
+            .map(|i| self.entries[i].version)
+    }
+
+    /// Writes `value` (`None`: delete) to `key`, which the batch read. Returns false,
+    /// writing nothing, if it did not.
+    pub fn put(&mut self, table: TableId, key: &Key, value: Option<Vec<u8>>) -> bool {
+        match self.find(table, key) {
+            Some(i) => {
+                let entry = &mut self.entries[i];
+                entry.value = value;
+                entry.written = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// How a SHIP request ended, the first byte of its answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum ShipStatus {
+    /// It ran and committed (or read): its result follows.
+    Done = 0,
+    /// It did not run here (this node is not the primary of its partition now, or a
+    /// configuration change aborted it): nothing changed; retry at the primary.
+    Retry = 1,
+    /// A failure interrupted its commit and recovery did not decide it in time.
+    Unknown = 2,
+    /// It could not run: a malformed request or an unknown procedure; the text follows.
+    Failed = 3,
+    /// Conflicts with other transactions outlasted the retries: nothing changed.
+    Conflict = 4,
+    /// It does not fit one commit: nothing changed.
+    TooLarge = 5,
+}
+
+impl ShipStatus {
+    fn from_byte(byte: u8) -> Option<Self> {
+        Some(match byte {
+            0 => Self::Done,
+            1 => Self::Retry,
+            2 => Self::Unknown,
+            3 => Self::Failed,
+            4 => Self::Conflict,
+            5 => Self::TooLarge,
+            _ => return None,
+        })
+    }
+}
+
+const ORIGIN_BYTES: usize = 2 + 2 + 8 + 8;
+const REQUEST_HEADER_BYTES: usize = ORIGIN_BYTES + 1 + 4;
+
+/// Encodes a SHIP request.
+pub fn encode_ship(origin: &Origin, procedure: u8, partition: u32, args: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&origin.node.to_le_bytes());
+    out.extend_from_slice(&origin.thread.to_le_bytes());
+    out.extend_from_slice(&origin.incarnation.to_le_bytes());
+    out.extend_from_slice(&origin.seq.to_le_bytes());
+    out.push(procedure);
+    out.extend_from_slice(&partition.to_le_bytes());
+    out.extend_from_slice(args);
+}
+
+/// The parts of a SHIP request: origin, procedure, partition, arguments.
+pub fn decode_ship(bytes: &[u8]) -> Option<(Origin, u8, u32, &[u8])> {
+    if bytes.len() < REQUEST_HEADER_BYTES {
+        return None;
+    }
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let origin = Origin {
+        node: u16_at(0),
+        thread: u16_at(2),
+        incarnation: u64_at(4),
+        seq: u64_at(12),
+    };
+    let procedure = bytes[20];
+    let partition = u32::from_le_bytes(bytes[21..25].try_into().expect("4 bytes"));
+    Some((origin, procedure, partition, &bytes[REQUEST_HEADER_BYTES..]))
+}
+
+/// What the primary remembers of one origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Remembered {
+    /// Its result.
+    Done(Vec<u8>),
+    /// Its commit's outcome is unknown.
+    Unknown,
+}
+
+/// The results of the origins this thread ran, the oldest forgotten first. An origin
+/// forgotten is told apart from one never run by the highest counter forgotten per
+/// caller thread: asked again, it answers "outcome unknown" rather than running twice.
+struct ShipResults {
+    results: HashMap<Origin, Remembered, FixedState>,
+    order: VecDeque<Origin>,
+    forgotten: HashMap<(u16, u16, u64), u64, FixedState>,
+    limit: usize,
+}
+
+/// What [`ShipResults::lookup`] found.
+enum Lookup<'a> {
+    Remembered(&'a Remembered),
+    /// It may have run, and was forgotten.
+    Forgotten,
+    /// It never ran here.
+    New,
+}
+
+impl ShipResults {
+    fn new(limit: usize) -> Self {
+        Self {
+            results: HashMap::with_hasher(FixedState::with_seed(0)),
+            order: VecDeque::new(),
+            forgotten: HashMap::with_hasher(FixedState::with_seed(0)),
+            limit,
+        }
+    }
+
+    fn lookup(&self, origin: &Origin) -> Lookup<'_> {
+        if let Some(remembered) = self.results.get(origin) {
+            return Lookup::Remembered(remembered);
+        }
+        let caller = (origin.node, origin.thread, origin.incarnation);
+        match self.forgotten.get(&caller) {
+            Some(&up_to) if origin.seq <= up_to => Lookup::Forgotten,
+            _ => Lookup::New,
+        }
+    }
+
+    fn insert(&mut self, origin: Origin, remembered: Remembered) {
+        if self.results.insert(origin, remembered).is_none() {
+            self.order.push_back(origin);
+        }
+        while self.order.len() > self.limit {
+            let old = self.order.pop_front().expect("longer than the limit");
+            self.results.remove(&old);
+            let up_to = self
+                .forgotten
+                .entry((old.node, old.thread, old.incarnation))
+                .or_insert(0);
+            *up_to = (*up_to).max(old.seq);
+        }
+    }
+}
+
+/// Counters of one thread's shipped operations, as the primary.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ShipStats {
+    /// Operations run and answered.
+    pub operations: u64,
+    /// Batches committed (or read): operations / batches is the combining factor.
+    pub batches: u64,
+    /// Attempts of batches that aborted on a conflict and were retried.
+    pub batch_retries: u64,
+    /// Requests answered from the remembered results (asked again after a configuration
+    /// change).
+    pub answered_again: u64,
+    /// Requests answered "retry" (not the primary, or aborted by a configuration change).
+    pub retries_asked: u64,
+}
+
+/// Where an answer goes: back over the RPC it came in, or to a caller of this thread.
+#[derive(Clone)]
+enum AnswerTo {
+    Remote(Deferred),
+    Local(Rc<LocalAnswer>),
+}
+
+/// The answer to a caller on the primary's own thread (no RPC to itself).
+pub(crate) struct LocalAnswer {
+    pub(crate) answer: RefCell<Option<Vec<u8>>>,
+    pub(crate) ready: Signal,
+}
+
+/// One request waiting in the queue.
+struct Shipped {
+    token: AnswerTo,
+    request: Vec<u8>,
+    /// When it arrived (its wait for a recovering partition is bounded from there).
+    arrived_ns: u64,
+}
+
+/// One operation of a batch.
+struct Operation {
+    token: AnswerTo,
+    origin: Origin,
+    procedure: Arc<dyn Procedure>,
+    request: Vec<u8>,
+    /// Its keys: `keys[first..end]` of the batch.
+    keys: std::ops::Range<usize>,
+}
+
+impl Operation {
+    fn args(&self) -> &[u8] {
+        &self.request[REQUEST_HEADER_BYTES..]
+    }
+}
+
+/// How one attempt at a batch ended.
+enum Attempt {
+    Done(Vec<Vec<u8>>),
+    Abort(Abort),
+}
+
+/// The shipping state of one worker thread: its queue of requests, the executor that
+/// runs them, and the results it remembers.
+pub struct Shipping {
+    procedures: Procedures,
+    queue: RefCell<VecDeque<Shipped>>,
+    arrived: Signal,
+    results: RefCell<ShipResults>,
+    stats: Cell<ShipStats>,
+}
+
+impl Shipping {
+    /// Shipping for a worker whose executor has `callers` coroutine slots, running
+    /// `procedures`.
+    pub fn new(procedures: Procedures, callers: usize) -> Rc<Self> {
+        Rc::new(Self {
+            procedures,
+            queue: RefCell::new(VecDeque::new()),
+            arrived: Signal::new(callers),
+            results: RefCell::new(ShipResults::new(RESULTS_MAX)),
+            stats: Cell::new(ShipStats::default()),
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ShipStats {
+        self.stats.get()
+    }
+
+    fn count(&self, update: impl FnOnce(&mut ShipStats)) {
+        let mut stats = self.stats.get();
+        update(&mut stats);
+        self.stats.set(stats);
+    }
+
+    /// Registers the SHIP handler on `engine`: it queues each request and wakes the
+    /// executor ([`Shipping::run`]) through `shared`.
+    pub fn register(self: &Rc<Self>, engine: &mut Engine, shared: &Rc<Shared>) {
+        let state = self.clone();
+        let shared = Rc::downgrade(shared);
+        engine.register_deferred(
+            SHIP,
+            Box::new(move |request, token| {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                state.queue.borrow_mut().push_back(Shipped {
+                    token: AnswerTo::Remote(token),
+                    request: request.payload.to_vec(),
+                    arrived_ns: shared.now_ns(),
+                });
+                shared.notify_all(&state.arrived);
+            }),
+        );
+    }
+
+    /// The executor: runs the queued requests in batches, forever (a background coroutine
+    /// of the worker, beside recovery).
+    pub async fn run(self: Rc<Self>, co: Co, coordinator: Rc<Coordinator>) {
+        let mut deferred: VecDeque<Shipped> = VecDeque::new();
+        loop {
+            if self.queue.borrow().is_empty() && deferred.is_empty() {
+                co.wait(&self.arrived).await;
+                continue;
+            }
+            let batch = self.take_batch(&co, &coordinator, &mut deferred);
+            if batch.0.is_empty() {
+                // Only operations waiting for their partition's recovery, or none left.
+                if !deferred.is_empty() {
+                    co.sleep_until(co.now_ns() + 200_000).await;
+                }
+                continue;
+            }
+            self.run_batch(&co, &coordinator, batch).await;
+        }
+    }
+
+    /// Queues a request of a caller of this thread (the primary is this endpoint): its
+    /// answer comes through the returned [`LocalAnswer`].
+    pub(crate) fn submit_local(&self, co: &Co, request: Vec<u8>) -> Rc<LocalAnswer> {
+        let answer = Rc::new(LocalAnswer {
+            answer: RefCell::new(None),
+            ready: Signal::new(1),
+        });
+        self.queue.borrow_mut().push_back(Shipped {
+            token: AnswerTo::Local(answer.clone()),
+            request,
+            arrived_ns: co.now_ns(),
+        });
+        co.notify_all(&self.arrived);
+        answer
+    }
+
+    /// Answers `token` with `status` and `body`.
+    fn answer(co: &Co, token: &AnswerTo, status: ShipStatus, body: &[u8]) {
+        let mut answer = Vec::with_capacity(1 + body.len());
+        answer.push(status as u8);
+        answer.extend_from_slice(body);
+        match token {
+            AnswerTo::Remote(token) => {
+                co.engine().respond(*token, Ok(&answer));
+            }
+            AnswerTo::Local(local) => {
+                *local.answer.borrow_mut() = Some(answer);
+                co.notify_all(&local.ready);
+            }
+        }
+    }
+
+    /// The next batch: requests in arrival order, answering at once those that need no
+    /// run (malformed, not the primary here, asked again), keeping back those whose
+    /// partition recovery still blocks, and leaving in the queue what does not fit.
+    fn take_batch(
+        &self,
+        co: &Co,
+        coordinator: &Coordinator,
+        deferred: &mut VecDeque<Shipped>,
+    ) -> (Vec<Operation>, Vec<(TableId, Key)>) {
+        let mut operations: Vec<Operation> = Vec::new();
+        let mut keys: Vec<(TableId, Key)> = Vec::new();
+        let store = coordinator.store();
+        let local = co.local().node();
+        // Those kept back go first, so order is kept among them.
+        let mut pending: VecDeque<Shipped> = std::mem::take(deferred);
+        pending.extend(self.queue.borrow_mut().drain(..));
+        while let Some(shipped) = pending.pop_front() {
+            if operations.len() >= BATCH_OPERATIONS_MAX {
+                pending.push_front(shipped);
+                break;
+            }
+            let Some((origin, procedure_id, partition, args)) = decode_ship(&shipped.request)
+            else {
+                match &shipped.token {
+                    AnswerTo::Remote(token) => {
+                        co.engine()
+                            .respond(*token, Err(HandlerError("malformed SHIP request")));
+                    }
+                    AnswerTo::Local(_) => {
+                        Self::answer(co, &shipped.token, ShipStatus::Failed, b"malformed")
+                    }
+                }
+                continue;
+            };
+            let Some(procedure) = self.procedures.get(procedure_id).cloned() else {
+                Self::answer(co, &shipped.token, ShipStatus::Failed, b"unknown procedure");
+                continue;
+            };
+            if coordinator.primary_of_partition(partition) != local {
+                self.count(|s| s.retries_asked += 1);
+                Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
+                continue;
+            }
+            if store.is_recovering(partition) {
+                // Its earlier run may be among the transactions recovery decides.
+                if co.now_ns().saturating_sub(shipped.arrived_ns) >= RECOVERY_WAIT_NS {
+                    self.count(|s| s.retries_asked += 1);
+                    Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
+                } else {
+                    deferred.push_back(shipped);
+                }
+                continue;
+            }
+            match self.results.borrow().lookup(&origin) {
+                Lookup::Remembered(Remembered::Done(result)) => {
+                    self.count(|s| s.answered_again += 1);
+                    Self::answer(co, &shipped.token, ShipStatus::Done, result);
+                    continue;
+                }
+                Lookup::Remembered(Remembered::Unknown) | Lookup::Forgotten => {
+                    self.count(|s| s.answered_again += 1);
+                    Self::answer(co, &shipped.token, ShipStatus::Unknown, &[]);
+                    continue;
+                }
+                Lookup::New => {}
+            }
+            if operations.iter().any(|op| op.origin == origin) {
+                // Asked again while its first request waits here too: answered from the
+                // first one's result, in a later batch.
+                deferred.push_back(shipped);
+                continue;
+            }
+            let first = keys.len();
+            if let Err(error) = procedure.keys(args, &mut keys) {
+                keys.truncate(first);
+                Self::answer(co, &shipped.token, ShipStatus::Failed, error.as_bytes());
+                continue;
+            }
+            let foreign = keys[first..].iter().any(|(table, key)| {
+                coordinator.primary_of_partition(coordinator.partition_of(*table, key)) != local
+            });
+            if foreign {
+                keys.truncate(first);
+                self.count(|s| s.retries_asked += 1);
+                Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
+                continue;
+            }
+            if keys.len() > BATCH_KEYS_MAX && !operations.is_empty() {
+                keys.truncate(first);
+                pending.push_front(shipped);
+                break;
+            }
+            let end = keys.len();
+            operations.push(Operation {
+                token: shipped.token,
+                origin,
+                procedure,
+                request: shipped.request,
+                keys: first..end,
+            });
+        }
+        // What did not fit waits for the next batch, ahead of later arrivals.
+        let mut queue = self.queue.borrow_mut();
+        for shipped in pending.into_iter().rev() {
+            queue.push_front(shipped);
+        }
+        (operations, keys)
+    }
+
+    /// Runs a batch to its end: one transaction, retried on conflicts; split into single
+    /// operations if it is too large for one commit.
+    async fn run_batch(
+        &self,
+        co: &Co,
+        coordinator: &Coordinator,
+        (operations, keys): (Vec<Operation>, Vec<(TableId, Key)>),
+    ) {
+        let started = co.now_ns();
+        let mut rng = operations[0].origin.seq | 1;
+        let mut delay = 10_000u64;
+        loop {
+            match attempt(co, coordinator, &operations, &keys).await {
+                Attempt::Done(results) => {
+                    let mut remembered = self.results.borrow_mut();
+                    for (op, result) in operations.iter().zip(&results) {
+                        remembered.insert(op.origin, Remembered::Done(result.clone()));
+                        Self::answer(co, &op.token, ShipStatus::Done, result);
+                    }
+                    let n = operations.len() as u64;
+                    self.count(|s| {
+                        s.operations += n;
+                        s.batches += 1;
+                    });
+                    return;
+                }
+                Attempt::Abort(Abort::TooLarge) if operations.len() > 1 => {
+                    // Each alone: a later one may fit.
+                    for op in operations {
+                        let keys = keys[op.keys.clone()].to_vec();
+                        let n = keys.len();
+                        let single = Operation { keys: 0..n, ..op };
+                        Box::pin(self.run_batch(co, coordinator, (vec![single], keys))).await;
+                    }
+                    return;
+                }
+                Attempt::Abort(abort @ (Abort::Conflict | Abort::Locked | Abort::LogFull)) => {
+                    if co.now_ns().saturating_sub(started) >= RETRY_NS_MAX {
+                        let text = abort.to_string();
+                        for op in &operations {
+                            Self::answer(co, &op.token, ShipStatus::Conflict, text.as_bytes());
+                        }
+                        return;
+                    }
+                    self.count(|s| s.batch_retries += 1);
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let wait = delay / 2 + rng % (delay / 2 + 1);
+                    delay = (delay * 2).min(1_000_000);
+                    co.sleep_until(co.now_ns() + wait).await;
+                }
+                Attempt::Abort(Abort::OutcomeUnknown) => {
+                    let mut remembered = self.results.borrow_mut();
+                    for op in &operations {
+                        remembered.insert(op.origin, Remembered::Unknown);
+                        Self::answer(co, &op.token, ShipStatus::Unknown, &[]);
+                    }
+                    return;
+                }
+                Attempt::Abort(Abort::Unavailable) => {
+                    // Nothing changed (a configuration change before the commit point, or
+                    // recovery aborted it): the callers ask the primary again.
+                    for op in &operations {
+                        self.count(|s| s.retries_asked += 1);
+                        Self::answer(co, &op.token, ShipStatus::Retry, &[]);
+                    }
+                    return;
+                }
+                Attempt::Abort(Abort::TooLarge) => {
+                    Self::answer(co, &operations[0].token, ShipStatus::TooLarge, &[]);
+                    return;
+                }
+                Attempt::Abort(other) => {
+                    let text = other.to_string();
+                    for op in &operations {
+                        Self::answer(co, &op.token, ShipStatus::Failed, text.as_bytes());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One attempt at a batch: read every key, apply the operations in order, write, commit.
+async fn attempt(
+    co: &Co,
+    coordinator: &Coordinator,
+    operations: &[Operation],
+    keys: &[(TableId, Key)],
+) -> Attempt {
+    let mut txn = coordinator.begin(co);
+    txn.set_deadline(co.now_ns() + RECOVERY_WAIT_NS);
+    let mut tables: Vec<TableId> = keys.iter().map(|(table, _)| *table).collect();
+    tables.sort_unstable();
+    tables.dedup();
+    let mut view = BatchView::default();
+    for table in tables {
+        let mut of_table: Vec<Key> = keys
+            .iter()
+            .filter(|(t, _)| *t == table)
+            .map(|(_, key)| *key)
+            .collect();
+        of_table.sort_unstable();
+        of_table.dedup();
+        let values = match txn.read_many(table, &of_table).await {
+            Ok(values) => values,
+            Err(abort) => return Attempt::Abort(abort),
+        };
+        for (key, value) in of_table.into_iter().zip(values) {
+            let version = txn.read_version(table, &key).unwrap_or(0);
+            view.entries.push(ViewEntry {
+                table,
+                key,
+                version,
+                value,
+                written: false,
+            });
+        }
+    }
+    let now = co.now_ns();
+    let mut results = Vec::with_capacity(operations.len());
+    for op in operations {
+        let mut result = Vec::new();
+        op.procedure.apply(op.args(), &mut view, now, &mut result);
+        results.push(result);
+    }
+    for entry in view.entries {
+        if entry.written
+            && let Err(abort) = txn.put(entry.table, entry.key, entry.value)
+        {
+            return Attempt::Abort(abort);
+        }
+    }
+    match txn.commit().await {
+        Ok(()) => Attempt::Done(results),
+        Err(abort) => Attempt::Abort(abort),
+    }
+}
+
+/// How the caller's [`Coordinator::ship`] ended.
+pub type ShipResult = Result<Vec<u8>, Abort>;
+
+impl ShipStatus {
+    /// The caller's reading of an answer: `None` for [`ShipStatus::Retry`].
+    pub(crate) fn outcome(answer: &[u8]) -> Option<ShipResult> {
+        let (&status, body) = answer.split_first()?;
+        Some(match ShipStatus::from_byte(status) {
+            Some(ShipStatus::Done) => Ok(body.to_vec()),
+            Some(ShipStatus::Retry) => return None,
+            Some(ShipStatus::Unknown) => Err(Abort::OutcomeUnknown),
+            Some(ShipStatus::Conflict) => Err(Abort::Conflict),
+            Some(ShipStatus::TooLarge) => Err(Abort::TooLarge),
+            Some(ShipStatus::Failed) | None => Err(Abort::Protocol),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(seq: u64) -> Origin {
+        Origin {
+            node: 1,
+            thread: 0,
+            incarnation: 7,
+            seq,
+        }
+    }
+
+    #[test]
+    fn requests_round_trip_and_short_ones_are_refused() {
+        let mut bytes = Vec::new();
+        encode_ship(&origin(9), 3, 42, b"args", &mut bytes);
+        assert_eq!(decode_ship(&bytes), Some((origin(9), 3, 42, &b"args"[..])));
+        for len in 0..REQUEST_HEADER_BYTES {
+            assert_eq!(decode_ship(&bytes[..len]), None);
+        }
+    }
+
+    #[test]
+    fn forgotten_results_answer_unknown_never_new() {
+        let mut results = ShipResults::new(2);
+        results.insert(origin(1), Remembered::Done(b"a".to_vec()));
+        results.insert(origin(2), Remembered::Unknown);
+        results.insert(origin(3), Remembered::Done(b"c".to_vec()));
+        assert!(matches!(results.lookup(&origin(1)), Lookup::Forgotten));
+        assert!(matches!(
+            results.lookup(&origin(2)),
+            Lookup::Remembered(Remembered::Unknown)
+        ));
+        assert!(matches!(
+            results.lookup(&origin(3)),
+            Lookup::Remembered(Remembered::Done(_))
+        ));
+        assert!(matches!(results.lookup(&origin(4)), Lookup::New));
+        let other = Origin {
+            incarnation: 8,
+            ..origin(1)
+        };
+        assert!(matches!(results.lookup(&other), Lookup::New));
+    }
+
+    #[test]
+    fn a_view_tells_versions_only_of_keys_no_earlier_operation_wrote() {
+        let key = Key::from_bytes(&[1; 16]).unwrap();
+        let mut view = BatchView {
+            entries: vec![ViewEntry {
+                table: TableId(1),
+                key,
+                version: 5,
+                value: None,
+                written: false,
+            }],
+        };
+        assert_eq!(view.version(TableId(1), &key), Some(5));
+        assert_eq!(view.get(TableId(1), &key), Some(None));
+        assert!(view.put(TableId(1), &key, Some(b"x".to_vec())));
+        assert_eq!(view.version(TableId(1), &key), None);
+        assert_eq!(view.get(TableId(1), &key), Some(Some(&b"x"[..])));
+        let other = Key::from_bytes(&[2; 16]).unwrap();
+        assert!(!view.put(TableId(1), &other, None));
+        assert_eq!(view.get(TableId(1), &other), None);
+    }
+}
