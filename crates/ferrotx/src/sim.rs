@@ -144,6 +144,11 @@ struct Report {
     recovery: RecoverySummary,
     /// Operations shipped to their keys' primary and answered, over every workload.
     shipped: u64,
+    /// Batches the primaries ran them in.
+    ship_batches: u64,
+    /// Shipped requests answered from a remembered result (asked again after a
+    /// configuration change).
+    ship_answered_again: u64,
     workloads: BTreeMap<&'static str, WorkloadSummary>,
 }
 
@@ -293,6 +298,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         buggify_fired: BTreeMap::new(),
         recovery: RecoverySummary::default(),
         shipped: 0,
+        ship_batches: 0,
+        ship_answered_again: 0,
         workloads: BTreeMap::new(),
     };
     let mut failures = Vec::new();
@@ -307,6 +314,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.recovery.add(&report.recovery);
         w.shipped += report.shipped;
         summary.shipped += report.shipped;
+        summary.ship_batches += report.ship_batches;
+        summary.ship_answered_again += report.ship_answered_again;
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
         if recovery_scenarios::is_recovery(report.workload) {
             *w.traps_sprung.get_or_insert(0) += u64::from(recovery_scenarios::sprung(report));
@@ -367,8 +376,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
     }
     println!("{}", summary.recovery.line());
     println!(
-        "shipped: {} operations run at their keys' primary",
-        summary.shipped
+        "shipped: {} operations run at their keys' primary in {} batches; {} asked again after a configuration change",
+        summary.shipped, summary.ship_batches, summary.ship_answered_again
     );
     for (name, w) in &summary.workloads {
         if let Some(sprung) = w.traps_sprung {

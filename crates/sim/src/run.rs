@@ -165,6 +165,11 @@ pub struct RunReport {
     /// Operations shipped to their primary that came back with an outcome (the nodes up
     /// at the end).
     pub shipped: u64,
+    /// Batches the primaries committed them in (the nodes up at the end).
+    pub ship_batches: u64,
+    /// Shipped requests answered from a remembered result: asked again after a
+    /// configuration change cut the first one off.
+    pub ship_answered_again: u64,
     /// Datagrams cut by partitions.
     pub partitioned: u64,
     /// What membership did and its checkers found, when the run had membership.
@@ -599,6 +604,11 @@ fn finish(
         .map(|c| c.stats().log_space_waits)
         .sum();
     let shipped = cluster.coordinators().map(|c| c.stats().shipped).sum();
+    let ship_batches = cluster.coordinators().map(|c| c.stats().ship_batches).sum();
+    let ship_answered_again = cluster
+        .coordinators()
+        .map(|c| c.stats().ship_answered_again)
+        .sum();
     RunReport {
         seed: options.seed,
         workload: scenario.name(),
@@ -610,6 +620,8 @@ fn finish(
         digest,
         log_space_waits,
         shipped,
+        ship_batches,
+        ship_answered_again,
         partitioned: counters.partitioned,
         membership,
         recovery: cluster.recovery_stats(),

@@ -247,7 +247,7 @@ impl Coordinator {
         self.stats.get()
     }
 
-    fn count(&self, update: impl FnOnce(&mut CoordinatorStats)) {
+    pub(crate) fn count(&self, update: impl FnOnce(&mut CoordinatorStats)) {
         let mut stats = self.stats.get();
         update(&mut stats);
         self.stats.set(stats);
@@ -259,6 +259,11 @@ impl Coordinator {
         let partition = self.placement.borrow().partition_of(table, key);
         self.placement.borrow().primary(partition) == self.local.node()
     }
+    /// This thread's participant.
+    pub(crate) fn participant(&self) -> &Rc<RefCell<Participant>> {
+        &self.participant
+    }
+
     /// The partition of `key` of `table`.
     pub fn partition_of(&self, table: TableId, key: &Key) -> u32 {
         self.placement.borrow().partition_of(table, key)

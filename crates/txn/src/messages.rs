@@ -297,6 +297,7 @@ impl LockRecord {
                 value: w.value.map(<[u8]>::to_vec),
             });
         }
+        read_note(&mut r)?;
         r.finish()?;
         Ok(Self {
             tx,
@@ -305,6 +306,28 @@ impl LockRecord {
             truncate_up_to,
         })
     }
+}
+
+/// Appends a note to a record just encoded: bytes the participants keep with the record
+/// and do not interpret (a shipped batch's callers and results, [`crate::ship`]). A
+/// record has at most one; an empty note is none.
+pub fn append_record_note(note: &[u8], out: &mut Vec<u8>) {
+    if !note.is_empty() {
+        Writer(out).bytes(note);
+    }
+}
+
+/// Bytes a note adds to a record.
+pub fn record_note_len(note: &[u8]) -> usize {
+    if note.is_empty() { 0 } else { 4 + note.len() }
+}
+
+/// The note after a record's writes, if any (empty otherwise).
+fn read_note<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    if r.0.is_empty() {
+        return Ok(&[]);
+    }
+    r.bytes()
 }
 
 /// Encodes a LOCK or COMMIT-BACKUP record of `tx` with `writes`, straight from the
@@ -425,6 +448,7 @@ pub struct RecordView<'a> {
     partitions: &'a [u8],
     writes: &'a [u8],
     write_count: usize,
+    note: &'a [u8],
 }
 
 impl<'a> RecordView<'a> {
@@ -440,6 +464,7 @@ impl<'a> RecordView<'a> {
         for _ in 0..write_count {
             read_write(&mut r)?;
         }
+        let note = read_note(&mut r)?;
         r.finish()?;
         Ok(Self {
             tx,
@@ -447,7 +472,13 @@ impl<'a> RecordView<'a> {
             partitions,
             writes,
             write_count,
+            note,
         })
+    }
+
+    /// The record's note ([`append_record_note`]): empty if it has none.
+    pub fn note(&self) -> &'a [u8] {
+        self.note
     }
 
     /// Every partition the transaction writes.
@@ -881,8 +912,22 @@ mod tests {
         for len in 0..buf.len() {
             assert!(RecordView::parse(&buf[..len]).is_err(), "prefix {len}");
         }
+        // A note follows the writes (its length, then its bytes); anything else after
+        // them is refused.
+        let plain = buf.clone();
+        append_record_note(b"note", &mut buf);
+        assert_eq!(LockRecord::decode(&buf), Ok(record()));
+        assert_eq!(RecordView::parse(&buf).unwrap().note(), b"note");
+        assert_eq!(RecordView::parse(&plain).unwrap().note(), b"");
+        for len in plain.len() + 1..buf.len() {
+            assert!(RecordView::parse(&buf[..len]).is_err(), "prefix {len}");
+        }
         buf.push(0);
         assert_eq!(LockRecord::decode(&buf), Err(DecodeError::TrailingBytes));
+        assert!(RecordView::parse(&buf).is_err());
+        let mut buf = plain;
+        buf.push(0);
+        assert!(LockRecord::decode(&buf).is_err());
         assert!(RecordView::parse(&buf).is_err());
 
         let items = [ReadItem {

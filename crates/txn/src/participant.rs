@@ -211,6 +211,9 @@ pub struct Participant {
     configuration: u64,
     /// Recovery's state in this thread (docs/recovery.md).
     pub(crate) recovery: recovery::RecoveryState,
+    /// Results of shipped operations whose records this replica applied (or whose batch
+    /// this primary ran), by origin ([`crate::ship`]).
+    pub(crate) shipped: crate::ship::ShipResults,
 }
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -232,6 +235,7 @@ impl Participant {
             stats: ParticipantStats::default(),
             configuration: 0,
             recovery: recovery::RecoveryState::default(),
+            shipped: crate::ship::ShipResults::new(crate::ship::RESULTS_MAX),
         }
     }
 
@@ -500,6 +504,7 @@ impl Participant {
             }
             let bytes = entry.remove();
             let record = RecordView::parse(&bytes).expect("checked when logged");
+            self.shipped.remember(record.note());
             for write in record.writes() {
                 // Logged as a backup; since then a reconfiguration may have promoted this
                 // copy (it applies the committed write all the same) or, later, moved it.
@@ -549,6 +554,7 @@ impl Participant {
             return false;
         };
         let record = RecordView::parse(&bytes).expect("checked when locked");
+        self.shipped.remember(record.note());
         for write in record.writes() {
             if let Some(partition) = self.store.get_any(write.partition) {
                 partition

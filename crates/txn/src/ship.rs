@@ -30,7 +30,7 @@
 //! from the coroutine and draws no randomness but from the origins, so the simulator
 //! replays it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -235,9 +235,54 @@ pub fn decode_ship(bytes: &[u8]) -> Option<(Origin, u8, u32, &[u8])> {
     Some((origin, procedure, partition, &bytes[REQUEST_HEADER_BYTES..]))
 }
 
+/// The note a batch's records carry ([`crate::messages::append_record_note`]): each
+/// operation's origin and result, so every replica that applies the records remembers
+/// them ([`ShipResults`]), and a caller that asks a new primary after a failure gets the
+/// result of the run recovery committed.
+pub(crate) fn encode_note<'a>(
+    entries: impl ExactSizeIterator<Item = (Origin, &'a [u8])>,
+) -> Vec<u8> {
+    let mut note = Vec::new();
+    note.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for (origin, result) in entries {
+        note.extend_from_slice(&origin.node.to_le_bytes());
+        note.extend_from_slice(&origin.thread.to_le_bytes());
+        note.extend_from_slice(&origin.incarnation.to_le_bytes());
+        note.extend_from_slice(&origin.seq.to_le_bytes());
+        note.extend_from_slice(&(result.len() as u32).to_le_bytes());
+        note.extend_from_slice(result);
+    }
+    note
+}
+
+/// The entries of a note; a malformed note (it came from the network) yields what it
+/// holds up to the first malformed entry.
+pub(crate) fn note_entries(note: &[u8]) -> impl Iterator<Item = (Origin, &[u8])> + '_ {
+    let count = note
+        .get(..4)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let mut rest = note.get(4..).unwrap_or(&[]);
+    (0..count).map_while(move |_| {
+        let header = rest.get(..ORIGIN_BYTES + 4)?;
+        let u16_at = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
+        let u64_at =
+            |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+        let origin = Origin {
+            node: u16_at(0),
+            thread: u16_at(2),
+            incarnation: u64_at(4),
+            seq: u64_at(12),
+        };
+        let len = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes")) as usize;
+        let result = rest.get(ORIGIN_BYTES + 4..ORIGIN_BYTES + 4 + len)?;
+        rest = &rest[ORIGIN_BYTES + 4 + len..];
+        Some((origin, result))
+    })
+}
+
 /// What the primary remembers of one origin.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Remembered {
+pub(crate) enum Remembered {
     /// Its result.
     Done(Vec<u8>),
     /// Its commit's outcome is unknown.
@@ -247,7 +292,7 @@ enum Remembered {
 /// The results of the origins this thread ran, the oldest forgotten first. An origin
 /// forgotten is told apart from one never run by the highest counter forgotten per
 /// caller thread: asked again, it answers "outcome unknown" rather than running twice.
-struct ShipResults {
+pub(crate) struct ShipResults {
     results: HashMap<Origin, Remembered, FixedState>,
     order: VecDeque<Origin>,
     forgotten: HashMap<(u16, u16, u64), u64, FixedState>,
@@ -255,7 +300,7 @@ struct ShipResults {
 }
 
 /// What [`ShipResults::lookup`] found.
-enum Lookup<'a> {
+pub(crate) enum Lookup<'a> {
     Remembered(&'a Remembered),
     /// It may have run, and was forgotten.
     Forgotten,
@@ -264,7 +309,7 @@ enum Lookup<'a> {
 }
 
 impl ShipResults {
-    fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Self {
             results: HashMap::with_hasher(FixedState::with_seed(0)),
             order: VecDeque::new(),
@@ -273,7 +318,7 @@ impl ShipResults {
         }
     }
 
-    fn lookup(&self, origin: &Origin) -> Lookup<'_> {
+    pub(crate) fn lookup(&self, origin: &Origin) -> Lookup<'_> {
         if let Some(remembered) = self.results.get(origin) {
             return Lookup::Remembered(remembered);
         }
@@ -284,7 +329,18 @@ impl ShipResults {
         }
     }
 
-    fn insert(&mut self, origin: Origin, remembered: Remembered) {
+    /// Remembers the results a record's note holds (a replica applying a committed
+    /// batch's record).
+    pub(crate) fn remember(&mut self, note: &[u8]) {
+        if note.is_empty() {
+            return;
+        }
+        for (origin, result) in note_entries(note) {
+            self.insert(origin, Remembered::Done(result.to_vec()));
+        }
+    }
+
+    pub(crate) fn insert(&mut self, origin: Origin, remembered: Remembered) {
         if self.results.insert(origin, remembered).is_none() {
             self.order.push_back(origin);
         }
@@ -298,22 +354,6 @@ impl ShipResults {
             *up_to = (*up_to).max(old.seq);
         }
     }
-}
-
-/// Counters of one thread's shipped operations, as the primary.
-#[derive(Clone, Copy, Default, Debug)]
-pub struct ShipStats {
-    /// Operations run and answered.
-    pub operations: u64,
-    /// Batches committed (or read): operations / batches is the combining factor.
-    pub batches: u64,
-    /// Attempts of batches that aborted on a conflict and were retried.
-    pub batch_retries: u64,
-    /// Requests answered from the remembered results (asked again after a configuration
-    /// change).
-    pub answered_again: u64,
-    /// Requests answered "retry" (not the primary, or aborted by a configuration change).
-    pub retries_asked: u64,
 }
 
 /// Where an answer goes: back over the RPC it came in, or to a caller of this thread.
@@ -365,8 +405,8 @@ pub struct Shipping {
     procedures: Procedures,
     queue: RefCell<VecDeque<Shipped>>,
     arrived: Signal,
-    results: RefCell<ShipResults>,
-    stats: Cell<ShipStats>,
+    /// The coordinator whose counters count what the executor does (set by `run`).
+    counters: RefCell<std::rc::Weak<Coordinator>>,
 }
 
 impl Shipping {
@@ -377,20 +417,14 @@ impl Shipping {
             procedures,
             queue: RefCell::new(VecDeque::new()),
             arrived: Signal::new(callers),
-            results: RefCell::new(ShipResults::new(RESULTS_MAX)),
-            stats: Cell::new(ShipStats::default()),
+            counters: RefCell::new(std::rc::Weak::new()),
         })
     }
 
-    /// Counters so far.
-    pub fn stats(&self) -> ShipStats {
-        self.stats.get()
-    }
-
-    fn count(&self, update: impl FnOnce(&mut ShipStats)) {
-        let mut stats = self.stats.get();
-        update(&mut stats);
-        self.stats.set(stats);
+    fn count(&self, update: impl FnOnce(&mut crate::coordinator::CoordinatorStats)) {
+        if let Some(coordinator) = self.counters.borrow().upgrade() {
+            coordinator.count(update);
+        }
     }
 
     /// Registers the SHIP handler on `engine`: it queues each request and wakes the
@@ -417,6 +451,8 @@ impl Shipping {
     /// The executor: runs the queued requests in batches, forever (a background coroutine
     /// of the worker, beside recovery).
     pub async fn run(self: Rc<Self>, co: Co, coordinator: Rc<Coordinator>) {
+        // Weak: the coordinator holds this state too.
+        *self.counters.borrow_mut() = Rc::downgrade(&coordinator);
         let mut deferred: VecDeque<Shipped> = VecDeque::new();
         loop {
             if self.queue.borrow().is_empty() && deferred.is_empty() {
@@ -506,37 +542,8 @@ impl Shipping {
                 continue;
             };
             if coordinator.primary_of_partition(partition) != local {
-                self.count(|s| s.retries_asked += 1);
+                self.count(|s| s.ship_retries_asked += 1);
                 Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
-                continue;
-            }
-            if store.is_recovering(partition) {
-                // Its earlier run may be among the transactions recovery decides.
-                if co.now_ns().saturating_sub(shipped.arrived_ns) >= RECOVERY_WAIT_NS {
-                    self.count(|s| s.retries_asked += 1);
-                    Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
-                } else {
-                    deferred.push_back(shipped);
-                }
-                continue;
-            }
-            match self.results.borrow().lookup(&origin) {
-                Lookup::Remembered(Remembered::Done(result)) => {
-                    self.count(|s| s.answered_again += 1);
-                    Self::answer(co, &shipped.token, ShipStatus::Done, result);
-                    continue;
-                }
-                Lookup::Remembered(Remembered::Unknown) | Lookup::Forgotten => {
-                    self.count(|s| s.answered_again += 1);
-                    Self::answer(co, &shipped.token, ShipStatus::Unknown, &[]);
-                    continue;
-                }
-                Lookup::New => {}
-            }
-            if operations.iter().any(|op| op.origin == origin) {
-                // Asked again while its first request waits here too: answered from the
-                // first one's result, in a later batch.
-                deferred.push_back(shipped);
                 continue;
             }
             let first = keys.len();
@@ -545,13 +552,52 @@ impl Shipping {
                 Self::answer(co, &shipped.token, ShipStatus::Failed, error.as_bytes());
                 continue;
             }
-            let foreign = keys[first..].iter().any(|(table, key)| {
-                coordinator.primary_of_partition(coordinator.partition_of(*table, key)) != local
-            });
-            if foreign {
+            let partitions_of_keys = || {
+                keys[first..]
+                    .iter()
+                    .map(|(table, key)| coordinator.partition_of(*table, key))
+                    .chain(std::iter::once(partition))
+            };
+            if partitions_of_keys().any(|p| coordinator.primary_of_partition(p) != local) {
                 keys.truncate(first);
-                self.count(|s| s.retries_asked += 1);
+                self.count(|s| s.ship_retries_asked += 1);
                 Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
+                continue;
+            }
+            if partitions_of_keys().any(|p| store.is_recovering(p)) {
+                // An earlier run of it may be among the transactions recovery decides:
+                // its result is known only once they are.
+                keys.truncate(first);
+                if co.now_ns().saturating_sub(shipped.arrived_ns) >= RECOVERY_WAIT_NS {
+                    self.count(|s| s.ship_retries_asked += 1);
+                    Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
+                } else {
+                    deferred.push_back(shipped);
+                }
+                continue;
+            }
+            let participant = coordinator.participant().borrow();
+            let known = match participant.shipped.lookup(&origin) {
+                Lookup::Remembered(Remembered::Done(result)) => {
+                    Some((ShipStatus::Done, result.as_slice()))
+                }
+                Lookup::Remembered(Remembered::Unknown) | Lookup::Forgotten => {
+                    Some((ShipStatus::Unknown, &[][..]))
+                }
+                Lookup::New => None,
+            };
+            if let Some((status, result)) = known {
+                keys.truncate(first);
+                self.count(|s| s.ship_answered_again += 1);
+                Self::answer(co, &shipped.token, status, result);
+                continue;
+            }
+            drop(participant);
+            if operations.iter().any(|op| op.origin == origin) {
+                // Asked again while its first request waits here too: answered from the
+                // first one's result, in a later batch.
+                keys.truncate(first);
+                deferred.push_back(shipped);
                 continue;
             }
             if keys.len() > BATCH_KEYS_MAX && !operations.is_empty() {
@@ -590,15 +636,16 @@ impl Shipping {
         loop {
             match attempt(co, coordinator, &operations, &keys).await {
                 Attempt::Done(results) => {
-                    let mut remembered = self.results.borrow_mut();
+                    let mut participant = coordinator.participant().borrow_mut();
+                    let remembered = &mut participant.shipped;
                     for (op, result) in operations.iter().zip(&results) {
                         remembered.insert(op.origin, Remembered::Done(result.clone()));
                         Self::answer(co, &op.token, ShipStatus::Done, result);
                     }
                     let n = operations.len() as u64;
                     self.count(|s| {
-                        s.operations += n;
-                        s.batches += 1;
+                        s.ship_operations += n;
+                        s.ship_batches += 1;
                     });
                     return;
                 }
@@ -620,7 +667,7 @@ impl Shipping {
                         }
                         return;
                     }
-                    self.count(|s| s.batch_retries += 1);
+                    self.count(|s| s.ship_batch_retries += 1);
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
@@ -629,7 +676,8 @@ impl Shipping {
                     co.sleep_until(co.now_ns() + wait).await;
                 }
                 Attempt::Abort(Abort::OutcomeUnknown) => {
-                    let mut remembered = self.results.borrow_mut();
+                    let mut participant = coordinator.participant().borrow_mut();
+                    let remembered = &mut participant.shipped;
                     for op in &operations {
                         remembered.insert(op.origin, Remembered::Unknown);
                         Self::answer(co, &op.token, ShipStatus::Unknown, &[]);
@@ -640,7 +688,7 @@ impl Shipping {
                     // Nothing changed (a configuration change before the commit point, or
                     // recovery aborted it): the callers ask the primary again.
                     for op in &operations {
-                        self.count(|s| s.retries_asked += 1);
+                        self.count(|s| s.ship_retries_asked += 1);
                         Self::answer(co, &op.token, ShipStatus::Retry, &[]);
                     }
                     return;
@@ -704,6 +752,12 @@ async fn attempt(
         op.procedure.apply(op.args(), &mut view, now, &mut result);
         results.push(result);
     }
+    txn.set_note(encode_note(
+        operations
+            .iter()
+            .zip(&results)
+            .map(|(op, result)| (op.origin, result.as_slice())),
+    ));
     for entry in view.entries {
         if entry.written
             && let Err(abort) = txn.put(entry.table, entry.key, entry.value)
@@ -756,6 +810,30 @@ mod tests {
         for len in 0..REQUEST_HEADER_BYTES {
             assert_eq!(decode_ship(&bytes[..len]), None);
         }
+    }
+
+    #[test]
+    fn notes_round_trip_and_malformed_ones_yield_their_whole_entries() {
+        let entries = [
+            (origin(1), &b"one"[..]),
+            (origin(2), &b""[..]),
+            (origin(3), &b"x"[..]),
+        ];
+        let note = encode_note(entries.iter().copied());
+        assert_eq!(note_entries(&note).collect::<Vec<_>>(), entries);
+        for len in 0..note.len() {
+            let some: Vec<_> = note_entries(&note[..len]).collect();
+            assert!(some.len() < entries.len());
+            assert_eq!(some, entries[..some.len()]);
+        }
+        let mut results = ShipResults::new(8);
+        results.remember(&note);
+        assert!(matches!(
+            results.lookup(&origin(1)),
+            Lookup::Remembered(Remembered::Done(r)) if r == b"one"
+        ));
+        // Garbage never panics.
+        results.remember(&[0xff; 40]);
     }
 
     #[test]

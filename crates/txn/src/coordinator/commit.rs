@@ -10,8 +10,8 @@ use super::{Abort, Placement, buggify_delay};
 /// it answers [`Abort::OutcomeUnknown`].
 pub const RECOVERY_WAIT_NS: u64 = 3_000_000_000;
 use crate::messages::{
-    LockRecord, ReadItem, TxId, VERSION_ANY, Write, encode_record, encode_tx, encode_validate,
-    request_type,
+    LockRecord, ReadItem, TxId, VERSION_ANY, Write, append_record_note, encode_record, encode_tx,
+    encode_validate, record_note_len, request_type,
 };
 use crate::participant::Participant;
 
@@ -161,16 +161,20 @@ impl Txn<'_> {
         if self.writes.len() > crate::messages::ITEMS_MAX
             || partitions.len() > crate::messages::ITEMS_MAX
             || primaries.iter().any(|&n| {
-                too_large(LockRecord::encoded_len(
-                    partitions.len(),
-                    self.writes.iter().filter(at_primary(placement, n)),
-                ))
+                too_large(
+                    LockRecord::encoded_len(
+                        partitions.len(),
+                        self.writes.iter().filter(at_primary(placement, n)),
+                    ) + record_note_len(&self.note),
+                )
             })
             || backups.iter().any(|&n| {
-                too_large(LockRecord::encoded_len(
-                    partitions.len(),
-                    self.writes.iter().filter(at_backup(placement, n)),
-                ))
+                too_large(
+                    LockRecord::encoded_len(
+                        partitions.len(),
+                        self.writes.iter().filter(at_backup(placement, n)),
+                    ) + record_note_len(&self.note),
+                )
             })
         {
             return Err(Abort::TooLarge);
@@ -317,6 +321,7 @@ impl Txn<'_> {
         let mut malformed = false;
         let answers = {
             let writes = &self.writes;
+            let note = &self.note;
             coordinator
                 .round(
                     self.co,
@@ -330,7 +335,8 @@ impl Txn<'_> {
                             partitions,
                             writes.iter().filter(at_primary(placement, node)),
                             buffer,
-                        )
+                        );
+                        append_record_note(note, buffer);
                     },
                     |node, answer| {
                         if answer.first() != Some(&1) {
@@ -472,7 +478,8 @@ impl Txn<'_> {
                         partitions,
                         self.writes.iter().filter(at_backup(placement, node)),
                         buffer,
-                    )
+                    );
+                    append_record_note(&self.note, buffer);
                 },
                 |_, result| {
                     use ferrotx_rpc::RpcError;

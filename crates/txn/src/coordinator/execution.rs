@@ -38,6 +38,7 @@ impl Coordinator {
             finished: false,
             undecided: false,
             deadline_ns: u64::MAX,
+            note: Vec::new(),
         }
     }
 }
@@ -63,6 +64,8 @@ pub struct Txn<'a> {
     /// No wait of this transaction (a reconfiguration, a partition being recovered,
     /// recovery's decision) goes past this time: [`Txn::set_deadline`].
     pub(super) deadline_ns: u64,
+    /// Bytes its log records carry for the participants ([`Txn::set_note`]).
+    pub(super) note: Vec<u8>,
 }
 
 impl Drop for Txn<'_> {
@@ -394,6 +397,13 @@ impl Txn<'_> {
     /// Deletes `key` (a write of `None`; deleting an absent key is allowed).
     pub async fn delete(&mut self, table: TableId, key: Key) -> Result<(), Abort> {
         self.write(table, key, None).await
+    }
+
+    /// Sets the note the transaction's records carry to every participant (empty: none):
+    /// what a participant that applies the records should remember with them (a shipped
+    /// batch's callers and results, [`crate::ship`]).
+    pub fn set_note(&mut self, note: Vec<u8>) {
+        self.note = note;
     }
 
     /// Bounds every wait of this transaction to `deadline_ns` (the caller's time, as

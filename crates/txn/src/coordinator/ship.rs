@@ -18,10 +18,12 @@ impl Coordinator {
     /// others with "retry" until the caller's placement agrees), and returns its result.
     ///
     /// - A configuration change that cuts the call off: asked again, with the same
-    ///   [`Origin`], once the new configuration is committed. If the primary is the same
-    ///   node, it answers from its first run (or runs it now if it never did); if the
-    ///   primary changed, the operation may have committed there, and the answer is
-    ///   [`Abort::OutcomeUnknown`].
+    ///   [`Origin`], of the partition's primary once the new configuration is committed.
+    ///   The primary answers from the first run if there was one: the same primary
+    ///   remembers it, and a new one learns it from the batch's records (their note),
+    ///   applied by truncation or by recovery's commit, before it runs anything on the
+    ///   partitions recovery blocks. An operation it never heard of never committed,
+    ///   and runs now. Forgotten ones (long ago) answer [`Abort::OutcomeUnknown`].
     /// - Nothing sent yet, or a "retry" answer: nothing changed, asked again up to
     ///   `deadline_ns`, then [`Abort::Unavailable`].
     /// - Conflicts that outlasted the primary's retries: [`Abort::Conflict`] (nothing
@@ -45,7 +47,7 @@ impl Coordinator {
         let thread =
             u16::try_from(partition % u32::from(self.ship_threads.get())).expect("below a u16");
         // The primary a request went to whose fate is unknown (cut off by a configuration
-        // change): only it can tell what became of the operation.
+        // change): the operation may have run, so giving up answers "outcome unknown".
         let mut in_doubt: Option<u16> = None;
         loop {
             if !self.accepting.get() && !self.wait_accepting(co, deadline_ns).await {
@@ -54,9 +56,6 @@ impl Coordinator {
             let primary = self.primary_of_partition(partition);
             if primary == NO_PRIMARY {
                 return Err(self.gave_up(in_doubt));
-            }
-            if in_doubt.is_some_and(|node| node != primary) {
-                return Err(Abort::OutcomeUnknown);
             }
             let view = self.configuration();
             let target = EndpointId::new(primary, thread);

@@ -23,4 +23,17 @@ pub struct CoordinatorStats {
     pub log_full_aborts: u64,
     /// Operations shipped to their primary that came back with an outcome.
     pub shipped: u64,
+    /// As the primary: shipped operations run and answered.
+    pub ship_operations: u64,
+    /// As the primary: batches of shipped operations committed (or read); operations /
+    /// batches is how many each commit combined.
+    pub ship_batches: u64,
+    /// As the primary: attempts of batches that aborted on a conflict and were retried.
+    pub ship_batch_retries: u64,
+    /// As the primary: requests answered from a remembered result (asked again after a
+    /// configuration change).
+    pub ship_answered_again: u64,
+    /// As the primary: requests answered "retry" (not the primary, or aborted by a
+    /// configuration change).
+    pub ship_retries_asked: u64,
 }

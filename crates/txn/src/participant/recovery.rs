@@ -402,6 +402,7 @@ impl Participant {
         }
         for bytes in records {
             if commit && let Ok(record) = RecordView::parse(&bytes) {
+                self.shipped.remember(record.note());
                 for write in record.writes() {
                     // Any copy here (a backup, or one promoted since it logged): brought
                     // to the record's version unless it moved past it.
