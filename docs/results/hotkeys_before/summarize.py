@@ -12,8 +12,9 @@ CASES = [("zipf099_rmw", "`bench kv --zipf 0.99 --keys-per-txn 1 --write-share 1
 
 def kv_table(d):
     out = ["| case | run | txn/s | abort rate | node 0 txn/s (abort rate) | node 1 | node 2 "
-           "| primary of keys (0/1/2) | checks |", "| --- | ---: | ---: | ---: | ---: | ---: "
-           "| ---: | --- | --- |"]
+           "| attempts/s, node 0/1/2 | primary of keys (0/1/2) | p50 / p99 us | retrans"
+           "missions | checks |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+           "| --- | --- | ---: | --- |"]
     for case, label in CASES:
         for i in (1, 2, 3):
             path = os.path.join(d, f"{case}_{i}.json")
@@ -24,8 +25,14 @@ def kv_table(d):
                      for n in r["nodes"]]
             keys = "/".join(str(n["primary_keys"]) for n in r["nodes"]
                             if n.get("primary_keys") is not None) or "-"
+            attempts = " / ".join(
+                f"{(n['committed'] + n['aborted']) / max(n['duration_s'], 1e-9):,.0f}"
+                for n in r["nodes"])
+            lat = r["latency_us"]
             out.append(f"| {label} | {i} | {r['throughput_per_s']:,.0f} | "
-                       f"{r['abort_rate'] * 100:.1f}% | {' | '.join(nodes)} | {keys} | "
+                       f"{r['abort_rate'] * 100:.1f}% | {' | '.join(nodes)} | {attempts} | "
+                       f"{keys} | {lat['p50']:.0f} / {lat['p99']:.0f} | "
+                       f"{r['retransmissions']:,} | "
                        f"{'passed' if r['checks']['ok'] else 'FAILED'} |")
     return out
 
@@ -59,6 +66,9 @@ def main():
         "is the other engineers' builds and tests as much as ours: compare within a set.",
         "",
     ]
+    notes = os.path.join(HERE, "notes.md")
+    if os.path.exists(notes):
+        lines += [open(notes).read().strip(), ""]
     for d in sys.argv[1:]:
         name = os.path.basename(os.path.normpath(d))
         log = open(os.path.join(d, "log.txt")).read().strip().splitlines()
