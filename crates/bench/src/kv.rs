@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
-use crate::workload::Workload;
+use crate::workload::{TABLE, Workload};
 
 /// Settings of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -163,6 +163,43 @@ pub struct ClusterBenchReport {
     /// The nodes' leases over the whole run (loading included), when they ran with them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<LeasesReport>,
+    /// Per node, in node order: what the clients (coroutines) of each node did inside
+    /// the window. With hot keys, how evenly the nodes share them.
+    #[serde(default)]
+    pub nodes: Vec<NodeReport>,
+}
+
+/// `bench kv` keys of which [`NodeReport::primary_keys`] is reported: up to this many
+/// keys in the table (hot keys), where which node is their primary matters.
+pub const PRIMARY_KEYS_REPORTED_MAX: u64 = 4096;
+
+/// One node's clients inside the window: the transactions the coroutines on this node
+/// ran (as coordinators), wherever their keys were.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// The node.
+    pub node: u16,
+    /// Whether it ran workload coroutines (`--client-nodes`).
+    pub clients: bool,
+    /// Transactions its clients committed inside its window.
+    pub committed: u64,
+    /// Transaction attempts its clients saw abort inside its window (an aborted `bench`
+    /// transaction is not retried: each attempt is a transaction of its own).
+    pub aborted: u64,
+    /// Its window, in seconds.
+    pub duration_s: f64,
+    /// `committed / duration_s`.
+    pub throughput_per_s: f64,
+    /// Its share of the cluster's commits inside the window.
+    pub share: f64,
+    /// `aborted / (committed + aborted)`: aborted attempts over attempts.
+    pub abort_rate: f64,
+    /// Latency of its committed transactions.
+    pub latency_us: Latency,
+    /// `bench kv` with at most [`PRIMARY_KEYS_REPORTED_MAX`] keys (`--hot-keys`): how
+    /// many of the table's keys this node holds the primary copy of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_keys: Option<u64>,
 }
 
 /// The nodes' leases over a run: false positives (nothing fails in a benchmark) and
@@ -426,7 +463,15 @@ pub fn run_points(
                 coroutines: *c,
                 ..options.clone()
             };
-            report(&options, runs, &all, &checks, &totals, leases.clone())
+            report(
+                &options,
+                &config,
+                runs,
+                &all,
+                &checks,
+                &totals,
+                leases.clone(),
+            )
         })
         .collect())
 }
@@ -460,10 +505,75 @@ fn measure_with_progress(cluster: &mut ProcessCluster, duration_s: f64) -> anyho
     Ok(())
 }
 
+/// How many of a small `bench kv` table's keys each node is the primary of (`None` for
+/// other workloads and tables of more than [`PRIMARY_KEYS_REPORTED_MAX`] keys).
+fn primary_keys(options: &ClusterBenchOptions, config: &Configuration) -> Option<Vec<u64>> {
+    let Workload::Kv(kv) = &options.workload else {
+        return None;
+    };
+    if kv.key_count > PRIMARY_KEYS_REPORTED_MAX {
+        return None;
+    }
+    let schema = options.workload.schema();
+    let spec = schema.iter().find(|spec| spec.id == TABLE)?;
+    let mut counts = vec![0u64; usize::from(options.nodes)];
+    for id in 0..kv.key_count {
+        let key = ferrotx_store::Key::from(id);
+        let partition = config.partition_of_key(spec.partition_key(&key));
+        let primary = config.partitions().primary(partition);
+        if let Some(count) = counts.get_mut(usize::from(primary)) {
+            *count += 1;
+        }
+    }
+    Some(counts)
+}
+
+/// Per node: its clients' commits, aborts, throughput and latency inside the window.
+fn node_reports(
+    options: &ClusterBenchOptions,
+    config: &Configuration,
+    runs: &[RunResult],
+) -> Vec<NodeReport> {
+    let committed: u64 = runs.iter().map(|r| r.window_committed).sum();
+    let primaries = primary_keys(options, config);
+    runs.iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let mut h = new_histogram();
+            for &(ns, count) in &run.latency_ns {
+                let _ = h.record_n(ns, count);
+            }
+            let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+            let attempts = run.window_committed + run.window_aborted;
+            NodeReport {
+                node: i as u16,
+                clients: (i as u16) < options.client_nodes,
+                committed: run.window_committed,
+                aborted: run.window_aborted,
+                duration_s: run.window_s,
+                throughput_per_s: if run.window_s > 0.0 {
+                    run.window_committed as f64 / run.window_s
+                } else {
+                    0.0
+                },
+                share: run.window_committed as f64 / committed.max(1) as f64,
+                abort_rate: run.window_aborted as f64 / attempts.max(1) as f64,
+                latency_us: Latency {
+                    p50: us(0.5),
+                    p99: us(0.99),
+                    p999: us(0.999),
+                },
+                primary_keys: primaries.as_ref().and_then(|p| p.get(i).copied()),
+            }
+        })
+        .collect()
+}
+
 /// The report of one run (`runs`, a result per node), with the checks of the data after
 /// every run (`all`, everything each node's runs did).
 fn report(
     options: &ClusterBenchOptions,
+    config: &Configuration,
     runs: &[RunResult],
     all: &[RunResult],
     checks: &[CheckResult],
@@ -600,6 +710,45 @@ fn report(
             ok,
         },
         leases,
+        nodes: node_reports(options, config, runs),
+    }
+}
+
+/// Prints the per-node figures: each node's clients' commits, aborts and latency.
+fn print_nodes(nodes: &[NodeReport]) {
+    let keys = nodes.iter().any(|n| n.primary_keys.is_some());
+    println!(
+        "  {:>4} {:>10} {:>10} {:>6} {:>9} {:>7} {:>9} {:>9}{}",
+        "node",
+        "committed",
+        "txn/s",
+        "share",
+        "aborted",
+        "aborts",
+        "p50 us",
+        "p99 us",
+        if keys { "  primary of keys" } else { "" }
+    );
+    for n in nodes {
+        let primary = match n.primary_keys {
+            Some(k) => format!("  {k:>15}"),
+            None => String::new(),
+        };
+        if !n.clients {
+            println!("  {:>4} {:>10}{primary}", n.node, "no clients");
+            continue;
+        }
+        println!(
+            "  {:>4} {:>10} {:>10.0} {:>5.1}% {:>9} {:>6.1}% {:>9.1} {:>9.1}{primary}",
+            n.node,
+            n.committed,
+            n.throughput_per_s,
+            n.share * 100.0,
+            n.aborted,
+            n.abort_rate * 100.0,
+            n.latency_us.p50,
+            n.latency_us.p99,
+        );
     }
 }
 
@@ -639,6 +788,7 @@ pub fn print_table(report: &ClusterBenchReport) {
         report.aborted,
         report.abort_rate * 100.0
     );
+    print_nodes(&report.nodes);
     println!(
         "  cpu {:.2} s (all nodes) = {:.0} txn per cpu-s",
         report.cpu_s, report.throughput_per_cpu_s
@@ -688,4 +838,82 @@ pub fn print_table(report: &ClusterBenchReport) {
         c.primary_missing,
         c.errors
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::KvWorkload;
+
+    fn options(key_count: u64, client_nodes: u16) -> ClusterBenchOptions {
+        ClusterBenchOptions {
+            workload: Workload::Kv(KvWorkload {
+                keys_per_txn: 1,
+                write_share: 1.0,
+                key_count,
+                value_bytes: 32,
+                zipf: 0.0,
+            }),
+            nodes: 3,
+            replicas: 3,
+            threads: 1,
+            coroutines: 20,
+            partitions_per_node: 4,
+            duration_s: 1.0,
+            warmup_s: 0.1,
+            port_base: 20_000,
+            seed: 1,
+            spin_us: 200,
+            yield_while_polling: true,
+            client_nodes,
+            loss: 0.0,
+            lease_ms: 0,
+        }
+    }
+
+    fn run(committed: u64, aborted: u64, window_s: f64) -> RunResult {
+        RunResult {
+            window_committed: committed,
+            window_aborted: aborted,
+            window_s,
+            latency_ns: vec![(10_000, committed)],
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn every_hot_key_has_one_primary_and_big_tables_none() {
+        let hot = options(16, 3);
+        let config = hot.check().unwrap();
+        let counts = primary_keys(&hot, &config).unwrap();
+        assert_eq!(counts.len(), 3);
+        assert_eq!(counts.iter().sum::<u64>(), 16);
+        let one = options(1, 3);
+        assert_eq!(primary_keys(&one, &config).unwrap().iter().sum::<u64>(), 1);
+        let big = options(PRIMARY_KEYS_REPORTED_MAX + 1, 3);
+        assert!(primary_keys(&big, &big.check().unwrap()).is_none());
+    }
+
+    #[test]
+    fn node_reports_split_commits_and_aborts_by_node() {
+        let o = options(1, 2);
+        let config = o.check().unwrap();
+        let nodes = node_reports(
+            &o,
+            &config,
+            &[run(300, 100, 2.0), run(100, 300, 2.0), run(0, 0, 2.0)],
+        );
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].throughput_per_s, 150.0);
+        assert_eq!(nodes[0].share, 0.75);
+        assert_eq!(nodes[0].abort_rate, 0.25);
+        assert_eq!(nodes[1].abort_rate, 0.75);
+        assert!(nodes[0].clients && nodes[1].clients && !nodes[2].clients);
+        assert_eq!(nodes[2].abort_rate, 0.0);
+        assert_eq!(
+            nodes.iter().map(|n| n.primary_keys.unwrap()).sum::<u64>(),
+            1
+        );
+        assert!((nodes[0].latency_us.p50 - 10.0).abs() < 0.1);
+    }
 }

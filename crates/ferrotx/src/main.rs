@@ -290,6 +290,11 @@ struct KvArgs {
     /// Zipf exponent of key popularity (0 = uniform; YCSB uses 0.99).
     #[arg(long, default_value_t = 0.0)]
     zipf: f64,
+    /// Hot keys: the table holds only these N keys and every transaction of every
+    /// client draws its keys from them, uniformly (the same as --key-count N; excludes
+    /// --key-count and --zipf). The report says which node is the primary of how many.
+    #[arg(long, value_name = "N", conflicts_with_all = ["key_count", "zipf"])]
+    hot_keys: Option<u64>,
     #[command(flatten)]
     run: ClusterRunArgs,
 }
@@ -558,10 +563,16 @@ fn main() -> anyhow::Result<()> {
             args.config_out.as_deref(),
         )?,
         Command::Bench(Bench::Kv(args)) => {
+            if let Some(hot) = args.hot_keys {
+                anyhow::ensure!(
+                    hot >= 1 && args.keys_per_txn as u64 <= hot,
+                    "--hot-keys must be at least 1 and at least --keys-per-txn"
+                );
+            }
             let workload = Workload::Kv(KvWorkload {
                 keys_per_txn: args.keys_per_txn,
                 write_share: args.write_share,
-                key_count: args.key_count,
+                key_count: args.hot_keys.unwrap_or(args.key_count),
                 value_bytes: args.value_bytes,
                 zipf: args.zipf,
             });
