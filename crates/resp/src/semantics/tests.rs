@@ -6,6 +6,9 @@ use crate::keys::STORE_KEY_BYTES;
 use crate::protocol::ArgsBuf;
 use crate::reply::ProtocolVersion::Resp2;
 
+/// The time the tests run at (Unix time in milliseconds).
+const NOW: u64 = 1_700_000_000_000;
+
 /// A test store of Redis keys and values.
 type Store = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -22,7 +25,7 @@ fn parse(args: &[&str]) -> DataCommand {
 /// value: the replies as RESP2 text.
 fn transaction_with_limit(store: &mut Store, limit: usize, commands: &[&[&str]]) -> Vec<String> {
     let commands: Vec<DataCommand> = commands.iter().map(|args| parse(args)).collect();
-    let mut overlay = Overlay::new(limit);
+    let mut overlay = Overlay::new(limit, NOW);
     for command in &commands {
         for key in command.keys() {
             if !overlay.contains(key) {
@@ -255,7 +258,7 @@ fn commands_see_earlier_writes_of_the_transaction() {
 
 #[test]
 fn write_set() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_read(b"present".to_vec(), Some(b"1".to_vec()));
     overlay.insert_read(b"absent".to_vec(), None);
     overlay.insert_read(b"read".to_vec(), Some(b"r".to_vec()));
@@ -268,14 +271,23 @@ fn write_set() {
     ] {
         apply(&parse(args), &mut overlay);
     }
-    // The absent key set and deleted again needs no write.
+    // The absent key set and deleted again is written (deleted): a WATCH of it must
+    // see the change, as in Redis.
     let writes: Vec<Write<'_>> = overlay.writes().collect();
     assert_eq!(
         writes,
-        vec![Write {
-            key: b"present",
-            value: None
-        }]
+        vec![
+            Write {
+                key: b"absent",
+                value: None,
+                expires_at_ms: None,
+            },
+            Write {
+                key: b"present",
+                value: None,
+                expires_at_ms: None,
+            }
+        ]
     );
     assert!(overlay.has_writes());
     let reads: Vec<(&[u8], Lookup<'_>)> = overlay.reads().collect();
@@ -283,8 +295,20 @@ fn write_set() {
         reads,
         vec![
             (&b"absent"[..], Lookup::Absent),
-            (b"present", Lookup::Value(b"1")),
-            (b"read", Lookup::Value(b"r")),
+            (
+                b"present",
+                Lookup::Value {
+                    value: b"1",
+                    expires_at_ms: None
+                }
+            ),
+            (
+                b"read",
+                Lookup::Value {
+                    value: b"r",
+                    expires_at_ms: None
+                }
+            ),
         ]
     );
     assert_eq!(overlay.value(b"present"), None);
@@ -293,7 +317,7 @@ fn write_set() {
 
 #[test]
 fn encoded_writes_use_store_keys() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_stored(b"k".to_vec(), None).unwrap();
     let mut stored = Vec::new();
     keys::encode(b"gone", b"v", &mut stored);
@@ -325,7 +349,7 @@ fn encoded_writes_use_store_keys() {
 fn collisions_fail_without_changes() {
     let mut stored = Vec::new();
     keys::encode(b"someone else", b"theirs", &mut stored);
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_stored(b"k".to_vec(), Some(&stored)).unwrap();
     overlay.insert_read(b"ok".to_vec(), None);
     for args in [
@@ -341,7 +365,7 @@ fn collisions_fail_without_changes() {
         );
     }
     assert!(!overlay.has_writes());
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_collision(b"k".to_vec());
     assert!(apply(&parse(&["STRLEN", "k"]), &mut overlay).is_error());
 }
@@ -350,7 +374,7 @@ fn collisions_fail_without_changes() {
 fn blind_writes_of_unread_keys_replace_whatever_was_stored() {
     // A plan that only SETs or MSETs a key does not read it: the write replaces the
     // stored value, even another key's of the same store key (a collision), unseen.
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_unread(b"k".to_vec());
     overlay.insert_unread(b"m".to_vec());
     assert!(parse(&["SET", "k", "v"]).writes_blindly());
@@ -373,7 +397,7 @@ fn blind_writes_of_unread_keys_replace_whatever_was_stored() {
 #[test]
 #[should_panic(expected = "a command looked at a key its plan did not read")]
 fn looking_at_an_unread_key_is_a_bug() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_unread(b"k".to_vec());
     let _ = apply(&parse(&["GET", "k"]), &mut overlay);
 }
@@ -432,14 +456,14 @@ fn keys_of_commands() {
 #[test]
 #[should_panic(expected = "the node reads every key of a command before applying it")]
 fn applying_to_an_unread_key_panics() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     apply(&parse(&["GET", "k"]), &mut overlay);
 }
 
 #[test]
 #[should_panic(expected = "a key read twice into one overlay")]
 fn reading_a_key_twice_panics() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_read(b"k".to_vec(), None);
     overlay.insert_read(b"k".to_vec(), None);
 }
