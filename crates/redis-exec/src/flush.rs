@@ -103,3 +103,87 @@ async fn delete(
         backoff.wait(co).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use ferrotx_cluster::{Configuration, default_tables};
+    use ferrotx_node::LocalCluster;
+    use ferrotx_resp::SessionConfig;
+
+    use crate::{RespClient, RespValue};
+
+    use super::*;
+
+    #[test]
+    fn flushall_deletes_every_key_of_every_partition_in_bounded_transactions() {
+        let config = Configuration::local(3, 3, 1, 2, 52_400).unwrap();
+        let cluster = LocalCluster::start(config, default_tables());
+        let mut writer =
+            RespClient::for_config(cluster.config(), 1, SessionConfig::default()).unwrap();
+        let mut reader =
+            RespClient::for_config(cluster.config(), 2, SessionConfig::default()).unwrap();
+        let keys: Vec<String> = (0..300).map(|i| format!("key{i}")).collect();
+        let done = cluster.spawn(
+            0,
+            0,
+            move |co: Co, coordinator: Rc<Coordinator>| async move {
+                for chunk in keys.chunks(30) {
+                    let mut args = vec!["MSET".to_owned()];
+                    for key in chunk {
+                        args.push(key.clone());
+                        args.push("v".to_owned());
+                    }
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    assert_eq!(
+                        writer.command(&co, &coordinator, &args).await,
+                        RespValue::ok()
+                    );
+                }
+                let dbsize = writer.command(&co, &coordinator, &["DBSIZE"]).await;
+                assert_eq!(dbsize, RespValue::Integer(300));
+                let commits = coordinator.stats().committed;
+                for args in [
+                    &["FLUSHALL"][..],
+                    &["FLUSHDB", "ASYNC"],
+                    &["flushall", "sync"],
+                ] {
+                    assert_eq!(
+                        writer.command(&co, &coordinator, args).await,
+                        RespValue::ok()
+                    );
+                }
+                // 300 keys in transactions of at most 64: at least 5 commits, and none for the
+                // flushes of nothing.
+                assert!(
+                    coordinator.stats().committed - commits
+                        >= 300 / FLUSH_KEYS_PER_TRANSACTION as u64
+                );
+                let error = writer
+                    .command(&co, &coordinator, &["FLUSHALL", "NOW"])
+                    .await;
+                assert_eq!(error.error_message(), Some(&b"ERR syntax error"[..]));
+            },
+        );
+        done.recv_timeout(Duration::from_secs(60)).unwrap();
+        let done = cluster.spawn(
+            2,
+            0,
+            move |co: Co, coordinator: Rc<Coordinator>| async move {
+                assert_eq!(
+                    reader.command(&co, &coordinator, &["DBSIZE"]).await,
+                    RespValue::Integer(0)
+                );
+                assert_eq!(
+                    reader
+                        .command(&co, &coordinator, &["EXISTS", "key0", "key299"])
+                        .await,
+                    RespValue::Integer(0)
+                );
+            },
+        );
+        done.recv_timeout(Duration::from_secs(60)).unwrap();
+    }
+}
