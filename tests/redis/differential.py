@@ -12,6 +12,10 @@ Script format (one command per line, as redis-cli reads them):
     @differs ID COMMAND ...    a documented difference: the replies are not compared
                                byte for byte; DIFFERENCES[ID] checks them instead (and
                                docs/redis.md lists ID with its reason)
+    @near N COMMAND ...        a reply that depends on the time (TTL, PTTL, EXPIRETIME
+                               of a relative expiry): both integers at most N apart
+                               (the servers run the line at slightly different times),
+                               or else byte for byte the same
     @raw "bytes" ...           sends the bytes (the tokens joined by nothing) as they are
                                and compares the next reply; @raw:N compares N replies,
                                @raw:0 none
@@ -29,7 +33,6 @@ from harness import Closed, RespConn, delete_all_keys
 
 SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 
-EXPIRY_ERROR = b"-ERR ferrotx does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)\r\n"
 NOT_IN_MULTI = b"-ERR Command not allowed inside a transaction\r\n"
 
 
@@ -108,6 +111,7 @@ class Line:
         self.text = text
         self.conn = 1
         self.difference = None
+        self.near = None  # @near: the largest difference allowed between integer replies
         self.raw = None  # bytes to send as they are
         self.replies = 1
         self.closed = False
@@ -119,6 +123,9 @@ class Line:
             self.difference = tokens[1].decode()
             if self.difference not in DIFFERENCES:
                 raise ValueError(f"{self.where}: unknown difference {self.difference}")
+            tokens = tokens[2:]
+        elif tokens and tokens[0] == b"@near":
+            self.near = int(tokens[1])
             tokens = tokens[2:]
         if tokens and (tokens[0] == b"@raw" or tokens[0].startswith(b"@raw:")):
             if b":" in tokens[0]:
@@ -216,11 +223,14 @@ def check_command_table(ferrotx, redis):
     return None
 
 
-def check_expiry(ferrotx, redis):
-    if ferrotx[0] != EXPIRY_ERROR:
-        return f"expected {EXPIRY_ERROR!r}"
-    if redis[1][0] == "error":
-        return "redis-server refused it too: not a difference"
+def check_near(ferrotx, redis, most):
+    """@near: integer replies at most `most` apart, anything else byte for byte."""
+    if ferrotx[1][0] == "int" and redis[1][0] == "int":
+        if abs(ferrotx[1][1] - redis[1][1]) <= most:
+            return None
+        return f"integers more than {most} apart"
+    if ferrotx[0] != redis[0]:
+        return "not integers, and different"
     return None
 
 
@@ -267,7 +277,6 @@ DIFFERENCES = {
     "info": Difference("INFO's fields", check_info),
     "command-table": Difference("COMMAND, COMMAND COUNT/DOCS and COMMAND INFO of containers",
                                 check_command_table),
-    "expiry": Difference("SET's EX/PX/EXAT/PXAT/KEEPTTL", check_expiry),
     "key-order": Difference("the order of KEYS", check_key_order),
     "scan-cursor": Difference("SCAN's cursors and the order and grouping of its keys",
                               check_scan),
@@ -387,6 +396,15 @@ def run_script(path, ferrotx_port, redis_port, resp3, password=None):
                     problems.append(f"{line.where}: HELLO 3 on connect: ferrotx "
                                     f"{_show(hellos[0])} / redis {_show(hellos[1])}")
             ours, theirs = replies
+            if line.near is not None:
+                if len(ours) != 1 or len(theirs) != 1:
+                    problems.append(f"{line.where}: {line.text}: one reply expected")
+                    continue
+                why = check_near(ours[0], theirs[0], line.near)
+                if why is not None:
+                    problems.append(f"{line.where}: {line.text}: {why}\n    ferrotx: "
+                                    f"{_show(ours[0][0])}\n    redis:   {_show(theirs[0][0])}")
+                continue
             if line.difference is not None:
                 if len(ours) != 1 or len(theirs) != 1:
                     problems.append(f"{line.where}: {line.text}: one reply expected")

@@ -412,7 +412,8 @@ class RespConn:
 
 
 def delete_all_keys(port, password=None):
-    """Deletes every key (KEYS * then DEL, which ferrotx and Redis both have)."""
+    """Deletes every key (KEYS * then DEL, then FLUSHALL for the expired keys that
+    neither server has removed yet: KEYS leaves them out, DBSIZE counts them)."""
     conn = RespConn(port)
     try:
         if password is not None:
@@ -423,6 +424,9 @@ def delete_all_keys(port, password=None):
         names = [item[1] for item in keys[1]]
         for i in range(0, len(names), 200):
             conn.call("DEL", *names[i:i + 200])
+        raw, _ = conn.call("FLUSHALL")
+        if raw != b"+OK\r\n":
+            raise Fatal(f"port {port}: FLUSHALL answered {raw[:200]!r}")
         _, size = conn.call("DBSIZE")
         if size != ("int", 0):
             raise Fatal(f"port {port}: {size} keys left after deleting every key")

@@ -17,8 +17,6 @@ import redis
 
 from harness import RespConn, delete_all_keys, encode_command
 
-EXPIRY_ERROR = "ferrotx does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)"
-
 
 def observe(call):
     """The result of `call()`, or its exception as (type name, message)."""
@@ -259,21 +257,128 @@ class RedisPy(BothServers):
         seen = self.both(scenario)
         self.assertEqual(seen, [[b"200", b"200", b"200"], 603])
 
-    def test_set_with_expiry_is_refused_by_ferrotx(self):
-        # Documented difference `expiry`.
-        r = self.client(self.servers.ferrotx_ports[0])
-        for kwargs in ({"ex": 10}, {"px": 100}, {"keepttl": True}):
-            with self.assertRaises(redis.ResponseError) as caught:
-                r.set("e", "v", **kwargs)
-            self.assertEqual(str(caught.exception), EXPIRY_ERROR)
-        self.assertIsNone(r.get("e"))
-        # Inside MULTI: that command's entry is the error, the others commit.
-        pipe = r.pipeline(transaction=True)
-        pipe.set("e", "v", ex=10).set("f", "w")
-        results = pipe.execute(raise_on_error=False)
-        self.assertEqual(str(results[0]), EXPIRY_ERROR)
-        self.assertEqual(results[1], True)
-        self.assertEqual(r.mget("e", "f"), [None, b"w"])
+    def test_keys_expire(self):
+        # Short expiries, on both servers: the keys are gone for every command, SCAN and
+        # KEYS once their time has passed, and the others stay.
+        def scenario(r, port):
+            r.set("short", "v", px=200)
+            r.psetex("short2", 200, "v")
+            r.set("long", "v", ex=1000)
+            r.set("plain", "v")
+            r.set("moved", "v", px=200)
+            r.pexpire("moved", 100000)
+            before = [r.exists("short", "short2", "long", "plain"), r.get("short"),
+                      sorted(r.keys("*"))]
+            time.sleep(0.4)
+            after = [r.get("short"), r.exists("short", "short2", "long", "plain", "moved"),
+                     r.ttl("short"), r.pttl("short2"), sorted(r.keys("*")),
+                     sorted(r.scan_iter(count=3)), r.incr("short"), r.ttl("short"),
+                     r.set("short2", "w", nx=True), r.getex("short2"), r.ttl("short2")]
+            return [before, after]
+
+        seen = self.both(scenario)
+        self.assertEqual(seen[1][:2], [None, 3])
+        self.assertEqual(seen[1][4], [b"long", b"moved", b"plain"])
+
+    def test_expiry_in_multi_and_pipelines(self):
+        def scenario(r, port):
+            pipe = r.pipeline(transaction=True)
+            pipe.set("m", "v", exat=4000000000).expiretime("m").set("m", "w", keepttl=True)
+            pipe.pexpiretime("m").getex("m", persist=True).ttl("m").expire("m", -1)
+            pipe.exists("m").set("n", 5, px=100000).incrby("n", 2).pttl("n")
+            results = pipe.execute()
+            results[-1] = 99000 <= results[-1] <= 100000
+            pipe = r.pipeline(transaction=False)
+            pipe.setex("p", 1000, "v").ttl("p").persist("p").ttl("p").expireat("p", 1)
+            pipe.get("p")
+            return [results, pipe.execute()]
+
+        self.both(scenario)
+
+    def test_expired_keys_are_gone_on_every_node(self):
+        # ferrotx alone: keys set with PX 200 through one node are gone, after the
+        # deadline, for the clients of every node (each node's clock decides).
+        clients = [self.client(port) for port in self.servers.ferrotx_ports]
+        names = [f"px{i}" for i in range(20)]
+        for i, name in enumerate(names):
+            clients[i % 3].set(name, "v", px=200)
+        clients[0].set("stays", "v", ex=1000)
+        for client in clients:
+            self.assertEqual(client.exists(*names), len(names))
+        time.sleep(0.5)
+        for client in clients:
+            self.assertEqual(client.exists(*names), 0)
+            self.assertEqual(client.mget(names), [None] * len(names))
+            self.assertEqual(client.keys("px*"), [])
+            self.assertEqual(list(client.scan_iter(match="px*")), [])
+            self.assertEqual(client.ttl(names[0]), -2)
+            self.assertTrue(990 <= client.ttl("stays") <= 1000)
+        # A write that touches an expired key removes it (lazily): DBSIZE counts expired
+        # keys until then, as Redis's does.
+        before = clients[2].dbsize()
+        self.assertEqual(clients[1].delete(*names), 0)
+        self.assertEqual(before - clients[2].dbsize(), len(names))
+
+    def test_watch_fails_when_a_watched_key_expires(self):
+        def scenario(r, port):
+            outcomes = []
+            for setup, wait in ((lambda: r.set("w", "v", px=200), 0.4),
+                                (lambda: r.set("w", "v", px=100000), 0.05),
+                                (lambda: r.delete("w"), 0.05)):
+                setup()
+                with r.pipeline() as pipe:
+                    pipe.watch("w")
+                    time.sleep(wait)
+                    pipe.multi()
+                    pipe.get("other")
+                    try:
+                        outcomes.append(pipe.execute())
+                    except redis.WatchError:
+                        outcomes.append("WatchError")
+            return outcomes
+
+        seen = self.both(scenario)
+        self.assertEqual(seen, ["WatchError", [None], [None]])
+
+    def test_watch_fails_when_a_key_is_set_and_deleted(self):
+        def scenario(r, port):
+            other = self.client(port)
+            outcomes = []
+            for change in (lambda: other.transaction(
+                                   lambda pipe: pipe.multi() or pipe.set("sd", 1).delete("sd")),
+                           lambda: (other.set("sd", 1), other.delete("sd")),
+                           lambda: other.delete("sd")):
+                with r.pipeline() as pipe:
+                    pipe.watch("sd")
+                    change()
+                    pipe.multi()
+                    pipe.get("sd")
+                    try:
+                        outcomes.append(pipe.execute())
+                    except redis.WatchError:
+                        outcomes.append("WatchError")
+            return outcomes
+
+        seen = self.both(scenario)
+        self.assertEqual(seen, ["WatchError", "WatchError", [None]])
+
+    def test_flushall_empties_every_node(self):
+        # FLUSHDB through one node, then DBSIZE 0 and every key gone on every node.
+        clients = [self.client(port) for port in self.servers.ferrotx_ports]
+        names = [f"f{i}" for i in range(300)]
+        clients[1].mset({name: "v" for name in names})
+        clients[2].set("fttl", "v", ex=1000)
+        self.assertTrue(clients[0].flushdb())
+        for client in clients:
+            self.assertEqual(client.dbsize(), 0)
+            self.assertEqual(client.exists(*names, "fttl"), 0)
+            self.assertEqual(client.keys("*"), [])
+        clients[0].set("again", 1)
+        self.assertTrue(clients[2].flushall(asynchronous=True))
+        self.assertEqual(clients[1].dbsize(), 0)
+        with self.assertRaises(redis.ResponseError) as caught:
+            clients[0].execute_command("FLUSHALL", "NOW")
+        self.assertEqual(str(caught.exception), "syntax error")
 
     def test_ferrotx_limits(self):
         # Documented differences `value-size`, `transaction-size`, `request-limits`.

@@ -8,7 +8,8 @@
 //! run it as it is.
 
 use ferrotx_exec::Co;
-use ferrotx_resp::{Outcome, Overlay, Plan, Reply};
+use ferrotx_resp::keys::{Lookup, lookup};
+use ferrotx_resp::{Outcome, Overlay, Plan, Reply, WatchVersion};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 
 use crate::backoff::Backoff;
@@ -212,11 +213,12 @@ async fn attempt(
     };
     txn.set_deadline(deadline_ns);
     let values = txn.read_many(kv.id, &store_keys).await.map_err(classify)?;
-    if !watched_unchanged(&txn, kv, plan) {
+    let now_ms = kv.now_ms(co);
+    if !watched_unchanged(&txn, kv, plan, now_ms) {
         // Dropping the transaction abandons it: nothing was locked or written.
         return Ok(Outcome::WatchedKeyChanged);
     }
-    let mut overlay = Overlay::new(kv.stored_bytes_max);
+    let mut overlay = Overlay::new(kv.stored_bytes_max, now_ms);
     for (key, stored) in plan_keys.iter().zip(&values) {
         overlay
             .insert_stored(key.to_vec(), stored.as_deref())
@@ -240,38 +242,52 @@ async fn attempt(
     Ok(Outcome::Committed(replies))
 }
 
-/// True if every key the plan watches has the version WATCH saw.
-fn watched_unchanged(txn: &Txn<'_>, kv: KvTable, plan: &Plan) -> bool {
+/// True if every key the plan watches has the version WATCH saw, and none that was live
+/// with a deadline then has expired by `now_ms` (Unix time in milliseconds).
+fn watched_unchanged(txn: &Txn<'_>, kv: KvTable, plan: &Plan, now_ms: u64) -> bool {
     plan.watched().iter().all(|watched| {
         let version = txn
             .read_version(kv.id, &store_key(&watched.key))
             .expect("every watched key was read");
-        version == watched.version
+        watched.version.unchanged(version, now_ms)
     })
 }
 
 /// The version WATCH records for a key it could not read: versions have 62 bits, so no
 /// key ever has it, and an EXEC watching the key fails (answers nil).
-pub const VERSION_UNREADABLE: u64 = u64::MAX;
+pub const VERSION_UNREADABLE: WatchVersion = WatchVersion {
+    store_version: u64::MAX,
+    expires_at_ms: None,
+};
 
-/// WATCH: the current version of each of `keys` (absent keys have versions too), read
-/// together at their primaries as a read-only transaction, retried on conflicts.
+/// WATCH: the current version of each of `keys` (absent keys have versions too), and
+/// its deadline if it is live and expiring, read together at their primaries as a
+/// read-only transaction, retried on conflicts.
 pub async fn read_versions(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
     keys: &[Vec<u8>],
     seed: u64,
-) -> Result<Vec<u64>, Reply> {
+) -> Result<Vec<WatchVersion>, Reply> {
     let store_keys: Vec<_> = keys.iter().map(|key| store_key(key)).collect();
     let mut backoff = Backoff::new(seed, co.now_ns());
     loop {
         let mut txn = coordinator.begin_read_only(co);
         let read = match txn.read_many(kv.id, &store_keys).await {
-            Ok(_) => {
-                let versions: Vec<u64> = store_keys
+            Ok(values) => {
+                let now_ms = kv.now_ms(co);
+                let versions: Vec<WatchVersion> = store_keys
                     .iter()
-                    .map(|key| txn.read_version(kv.id, key).expect("read above"))
+                    .zip(keys)
+                    .zip(&values)
+                    .map(|((store_key, key), stored)| WatchVersion {
+                        store_version: txn.read_version(kv.id, store_key).expect("read above"),
+                        expires_at_ms: match lookup(key, stored.as_deref(), now_ms) {
+                            Ok(Lookup::Value { expires_at_ms, .. }) => expires_at_ms,
+                            _ => None,
+                        },
+                    })
                     .collect();
                 // Validation makes the versions one snapshot; one key needs none.
                 txn.commit().await.map(|()| versions)

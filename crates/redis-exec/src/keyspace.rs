@@ -1,9 +1,10 @@
-//! DBSIZE, SCAN and KEYS: whole-keyspace commands, answered by asking every partition's
-//! primary in a coroutine of a worker thread.
+//! DBSIZE, SCAN, KEYS, FLUSHALL and FLUSHDB: whole-keyspace commands, answered by asking
+//! every partition's primary in a coroutine of a worker thread (FLUSHALL: [`crate::flush`]).
 //!
 //! None of them is a transaction (Redis Cluster's are not either): each partition is read
 //! as it is when its request reaches it, so keys written meanwhile may or may not be
-//! counted or listed. Per partition the store's scan visits every key present for the
+//! counted or listed. SCAN and KEYS leave out keys expired by the node's clock (not yet
+//! removed from the store); DBSIZE counts them until they are removed, as Redis does. Per partition the store's scan visits every key present for the
 //! whole scan, in insertion order, so a SCAN iteration from cursor 0 to 0 returns every
 //! key present throughout it, as Redis guarantees.
 //!
@@ -20,6 +21,7 @@ use ferrotx_txn::messages::ScanPage;
 use ferrotx_txn::participant::SCAN_OBJECTS_MAX;
 
 use crate::backoff::Backoff;
+use crate::flush::run_flush;
 use crate::kv_table::KvTable;
 
 /// Low bits of a SCAN cursor that hold the partition index.
@@ -71,12 +73,15 @@ pub async fn run_keyspace(
         KeyspaceRequest::Keys { pattern } => {
             run_keys(co, coordinator, kv, partitions, pattern, seed).await
         }
+        KeyspaceRequest::Flush => run_flush(co, coordinator, kv, partitions, seed)
+            .await
+            .map(|()| Reply::ok()),
     };
     result.unwrap_or_else(Reply::error)
 }
 
 /// One page of `partition` from `cursor`, with errors as reply text.
-async fn page(
+pub(crate) async fn page(
     co: &Co,
     coordinator: &Coordinator,
     kv: KvTable,
@@ -90,12 +95,15 @@ async fn page(
         .map_err(|abort| format!("ERR ferrotx: scanning partition {partition} failed: {abort}"))
 }
 
-/// The Redis keys of a page's stored values (a value that does not decode is not a
-/// Redis key's, and is skipped).
-fn redis_keys(page: &ScanPage) -> impl Iterator<Item = &[u8]> {
-    page.objects
-        .iter()
-        .filter_map(|(_, stored)| keys::decode(stored).ok().map(|entry| entry.key))
+/// The Redis keys of a page's stored values that are live at `now_ms` (Unix time in
+/// milliseconds): an expired key is left out, and a value that does not decode is not a
+/// Redis key's, and is skipped.
+fn redis_keys(page: &ScanPage, now_ms: u64) -> impl Iterator<Item = &[u8]> {
+    page.objects.iter().filter_map(move |(_, stored)| {
+        let entry = keys::decode(stored).ok()?;
+        let live = entry.expires_at_ms.is_none_or(|deadline| deadline > now_ms);
+        live.then_some(entry.key)
+    })
 }
 
 /// SCAN: visits about `count` objects from the cursor, across partitions, and replies the
@@ -120,7 +128,7 @@ async fn run_scan(
         let page = page(co, coordinator, kv, partition, cursor, ask).await?;
         visited += u64::from(page.visited);
         found.extend(
-            redis_keys(&page)
+            redis_keys(&page, kv.now_ms(co))
                 .filter(|key| request.matches(key))
                 .map(<[u8]>::to_vec),
         );
@@ -172,7 +180,7 @@ async fn run_keys(
         loop {
             let page = page(co, coordinator, kv, partition, cursor, SCAN_OBJECTS_MAX).await?;
             found.extend(
-                redis_keys(&page)
+                redis_keys(&page, kv.now_ms(co))
                     .filter(|key| keys_pattern_matches(pattern, key))
                     .map(<[u8]>::to_vec),
             );

@@ -1,6 +1,7 @@
 //! Where the Redis keyspace lives: the configuration's table named `kv`.
 
 use ferrotx_cluster::Configuration;
+use ferrotx_exec::Co;
 use ferrotx_resp::keys;
 use ferrotx_store::{Key, TableId, ValueSize};
 
@@ -22,10 +23,21 @@ pub struct KvTable {
     /// commit and recovery did not decide it in time). [`DEFAULT_COMMAND_TIMEOUT_NS`]
     /// unless the server sets another.
     pub command_timeout_ns: u64,
+    /// The wall clock: Unix time in nanoseconds at the executor's time 0
+    /// ([`Co::now_ns`] counts from the node's start), so that the Unix time now is
+    /// `co.now_ns() + wall_offset_ns` ([`KvTable::now_ms`]), which key expiry uses.
+    /// [`SIMULATED_WALL_OFFSET_NS`] unless the caller sets another: the real server sets
+    /// the system clock's ([`KvTable::with_wall_offset_ns`]); simulations keep the fixed
+    /// one, so runs replay.
+    pub wall_offset_ns: u64,
 }
 
 /// Default of [`KvTable::command_timeout_ns`]: 5 s, a few leases and recoveries.
 pub const DEFAULT_COMMAND_TIMEOUT_NS: u64 = 5_000_000_000;
+
+/// Default of [`KvTable::wall_offset_ns`]: a fixed, plausible Unix time (2023-11-14,
+/// 1,700,000,000,000 ms) for the executor's time 0, for simulations and tests.
+pub const SIMULATED_WALL_OFFSET_NS: u64 = 1_700_000_000_000 * 1_000_000;
 
 impl KvTable {
     /// The `kv` table of `config`'s schema: it must exist and hold values of any size.
@@ -45,9 +57,31 @@ impl KvTable {
                 id: spec.id,
                 stored_bytes_max: bytes,
                 command_timeout_ns: config.resp().command_timeout_ms.saturating_mul(1_000_000),
+                wall_offset_ns: SIMULATED_WALL_OFFSET_NS,
             }),
             ValueSize::Fixed(bytes) => Err(KvTableError::FixedSizeKvTable { bytes }),
         }
+    }
+}
+
+impl KvTable {
+    /// This table with the wall clock `wall_offset_ns` (see [`KvTable::wall_offset_ns`]).
+    pub fn with_wall_offset_ns(self, wall_offset_ns: u64) -> Self {
+        Self {
+            wall_offset_ns,
+            ..self
+        }
+    }
+
+    /// Unix time in milliseconds at executor time `now_ns`.
+    pub fn unix_ms(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_add(self.wall_offset_ns) / 1_000_000
+    }
+
+    /// Unix time in milliseconds now, by `co`'s clock: the time commands run at (key
+    /// expiry).
+    pub fn now_ms(&self, co: &Co) -> u64 {
+        self.unix_ms(co.now_ns())
     }
 }
 
@@ -71,10 +105,19 @@ mod tests {
                 id: TableId(1),
                 stored_bytes_max: 1 << 20,
                 command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
+                wall_offset_ns: SIMULATED_WALL_OFFSET_NS,
             }
         );
         let other = |tables| config.clone().with_tables(tables).unwrap();
         let error = KvTable::find(&other(vec![TableSpec::fixed(2, "accounts", 8)])).unwrap_err();
+        let kv = KvTable::find(&config)
+            .unwrap()
+            .with_wall_offset_ns(5_000_000);
+        assert_eq!(kv.unix_ms(1_999_999), 6);
+        assert_eq!(
+            KvTable::find(&config).unwrap().unix_ms(0),
+            1_700_000_000_000
+        );
         assert!(
             error
                 .to_string()
@@ -100,6 +143,7 @@ mod tests {
                 id: TableId(5),
                 stored_bytes_max: 4096,
                 command_timeout_ns: DEFAULT_COMMAND_TIMEOUT_NS,
+                wall_offset_ns: SIMULATED_WALL_OFFSET_NS,
             }
         );
     }

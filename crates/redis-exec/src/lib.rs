@@ -33,8 +33,9 @@
 //! - WATCH's versions (`Action::ReadVersions`): [`read_versions`], given to
 //!   `Session::watched`; on an error reply, the keys are watched at
 //!   [`VERSION_UNREADABLE`] (so a later EXEC fails safely), and the error is the reply;
-//! - DBSIZE, SCAN, KEYS (`Action::Keyspace`): [`run_keyspace`] over the configuration's
-//!   partition count; its result is the reply, and the session is not told.
+//! - DBSIZE, SCAN, KEYS, FLUSHALL, FLUSHDB (`Action::Keyspace`): [`run_keyspace`] over
+//!   the configuration's partition count; its result is the reply, and the session is
+//!   not told.
 //!
 //! 3. A simulated client: a [`RespClient`] drives a [`RespConnection`] from one
 //!    coroutine, awaiting each work item's [`execute`] itself, and parses its output
@@ -43,8 +44,13 @@
 //!
 //! A plan is one transaction (retried on conflicts after a randomized, growing back-off,
 //! for up to 2 seconds); pipelined commands too large together for one transaction run
-//! one by one. DBSIZE, SCAN and KEYS ask every partition's primary and are not
-//! transactions, as in Redis Cluster. Keys live under the 128-bit hash of the Redis key
+//! one by one. DBSIZE, SCAN, KEYS and FLUSHALL ask every partition's primary and are not
+//! transactions, as in Redis Cluster (FLUSHALL deletes the keys it finds in transactions
+//! of at most [`FLUSH_KEYS_PER_TRANSACTION`] keys).
+//!
+//! Key expiry uses the wall clock `co.now_ns() + kv.wall_offset_ns`
+//! ([`KvTable::now_ms`]): the server sets the offset from the system clock at start, and
+//! simulations keep a fixed one. Keys live under the 128-bit hash of the Redis key
 //! ([`store_key`], [`ferrotx_resp::keys`]).
 
 mod backoff;
@@ -52,6 +58,7 @@ mod client;
 mod connection;
 mod error;
 mod execute;
+mod flush;
 mod keyspace;
 mod kv_table;
 mod resp_value;
@@ -65,8 +72,11 @@ pub use connection::{
 };
 pub use error::KvTableError;
 pub use execute::{PlanRun, VERSION_UNREADABLE, read_versions, run_plan};
+pub use flush::FLUSH_KEYS_PER_TRANSACTION;
 pub use keyspace::{PARTITION_BITS, run_keyspace};
-pub use kv_table::{DEFAULT_COMMAND_TIMEOUT_NS, KV_TABLE_NAME, KvTable, store_key};
+pub use kv_table::{
+    DEFAULT_COMMAND_TIMEOUT_NS, KV_TABLE_NAME, KvTable, SIMULATED_WALL_OFFSET_NS, store_key,
+};
 pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
 pub use ship::{REDIS_PLAN, decode_plan, encode_plan, procedures, ship_plan, ship_target};
 pub use work::{Work, WorkResult, execute};

@@ -7,7 +7,7 @@
 //! back as a [`WorkResult`].
 
 use ferrotx_exec::Co;
-use ferrotx_resp::{KeyspaceRequest, Plan, Reply};
+use ferrotx_resp::{KeyspaceRequest, Plan, Reply, WatchVersion};
 use ferrotx_txn::coordinator::Coordinator;
 
 use crate::execute::{PlanRun, read_versions, run_plan};
@@ -22,7 +22,7 @@ pub enum Work {
     Plan(Plan),
     /// WATCH: read the versions of these keys, in order: [`read_versions`].
     Versions(Vec<Vec<u8>>),
-    /// DBSIZE, SCAN or KEYS: [`run_keyspace`].
+    /// DBSIZE, SCAN, KEYS, FLUSHALL or FLUSHDB: [`run_keyspace`].
     Keyspace(KeyspaceRequest),
 }
 
@@ -32,8 +32,8 @@ pub enum WorkResult {
     /// A plan ran (an ordinary command, or EXEC's block).
     Plan(PlanRun),
     /// The versions of WATCH's keys, in order, or the error to reply.
-    Versions(Result<Vec<u64>, Reply>),
-    /// DBSIZE, SCAN or KEYS: the reply (an error reply if it failed).
+    Versions(Result<Vec<WatchVersion>, Reply>),
+    /// DBSIZE, SCAN, KEYS, FLUSHALL or FLUSHDB: the reply (an error reply if it failed).
     Keyspace(Reply),
     /// The work was dropped unfinished: the node is stopping. The connection answers
     /// an error (and a WATCH leaves its keys watched at a version no key has).

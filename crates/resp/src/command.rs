@@ -27,10 +27,6 @@ pub const SYNTAX_ERROR: &str = "ERR syntax error";
 /// Redis's reply to an argument or stored value that is not an integer in range.
 pub const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 
-/// ferrotx's reply to SET's expiry options (ferrotx keys never expire).
-pub const EXPIRY_UNSUPPORTED: &str =
-    "ERR ferrotx does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)";
-
 /// A parsed request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -54,7 +50,8 @@ pub enum DataCommand {
         /// The key.
         key: Vec<u8>,
     },
-    /// `SET key value [NX | XX] [GET]`.
+    /// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]`, and
+    /// SETEX and PSETEX (a SET with EX or PX).
     Set {
         /// The key.
         key: Vec<u8>,
@@ -64,6 +61,38 @@ pub enum DataCommand {
         condition: SetCondition,
         /// GET: reply with the old value (or null) instead of OK / null.
         get: bool,
+        /// The key's expiry once set.
+        expiry: SetExpiry,
+    },
+    /// `GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]`.
+    GetEx {
+        /// The key.
+        key: Vec<u8>,
+        /// What to do with its expiry (if the key exists).
+        expiry: GetExExpiry,
+    },
+    /// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT: `key time [NX | XX | GT | LT]`.
+    Expire {
+        /// The key.
+        key: Vec<u8>,
+        /// The new deadline.
+        time: ExpireTime,
+        /// When to set it.
+        condition: ExpireCondition,
+    },
+    /// TTL, PTTL, EXPIRETIME and PEXPIRETIME.
+    Ttl {
+        /// The key.
+        key: Vec<u8>,
+        /// In milliseconds (PTTL, PEXPIRETIME) rather than seconds.
+        millis: bool,
+        /// The deadline as Unix time (EXPIRETIME, PEXPIRETIME) rather than the time left.
+        absolute: bool,
+    },
+    /// PERSIST key.
+    Persist {
+        /// The key.
+        key: Vec<u8>,
     },
     /// SETNX key value.
     SetNx {
@@ -145,6 +174,116 @@ pub enum SetCondition {
     IfAbsent,
     /// XX: only if the key is present.
     IfPresent,
+}
+
+/// What SET does with the key's expiry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SetExpiry {
+    /// No option: the key has no expiry once set (a TTL it had is cleared).
+    #[default]
+    Clear,
+    /// KEEPTTL: the key keeps the expiry it had.
+    Keep,
+    /// EX, PX, EXAT or PXAT: the key expires then.
+    At(ExpireTime),
+}
+
+/// GETEX's option.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GetExExpiry {
+    /// No option: the expiry is left as it is.
+    #[default]
+    Unchanged,
+    /// PERSIST: the expiry is cleared.
+    Persist,
+    /// EX, PX, EXAT or PXAT: the key expires then.
+    At(ExpireTime),
+    /// EX, PX, EXAT or PXAT with an argument that is not an integer: Redis replies
+    /// "value is not an integer" only if the key exists (it looks the key up first).
+    NotAnInteger,
+}
+
+/// EXPIRE's NX, XX, GT and LT (NX goes with none of the others, GT not with LT).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpireCondition {
+    /// NX: only if the key has no expiry.
+    pub if_none: bool,
+    /// XX: only if the key has an expiry.
+    pub if_some: bool,
+    /// GT: only if the new deadline is later (no expiry counts as infinitely late).
+    pub later: bool,
+    /// LT: only if the new deadline is earlier (no expiry counts as infinitely late).
+    pub earlier: bool,
+}
+
+impl ExpireCondition {
+    /// True if a key whose deadline is `current` (`None`: no expiry) may get the
+    /// deadline `new`.
+    pub fn allows(&self, current: Option<i64>, new: i64) -> bool {
+        !(self.if_none && current.is_some()
+            || self.if_some && current.is_none()
+            || self.later && current.is_none_or(|current| new <= current)
+            || self.earlier && current.is_some_and(|current| new >= current))
+    }
+}
+
+/// An expiry time as a command gave it: checked, and made a deadline, when the command
+/// runs (a relative one needs the time then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpireTime {
+    /// The argument.
+    pub amount: i64,
+    /// In milliseconds (PX, PXAT, PSETEX, PEXPIRE, PEXPIREAT) rather than seconds.
+    pub millis: bool,
+    /// A Unix time (EXAT, PXAT, EXPIREAT, PEXPIREAT) rather than a time from now.
+    pub absolute: bool,
+    /// The command's name, for the error "invalid expire time in '...' command".
+    pub command: &'static str,
+}
+
+impl ExpireTime {
+    /// The deadline (Unix time in milliseconds, which may be in the past, even
+    /// negative) as SET, SETEX, PSETEX and GETEX compute it at `now_ms`: the amount must
+    /// be positive and the deadline fit in an i64; `None` if not (Redis's
+    /// `getExpireMillisecondsOrReply`).
+    pub fn string_deadline(&self, now_ms: u64) -> Option<i64> {
+        if self.amount <= 0 {
+            return None;
+        }
+        self.deadline(now_ms)
+    }
+
+    /// The deadline (Unix time in milliseconds, possibly in the past or negative) as
+    /// EXPIRE and its kin compute it at `now_ms`; `None` if it does not fit in an i64.
+    pub fn deadline(&self, now_ms: u64) -> Option<i64> {
+        let ms = if self.millis {
+            self.amount
+        } else {
+            // Redis's bounds: the seconds must fit as milliseconds.
+            if self.amount > i64::MAX / 1000 || self.amount < i64::MIN / 1000 {
+                return None;
+            }
+            self.amount * 1000
+        };
+        if self.absolute {
+            return Some(ms);
+        }
+        let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+        // Redis checks only the upper bound (a negative amount from a positive now
+        // cannot overflow).
+        if ms > i64::MAX - now {
+            return None;
+        }
+        Some(ms + now)
+    }
+
+    /// Redis's error for a time that [`ExpireTime::deadline`] refuses.
+    pub fn invalid(&self) -> Reply {
+        Reply::error(format!(
+            "ERR invalid expire time in '{}' command",
+            self.command
+        ))
+    }
 }
 
 /// A command the session answers without reading keys.
@@ -240,6 +379,9 @@ pub enum KeyspaceRequest {
         /// The pattern.
         pattern: Vec<u8>,
     },
+    /// FLUSHALL and FLUSHDB (with ASYNC, SYNC or neither, all run synchronously): delete
+    /// every key, partition by partition, then reply `+OK`.
+    Flush,
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
@@ -335,6 +477,40 @@ pub fn parse(spec: &CommandSpec, args: Args<'_>) -> Result<Command, Reply> {
         CommandId::Quit => connection(ConnectionCommand::Quit),
         CommandId::Get => data(DataCommand::Get { key: arg(1) }),
         CommandId::Set => parse_set(args).map(Command::Data),
+        CommandId::SetEx | CommandId::PSetEx => {
+            let amount = parse_i64(&args[2]).ok_or(Reply::error_static(NOT_AN_INTEGER))?;
+            data(DataCommand::Set {
+                key: arg(1),
+                value: arg(3),
+                condition: SetCondition::Always,
+                get: false,
+                expiry: SetExpiry::At(ExpireTime {
+                    amount,
+                    millis: spec.id == CommandId::PSetEx,
+                    absolute: false,
+                    command: spec.name,
+                }),
+            })
+        }
+        CommandId::GetEx => parse_getex(args).map(Command::Data),
+        CommandId::Expire | CommandId::PExpire | CommandId::ExpireAt | CommandId::PExpireAt => {
+            parse_expire(spec, args).map(Command::Data)
+        }
+        CommandId::Ttl | CommandId::PTtl | CommandId::ExpireTime | CommandId::PExpireTime => {
+            data(DataCommand::Ttl {
+                key: arg(1),
+                millis: matches!(spec.id, CommandId::PTtl | CommandId::PExpireTime),
+                absolute: matches!(spec.id, CommandId::ExpireTime | CommandId::PExpireTime),
+            })
+        }
+        CommandId::Persist => data(DataCommand::Persist { key: arg(1) }),
+        CommandId::FlushAll | CommandId::FlushDb => match args.len() {
+            1 => Ok(Command::Keyspace(KeyspaceRequest::Flush)),
+            2 if option_is(&args[1], "async") || option_is(&args[1], "sync") => {
+                Ok(Command::Keyspace(KeyspaceRequest::Flush))
+            }
+            _ => Err(Reply::error_static(SYNTAX_ERROR)),
+        },
         CommandId::SetNx => data(DataCommand::SetNx {
             key: arg(1),
             value: arg(2),
@@ -436,74 +612,179 @@ fn option_is(arg: &[u8], name: &str) -> bool {
     c_string_prefix(arg, usize::MAX).eq_ignore_ascii_case(name.as_bytes())
 }
 
-/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]`, checked as
-/// Redis's `parseExtendedStringArgumentsOrReply` does; a well-formed expiry option is
-/// then refused with [`EXPIRY_UNSUPPORTED`].
-fn parse_set(args: Args<'_>) -> Result<DataCommand, Reply> {
-    /// An expiry option.
-    #[derive(Clone, Copy, PartialEq, Eq)]
-    enum Expiry {
-        Ex,
-        Px,
-        ExAt,
-        PxAt,
-        KeepTtl,
+/// An expiry option of SET or GETEX.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExpiryOption {
+    Ex,
+    Px,
+    ExAt,
+    PxAt,
+    /// SET's KEEPTTL, GETEX's PERSIST.
+    Keep,
+}
+
+/// Reads the expiry option at `args[index]` if it is one (`keep_name`: KEEPTTL or
+/// PERSIST) that may follow `seen` (an expiry option may follow no other expiry
+/// option but itself): its kind and, for a timed one, its argument.
+fn expiry_option<'a>(
+    args: Args<'a>,
+    index: usize,
+    seen: Option<ExpiryOption>,
+    keep_name: &str,
+) -> Option<(ExpiryOption, Option<&'a [u8]>)> {
+    let option = &args[index];
+    let allows = |kind: ExpiryOption| seen.is_none_or(|seen| seen == kind);
+    if option_is(option, keep_name) {
+        return allows(ExpiryOption::Keep).then_some((ExpiryOption::Keep, None));
     }
+    let next = args.get(index + 1)?;
+    [
+        (ExpiryOption::Ex, "ex"),
+        (ExpiryOption::Px, "px"),
+        (ExpiryOption::ExAt, "exat"),
+        (ExpiryOption::PxAt, "pxat"),
+    ]
+    .into_iter()
+    .find(|(_, name)| option_is(option, name))
+    .map(|(kind, _)| kind)
+    .filter(|&kind| allows(kind))
+    .map(|kind| (kind, Some(next)))
+}
+
+/// The expire time of a timed option with its argument's value.
+fn expire_time(kind: ExpiryOption, amount: i64, command: &'static str) -> ExpireTime {
+    ExpireTime {
+        amount,
+        millis: matches!(kind, ExpiryOption::Px | ExpiryOption::PxAt),
+        absolute: matches!(kind, ExpiryOption::ExAt | ExpiryOption::PxAt),
+        command,
+    }
+}
+
+/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]`, checked as
+/// Redis's `parseExtendedStringArgumentsOrReply` does (a later NX, XX or expiry option of
+/// the same kind overrides an earlier one); the time's own checks come when it runs.
+fn parse_set(args: Args<'_>) -> Result<DataCommand, Reply> {
     let mut condition = SetCondition::Always;
     let mut get = false;
-    let mut expiry: Option<Expiry> = None;
+    let mut expiry: Option<ExpiryOption> = None;
     let mut expire_argument: Option<&[u8]> = None;
     let mut index = 3;
     while index < args.len() {
         let option = &args[index];
-        let next = args.get(index + 1);
-        // An expiry option may follow no other expiry option but itself.
-        let expiry_allows = |kind: Expiry| expiry.is_none_or(|seen| seen == kind);
-        let timed = [
-            (Expiry::Ex, "ex"),
-            (Expiry::Px, "px"),
-            (Expiry::ExAt, "exat"),
-            (Expiry::PxAt, "pxat"),
-        ]
-        .into_iter()
-        .find(|(_, name)| option_is(option, name))
-        .map(|(kind, _)| kind)
-        .filter(|&kind| expiry_allows(kind) && next.is_some());
         if option_is(option, "nx") && condition != SetCondition::IfPresent {
             condition = SetCondition::IfAbsent;
         } else if option_is(option, "xx") && condition != SetCondition::IfAbsent {
             condition = SetCondition::IfPresent;
         } else if option_is(option, "get") {
             get = true;
-        } else if option_is(option, "keepttl") && expiry_allows(Expiry::KeepTtl) {
-            expiry = Some(Expiry::KeepTtl);
-        } else if let Some(kind) = timed {
+        } else if let Some((kind, argument)) = expiry_option(args, index, expiry, "keepttl") {
             expiry = Some(kind);
-            expire_argument = next;
-            index += 1;
+            if argument.is_some() {
+                expire_argument = argument;
+                index += 1;
+            }
         } else {
             return Err(Reply::error_static(SYNTAX_ERROR));
         }
         index += 1;
     }
-    if let Some(kind) = expiry {
-        if let Some(argument) = expire_argument {
-            // Redis checks the time before anything else: keep its errors for bad ones.
+    let expiry = match (expiry, expire_argument) {
+        (None, _) => SetExpiry::Clear,
+        (Some(ExpiryOption::Keep), _) => SetExpiry::Keep,
+        (Some(kind), Some(argument)) => {
             let amount = parse_i64(argument).ok_or(Reply::error_static(NOT_AN_INTEGER))?;
-            let seconds = matches!(kind, Expiry::Ex | Expiry::ExAt);
-            if amount <= 0 || (seconds && amount > i64::MAX / 1000) {
-                return Err(Reply::error_static(
-                    "ERR invalid expire time in 'set' command",
-                ));
-            }
+            SetExpiry::At(expire_time(kind, amount, "set"))
         }
-        return Err(Reply::error_static(EXPIRY_UNSUPPORTED));
-    }
+        (Some(_), None) => unreachable!("a timed option has its argument"),
+    };
     Ok(DataCommand::Set {
         key: args[1].to_vec(),
         value: args[2].to_vec(),
         condition,
         get,
+        expiry,
+    })
+}
+
+/// `GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]`: the options' syntax is
+/// checked now, the time when it runs (and only if the key exists, as Redis does).
+fn parse_getex(args: Args<'_>) -> Result<DataCommand, Reply> {
+    let mut expiry: Option<ExpiryOption> = None;
+    let mut expire_argument: Option<&[u8]> = None;
+    let mut index = 2;
+    while index < args.len() {
+        let Some((kind, argument)) = expiry_option(args, index, expiry, "persist") else {
+            return Err(Reply::error_static(SYNTAX_ERROR));
+        };
+        expiry = Some(kind);
+        if argument.is_some() {
+            expire_argument = argument;
+            index += 1;
+        }
+        index += 1;
+    }
+    let expiry = match (expiry, expire_argument) {
+        (None, _) => GetExExpiry::Unchanged,
+        (Some(ExpiryOption::Keep), _) => GetExExpiry::Persist,
+        (Some(kind), Some(argument)) => match parse_i64(argument) {
+            Some(amount) => GetExExpiry::At(expire_time(kind, amount, "getex")),
+            None => GetExExpiry::NotAnInteger,
+        },
+        (Some(_), None) => unreachable!("a timed option has its argument"),
+    };
+    Ok(DataCommand::GetEx {
+        key: args[1].to_vec(),
+        expiry,
+    })
+}
+
+/// `EXPIRE key seconds [NX | XX | GT | LT]` and PEXPIRE, EXPIREAT, PEXPIREAT, checked as
+/// Redis's `expireGenericCommand` does: the options first, then the time is an integer;
+/// its range is checked when it runs.
+fn parse_expire(spec: &CommandSpec, args: Args<'_>) -> Result<DataCommand, Reply> {
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in args.iter().skip(3) {
+        if option_is(option, "nx") {
+            nx = true;
+        } else if option_is(option, "xx") {
+            xx = true;
+        } else if option_is(option, "gt") {
+            gt = true;
+        } else if option_is(option, "lt") {
+            lt = true;
+        } else {
+            let mut message = b"ERR Unsupported option ".to_vec();
+            message.extend_from_slice(c_string_prefix(option, usize::MAX));
+            return Err(Reply::error(message));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(Reply::error_static(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Err(Reply::error_static(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    let amount = parse_i64(&args[2]).ok_or(Reply::error_static(NOT_AN_INTEGER))?;
+    let condition = ExpireCondition {
+        if_none: nx,
+        if_some: xx,
+        later: gt,
+        earlier: lt,
+    };
+    Ok(DataCommand::Expire {
+        key: args[1].to_vec(),
+        time: ExpireTime {
+            amount,
+            millis: matches!(spec.id, CommandId::PExpire | CommandId::PExpireAt),
+            absolute: matches!(spec.id, CommandId::ExpireAt | CommandId::PExpireAt),
+            command: spec.name,
+        },
+        condition,
     })
 }
 

@@ -19,9 +19,10 @@
 //!   the stored value's format.
 //!
 //! ferrotx stores only strings: no list, hash, set or sorted set exists, so Redis's
-//! `WRONGTYPE` error never arises, and `SCAN ... TYPE string` matches every key. There is
-//! no key expiry either: `SET`'s EX / PX / EXAT / PXAT / KEEPTTL options are refused with
-//! an error.
+//! `WRONGTYPE` error never arises, and `SCAN ... TYPE string` matches every key. Keys may
+//! expire (SET's EX / PX / EXAT / PXAT / KEEPTTL, SETEX, GETEX, EXPIRE, ...): the
+//! deadline is stored with the value ([`keys`]), and the caller gives the time
+//! ([`Overlay::new`]'s `now_ms`), so this crate reads no clock.
 //!
 //! A node serves a connection like this:
 //!
@@ -44,7 +45,7 @@
 //!                 Action::Run(plan) => {
 //!                     // A real node runs this as one transaction (and first lets
 //!                     // `Session::join` add the data commands pipelined behind it).
-//!                     let mut overlay = Overlay::new(1 << 20);
+//!                     let mut overlay = Overlay::new(1 << 20, 1_700_000_000_000);
 //!                     for key in plan.keys_to_read() {
 //!                         overlay.insert_read(key.to_vec(), store.get(key).cloned());
 //!                     }
@@ -89,4 +90,4 @@ pub use info::{InfoRequest, InfoStats};
 pub use protocol::{Args, ArgsBuf, Parsed, ParserLimits, ProtocolError, RequestParser};
 pub use reply::{ProtocolVersion, Reply};
 pub use semantics::Overlay;
-pub use session::{Action, Outcome, Plan, Session, SessionConfig};
+pub use session::{Action, Outcome, Plan, Session, SessionConfig, WatchVersion, WatchedKey};

@@ -12,14 +12,21 @@
 //!    so a later command sees an earlier one's writes (`SET a 1` then `INCR a` gives 2);
 //!    the node then writes [`Overlay::writes`] and commits.
 //!
-//! The semantics are Redis 7's for strings (`t_string.c`, `db.c`). ferrotx stores only
-//! strings, so WRONGTYPE never arises. A key whose store key holds another Redis key (a
-//! hash collision, practically impossible) fails any command that touches it, before
-//! the command changes anything.
+//! The semantics are Redis 7's for strings and expiry. ferrotx stores only strings, so
+//! WRONGTYPE never arises. A key whose store key holds another Redis key (a hash
+//! collision, practically impossible) fails any command that touches it, before the
+//! command changes anything.
+//!
+//! Expiry: the overlay knows the time the transaction runs at (`now_ms`, Unix time in
+//! milliseconds, the node's wall clock). A key read with a deadline at or before it is
+//! absent for every command; a plan that writes deletes such keys it touched, unless a
+//! command wrote them ([`Overlay::set_remove_expired`]). Commands that replace a value
+//! (SET without KEEPTTL, GETSET, MSET, MSETNX, SETNX) clear its expiry; those that edit
+//! it in place (INCR and its kin, APPEND, SET KEEPTTL) keep it.
 
 use std::collections::BTreeMap;
 
-use crate::command::{DataCommand, NOT_AN_INTEGER, SetCondition};
+use crate::command::{DataCommand, GetExExpiry, NOT_AN_INTEGER, SetCondition, SetExpiry};
 use crate::keys::{self, COLLISION_ERROR, DecodeError, Lookup};
 use crate::number::{i64_text, parse_i64};
 use crate::reply::Reply;
@@ -61,10 +68,14 @@ impl DataCommand {
             | Self::SetNx { key, .. }
             | Self::GetSet { key, .. }
             | Self::GetDel { key }
+            | Self::GetEx { key, .. }
             | Self::IncrBy { key, .. }
             | Self::Append { key, .. }
             | Self::Strlen { key }
-            | Self::Type { key } => Keys::One(Some(key)),
+            | Self::Type { key }
+            | Self::Expire { key, .. }
+            | Self::Ttl { key, .. }
+            | Self::Persist { key } => Keys::One(Some(key)),
             Self::Del { keys } | Self::Exists { keys } | Self::MGet { keys } => {
                 Keys::Many(keys.iter())
             }
@@ -72,21 +83,24 @@ impl DataCommand {
         }
     }
 
-    /// True if the command writes its keys without looking at them (SET without NX, XX
-    /// or GET; MSET): a plan in which every command on a key is such a write need not
-    /// read the key ([`Overlay::insert_unread`]).
+    /// True if the command writes its keys without looking at them (SET without NX, XX,
+    /// GET or KEEPTTL, SETEX and PSETEX; MSET): a plan in which every command on a key is
+    /// such a write need not read the key ([`Overlay::insert_unread`]).
     pub fn writes_blindly(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Self::Set {
                 condition: SetCondition::Always,
                 get: false,
+                expiry,
                 ..
-            } | Self::MSet { .. }
-        )
+            } => *expiry != SetExpiry::Keep,
+            Self::MSet { .. } => true,
+            _ => false,
+        }
     }
 
-    /// True if the command never writes (GET, EXISTS, STRLEN, TYPE, MGET).
+    /// True if the command never writes (GET, EXISTS, STRLEN, TYPE, MGET, TTL, PTTL,
+    /// EXPIRETIME, PEXPIRETIME).
     pub fn is_read_only(&self) -> bool {
         matches!(
             self,
@@ -95,6 +109,7 @@ impl DataCommand {
                 | Self::Strlen { .. }
                 | Self::Type { .. }
                 | Self::MGet { .. }
+                | Self::Ttl { .. }
         )
     }
 }
@@ -105,11 +120,21 @@ pub fn keys_to_read(command: &DataCommand) -> Keys<'_> {
     command.keys()
 }
 
+/// A live value and its deadline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stored {
+    value: Vec<u8>,
+    /// Unix time in milliseconds; `None`: no expiry.
+    expires_at_ms: Option<u64>,
+}
+
 /// What a key held when the transaction read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Read {
     Absent,
-    Value(Vec<u8>),
+    Value(Stored),
+    /// Stored, but its deadline had passed: absent for the commands.
+    Expired,
     /// Another Redis key with the same store key.
     Collision,
     /// Not read: the plan only writes it blindly ([`DataCommand::writes_blindly`]).
@@ -121,17 +146,17 @@ enum Read {
 struct Entry {
     read: Read,
     /// The value written by the commands so far (`Some(None)`: deleted), if any.
-    written: Option<Option<Vec<u8>>>,
+    written: Option<Option<Stored>>,
 }
 
 impl Entry {
-    /// The key's value now.
-    fn value(&self) -> Option<&[u8]> {
+    /// The key's value and deadline now.
+    fn stored(&self) -> Option<&Stored> {
         match &self.written {
-            Some(written) => written.as_deref(),
+            Some(written) => written.as_ref(),
             None => match &self.read {
-                Read::Absent | Read::Collision => None,
-                Read::Value(value) => Some(value),
+                Read::Absent | Read::Collision | Read::Expired => None,
+                Read::Value(stored) => Some(stored),
                 Read::Unread => panic!("a command looked at a key its plan did not read"),
             },
         }
@@ -145,6 +170,8 @@ pub struct Write<'a> {
     pub key: &'a [u8],
     /// Its new value; `None` deletes it.
     pub value: Option<&'a [u8]>,
+    /// The new value's deadline (Unix time in milliseconds), if it expires.
+    pub expires_at_ms: Option<u64>,
 }
 
 /// The values one transaction read, and the writes its commands made on top of them.
@@ -158,24 +185,56 @@ pub struct Overlay {
     /// Largest stored value (Redis key and value encoded, [`keys::encoded_len`]) a write
     /// may make: the store's value limit.
     stored_bytes_max: usize,
+    /// The time the commands run at: Unix time in milliseconds.
+    now_ms: u64,
+    /// Delete keys read expired that no command wrote ([`Overlay::set_remove_expired`]).
+    remove_expired: bool,
 }
 
 impl Overlay {
     /// An empty overlay whose writes may store at most `stored_bytes_max` bytes per key
-    /// (the store's value limit, 1 MiB in ferrotx).
-    pub fn new(stored_bytes_max: usize) -> Self {
+    /// (the store's value limit, 1 MiB in ferrotx), for commands running at `now_ms`
+    /// (Unix time in milliseconds: keys whose deadline is at or before it are expired,
+    /// and relative expiry times count from it).
+    pub fn new(stored_bytes_max: usize, now_ms: u64) -> Self {
         Self {
             entries: BTreeMap::new(),
             stored_bytes_max,
+            now_ms,
+            remove_expired: false,
         }
     }
 
-    /// Records that `key` held `value` (`None`: absent) when read. Panics if `key` was
-    /// recorded already.
+    /// The time the commands run at (Unix time in milliseconds).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// If `remove`, [`Overlay::writes`] deletes every key read expired that no command
+    /// wrote, so that expired keys go when a writing transaction touches them
+    /// ([`crate::Plan::apply`] sets it for plans that may write; a read-only
+    /// transaction must not).
+    pub fn set_remove_expired(&mut self, remove: bool) {
+        self.remove_expired = remove;
+    }
+
+    /// Records that `key` held `value` (`None`: absent), without expiry, when read.
+    /// Panics if `key` was recorded already.
     pub fn insert_read(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.insert_read_expiring(key, value.map(|value| (value, None)));
+    }
+
+    /// Records that `key` held `value` with its deadline (`None`: absent) when read: a
+    /// deadline at or before [`Overlay::now_ms`] makes it expired. Panics if `key` was
+    /// recorded already.
+    pub fn insert_read_expiring(&mut self, key: Vec<u8>, value: Option<(Vec<u8>, Option<u64>)>) {
         let read = match value {
-            Some(value) => Read::Value(value),
             None => Read::Absent,
+            Some((_, Some(deadline))) if deadline <= self.now_ms => Read::Expired,
+            Some((value, expires_at_ms)) => Read::Value(Stored {
+                value,
+                expires_at_ms,
+            }),
         };
         self.insert(key, read);
     }
@@ -202,9 +261,16 @@ impl Overlay {
         key: Vec<u8>,
         stored: Option<&[u8]>,
     ) -> Result<(), DecodeError> {
-        let read = match keys::lookup(&key, stored)? {
+        let read = match keys::lookup(&key, stored, self.now_ms)? {
             Lookup::Absent => Read::Absent,
-            Lookup::Value(value) => Read::Value(value.to_vec()),
+            Lookup::Value {
+                value,
+                expires_at_ms,
+            } => Read::Value(Stored {
+                value: value.to_vec(),
+                expires_at_ms,
+            }),
+            Lookup::Expired => Read::Expired,
             Lookup::Collision => Read::Collision,
         };
         self.insert(key, read);
@@ -227,44 +293,61 @@ impl Overlay {
         self.entries.contains_key(key)
     }
 
-    /// `key`'s value now (after the writes so far); `None` if absent. Panics if `key`
-    /// was not read.
+    /// `key`'s value now (after the writes so far); `None` if absent or expired. Panics
+    /// if `key` was not read.
     pub fn value(&self, key: &[u8]) -> Option<&[u8]> {
-        self.entry(key).value()
+        self.entry(key)
+            .stored()
+            .map(|stored| stored.value.as_slice())
+    }
+
+    /// `key`'s deadline now (Unix time in milliseconds); `None` if it has none or is
+    /// absent. Panics if `key` was not read.
+    pub fn expires_at_ms(&self, key: &[u8]) -> Option<u64> {
+        self.entry(key)
+            .stored()
+            .and_then(|stored| stored.expires_at_ms)
     }
 
     /// The final write set, in key order: every key a command wrote, with its final
-    /// value (`None`: delete). A key deleted that was absent when read is left out
-    /// (nothing to do). Write it all in the transaction, then commit.
+    /// value (`None`: delete), even a key absent when read and deleted in the end (a
+    /// WATCH of it must see the write, as in Redis); and, if
+    /// [`Overlay::set_remove_expired`], a delete of every key read expired that no
+    /// command wrote. Write it all in the transaction, then commit.
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> + '_ {
-        self.entries.iter().filter_map(|(key, entry)| {
-            let written = entry.written.as_ref()?;
-            if written.is_none() && entry.read == Read::Absent {
-                return None;
-            }
-            Some(Write {
-                key,
-                value: written.as_deref(),
+        self.entries
+            .iter()
+            .filter_map(|(key, entry)| match &entry.written {
+                Some(written) => Some(Write {
+                    key,
+                    value: written.as_ref().map(|stored| stored.value.as_slice()),
+                    expires_at_ms: written.as_ref().and_then(|stored| stored.expires_at_ms),
+                }),
+                None if self.remove_expired && entry.read == Read::Expired => Some(Write {
+                    key,
+                    value: None,
+                    expires_at_ms: None,
+                }),
+                None => None,
             })
-        })
     }
 
     /// The final write set in store form: each store key ([`keys::store_key`]) with the
-    /// stored value to write ([`keys::encode`]), or `None` to delete.
+    /// stored value to write ([`keys::encode_expiring`]), or `None` to delete.
     pub fn encoded_writes(
         &self,
     ) -> impl Iterator<Item = ([u8; keys::STORE_KEY_BYTES], Option<Vec<u8>>)> + '_ {
         self.writes().map(|write| {
             let stored = write.value.map(|value| {
                 let mut stored = Vec::new();
-                keys::encode(write.key, value, &mut stored);
+                keys::encode_expiring(write.key, value, write.expires_at_ms, &mut stored);
                 stored
             });
             (keys::store_key(write.key), stored)
         })
     }
 
-    /// True if any command wrote (the transaction must commit writes).
+    /// True if the transaction must commit writes ([`Overlay::writes`] is not empty).
     pub fn has_writes(&self) -> bool {
         self.writes().next().is_some()
     }
@@ -275,7 +358,11 @@ impl Overlay {
         self.entries.iter().filter_map(|(key, entry)| {
             let read = match &entry.read {
                 Read::Absent => Lookup::Absent,
-                Read::Value(value) => Lookup::Value(value),
+                Read::Value(stored) => Lookup::Value {
+                    value: &stored.value,
+                    expires_at_ms: stored.expires_at_ms,
+                },
+                Read::Expired => Lookup::Expired,
                 Read::Collision => Lookup::Collision,
                 Read::Unread => return None,
             };
@@ -295,9 +382,28 @@ impl Overlay {
             .expect("the node reads every key of a command before applying it")
     }
 
-    /// Sets `key` to `value`.
-    fn set(&mut self, key: &[u8], value: Vec<u8>) {
-        self.entry_mut(key).written = Some(Some(value));
+    /// Sets `key` to `value`, expiring at `deadline_ms` if given; a deadline at or
+    /// before now deletes the key instead (Redis sets it and deletes it at once).
+    fn set(&mut self, key: &[u8], value: Vec<u8>, deadline_ms: Option<i64>) {
+        let now = i64::try_from(self.now_ms).unwrap_or(i64::MAX);
+        let written = match deadline_ms {
+            None => Some(Stored {
+                value,
+                expires_at_ms: None,
+            }),
+            Some(deadline) if deadline <= now => None,
+            Some(deadline) => Some(Stored {
+                value,
+                expires_at_ms: Some(deadline.unsigned_abs()),
+            }),
+        };
+        self.entry_mut(key).written = Some(written);
+    }
+
+    /// Sets `key` to `value`, keeping its deadline.
+    fn set_keeping_ttl(&mut self, key: &[u8], value: Vec<u8>) {
+        let deadline = self.expires_at_ms(key).map(deadline_i64);
+        self.set(key, value, deadline);
     }
 
     /// Deletes `key`, which exists.
@@ -306,9 +412,17 @@ impl Overlay {
         self.entry_mut(key).written = Some(None);
     }
 
-    /// True if `key` holding `value` would fit in the store.
-    fn fits(&self, key: &[u8], value_len: usize) -> bool {
-        keys::HEADER_BYTES + key.len() + value_len <= self.stored_bytes_max
+    /// Gives the existing `key` the deadline `deadline_ms` (`None`: no expiry); one at
+    /// or before now deletes it.
+    fn set_deadline(&mut self, key: &[u8], deadline_ms: Option<i64>) {
+        let value = self.value(key).expect("the key exists").to_vec();
+        self.set(key, value, deadline_ms);
+    }
+
+    /// True if `key` holding `value_len` bytes, with a deadline if `expiring`, would fit
+    /// in the store.
+    fn fits(&self, key: &[u8], value_len: usize, expiring: bool) -> bool {
+        keys::stored_len(key.len(), value_len, expiring) <= self.stored_bytes_max
     }
 
     /// The value of `key` as a GET reply.
@@ -320,6 +434,12 @@ impl Overlay {
     }
 }
 
+/// A stored deadline as the signed milliseconds commands compute with (stored deadlines
+/// come from i64 ones).
+fn deadline_i64(deadline: u64) -> i64 {
+    i64::try_from(deadline).unwrap_or(i64::MAX)
+}
+
 /// Runs `command` against `overlay` and returns its reply (an error reply changes
 /// nothing). Panics if one of its keys was not read into the overlay.
 pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
@@ -328,6 +448,7 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
             return Reply::error_static(COLLISION_ERROR);
         }
     }
+    let now_ms = overlay.now_ms;
     match command {
         DataCommand::Get { key } => overlay.get_reply(key),
         DataCommand::Set {
@@ -335,7 +456,16 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
             value,
             condition,
             get,
+            expiry,
         } => {
+            // Redis checks the expire time before anything else.
+            let deadline = match expiry {
+                SetExpiry::At(time) => match time.string_deadline(now_ms) {
+                    Some(deadline) => Some(deadline),
+                    None => return time.invalid(),
+                },
+                SetExpiry::Clear | SetExpiry::Keep => None,
+            };
             let old = get.then(|| overlay.get_reply(key));
             // A plain SET never looks (its key may be unread).
             let refused = match condition {
@@ -347,28 +477,32 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
                 // With GET, the old value is the reply whatever happens.
                 return old.unwrap_or(Reply::Null);
             }
-            if !overlay.fits(key, value.len()) {
+            let deadline = match expiry {
+                SetExpiry::Keep => overlay.expires_at_ms(key).map(deadline_i64),
+                SetExpiry::Clear | SetExpiry::At(_) => deadline,
+            };
+            if !overlay.fits(key, value.len(), deadline.is_some()) {
                 return Reply::error_static(TOO_LARGE_ERROR);
             }
-            overlay.set(key, value.clone());
+            overlay.set(key, value.clone(), deadline);
             old.unwrap_or_else(Reply::ok)
         }
         DataCommand::SetNx { key, value } => {
             if overlay.value(key).is_some() {
                 return Reply::Integer(0);
             }
-            if !overlay.fits(key, value.len()) {
+            if !overlay.fits(key, value.len(), false) {
                 return Reply::error_static(TOO_LARGE_ERROR);
             }
-            overlay.set(key, value.clone());
+            overlay.set(key, value.clone(), None);
             Reply::Integer(1)
         }
         DataCommand::GetSet { key, value } => {
-            if !overlay.fits(key, value.len()) {
+            if !overlay.fits(key, value.len(), false) {
                 return Reply::error_static(TOO_LARGE_ERROR);
             }
             let old = overlay.get_reply(key);
-            overlay.set(key, value.clone());
+            overlay.set(key, value.clone(), None);
             old
         }
         DataCommand::GetDel { key } => {
@@ -377,6 +511,81 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
                 overlay.delete(key);
             }
             old
+        }
+        DataCommand::GetEx { key, expiry } => {
+            let Some(value) = overlay.value(key) else {
+                return Reply::Null;
+            };
+            let reply = Reply::bulk(value);
+            match expiry {
+                GetExExpiry::Unchanged => {}
+                GetExExpiry::Persist => {
+                    if overlay.expires_at_ms(key).is_some() {
+                        overlay.set_deadline(key, None);
+                    }
+                }
+                GetExExpiry::NotAnInteger => return Reply::error_static(NOT_AN_INTEGER),
+                GetExExpiry::At(time) => {
+                    let Some(deadline) = time.string_deadline(now_ms) else {
+                        return time.invalid();
+                    };
+                    let len = overlay.value(key).map_or(0, <[u8]>::len);
+                    if !overlay.fits(key, len, true) {
+                        return Reply::error_static(TOO_LARGE_ERROR);
+                    }
+                    overlay.set_deadline(key, Some(deadline));
+                }
+            }
+            reply
+        }
+        DataCommand::Expire {
+            key,
+            time,
+            condition,
+        } => {
+            let Some(deadline) = time.deadline(now_ms) else {
+                return time.invalid();
+            };
+            let Some(value) = overlay.value(key) else {
+                return Reply::Integer(0);
+            };
+            let len = value.len();
+            let current = overlay.expires_at_ms(key).map(deadline_i64);
+            if !condition.allows(current, deadline) {
+                return Reply::Integer(0);
+            }
+            if !overlay.fits(key, len, true) {
+                return Reply::error_static(TOO_LARGE_ERROR);
+            }
+            overlay.set_deadline(key, Some(deadline));
+            Reply::Integer(1)
+        }
+        DataCommand::Persist { key } => {
+            if overlay.value(key).is_none() || overlay.expires_at_ms(key).is_none() {
+                return Reply::Integer(0);
+            }
+            overlay.set_deadline(key, None);
+            Reply::Integer(1)
+        }
+        DataCommand::Ttl {
+            key,
+            millis,
+            absolute,
+        } => {
+            if overlay.value(key).is_none() {
+                return Reply::Integer(-2);
+            }
+            let Some(deadline) = overlay.expires_at_ms(key) else {
+                return Reply::Integer(-1);
+            };
+            let ms = if *absolute {
+                i128::from(deadline)
+            } else {
+                (i128::from(deadline) - i128::from(now_ms)).max(0)
+            };
+            // Seconds are rounded to the nearest (Redis: (ms + 500) / 1000).
+            let reply = if *millis { ms } else { (ms + 500) / 1000 };
+            Reply::Integer(i64::try_from(reply).unwrap_or(i64::MAX))
         }
         DataCommand::Del { keys } => {
             let mut deleted = 0;
@@ -407,22 +616,24 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
                 return Reply::error_static("ERR increment or decrement would overflow");
             };
             let text = i64_text(new);
-            if !overlay.fits(key, text.len()) {
+            let expiring = overlay.expires_at_ms(key).is_some();
+            if !overlay.fits(key, text.len(), expiring) {
                 return Reply::error_static(TOO_LARGE_ERROR);
             }
-            overlay.set(key, text);
+            overlay.set_keeping_ttl(key, text);
             Reply::Integer(new)
         }
         DataCommand::Append { key, value } => {
             let old = overlay.value(key).unwrap_or_default();
-            if !overlay.fits(key, old.len() + value.len()) {
+            let expiring = overlay.expires_at_ms(key).is_some();
+            if !overlay.fits(key, old.len() + value.len(), expiring) {
                 return Reply::error_static(TOO_LARGE_ERROR);
             }
             let mut new = Vec::with_capacity(old.len() + value.len());
             new.extend_from_slice(old);
             new.extend_from_slice(value);
             let len = new.len();
-            overlay.set(key, new);
+            overlay.set_keeping_ttl(key, new);
             Reply::Integer(len.try_into().expect("a value length fits in i64"))
         }
         DataCommand::Type { key } => Reply::simple_static(if overlay.value(key).is_some() {
@@ -452,17 +663,17 @@ pub fn apply(command: &DataCommand, overlay: &mut Overlay) -> Reply {
     }
 }
 
-/// Sets every key of `pairs` to its value (MSET, MSETNX), or none if one would not fit:
-/// then the error to reply.
+/// Sets every key of `pairs` to its value without expiry (MSET, MSETNX), or none if
+/// one would not fit: then the error to reply.
 fn set_pairs(overlay: &mut Overlay, pairs: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Reply> {
     if pairs
         .iter()
-        .any(|(key, value)| !overlay.fits(key, value.len()))
+        .any(|(key, value)| !overlay.fits(key, value.len(), false))
     {
         return Err(Reply::error_static(TOO_LARGE_ERROR));
     }
     for (key, value) in pairs {
-        overlay.set(key, value.clone());
+        overlay.set(key, value.clone(), None);
     }
     Ok(())
 }

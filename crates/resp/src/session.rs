@@ -117,9 +117,10 @@ pub enum Action {
     /// Read the current version of each of these keys (in order), then call
     /// [`Session::watched`] (WATCH).
     ReadVersions(Vec<Vec<u8>>),
-    /// Answer this whole-keyspace request (DBSIZE, SCAN, KEYS) by asking every
-    /// partition: reply an integer for DBSIZE, [`command::ScanRequest::reply`] for SCAN,
-    /// [`command::keys_reply`] for KEYS.
+    /// Answer this whole-keyspace request (DBSIZE, SCAN, KEYS, FLUSHALL, FLUSHDB) by
+    /// asking every partition: reply an integer for DBSIZE,
+    /// [`command::ScanRequest::reply`] for SCAN, [`command::keys_reply`] for KEYS, `+OK`
+    /// once every key is deleted for FLUSHALL and FLUSHDB.
     Keyspace(KeyspaceRequest),
     /// Gather the node's numbers and reply [`Session::info_reply`] (INFO).
     Info(InfoRequest),
@@ -130,9 +131,31 @@ pub enum Action {
 pub struct WatchedKey {
     /// The Redis key.
     pub key: Vec<u8>,
-    /// Its version in the store when WATCH read it (the node's to define: the store's
-    /// object version of the key's store key, compared for equality).
-    pub version: u64,
+    /// What WATCH read of it.
+    pub version: WatchVersion,
+}
+
+/// What WATCH records of a key: EXEC fails if the version changed, or if the key was
+/// live with a deadline and the deadline has passed by EXEC (Redis 7: a watched key that
+/// expires fails the EXEC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchVersion {
+    /// Its version in the store (the node's to define: the store's object version of the
+    /// key's store key, compared for equality).
+    pub store_version: u64,
+    /// The key's deadline (Unix time in milliseconds) if it was live and expiring when
+    /// WATCH read it; `None` if it had no expiry, was absent, or had expired already.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl WatchVersion {
+    /// True if the key, now at store version `store_version` at `now_ms` (Unix time in
+    /// milliseconds), counts as unchanged for EXEC: the same version, and not expired
+    /// since WATCH.
+    pub fn unchanged(&self, store_version: u64, now_ms: u64) -> bool {
+        store_version == self.store_version
+            && self.expires_at_ms.is_none_or(|deadline| deadline > now_ms)
+    }
 }
 
 /// One transaction for the node to run: data commands in order and the watched keys to
@@ -239,7 +262,11 @@ impl Plan {
     /// Applies the commands in order to `overlay` (filled with [`Plan::keys_to_read`]
     /// and [`Plan::keys_written_unread`]): one reply per command, for [`Outcome::Committed`] once
     /// the overlay's writes are committed.
+    ///
+    /// A plan that may write removes the expired keys it touches: it sets
+    /// [`Overlay::set_remove_expired`] unless [`Plan::is_read_only`].
     pub fn apply(&self, overlay: &mut Overlay) -> Vec<Reply> {
+        overlay.set_remove_expired(!self.is_read_only());
         self.commands
             .iter()
             .map(|command| apply(command, overlay))
@@ -435,7 +462,7 @@ impl Session {
 
     /// The versions of the keys of [`Action::ReadVersions`], in the same order: WATCH's
     /// reply.
-    pub fn watched(&mut self, versions: &[u64]) -> Reply {
+    pub fn watched(&mut self, versions: &[WatchVersion]) -> Reply {
         let Pending::Versions(keys) = std::mem::take(&mut self.pending) else {
             panic!("versions given when the session did not ask for them");
         };
@@ -534,7 +561,12 @@ impl Session {
     fn queue(&mut self, spec: &command::CommandSpec, args: Args<'_>) -> Reply {
         if matches!(
             spec.id,
-            CommandId::DbSize | CommandId::Scan | CommandId::Keys | CommandId::Info
+            CommandId::DbSize
+                | CommandId::Scan
+                | CommandId::Keys
+                | CommandId::Info
+                | CommandId::FlushAll
+                | CommandId::FlushDb
         ) {
             // The node answers these by asking every partition, outside any
             // transaction: they cannot be part of EXEC's.

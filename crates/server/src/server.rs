@@ -39,6 +39,23 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(TcpListener::from_std(socket.into()))
 }
 
+/// Unix time in nanoseconds at the node's executor time 0 (key expiry's wall clock):
+/// the system clock read beside a worker's `now_ns` (now, if no worker answers).
+fn wall_offset_ns(node: &NodeHandle) -> u64 {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let unix_ns = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    };
+    let reading = node.spawn(0, move |co, _| async move { (co.now_ns(), unix_ns()) });
+    let reading = reading
+        .ok()
+        .and_then(|r| r.recv_timeout(Duration::from_secs(5)).ok());
+    let (now_ns, unix) = reading.unwrap_or_else(|| (0, unix_ns()));
+    unix.saturating_sub(now_ns)
+}
+
 /// A running Redis front end of one node: a listener and an I/O thread. Stopped by
 /// [`RespServer::stop`] or when dropped; stop it before its node, so that no client
 /// waits on a stopped worker (if the node stops first, waiting clients are answered an
@@ -54,7 +71,7 @@ impl RespServer {
     /// Fails if the schema has no suitable `kv` table or the address cannot be listened
     /// on.
     pub fn start(node: NodeHandle, options: &ServerOptions) -> Result<Self, ServerError> {
-        let kv = KvTable::find(node.config())?;
+        let kv = KvTable::find(node.config())?.with_wall_offset_ns(wall_offset_ns(&node));
         let mut listener = listen(options.addr).map_err(|source| ServerError::Bind {
             addr: options.addr,
             source,

@@ -106,9 +106,10 @@ fn string_commands_on_keys_of_every_node() {
         client.call_bytes(&[b"GET", key]),
         b"$5\r\n\x00\xff\r\n\x01\r\n"
     );
-    // Expiry is refused with a clear error, and nothing is written.
-    let expiry = client.text(&["SET", "ttl", "v", "EX", "10"]);
-    assert!(expiry.starts_with("-ERR"), "{expiry}");
+    // Keys expire: the deadline is the node's wall clock (the server measures it).
+    assert_eq!(client.text(&["SET", "ttl", "v", "EX", "10"]), "+OK\r\n");
+    assert_eq!(client.text(&["TTL", "ttl"]), ":10\r\n");
+    assert_eq!(client.text(&["EXPIRE", "ttl", "-1"]), ":1\r\n");
     assert_eq!(client.text(&["EXISTS", "ttl"]), ":0\r\n");
 }
 

@@ -40,7 +40,7 @@ impl Store {
                 None => {}
                 Some(Action::Reply(reply)) => reply.encode(session.protocol(), &mut out),
                 Some(Action::Run(plan)) => {
-                    let mut overlay = Overlay::new(1 << 20);
+                    let mut overlay = Overlay::new(1 << 20, 0);
                     for key in plan.keys_to_read() {
                         let value = self.values.get(key).cloned().flatten();
                         overlay.insert_read(key.to_vec(), value);

@@ -37,6 +37,18 @@ pub enum CommandId {
     MGet,
     MSet,
     MSetNx,
+    SetEx,
+    PSetEx,
+    GetEx,
+    Expire,
+    PExpire,
+    ExpireAt,
+    PExpireAt,
+    Ttl,
+    PTtl,
+    ExpireTime,
+    PExpireTime,
+    Persist,
     Watch,
     Unwatch,
     Multi,
@@ -46,6 +58,8 @@ pub enum CommandId {
     Scan,
     Keys,
     Info,
+    FlushAll,
+    FlushDb,
     /// The CLIENT container (only its subcommands run).
     Client,
     ClientId,
@@ -593,6 +607,191 @@ pub static COMMANDS: &[CommandSpec] = &[
         ..NO_KEYS
     },
     CommandSpec {
+        name: "setex",
+        id: CommandId::SetEx,
+        arity: 4,
+        flags: WRITE_DENYOOM,
+        acl_categories: &["@write", "@string", "@slow"],
+        key_specs: &[one_key(&["OW", "update"])],
+        docs: Docs {
+            summary: "Set the value and expiration of a key",
+            since: "2.0.0",
+            group: "string",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "psetex",
+        id: CommandId::PSetEx,
+        arity: 4,
+        flags: WRITE_DENYOOM,
+        acl_categories: &["@write", "@string", "@slow"],
+        key_specs: &[one_key(&["OW", "update"])],
+        docs: Docs {
+            summary: "Set the value and expiration in milliseconds of a key",
+            since: "2.6.0",
+            group: "string",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "getex",
+        id: CommandId::GetEx,
+        arity: -2,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: WRITE_STRING_FAST,
+        key_specs: &[KeySpec {
+            notes: Some("RW and UPDATE because it changes the TTL"),
+            ..one_key(&["RW", "access", "update"])
+        }],
+        docs: Docs {
+            summary: "Get the value of a key and optionally set its expiration",
+            since: "6.2.0",
+            group: "string",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "expire",
+        id: CommandId::Expire,
+        arity: -3,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: KEYSPACE_WRITE_FAST,
+        key_specs: &[one_key(&["RW", "update"])],
+        docs: Docs {
+            summary: "Set a key's time to live in seconds",
+            since: "1.0.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "pexpire",
+        id: CommandId::PExpire,
+        arity: -3,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: KEYSPACE_WRITE_FAST,
+        key_specs: &[one_key(&["RW", "update"])],
+        docs: Docs {
+            summary: "Set a key's time to live in milliseconds",
+            since: "2.6.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "expireat",
+        id: CommandId::ExpireAt,
+        arity: -3,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: KEYSPACE_WRITE_FAST,
+        key_specs: &[one_key(&["RW", "update"])],
+        docs: Docs {
+            summary: "Set the expiration for a key as a UNIX timestamp",
+            since: "1.2.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "pexpireat",
+        id: CommandId::PExpireAt,
+        arity: -3,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: KEYSPACE_WRITE_FAST,
+        key_specs: &[one_key(&["RW", "update"])],
+        docs: Docs {
+            summary: "Set the expiration for a key as a UNIX timestamp specified in milliseconds",
+            since: "2.6.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "ttl",
+        id: CommandId::Ttl,
+        arity: 2,
+        flags: READONLY_FAST,
+        acl_categories: KEYSPACE_READ_FAST,
+        tips: &["nondeterministic_output"],
+        key_specs: &[one_key(&["RO", "access"])],
+        docs: Docs {
+            summary: "Get the time to live for a key in seconds",
+            since: "1.0.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "pttl",
+        id: CommandId::PTtl,
+        arity: 2,
+        flags: READONLY_FAST,
+        acl_categories: KEYSPACE_READ_FAST,
+        tips: &["nondeterministic_output"],
+        key_specs: &[one_key(&["RO", "access"])],
+        docs: Docs {
+            summary: "Get the time to live for a key in milliseconds",
+            since: "2.6.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "expiretime",
+        id: CommandId::ExpireTime,
+        arity: 2,
+        flags: READONLY_FAST,
+        acl_categories: KEYSPACE_READ_FAST,
+        key_specs: &[one_key(&["RO", "access"])],
+        docs: Docs {
+            summary: "Get the expiration Unix timestamp for a key",
+            since: "7.0.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "pexpiretime",
+        id: CommandId::PExpireTime,
+        arity: 2,
+        flags: READONLY_FAST,
+        acl_categories: KEYSPACE_READ_FAST,
+        key_specs: &[one_key(&["RO", "access"])],
+        docs: Docs {
+            summary: "Get the expiration Unix timestamp for a key in milliseconds",
+            since: "7.0.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "persist",
+        id: CommandId::Persist,
+        arity: 2,
+        flags: CommandFlags::WRITE.union(CommandFlags::FAST),
+        acl_categories: KEYSPACE_WRITE_FAST,
+        key_specs: &[one_key(&["RW", "update"])],
+        docs: Docs {
+            summary: "Remove the expiration from a key",
+            since: "2.2.0",
+            group: "generic",
+            complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
         name: "watch",
         id: CommandId::Watch,
         arity: -2,
@@ -730,6 +929,36 @@ pub static COMMANDS: &[CommandSpec] = &[
             since: "1.0.0",
             group: "server",
             complexity: "O(1)",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "flushall",
+        id: CommandId::FlushAll,
+        arity: -1,
+        flags: CommandFlags::WRITE,
+        acl_categories: &["@keyspace", "@write", "@slow", "@dangerous"],
+        tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
+        docs: Docs {
+            summary: "Remove all keys from all databases",
+            since: "1.0.0",
+            group: "server",
+            complexity: "O(N) where N is the total number of keys in all databases",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "flushdb",
+        id: CommandId::FlushDb,
+        arity: -1,
+        flags: CommandFlags::WRITE,
+        acl_categories: &["@keyspace", "@write", "@slow", "@dangerous"],
+        tips: &["request_policy:all_shards", "response_policy:all_succeeded"],
+        docs: Docs {
+            summary: "Remove all keys from the current database",
+            since: "1.0.0",
+            group: "server",
+            complexity: "O(N) where N is the number of keys in the selected database",
         },
         ..NO_KEYS
     },
@@ -901,6 +1130,8 @@ const FAST_CONNECTION: &[&str] = &["@fast", "@connection"];
 const SLOW_CONNECTION: &[&str] = &["@slow", "@connection"];
 const FAST_TRANSACTION: &[&str] = &["@fast", "@transaction"];
 const WRITE_STRING_FAST: &[&str] = &["@write", "@string", "@fast"];
+const KEYSPACE_WRITE_FAST: &[&str] = &["@keyspace", "@write", "@fast"];
+const KEYSPACE_READ_FAST: &[&str] = &["@keyspace", "@read", "@fast"];
 
 /// The key specification of a command whose only key is its first argument.
 const fn one_key(flags: &'static [&'static str]) -> KeySpec {

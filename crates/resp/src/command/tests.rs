@@ -179,7 +179,7 @@ fn run_time_arity_errors() {
     );
 }
 
-fn set(args: &[&[u8]]) -> Result<(SetCondition, bool), Vec<u8>> {
+fn set(args: &[&[u8]]) -> Result<(SetCondition, bool, SetExpiry), Vec<u8>> {
     let mut full: Vec<&[u8]> = vec![b"SET", b"k", b"v"];
     full.extend_from_slice(args);
     match run(&full) {
@@ -188,9 +188,10 @@ fn set(args: &[&[u8]]) -> Result<(SetCondition, bool), Vec<u8>> {
             value,
             condition,
             get,
+            expiry,
         })) => {
             assert_eq!((key, value), (v(b"k"), v(b"v")));
-            Ok((condition, get))
+            Ok((condition, get, expiry))
         }
         Ok(other) => panic!("{other:?}"),
         Err(reply) => Err(reply.to_bytes(Resp2)),
@@ -200,21 +201,27 @@ fn set(args: &[&[u8]]) -> Result<(SetCondition, bool), Vec<u8>> {
 #[test]
 fn set_options() {
     use SetCondition::{Always, IfAbsent, IfPresent};
+    use SetExpiry::{At, Clear, Keep};
     let syntax = Err(b"-ERR syntax error\r\n".to_vec());
-    let expiry =
-        Err(b"-ERR ferrotx does not support key expiry (EX/PX/EXAT/PXAT/KEEPTTL)\r\n".to_vec());
     let not_integer = Err(b"-ERR value is not an integer or out of range\r\n".to_vec());
-    let bad_time = Err(b"-ERR invalid expire time in 'set' command\r\n".to_vec());
+    let time = |amount, millis, absolute| {
+        At(ExpireTime {
+            amount,
+            millis,
+            absolute,
+            command: "set",
+        })
+    };
     for (options, expected) in [
-        (&[][..], Ok((Always, false))),
-        (&[&b"NX"[..]], Ok((IfAbsent, false))),
-        (&[b"nx"], Ok((IfAbsent, false))),
-        (&[b"XX"], Ok((IfPresent, false))),
-        (&[b"GET"], Ok((Always, true))),
-        (&[b"NX", b"GET"], Ok((IfAbsent, true))),
-        (&[b"get", b"xx"], Ok((IfPresent, true))),
-        (&[b"GET", b"GET"], Ok((Always, true))),
-        (&[b"NX", b"NX"], Ok((IfAbsent, false))),
+        (&[][..], Ok((Always, false, Clear))),
+        (&[&b"NX"[..]], Ok((IfAbsent, false, Clear))),
+        (&[b"nx"], Ok((IfAbsent, false, Clear))),
+        (&[b"XX"], Ok((IfPresent, false, Clear))),
+        (&[b"GET"], Ok((Always, true, Clear))),
+        (&[b"NX", b"GET"], Ok((IfAbsent, true, Clear))),
+        (&[b"get", b"xx"], Ok((IfPresent, true, Clear))),
+        (&[b"GET", b"GET"], Ok((Always, true, Clear))),
+        (&[b"NX", b"NX"], Ok((IfAbsent, false, Clear))),
         (&[b"NX", b"XX"], syntax.clone()),
         (&[b"XX", b"NX"], syntax.clone()),
         (&[b"FOO"], syntax.clone()),
@@ -224,19 +231,28 @@ fn set_options() {
         (&[b"KEEPTTL", b"EX", b"10"], syntax.clone()),
         (&[b"EX", b"10", b"KEEPTTL"], syntax.clone()),
         (&[b"PERSIST"], syntax.clone()),
-        (&[b"EX", b"10"], expiry.clone()),
-        (&[b"px", b"10"], expiry.clone()),
-        (&[b"EXAT", b"10"], expiry.clone()),
-        (&[b"PXAT", b"10", b"NX", b"GET"], expiry.clone()),
-        (&[b"KEEPTTL"], expiry.clone()),
-        (&[b"EX", b"10", b"EX", b"20"], expiry.clone()),
+        (&[b"EX", b"10"], Ok((Always, false, time(10, false, false)))),
+        (&[b"px", b"10"], Ok((Always, false, time(10, true, false)))),
+        (
+            &[b"EXAT", b"10"],
+            Ok((Always, false, time(10, false, true))),
+        ),
+        (
+            &[b"PXAT", b"10", b"NX", b"GET"],
+            Ok((IfAbsent, true, time(10, true, true))),
+        ),
+        (&[b"KEEPTTL"], Ok((Always, false, Keep))),
+        (&[b"KEEPTTL", b"keepttl"], Ok((Always, false, Keep))),
+        // A later time of the same option wins.
+        (
+            &[b"EX", b"10", b"EX", b"20"],
+            Ok((Always, false, time(20, false, false))),
+        ),
         (&[b"EX", b"x"], not_integer.clone()),
-        (&[b"EX", b"-1"], bad_time.clone()),
-        (&[b"EX", b"0"], bad_time.clone()),
-        (&[b"EX", b"9223372036854776"], bad_time.clone()),
-        (&[b"PX", b"9223372036854776"], expiry.clone()),
+        // The time's range is checked when the command runs (it needs the time then).
+        (&[b"EX", b"-1"], Ok((Always, false, time(-1, false, false)))),
         // Options are C strings to Redis: a NUL ends one.
-        (&[b"NX\0junk"], Ok((IfAbsent, false))),
+        (&[b"NX\0junk"], Ok((IfAbsent, false, Clear))),
     ] {
         assert_eq!(set(options), expected, "SET k v {options:?}");
     }
@@ -605,7 +621,7 @@ fn command_listing() {
         introspection::count(),
         Reply::Integer(COMMANDS.len() as i64)
     );
-    assert_eq!(COMMANDS.len(), 34);
+    assert_eq!(COMMANDS.len(), 48);
     let Reply::Array(all) = introspection::all_commands() else {
         panic!("an array");
     };

@@ -6,6 +6,9 @@ use crate::keys::STORE_KEY_BYTES;
 use crate::protocol::ArgsBuf;
 use crate::reply::ProtocolVersion::Resp2;
 
+/// The time the tests run at (Unix time in milliseconds).
+const NOW: u64 = 1_700_000_000_000;
+
 /// A test store of Redis keys and values.
 type Store = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -22,7 +25,7 @@ fn parse(args: &[&str]) -> DataCommand {
 /// value: the replies as RESP2 text.
 fn transaction_with_limit(store: &mut Store, limit: usize, commands: &[&[&str]]) -> Vec<String> {
     let commands: Vec<DataCommand> = commands.iter().map(|args| parse(args)).collect();
-    let mut overlay = Overlay::new(limit);
+    let mut overlay = Overlay::new(limit, NOW);
     for command in &commands {
         for key in command.keys() {
             if !overlay.contains(key) {
@@ -255,7 +258,7 @@ fn commands_see_earlier_writes_of_the_transaction() {
 
 #[test]
 fn write_set() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_read(b"present".to_vec(), Some(b"1".to_vec()));
     overlay.insert_read(b"absent".to_vec(), None);
     overlay.insert_read(b"read".to_vec(), Some(b"r".to_vec()));
@@ -268,14 +271,23 @@ fn write_set() {
     ] {
         apply(&parse(args), &mut overlay);
     }
-    // The absent key set and deleted again needs no write.
+    // The absent key set and deleted again is written (deleted): a WATCH of it must
+    // see the change, as in Redis.
     let writes: Vec<Write<'_>> = overlay.writes().collect();
     assert_eq!(
         writes,
-        vec![Write {
-            key: b"present",
-            value: None
-        }]
+        vec![
+            Write {
+                key: b"absent",
+                value: None,
+                expires_at_ms: None,
+            },
+            Write {
+                key: b"present",
+                value: None,
+                expires_at_ms: None,
+            }
+        ]
     );
     assert!(overlay.has_writes());
     let reads: Vec<(&[u8], Lookup<'_>)> = overlay.reads().collect();
@@ -283,8 +295,20 @@ fn write_set() {
         reads,
         vec![
             (&b"absent"[..], Lookup::Absent),
-            (b"present", Lookup::Value(b"1")),
-            (b"read", Lookup::Value(b"r")),
+            (
+                b"present",
+                Lookup::Value {
+                    value: b"1",
+                    expires_at_ms: None
+                }
+            ),
+            (
+                b"read",
+                Lookup::Value {
+                    value: b"r",
+                    expires_at_ms: None
+                }
+            ),
         ]
     );
     assert_eq!(overlay.value(b"present"), None);
@@ -293,7 +317,7 @@ fn write_set() {
 
 #[test]
 fn encoded_writes_use_store_keys() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_stored(b"k".to_vec(), None).unwrap();
     let mut stored = Vec::new();
     keys::encode(b"gone", b"v", &mut stored);
@@ -325,7 +349,7 @@ fn encoded_writes_use_store_keys() {
 fn collisions_fail_without_changes() {
     let mut stored = Vec::new();
     keys::encode(b"someone else", b"theirs", &mut stored);
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_stored(b"k".to_vec(), Some(&stored)).unwrap();
     overlay.insert_read(b"ok".to_vec(), None);
     for args in [
@@ -341,7 +365,7 @@ fn collisions_fail_without_changes() {
         );
     }
     assert!(!overlay.has_writes());
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_collision(b"k".to_vec());
     assert!(apply(&parse(&["STRLEN", "k"]), &mut overlay).is_error());
 }
@@ -350,7 +374,7 @@ fn collisions_fail_without_changes() {
 fn blind_writes_of_unread_keys_replace_whatever_was_stored() {
     // A plan that only SETs or MSETs a key does not read it: the write replaces the
     // stored value, even another key's of the same store key (a collision), unseen.
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_unread(b"k".to_vec());
     overlay.insert_unread(b"m".to_vec());
     assert!(parse(&["SET", "k", "v"]).writes_blindly());
@@ -373,7 +397,7 @@ fn blind_writes_of_unread_keys_replace_whatever_was_stored() {
 #[test]
 #[should_panic(expected = "a command looked at a key its plan did not read")]
 fn looking_at_an_unread_key_is_a_bug() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_unread(b"k".to_vec());
     let _ = apply(&parse(&["GET", "k"]), &mut overlay);
 }
@@ -432,14 +456,339 @@ fn keys_of_commands() {
 #[test]
 #[should_panic(expected = "the node reads every key of a command before applying it")]
 fn applying_to_an_unread_key_panics() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     apply(&parse(&["GET", "k"]), &mut overlay);
 }
 
 #[test]
 #[should_panic(expected = "a key read twice into one overlay")]
 fn reading_a_key_twice_panics() {
-    let mut overlay = Overlay::new(1 << 20);
+    let mut overlay = Overlay::new(1 << 20, NOW);
     overlay.insert_read(b"k".to_vec(), None);
     overlay.insert_read(b"k".to_vec(), None);
+}
+
+/// A test store in store form: each Redis key with its raw stored value (deadline
+/// included).
+type RawStore = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Runs `commands` as one plan-like transaction at `now` against `store` (stored values,
+/// deadlines included), removing expired keys it touches if any command may write:
+/// the replies as RESP2 text.
+fn at(store: &mut RawStore, now: u64, commands: &[&[&str]]) -> Vec<String> {
+    let commands: Vec<DataCommand> = commands.iter().map(|args| parse(args)).collect();
+    let mut overlay = Overlay::new(1 << 20, now);
+    overlay.set_remove_expired(!commands.iter().all(DataCommand::is_read_only));
+    for command in &commands {
+        for key in command.keys() {
+            if !overlay.contains(key) {
+                overlay
+                    .insert_stored(key.to_vec(), store.get(key).map(Vec::as_slice))
+                    .unwrap();
+            }
+        }
+    }
+    let replies = commands
+        .iter()
+        .map(|command| String::from_utf8(apply(command, &mut overlay).to_bytes(Resp2)).unwrap())
+        .collect();
+    for write in overlay.writes() {
+        match write.value {
+            Some(value) => {
+                let mut stored = Vec::new();
+                keys::encode_expiring(write.key, value, write.expires_at_ms, &mut stored);
+                store.insert(write.key.to_vec(), stored)
+            }
+            None => store.remove(write.key),
+        };
+    }
+    replies
+}
+
+fn at1(store: &mut RawStore, now: u64, args: &[&str]) -> String {
+    at(store, now, &[args]).pop().unwrap()
+}
+
+/// The deadline stored for `key`, if any.
+fn deadline(store: &RawStore, key: &str) -> Option<u64> {
+    keys::decode(&store[key.as_bytes()]).unwrap().expires_at_ms
+}
+
+#[test]
+fn set_with_expiry_and_ttls() {
+    let mut store = RawStore::new();
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "v", "EX", "10"]),
+        "+OK\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(NOW + 10_000));
+    // TTL rounds to the nearest second ((ms + 500) / 1000).
+    for (now, ttl, pttl) in [
+        (NOW, ":10\r\n", ":10000\r\n"),
+        (NOW + 499, ":10\r\n", ":9501\r\n"),
+        (NOW + 500, ":10\r\n", ":9500\r\n"),
+        (NOW + 501, ":9\r\n", ":9499\r\n"),
+        (NOW + 9_999, ":0\r\n", ":1\r\n"),
+    ] {
+        assert_eq!(at1(&mut store, now, &["TTL", "k"]), ttl, "{now}");
+        assert_eq!(at1(&mut store, now, &["PTTL", "k"]), pttl, "{now}");
+    }
+    let expiretime = format!(":{}\r\n", (NOW + 10_000 + 500) / 1000);
+    assert_eq!(at1(&mut store, NOW, &["EXPIRETIME", "k"]), expiretime);
+    let pexpiretime = format!(":{}\r\n", NOW + 10_000);
+    assert_eq!(at1(&mut store, NOW, &["PEXPIRETIME", "k"]), pexpiretime);
+    // At the deadline the key is gone for every command, even in the same block.
+    let now = NOW + 10_000;
+    assert_eq!(
+        at(
+            &mut store,
+            now,
+            &[
+                &["GET", "k"],
+                &["EXISTS", "k"],
+                &["TTL", "k"],
+                &["PTTL", "k"],
+                &["EXPIRETIME", "k"],
+                &["STRLEN", "k"],
+                &["TYPE", "k"],
+                &["MGET", "k"],
+            ]
+        ),
+        [
+            "$-1\r\n",
+            ":0\r\n",
+            ":-2\r\n",
+            ":-2\r\n",
+            ":-2\r\n",
+            ":0\r\n",
+            "+none\r\n",
+            "*1\r\n$-1\r\n"
+        ]
+    );
+    // A read-only plan leaves it stored; a writing one removes it.
+    assert!(store.contains_key(&b"k"[..]));
+    assert_eq!(at1(&mut store, now, &["SETNX", "other", "1"]), ":1\r\n");
+    assert!(store.contains_key(&b"k"[..]));
+    assert_eq!(
+        at(&mut store, now, &[&["SETNX", "other", "2"], &["GET", "k"]]),
+        [":0\r\n", "$-1\r\n"]
+    );
+    assert!(!store.contains_key(&b"k"[..]));
+    // Without expiry: -1; missing: -2.
+    assert_eq!(at1(&mut store, now, &["TTL", "other"]), ":-1\r\n");
+    assert_eq!(at1(&mut store, now, &["PEXPIRETIME", "other"]), ":-1\r\n");
+    assert_eq!(at1(&mut store, now, &["TTL", "missing"]), ":-2\r\n");
+}
+
+#[test]
+fn set_expiry_options_and_errors() {
+    let mut store = RawStore::new();
+    let invalid = "-ERR invalid expire time in 'set' command\r\n";
+    for args in [
+        &["SET", "k", "v", "EX", "0"][..],
+        &["SET", "k", "v", "PX", "-1"],
+        &["SET", "k", "v", "EXAT", "0"],
+        &["SET", "k", "v", "EX", "9223372036854775"],
+        &["SET", "k", "v", "PX", "9223372036854775807"],
+        &["SET", "k", "v", "EXAT", "9223372036854776"],
+    ] {
+        assert_eq!(at1(&mut store, NOW, args), invalid, "{args:?}");
+    }
+    assert!(store.is_empty());
+    assert_eq!(
+        at1(&mut store, NOW, &["SETEX", "k", "0", "v"]),
+        "-ERR invalid expire time in 'setex' command\r\n"
+    );
+    assert_eq!(
+        at1(&mut store, NOW, &["PSETEX", "k", "-3", "v"]),
+        "-ERR invalid expire time in 'psetex' command\r\n"
+    );
+    // The largest absolute deadlines are fine.
+    assert_eq!(
+        at1(
+            &mut store,
+            NOW,
+            &["SET", "k", "v", "PXAT", "9223372036854775807"]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(i64::MAX as u64));
+    assert_eq!(
+        at1(&mut store, NOW, &["EXPIRETIME", "k"]),
+        ":9223372036854776\r\n"
+    );
+    // PXAT, EXAT; KEEPTTL keeps, plain SET clears; NX/XX/GET combined.
+    at1(&mut store, NOW, &["SET", "k", "v", "EXAT", "4000000000"]);
+    assert_eq!(deadline(&store, "k"), Some(4_000_000_000_000));
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "w", "KEEPTTL", "GET"]),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(4_000_000_000_000));
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "x", "NX", "PX", "5"]),
+        "$-1\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(4_000_000_000_000));
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "x", "XX", "PX", "5"]),
+        "+OK\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(NOW + 5));
+    at1(&mut store, NOW, &["SET", "k", "y"]);
+    assert_eq!(deadline(&store, "k"), None);
+    // A deadline already past: the key is set and gone at once (OK, or the old value).
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "z", "PXAT", "1", "GET"]),
+        "$1\r\ny\r\n"
+    );
+    assert!(store.is_empty());
+    assert_eq!(
+        at1(&mut store, NOW, &["SET", "k", "z", "PXAT", "1"]),
+        "+OK\r\n"
+    );
+    assert!(store.is_empty());
+}
+
+#[test]
+fn other_commands_keep_or_clear_the_ttl() {
+    let mut store = RawStore::new();
+    let d = Some(NOW + 100_000);
+    at1(&mut store, NOW, &["SET", "c", "1", "PX", "100000"]);
+    for args in [
+        &["INCR", "c"][..],
+        &["INCRBY", "c", "3"],
+        &["DECR", "c"],
+        &["DECRBY", "c", "2"],
+        &["APPEND", "c", "0"],
+        &["SET", "c", "9", "KEEPTTL"],
+        &["SETNX", "c", "1"],
+        &["MSETNX", "c", "1"],
+        &["GETEX", "c"],
+        &["PERSIST", "missing"],
+    ] {
+        at1(&mut store, NOW, args);
+        assert_eq!(deadline(&store, "c"), d, "{args:?}");
+    }
+    for args in [
+        &["GETSET", "c", "2"][..],
+        &["MSET", "c", "3"],
+        &["SET", "c", "4"],
+    ] {
+        at1(&mut store, NOW, &["SET", "c", "1", "PX", "100000"]);
+        at1(&mut store, NOW, args);
+        assert_eq!(deadline(&store, "c"), None, "{args:?}");
+    }
+    for args in [&["GETDEL", "c"][..], &["DEL", "c"]] {
+        at1(&mut store, NOW, &["SET", "c", "1", "PX", "100000"]);
+        at1(&mut store, NOW, args);
+        assert_eq!(at1(&mut store, NOW, &["TTL", "c"]), ":-2\r\n", "{args:?}");
+    }
+}
+
+#[test]
+fn getex_expire_and_persist() {
+    let mut store = RawStore::new();
+    assert_eq!(at1(&mut store, NOW, &["GETEX", "k", "EX", "0"]), "$-1\r\n");
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "EX", "abc"]),
+        "$-1\r\n"
+    );
+    at1(&mut store, NOW, &["SET", "k", "v"]);
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "EX", "abc"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "PX", "0"]),
+        "-ERR invalid expire time in 'getex' command\r\n"
+    );
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "PX", "700"]),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(NOW + 700));
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "PERSIST"]),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), None);
+    assert_eq!(
+        at1(&mut store, NOW, &["GETEX", "k", "EXAT", "1"]),
+        "$1\r\nv\r\n"
+    );
+    assert!(store.is_empty());
+    // EXPIRE family.
+    assert_eq!(at1(&mut store, NOW, &["EXPIRE", "k", "10"]), ":0\r\n");
+    assert_eq!(
+        at1(&mut store, NOW, &["EXPIRE", "k", "9223372036854775807"]),
+        "-ERR invalid expire time in 'expire' command\r\n"
+    );
+    at1(&mut store, NOW, &["SET", "k", "v"]);
+    let steps: [(&[&str], &str, Option<u64>); 12] = [
+        (&["EXPIRE", "k", "10", "XX"], ":0\r\n", None),
+        (&["EXPIRE", "k", "10", "GT"], ":0\r\n", None),
+        (
+            &["PEXPIRE", "k", "10000", "NX"],
+            ":1\r\n",
+            Some(NOW + 10_000),
+        ),
+        (&["EXPIRE", "k", "20", "NX"], ":0\r\n", Some(NOW + 10_000)),
+        (&["EXPIRE", "k", "5", "GT"], ":0\r\n", Some(NOW + 10_000)),
+        (&["EXPIRE", "k", "20", "GT"], ":1\r\n", Some(NOW + 20_000)),
+        (&["EXPIRE", "k", "30", "LT"], ":0\r\n", Some(NOW + 20_000)),
+        (
+            &["EXPIRE", "k", "15", "XX", "LT"],
+            ":1\r\n",
+            Some(NOW + 15_000),
+        ),
+        (&["PERSIST", "k"], ":1\r\n", None),
+        (&["PERSIST", "k"], ":0\r\n", None),
+        (&["EXPIRE", "k", "15", "XX", "LT"], ":0\r\n", None),
+        (
+            &["PEXPIREAT", "k", "4000000000000", "LT"],
+            ":1\r\n",
+            Some(4_000_000_000_000),
+        ),
+    ];
+    for (args, reply, expected) in steps {
+        assert_eq!(at1(&mut store, NOW, args), reply, "{args:?}");
+        assert_eq!(deadline(&store, "k"), expected, "{args:?}");
+    }
+    assert_eq!(
+        at1(&mut store, NOW, &["EXPIREAT", "k", "4100000000"]),
+        ":1\r\n"
+    );
+    assert_eq!(deadline(&store, "k"), Some(4_100_000_000_000));
+    // A time in the past deletes the key, unless a condition refuses it.
+    assert_eq!(at1(&mut store, NOW, &["EXPIRE", "k", "-1", "GT"]), ":0\r\n");
+    assert_eq!(at1(&mut store, NOW, &["EXPIRE", "k", "-1"]), ":1\r\n");
+    assert!(store.is_empty());
+    at1(&mut store, NOW, &["SET", "k", "v"]);
+    assert_eq!(
+        at1(&mut store, NOW, &["PEXPIRE", "k", "-9223372036854775808"]),
+        ":1\r\n"
+    );
+    assert!(store.is_empty());
+}
+
+#[test]
+fn a_key_set_and_deleted_is_written_and_expired_keys_go_only_with_writing_plans() {
+    let mut overlay = Overlay::new(1 << 20, NOW);
+    let mut stored = Vec::new();
+    keys::encode_expiring(b"old", b"v", Some(NOW), &mut stored);
+    overlay
+        .insert_stored(b"old".to_vec(), Some(&stored))
+        .unwrap();
+    overlay.insert_read(b"new".to_vec(), None);
+    assert_eq!(overlay.reads().next(), Some((&b"new"[..], Lookup::Absent)));
+    assert_eq!(apply(&parse(&["GET", "old"]), &mut overlay), Reply::Null);
+    assert!(!overlay.has_writes());
+    overlay.set_remove_expired(true);
+    let writes: Vec<_> = overlay.writes().map(|w| (w.key, w.value)).collect();
+    assert_eq!(writes, [(&b"old"[..], None)]);
+    apply(&parse(&["SET", "new", "x"]), &mut overlay);
+    apply(&parse(&["DEL", "new"]), &mut overlay);
+    let writes: Vec<_> = overlay.writes().map(|w| (w.key, w.value)).collect();
+    assert_eq!(writes, [(&b"new"[..], None), (b"old", None)]);
 }

@@ -9,6 +9,10 @@ use crate::protocol::{ArgsBuf, Parsed, RequestParser};
 #[derive(Default)]
 struct Node {
     keys: BTreeMap<Vec<u8>, (Option<Vec<u8>>, u64)>,
+    /// The deadlines of the keys that have one (Unix time in milliseconds).
+    deadlines: BTreeMap<Vec<u8>, u64>,
+    /// The time now (Unix time in milliseconds).
+    now_ms: u64,
     /// Plans run, for checks.
     plans: Vec<Plan>,
 }
@@ -18,20 +22,30 @@ impl Node {
         self.keys.get(key).map_or(0, |(_, version)| *version)
     }
 
+    /// True if `key` is stored and not expired.
+    fn live(&self, key: &[u8]) -> bool {
+        self.keys.get(key).is_some_and(|(value, _)| value.is_some())
+            && self
+                .deadlines
+                .get(key)
+                .is_none_or(|&deadline| deadline > self.now_ms)
+    }
+
     /// Runs a plan as one transaction.
     fn run(&mut self, plan: &Plan) -> Outcome {
         self.plans.push(plan.clone());
-        if plan
-            .watched()
-            .iter()
-            .any(|watched| self.version(&watched.key) != watched.version)
-        {
+        if plan.watched().iter().any(|watched| {
+            !watched
+                .version
+                .unchanged(self.version(&watched.key), self.now_ms)
+        }) {
             return Outcome::WatchedKeyChanged;
         }
-        let mut overlay = Overlay::new(1 << 20);
+        let mut overlay = Overlay::new(1 << 20, self.now_ms);
         for key in plan.keys_to_read() {
             let value = self.keys.get(key).and_then(|(value, _)| value.clone());
-            overlay.insert_read(key.to_vec(), value);
+            let deadline = self.deadlines.get(key).copied();
+            overlay.insert_read_expiring(key.to_vec(), value.map(|value| (value, deadline)));
         }
         for key in plan.keys_written_unread() {
             overlay.insert_unread(key.to_vec());
@@ -41,15 +55,19 @@ impl Node {
             let entry = self.keys.entry(write.key.to_vec()).or_insert((None, 0));
             entry.0 = write.value.map(<[u8]>::to_vec);
             entry.1 += 1;
+            match write.expires_at_ms {
+                Some(deadline) => self.deadlines.insert(write.key.to_vec(), deadline),
+                None => self.deadlines.remove(write.key),
+            };
         }
         Outcome::Committed(replies)
     }
 
     fn live_keys(&self) -> Vec<Vec<u8>> {
         self.keys
-            .iter()
-            .filter(|(_, (value, _))| value.is_some())
-            .map(|(key, _)| key.clone())
+            .keys()
+            .filter(|key| self.live(key))
+            .cloned()
             .collect()
     }
 
@@ -69,11 +87,29 @@ impl Node {
                 return (out, false);
             }
             Action::ReadVersions(keys) => {
-                let versions: Vec<u64> = keys.iter().map(|key| self.version(key)).collect();
+                let versions: Vec<WatchVersion> = keys
+                    .iter()
+                    .map(|key| WatchVersion {
+                        store_version: self.version(key),
+                        expires_at_ms: self
+                            .live(key)
+                            .then(|| self.deadlines.get(key).copied())
+                            .flatten(),
+                    })
+                    .collect();
                 (Some(session.watched(&versions)), false)
             }
             Action::Keyspace(KeyspaceRequest::DbSize) => {
                 (Some(Reply::Integer(self.live_keys().len() as i64)), false)
+            }
+            Action::Keyspace(KeyspaceRequest::Flush) => {
+                for (value, version) in self.keys.values_mut() {
+                    if value.take().is_some() {
+                        *version += 1;
+                    }
+                }
+                self.deadlines.clear();
+                (Some(Reply::ok()), false)
             }
             Action::Keyspace(KeyspaceRequest::Keys { pattern }) => {
                 let keys = self
@@ -486,17 +522,21 @@ fn watch_bookkeeping() {
     };
     assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
     assert!(session.is_waiting());
-    assert_eq!(session.watched(&[3, 4]), Reply::ok());
+    let version = |store_version| WatchVersion {
+        store_version,
+        expires_at_ms: None,
+    };
+    assert_eq!(session.watched(&[version(3), version(4)]), Reply::ok());
     assert_eq!(
         session.watched_keys(),
         &[
             WatchedKey {
                 key: b"a".to_vec(),
-                version: 3
+                version: version(3)
             },
             WatchedKey {
                 key: b"b".to_vec(),
-                version: 4
+                version: version(4)
             }
         ]
     );
@@ -654,9 +694,9 @@ fn outcomes_need_a_plan() {
 #[test]
 fn command_command_through_the_session() {
     let mut session = session();
-    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":34\r\n");
-    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*34\r\n*10\r\n$4\r\nping\r\n"));
-    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*68\r\n$4\r\nping\r\n"));
+    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":48\r\n");
+    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*48\r\n*10\r\n$4\r\nping\r\n"));
+    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*96\r\n$4\r\nping\r\n"));
     assert_eq!(
         exchange(&mut session, "COMMAND INFO nosuch\r\nCOMMAND COUNT x\r\n"),
         "*1\r\n$-1\r\n-ERR wrong number of arguments for 'command|count' command\r\n"
