@@ -89,16 +89,22 @@ pub fn node(
             state.display()
         );
     }
-    // Redis commands whose keys share a primary are shipped to it and run there.
+    let incarnation = ferrotx_node::incarnation_from_clock();
+    // The workers' clock counts from `epoch`; Unix time is that plus the offset read now.
+    let epoch = Instant::now();
+    let wall_offset_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        .saturating_sub(epoch.elapsed().as_nanos() as u64);
+    // Redis commands whose keys share a primary are shipped to it and run there, with
+    // key expiry judged by its clock.
     let procedures = ferrotx_redis_exec::KvTable::find(&config)
-        .map(ferrotx_redis_exec::procedures)
+        .map(|kv| ferrotx_redis_exec::procedures(kv.with_wall_offset_ns(wall_offset_ns)))
         .unwrap_or_default();
     let options = NodeOptions {
         procedures,
         ..NodeOptions::default()
     };
-    let incarnation = ferrotx_node::incarnation_from_clock();
-    let epoch = Instant::now();
     let lease = ferrotx_node::LeaseThread::start(
         config.clone(),
         id,

@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use ferrotx_exec::Co;
-use ferrotx_resp::command::{self, Command, DataCommand, SetCondition};
-use ferrotx_resp::session::WatchedKey;
+use ferrotx_resp::command::{
+    self, Command, DataCommand, ExpireTime, GetExExpiry, SetCondition, SetExpiry,
+};
+use ferrotx_resp::session::{WatchVersion, WatchedKey};
 use ferrotx_resp::{ArgsBuf, Outcome, Overlay, Plan, Reply};
 use ferrotx_store::{Key, TableId};
 use ferrotx_txn::coordinator::{Abort, Coordinator, NO_PRIMARY};
@@ -85,9 +87,11 @@ impl Procedure for PlanProcedure {
         Ok(())
     }
 
-    fn apply(&self, args: &[u8], view: &mut BatchView, _now_ns: u64, result: &mut Vec<u8>) {
+    fn apply(&self, args: &[u8], view: &mut BatchView, now_ns: u64, result: &mut Vec<u8>) {
+        // Expiry is judged by the primary's clock, the same for every caller of the key.
+        let now_ms = self.kv.unix_ms(now_ns);
         let outcome = match decode_plan(args) {
-            Ok(plan) => self.run(&plan, view),
+            Ok(plan) => self.run(&plan, view, now_ms),
             Err(error) => Outcome::Failed(Reply::error(format!("ERR ferrotx: {error}"))),
         };
         encode_outcome(&outcome, result);
@@ -95,18 +99,19 @@ impl Procedure for PlanProcedure {
 }
 
 impl PlanProcedure {
-    fn run(&self, plan: &Plan, view: &mut BatchView) -> Outcome {
+    fn run(&self, plan: &Plan, view: &mut BatchView, now_ms: u64) -> Outcome {
         let table = self.kv.id;
-        // A watched key written by an earlier operation of the batch has changed too.
-        let unchanged = plan
-            .watched()
-            .iter()
-            .all(|w| view.version(table, &store_key(&w.key)) == Some(w.version));
+        // A watched key written by an earlier operation of the batch has changed too, and
+        // one that expired since WATCH has.
+        let unchanged = plan.watched().iter().all(|w| {
+            view.version(table, &store_key(&w.key))
+                .is_some_and(|version| w.version.unchanged(version, now_ms))
+        });
         if !unchanged {
             return Outcome::WatchedKeyChanged;
         }
         let (read, unread) = plan.keys();
-        let mut overlay = Overlay::new(self.kv.stored_bytes_max);
+        let mut overlay = Overlay::new(self.kv.stored_bytes_max, now_ms);
         for key in read {
             let Some(stored) = view.get(table, &store_key(key)) else {
                 return Outcome::Failed(Reply::error_static("ERR ferrotx: a key was not read"));
@@ -129,9 +134,20 @@ impl PlanProcedure {
     }
 }
 
+/// SET's and GETEX's option for `time`: EX, PX, EXAT or PXAT.
+fn time_option(time: &ExpireTime) -> &'static str {
+    match (time.millis, time.absolute) {
+        (false, false) => "EX",
+        (true, false) => "PX",
+        (false, true) => "EXAT",
+        (true, true) => "PXAT",
+    }
+}
+
 /// A command as the arguments a client sends (the primary parses them again).
 fn command_args(command: &DataCommand) -> Vec<Vec<u8>> {
     let word = |w: &str| w.as_bytes().to_vec();
+    let number = |n: i64| n.to_string().into_bytes();
     match command {
         DataCommand::Get { key } => vec![word("GET"), key.clone()],
         DataCommand::Set {
@@ -139,7 +155,15 @@ fn command_args(command: &DataCommand) -> Vec<Vec<u8>> {
             value,
             condition,
             get,
+            expiry,
         } => {
+            if let SetExpiry::At(time) = expiry
+                && (time.command == "setex" || time.command == "psetex")
+            {
+                // SETEX and PSETEX (parsed as a SET that always writes).
+                let name = if time.millis { "PSETEX" } else { "SETEX" };
+                return vec![word(name), key.clone(), number(time.amount), value.clone()];
+            }
             let mut args = vec![word("SET"), key.clone(), value.clone()];
             match condition {
                 SetCondition::Always => {}
@@ -149,8 +173,70 @@ fn command_args(command: &DataCommand) -> Vec<Vec<u8>> {
             if *get {
                 args.push(word("GET"));
             }
+            match expiry {
+                SetExpiry::Clear => {}
+                SetExpiry::Keep => args.push(word("KEEPTTL")),
+                SetExpiry::At(time) => {
+                    args.push(word(time_option(time)));
+                    args.push(number(time.amount));
+                }
+            }
             args
         }
+        DataCommand::GetEx { key, expiry } => {
+            let mut args = vec![word("GETEX"), key.clone()];
+            match expiry {
+                GetExExpiry::Unchanged => {}
+                GetExExpiry::Persist => args.push(word("PERSIST")),
+                GetExExpiry::At(time) => {
+                    args.push(word(time_option(time)));
+                    args.push(number(time.amount));
+                }
+                GetExExpiry::NotAnInteger => {
+                    args.push(word("EX"));
+                    args.push(word("not-an-integer"));
+                }
+            }
+            args
+        }
+        DataCommand::Expire {
+            key,
+            time,
+            condition,
+        } => {
+            let name = match (time.millis, time.absolute) {
+                (false, false) => "EXPIRE",
+                (true, false) => "PEXPIRE",
+                (false, true) => "EXPIREAT",
+                (true, true) => "PEXPIREAT",
+            };
+            let mut args = vec![word(name), key.clone(), number(time.amount)];
+            for (set, option) in [
+                (condition.if_none, "NX"),
+                (condition.if_some, "XX"),
+                (condition.later, "GT"),
+                (condition.earlier, "LT"),
+            ] {
+                if set {
+                    args.push(word(option));
+                }
+            }
+            args
+        }
+        DataCommand::Ttl {
+            key,
+            millis,
+            absolute,
+        } => {
+            let name = match (millis, absolute) {
+                (false, false) => "TTL",
+                (true, false) => "PTTL",
+                (false, true) => "EXPIRETIME",
+                (true, true) => "PEXPIRETIME",
+            };
+            vec![word(name), key.clone()]
+        }
+        DataCommand::Persist { key } => vec![word("PERSIST"), key.clone()],
         DataCommand::SetNx { key, value } => vec![word("SETNX"), key.clone(), value.clone()],
         DataCommand::GetSet { key, value } => vec![word("GETSET"), key.clone(), value.clone()],
         DataCommand::GetDel { key } => vec![word("GETDEL"), key.clone()],
@@ -158,9 +244,7 @@ fn command_args(command: &DataCommand) -> Vec<Vec<u8>> {
         DataCommand::Exists { keys } => std::iter::once(word("EXISTS"))
             .chain(keys.clone())
             .collect(),
-        DataCommand::IncrBy { key, delta } => {
-            vec![word("INCRBY"), key.clone(), delta.to_string().into_bytes()]
-        }
+        DataCommand::IncrBy { key, delta } => vec![word("INCRBY"), key.clone(), number(*delta)],
         DataCommand::Append { key, value } => vec![word("APPEND"), key.clone(), value.clone()],
         DataCommand::Strlen { key } => vec![word("STRLEN"), key.clone()],
         DataCommand::Type { key } => vec![word("TYPE"), key.clone()],
@@ -191,7 +275,14 @@ pub fn encode_plan(plan: &Plan, out: &mut Vec<u8>) {
     out.extend_from_slice(&(plan.watched().len() as u32).to_le_bytes());
     for watched in plan.watched() {
         put_bytes(out, &watched.key);
-        out.extend_from_slice(&watched.version.to_le_bytes());
+        out.extend_from_slice(&watched.version.store_version.to_le_bytes());
+        match watched.version.expires_at_ms {
+            Some(deadline) => {
+                out.push(1);
+                out.extend_from_slice(&deadline.to_le_bytes());
+            }
+            None => out.push(0),
+        }
     }
     out.extend_from_slice(&(plan.commands().len() as u32).to_le_bytes());
     for command in plan.commands() {
@@ -252,10 +343,21 @@ pub fn decode_plan(bytes: &[u8]) -> Result<Plan, &'static str> {
     let mut r = Reader(bytes);
     let exec = r.u8()? != 0;
     let mut watched = Vec::new();
-    for _ in 0..r.count(12)? {
+    for _ in 0..r.count(13)? {
         let key = r.bytes()?.to_vec();
-        let version = r.u64()?;
-        watched.push(WatchedKey { key, version });
+        let store_version = r.u64()?;
+        let expires_at_ms = match r.u8()? {
+            0 => None,
+            1 => Some(r.u64()?),
+            _ => return Err("a shipped plan's watched key is malformed"),
+        };
+        watched.push(WatchedKey {
+            key,
+            version: WatchVersion {
+                store_version,
+                expires_at_ms,
+            },
+        });
     }
     let mut commands = Vec::new();
     for _ in 0..r.count(4)? {
@@ -444,14 +546,47 @@ mod tests {
             &["MGET", "a", "b"],
             &["MSET", "a", "1", "b", "2"],
             &["MSETNX", "a", "1", "b", "2"],
+            &["SET", "a", "1", "EX", "10"],
+            &["SET", "a", "1", "PX", "10", "NX", "GET"],
+            &["SET", "a", "1", "EXAT", "1700000000"],
+            &["SET", "a", "1", "PXAT", "1700000000000", "XX"],
+            &["SET", "a", "1", "KEEPTTL"],
+            &["SET", "a", "1", "EX", "0"],
+            &["SETEX", "a", "10", "v"],
+            &["PSETEX", "a", "10", "v"],
+            &["GETEX", "a"],
+            &["GETEX", "a", "PERSIST"],
+            &["GETEX", "a", "PX", "5"],
+            &["GETEX", "a", "EXAT", "x"],
+            &["EXPIRE", "a", "10"],
+            &["PEXPIRE", "a", "10", "NX"],
+            &["EXPIREAT", "a", "10", "XX", "GT"],
+            &["PEXPIREAT", "a", "10", "LT"],
+            &["TTL", "a"],
+            &["PTTL", "a"],
+            &["EXPIRETIME", "a"],
+            &["PEXPIRETIME", "a"],
+            &["PERSIST", "a"],
         ]
         .iter()
         .map(|words| parse(words))
         .collect();
-        let watched = vec![WatchedKey {
-            key: b"w".to_vec(),
-            version: 42,
-        }];
+        let watched = vec![
+            WatchedKey {
+                key: b"w".to_vec(),
+                version: WatchVersion {
+                    store_version: 42,
+                    expires_at_ms: None,
+                },
+            },
+            WatchedKey {
+                key: b"v".to_vec(),
+                version: WatchVersion {
+                    store_version: 7,
+                    expires_at_ms: Some(1_700_000_000_123),
+                },
+            },
+        ];
         let plan = Plan::new(commands, watched, true);
         let mut bytes = Vec::new();
         encode_plan(&plan, &mut bytes);

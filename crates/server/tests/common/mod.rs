@@ -66,8 +66,13 @@ impl RedisCluster {
             &config.clone().with_tables(default_tables()).unwrap(),
         )
         .unwrap();
+        // Its workers' clocks start about now: Unix time is theirs plus this offset.
+        let wall_offset_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
         let options = NodeOptions {
-            procedures: ferrotx_redis_exec::procedures(kv),
+            procedures: ferrotx_redis_exec::procedures(kv.with_wall_offset_ns(wall_offset_ns)),
             ..NodeOptions::default()
         };
         let cluster =
