@@ -8,6 +8,7 @@
 
 mod list_append;
 mod resp;
+pub mod resp_counter;
 mod workloads;
 
 pub use workloads::WorkloadScenario;
@@ -22,7 +23,7 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "bank",
     "kv",
     "tatp",
@@ -30,10 +31,15 @@ pub const NAMES: [&str; 7] = [
     "list-append",
     "resp-bank",
     "resp-list-append",
+    "resp-counter",
 ];
 
 /// Transactions each client runs.
 const TRANSACTIONS_PER_CLIENT: usize = 8;
+
+/// Operations each `resp-counter` client runs (single commands: many, so that the hot
+/// keys' primaries combine them).
+const COUNTER_OPERATIONS_PER_CLIENT: usize = 24;
 
 /// The scenario called `name`.
 ///
@@ -49,6 +55,9 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
         "list-append" => Box::new(list_append::ListAppend::new(TRANSACTIONS_PER_CLIENT)),
         "resp-bank" => Box::new(resp::RespBank::new(TRANSACTIONS_PER_CLIENT)),
         "resp-list-append" => Box::new(resp::RespListAppend::new(TRANSACTIONS_PER_CLIENT)),
+        "resp-counter" => Box::new(resp_counter::RespCounter::new(
+            COUNTER_OPERATIONS_PER_CLIENT,
+        )),
         other => panic!("no scenario {other:?}; the scenarios are {NAMES:?}"),
     }
 }

@@ -36,13 +36,13 @@ use crate::run::{Checked, Scenario, digest_of};
 type Problems = Rc<RefCell<Vec<String>>>;
 
 /// The `kv` table of the run's configuration.
-fn kv_table(cluster: &SimCluster) -> KvTable {
+pub(super) fn kv_table(cluster: &SimCluster) -> KvTable {
     KvTable::find(cluster.config()).expect("the scenario's schema has the kv table")
 }
 
 /// The Redis value of `key` as its primary holds it at the end (`Ok(None)`: absent), or
 /// what is wrong with the stored value; `None` if no primary of the key is up.
-fn primary_value(
+pub(super) fn primary_value(
     cluster: &SimCluster,
     kv: KvTable,
     key: &[u8],
@@ -64,7 +64,7 @@ fn primary_value(
 }
 
 /// A backup of `key` that differs from its primary, if any.
-fn replica_violation(cluster: &SimCluster, kv: KvTable, key: &[u8]) -> Option<String> {
+pub(super) fn replica_violation(cluster: &SimCluster, kv: KvTable, key: &[u8]) -> Option<String> {
     let copies = copies(cluster, kv.id, &store_key(key));
     let primary = copies.iter().find(|c| c.primary)?;
     let differs = copies
@@ -80,12 +80,12 @@ fn replica_violation(cluster: &SimCluster, kv: KvTable, key: &[u8]) -> Option<St
     ))
 }
 
-fn show(bytes: &[u8]) -> String {
+pub(super) fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Every client's session settings: the server's defaults.
-fn session() -> Arc<SessionConfig> {
+pub(super) fn session() -> Arc<SessionConfig> {
     Arc::new(SessionConfig::default())
 }
 
@@ -124,7 +124,7 @@ fn plain_command(op: &MicroOp, out: &mut Vec<u8>) {
 
 /// Whether an error reply says the command certainly took no effect (`-TRYAGAIN`,
 /// `-CLUSTERDOWN`: docs/redis.md), as opposed to "outcome unknown" and other errors.
-fn certainly_failed(error: &[u8]) -> bool {
+pub(super) fn certainly_failed(error: &[u8]) -> bool {
     error.starts_with(b"TRYAGAIN") || error.starts_with(b"CLUSTERDOWN")
 }
 

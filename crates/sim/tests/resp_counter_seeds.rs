@@ -1,0 +1,98 @@
+//! `resp-counter` (hot-key counters over Redis, clients on every node and thread, issue
+//! 14): 100 seeds under the default faults; 100 seeds without partitions, pauses or
+//! crashes, where any `-TRYAGAIN` fails the seed (contention alone must not fail a
+//! client); and every `recovery-*` attack (membership on, a node crashed, paused or cut
+//! off at a commit point) with resp-counter as the workload, 5 seeds each.
+//!
+//! `FERROTX_SIM_SEEDS=N` and `FERROTX_SIM_SEED_BASE` change the seeds of all three;
+//! replay one with `FERROTX_SIM_SEED=<seed> cargo test -p ferrotx-sim --test
+//! resp_counter_seeds -- --nocapture`, or `ferrotx sim --workload resp-counter --seed S`
+//! (with `--faults loss,dup,reorder,drift,buggify` for the second sweep).
+
+use ferrotx_sim::faults::FaultKind;
+use ferrotx_sim::recovery_scenarios::{self, failure, sprung};
+use ferrotx_sim::run::{RunOptions, run};
+use ferrotx_sim::scenarios::scenario;
+use ferrotx_sim::seeds::{self, SeedPlan};
+
+fn range(default: u64) -> std::ops::Range<u64> {
+    match seeds::from_env_with_default(default) {
+        SeedPlan::Replay(seed) => seed..seed + 1,
+        SeedPlan::Sweep(range) => range,
+    }
+}
+
+/// Runs resp-counter over `seeds` with `options`; (ok operations, shipped).
+fn sweep(seeds: std::ops::Range<u64>, options: impl Fn(u64) -> RunOptions) -> (u64, u64) {
+    let (mut ok, mut shipped) = (0, 0);
+    let mut failed = Vec::new();
+    for seed in seeds.clone() {
+        let report = run(&mut *scenario("resp-counter"), &options(seed));
+        ok += report.checked.committed;
+        shipped += report.shipped;
+        let mut violations = report.checked.violations.clone();
+        violations.extend(report.liveness.clone());
+        seeds::note_failure(seed, &violations, &mut failed);
+    }
+    println!(
+        "resp-counter: {} seeds, {ok} operations ok, {shipped} shipped",
+        seeds.end - seeds.start
+    );
+    assert!(failed.is_empty(), "resp-counter: seeds failed: {failed:?}");
+    (ok, shipped)
+}
+
+#[test]
+fn hot_counters_are_linearizable_under_the_default_faults() {
+    let (ok, shipped) = sweep(range(100), RunOptions::new);
+    assert!(ok > 0, "nothing acknowledged");
+    assert!(shipped > 0, "no increment ran at its key's primary");
+}
+
+#[test]
+fn contention_alone_fails_no_client() {
+    let faults = [
+        FaultKind::Loss,
+        FaultKind::Dup,
+        FaultKind::Reorder,
+        FaultKind::Drift,
+        FaultKind::Buggify,
+    ];
+    let (ok, _) = sweep(range(100), |seed| RunOptions {
+        faults: faults.to_vec(),
+        ..RunOptions::new(seed)
+    });
+    assert!(ok > 0, "nothing acknowledged");
+}
+
+#[test]
+fn hot_counters_survive_every_recovery_attack() {
+    let mut failed = Vec::new();
+    for name in recovery_scenarios::NAMES {
+        let (mut seeds_run, mut sprang, mut ok, mut unknown, mut failures) = (0, 0, 0, 0, 0);
+        for seed in range(5) {
+            let report = run(
+                &mut *scenario("resp-counter"),
+                &recovery_scenarios::options(name, seed),
+            );
+            seeds_run += 1;
+            sprang += u64::from(sprung(&report));
+            ok += report.checked.committed;
+            failures += report.checked.aborted;
+            unknown += report.checked.indeterminate;
+            if let Some(why) = failure(&report) {
+                eprintln!(
+                    "{name} seed {seed} with resp-counter FAILED: {why}\n  attack: {:?}",
+                    report.attack
+                );
+                failed.push((name, seed));
+            }
+        }
+        println!(
+            "{name} with resp-counter: trap sprang in {sprang} of {seeds_run} seeds; \
+             operations ok {ok}, failed {failures}, unknown {unknown}"
+        );
+        assert!(sprang > 0, "{name}: no trap sprang: no attack happened");
+    }
+    assert!(failed.is_empty(), "seeds failed: {failed:?}");
+}
