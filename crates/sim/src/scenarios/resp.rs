@@ -10,7 +10,7 @@
 //!   or with blind `SET`s of balances computed from what the client read), unconditional
 //!   transfers in `MULTI`, and audits; checked by conservation, per account and in total.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -36,6 +36,31 @@ use crate::run::{Checked, Scenario, digest_of};
 type Problems = Rc<RefCell<Vec<String>>>;
 
 /// The `kv` table of the run's configuration.
+/// Longest a client that finished waits for the others before it flushes its thread's
+/// truncation mark (ns of its node's clock), and how often it looks.
+const FLUSH_WAIT_NS: u64 = 20_000_000;
+const FLUSH_POLL_NS: u64 = 200_000;
+
+/// The end of a Redis client: its commands that wrote keys of one primary ran in batches
+/// at that primary, on the coordinator of the primary's shipping thread, whose truncation
+/// mark rides on later commits (or the recovery loop's idle pass, after the run ended).
+/// So the client waits for every client (`running` of them still run; a while at most:
+/// a crash drops some), then flushes its own thread's mark to `nodes`: every thread's
+/// goes out after the last batch, and the backups equal their primaries at the check.
+pub(super) async fn finish_client(
+    co: &ferrotx_exec::Co,
+    coordinator: &ferrotx_txn::coordinator::Coordinator,
+    running: &Cell<usize>,
+    nodes: &[u16],
+) {
+    running.set(running.get().saturating_sub(1));
+    let give_up = co.now_ns() + FLUSH_WAIT_NS;
+    while running.get() > 0 && co.now_ns() < give_up {
+        co.sleep_until(co.now_ns() + FLUSH_POLL_NS).await;
+    }
+    coordinator.flush_truncation(co, nodes).await;
+}
+
 pub(super) fn kv_table(cluster: &SimCluster) -> KvTable {
     KvTable::find(cluster.config()).expect("the scenario's schema has the kv table")
 }
@@ -195,7 +220,10 @@ impl Scenario for RespListAppend {
         let ticks = Ticks::default();
         let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
         let session = session();
-        for (node, thread, slot) in clients(cluster, CLIENTS_PER_WORKER) {
+        let all_clients = clients(cluster, CLIENTS_PER_WORKER);
+        let running = Rc::new(Cell::new(all_clients.len()));
+        for (node, thread, slot) in all_clients {
+            let running = running.clone();
             let id = client_id(node, thread, slot);
             let (mut generator, mut rng) = generator(seed, id);
             let mut client = RespClient::for_config(cluster.config(), id, session.clone())
@@ -300,7 +328,7 @@ impl Scenario for RespListAppend {
                         }
                     }
                 }
-                coordinator.flush_truncation(&co, &all_nodes).await;
+                finish_client(&co, &coordinator, &running, &all_nodes).await;
             });
             assert!(spawned, "a coroutine slot for every client");
         }
@@ -631,7 +659,10 @@ impl Scenario for RespBank {
     fn start_clients(&mut self, cluster: &mut SimCluster, seed: u64) {
         let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
         let session = session();
-        for (node, thread, slot) in clients(cluster, CLIENTS_PER_WORKER) {
+        let all_clients = clients(cluster, CLIENTS_PER_WORKER);
+        let running = Rc::new(Cell::new(all_clients.len()));
+        for (node, thread, slot) in all_clients {
+            let running = running.clone();
             let id = client_id(node, thread, slot);
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ id.rotate_left(41) ^ 0xba4c);
             let client = RespClient::for_config(cluster.config(), id, session.clone())
@@ -667,9 +698,7 @@ impl Scenario for RespBank {
                     };
                     bank.transfer(kind, from, to, amount).await;
                 }
-                bank.coordinator
-                    .flush_truncation(&bank.co, &all_nodes)
-                    .await;
+                finish_client(&bank.co, &bank.coordinator, &running, &all_nodes).await;
             });
             assert!(spawned, "a coroutine slot for every client");
         }

@@ -53,11 +53,6 @@ pub const KEYS: usize = 2;
 /// The largest delta of one `INCRBY`.
 const DELTA_MAX: i64 = 5;
 
-/// Longest a client that finished waits for the others before it flushes its thread's
-/// truncation mark (ns of its node's clock), and how often it looks.
-const FLUSH_WAIT_NS: u64 = 20_000_000;
-const FLUSH_POLL_NS: u64 = 200_000;
-
 /// Violations of one kind a check lists before it only counts them.
 const LISTED_MAX: usize = 8;
 
@@ -344,17 +339,7 @@ impl Scenario for RespCounter {
                     }
                     done += ops.len();
                 }
-                // The increments ran in batches at their keys' primary, on the
-                // coordinator of the primary's shipping thread, whose truncation mark
-                // nothing sends once its queue is idle (it rides on later commits). Wait
-                // for every client (a while at most: a crash drops some), then flush this
-                // thread's, so that every thread's is sent after the last batch.
-                running.set(running.get() - 1);
-                let give_up = co.now_ns() + FLUSH_WAIT_NS;
-                while running.get() > 0 && co.now_ns() < give_up {
-                    co.sleep_until(co.now_ns() + FLUSH_POLL_NS).await;
-                }
-                coordinator.flush_truncation(&co, &all_nodes).await;
+                super::resp::finish_client(&co, &coordinator, &running, &all_nodes).await;
             });
             assert!(spawned, "a coroutine slot for every client");
         }
