@@ -51,6 +51,89 @@ pub fn ship_target(coordinator: &Coordinator, kv: KvTable, plan: &Plan) -> Optio
     .then_some(first)
 }
 
+/// Most groups a pipeline is split into ([`split_by_primary`]): one SHIP each, sent in one
+/// batch.
+const GROUPS_MAX: usize = 16;
+
+/// A pipeline (commands outside MULTI, which Redis does not run atomically together) that
+/// writes and spans several primaries, split into one plan per primary, each with the
+/// commands of that primary in order, and the partition to ship it to: `(partition, plan,
+/// the commands' positions in the pipeline)`. `None` if it should run as one transaction
+/// here: a command whose own keys span primaries, a pipeline of one primary (shipped
+/// whole) or of reads only, or too many groups.
+pub fn split_by_primary(
+    coordinator: &Coordinator,
+    kv: KvTable,
+    plan: &Plan,
+) -> Option<Vec<(u32, Plan, Vec<usize>)>> {
+    if !plan.may_split() || plan.is_read_only() || !plan.watched().is_empty() {
+        return None;
+    }
+    // (primary, partition of its first command's first key, commands, positions)
+    let mut groups: Vec<(u16, u32, Vec<DataCommand>, Vec<usize>)> = Vec::new();
+    for (i, command) in plan.commands().iter().enumerate() {
+        let mut keys = command.keys();
+        let first = coordinator.partition_of(kv.id, &store_key(keys.next()?));
+        let primary = coordinator.primary_of_partition(first);
+        if primary == NO_PRIMARY
+            || !keys.all(|key| {
+                coordinator.primary_of_partition(coordinator.partition_of(kv.id, &store_key(key)))
+                    == primary
+            })
+        {
+            return None;
+        }
+        match groups.iter_mut().find(|g| g.0 == primary) {
+            Some(group) => {
+                group.2.push(command.clone());
+                group.3.push(i);
+            }
+            None => groups.push((primary, first, vec![command.clone()], vec![i])),
+        }
+    }
+    if groups.len() < 2 || groups.len() > GROUPS_MAX {
+        return None;
+    }
+    Some(
+        groups
+            .into_iter()
+            .map(|(_, partition, commands, positions)| {
+                (partition, Plan::new(commands, Vec::new(), false), positions)
+            })
+            .collect(),
+    )
+}
+
+/// Runs the groups of a split pipeline ([`split_by_primary`]) at their primaries, all
+/// sent together: each group's outcome, or the abort that ended its shipping (see
+/// [`ship_plan`]).
+pub async fn ship_groups(
+    co: &Co,
+    coordinator: &Coordinator,
+    groups: &[(u32, Plan, Vec<usize>)],
+    deadline_ns: u64,
+) -> Vec<Result<Outcome, Abort>> {
+    let encoded: Vec<Vec<u8>> = groups
+        .iter()
+        .map(|(_, plan, _)| {
+            let mut args = Vec::new();
+            encode_plan(plan, &mut args);
+            args
+        })
+        .collect();
+    let operations: Vec<(u32, &[u8])> = groups
+        .iter()
+        .zip(&encoded)
+        .map(|((partition, _, _), args)| (*partition, args.as_slice()))
+        .collect();
+    coordinator
+        .ship_many(co, REDIS_PLAN, &operations, deadline_ns)
+        .await
+        .into_iter()
+        .map(|result| result.and_then(|bytes| decode_outcome(&bytes).ok_or(Abort::Protocol)))
+        .collect()
+}
+
 /// Runs `plan` at the primary of `partition`: its outcome, or the abort that ended the
 /// shipping (nothing changed, except [`Abort::OutcomeUnknown`]); [`Abort::Protocol`]
 /// means the primary could not run it at all (nothing changed: run it here instead).

@@ -1,33 +1,45 @@
-//! The caller's side of shipping ([`crate::ship`]): one SHIP request to the primary of an
-//! operation's partition, asked again after a configuration change.
+//! The caller's side of shipping ([`crate::ship`]): SHIP requests to the primaries of
+//! operations' partitions, sent together, each asked again after a configuration change.
+
+use std::rc::Rc;
 
 use ferrotx_exec::Co;
 use ferrotx_rpc::RpcError;
 use ferrotx_wire::EndpointId;
 
 use super::{Abort, Coordinator, NO_PRIMARY};
-use crate::ship::{Origin, SHIP, ShipResult, ShipStatus, encode_ship};
+use crate::ship::{LocalAnswer, Origin, SHIP, ShipResult, ShipStatus, encode_ship};
 
 /// How long the caller waits before asking again after a "retry" answer (the primary
 /// was not the primary any more, or a configuration change aborted the operation there).
 const RETRY_PAUSE_NS: u64 = 1_000_000;
 
+/// One operation of [`Coordinator::ship_many`] on its way.
+struct Shipment<'a> {
+    origin: Origin,
+    partition: u32,
+    args: &'a [u8],
+    /// The primary a request went to whose fate is unknown (cut off by a configuration
+    /// change): the operation may have run, so giving up answers "outcome unknown".
+    in_doubt: Option<u16>,
+    result: Option<ShipResult>,
+}
+
+/// How one request of a round ended.
+enum Sent {
+    /// An answer: a result, or `None` for "retry".
+    Answer(Option<ShipResult>),
+    /// Not sent (nothing ran): ask again.
+    NotSent,
+    /// Cut off by a configuration change or a restart: it may have run there.
+    CutOff,
+    /// Failed otherwise: give up.
+    Failed,
+}
+
 impl Coordinator {
-    /// Runs procedure `procedure` with `args` at the primary of `partition` (every key
-    /// of the operation must be in partitions with that primary; the primary refuses the
-    /// others with "retry" until the caller's placement agrees), and returns its result.
-    ///
-    /// - A configuration change that cuts the call off: asked again, with the same
-    ///   [`Origin`], of the partition's primary once the new configuration is committed.
-    ///   The primary answers from the first run if there was one: the same primary
-    ///   remembers it, and a new one learns it from the batch's records (their note),
-    ///   applied by truncation or by recovery's commit, before it runs anything on the
-    ///   partitions recovery blocks. An operation it never heard of never committed,
-    ///   and runs now. Forgotten ones (long ago) answer [`Abort::OutcomeUnknown`].
-    /// - Nothing sent yet, or a "retry" answer: nothing changed, asked again up to
-    ///   `deadline_ns`, then [`Abort::Unavailable`].
-    /// - Conflicts that outlasted the primary's retries: [`Abort::Conflict`] (nothing
-    ///   changed); too large for one commit: [`Abort::TooLarge`].
+    /// Runs procedure `procedure` with `args` at the primary of `partition`, and returns
+    /// its result: [`Coordinator::ship_many`] of one operation.
     pub async fn ship(
         &self,
         co: &Co,
@@ -36,101 +48,172 @@ impl Coordinator {
         args: &[u8],
         deadline_ns: u64,
     ) -> ShipResult {
-        let seq = self.next_ship_seq.get();
-        self.next_ship_seq.set(seq + 1);
-        let origin = Origin {
-            node: self.local.node(),
-            thread: self.local.thread(),
-            incarnation: self.incarnation,
-            seq,
-        };
-        let thread =
-            u16::try_from(partition % u32::from(self.ship_threads.get())).expect("below a u16");
-        // The primary a request went to whose fate is unknown (cut off by a configuration
-        // change): the operation may have run, so giving up answers "outcome unknown".
-        let mut in_doubt: Option<u16> = None;
-        loop {
-            if !self.accepting.get() && !self.wait_accepting(co, deadline_ns).await {
-                return Err(self.gave_up(in_doubt));
-            }
-            let primary = self.primary_of_partition(partition);
-            if primary == NO_PRIMARY {
-                return Err(self.gave_up(in_doubt));
-            }
-            let view = self.configuration();
-            let target = EndpointId::new(primary, thread);
-            let outcome = if target == self.local {
-                let Some(shipping) = self.shipping.borrow().clone() else {
-                    return Err(self.gave_up(in_doubt));
-                };
-                let mut request = Vec::new();
-                encode_ship(&origin, procedure, partition, args, &mut request);
-                let local = shipping.submit_local(co, request);
-                loop {
-                    if let Some(answer) = local.answer.borrow_mut().take() {
-                        break Ok(ShipStatus::outcome(&answer));
-                    }
-                    if !co.wait_until(&local.ready, deadline_ns).await
-                        && local.answer.borrow().is_none()
-                    {
-                        // Queued here and not run yet: it may still run.
-                        return Err(Abort::OutcomeUnknown);
-                    }
-                }
-            } else {
-                co.push_with(target, SHIP, |buffer| {
-                    encode_ship(&origin, procedure, partition, args, buffer);
-                });
-                co.call().await;
-                co.result(0, |result| match result {
-                    Ok(answer) => Ok(ShipStatus::outcome(answer)),
-                    Err(error) => Err(error),
-                })
-            };
-            match outcome {
-                Ok(Some(result)) => {
-                    self.count(|s| s.shipped += 1);
-                    return result;
-                }
-                Ok(None) => {
-                    // Not run there: nothing changed by this request, and any earlier one
-                    // to that primary was answered before it (one queue per partition).
-                    in_doubt = None;
-                    if co.now_ns() >= deadline_ns {
-                        return Err(Abort::Unavailable);
-                    }
-                    co.sleep_until((co.now_ns() + RETRY_PAUSE_NS).min(deadline_ns))
-                        .await;
-                }
-                Err(RpcError::NotSent | RpcError::NotMember) => {
-                    if co.now_ns() >= deadline_ns {
-                        return Err(self.gave_up(in_doubt));
-                    }
-                    co.sleep_until((co.now_ns() + RETRY_PAUSE_NS).min(deadline_ns))
-                        .await;
-                }
-                Err(RpcError::ConfigurationChanged | RpcError::TargetRestarted) => {
-                    in_doubt = Some(primary);
-                    if co.now_ns() >= deadline_ns {
-                        return Err(Abort::OutcomeUnknown);
-                    }
-                    if self.configuration() == view {
-                        // The engine moved on first: wait a little for the coordinator.
-                        co.sleep_until((co.now_ns() + RETRY_PAUSE_NS).min(deadline_ns))
-                            .await;
-                    }
-                }
-                Err(_) => return Err(self.gave_up(in_doubt)),
-            }
-        }
+        self.ship_many(co, procedure, &[(partition, args)], deadline_ns)
+            .await
+            .pop()
+            .expect("one result per operation")
     }
 
-    /// The error of a shipped operation given up: unknown if a request may have run.
-    fn gave_up(&self, in_doubt: Option<u16>) -> Abort {
-        if in_doubt.is_some() {
-            Abort::OutcomeUnknown
-        } else {
-            Abort::Unavailable
+    /// Runs procedure `procedure` once per operation `(partition, args)` at the primary of
+    /// its partition (every key of an operation must be in partitions with that primary;
+    /// the primary answers "retry" to the others until the caller's placement agrees),
+    /// all sent together, and returns their results in order. The operations are
+    /// independent: each commits or not on its own, in any order.
+    ///
+    /// - A configuration change that cuts a request off: asked again, with the same
+    ///   [`Origin`], of the partition's primary once the new configuration is committed.
+    ///   The primary answers from the first run if there was one: the same primary
+    ///   remembers it, and a new one learns it from the batch's records (their note),
+    ///   applied by truncation or by recovery's commit, before it runs anything on the
+    ///   partitions recovery blocks. An operation it never heard of never committed,
+    ///   and runs now. Forgotten ones (long ago) answer [`Abort::OutcomeUnknown`].
+    /// - Nothing sent yet, or a "retry" answer: nothing changed, asked again up to
+    ///   `deadline_ns`, then [`Abort::Unavailable`] ([`Abort::OutcomeUnknown`] if an
+    ///   earlier request of it may have run).
+    /// - Conflicts that outlasted the primary's retries: [`Abort::Conflict`] (nothing
+    ///   changed); too large for one commit: [`Abort::TooLarge`].
+    pub async fn ship_many(
+        &self,
+        co: &Co,
+        procedure: u8,
+        operations: &[(u32, &[u8])],
+        deadline_ns: u64,
+    ) -> Vec<ShipResult> {
+        let mut shipments: Vec<Shipment<'_>> = operations
+            .iter()
+            .map(|&(partition, args)| {
+                let seq = self.next_ship_seq.get();
+                self.next_ship_seq.set(seq + 1);
+                Shipment {
+                    origin: Origin {
+                        node: self.local.node(),
+                        thread: self.local.thread(),
+                        incarnation: self.incarnation,
+                        seq,
+                    },
+                    partition,
+                    args,
+                    in_doubt: None,
+                    result: None,
+                }
+            })
+            .collect();
+        loop {
+            if shipments.iter().all(|s| s.result.is_some()) {
+                break;
+            }
+            if !self.accepting.get() && !self.wait_accepting(co, deadline_ns).await {
+                for s in shipments.iter_mut().filter(|s| s.result.is_none()) {
+                    s.result = Some(Err(gave_up(s.in_doubt)));
+                }
+                break;
+            }
+            let view = self.configuration();
+            // This round's requests: (shipment, primary, remote batch index or local answer).
+            let mut round: Vec<(usize, u16, Result<usize, Rc<LocalAnswer>>)> = Vec::new();
+            let mut remote = 0;
+            for (i, s) in shipments.iter_mut().enumerate() {
+                if s.result.is_some() {
+                    continue;
+                }
+                let primary = self.primary_of_partition(s.partition);
+                if primary == NO_PRIMARY {
+                    s.result = Some(Err(gave_up(s.in_doubt)));
+                    continue;
+                }
+                let thread = u16::try_from(s.partition % u32::from(self.ship_threads.get()))
+                    .expect("below a u16");
+                let target = EndpointId::new(primary, thread);
+                if target == self.local {
+                    let Some(shipping) = self.shipping.borrow().clone() else {
+                        s.result = Some(Err(gave_up(s.in_doubt)));
+                        continue;
+                    };
+                    let mut request = Vec::new();
+                    encode_ship(&s.origin, procedure, s.partition, s.args, &mut request);
+                    round.push((i, primary, Err(shipping.submit_local(co, request))));
+                } else {
+                    co.push_with(target, SHIP, |buffer| {
+                        encode_ship(&s.origin, procedure, s.partition, s.args, buffer);
+                    });
+                    round.push((i, primary, Ok(remote)));
+                    remote += 1;
+                }
+            }
+            if remote > 0 {
+                co.call().await;
+            }
+            let mut pause = false;
+            for (i, primary, how) in round {
+                let sent = match how {
+                    Ok(index) => co.result(index, |result| match result {
+                        Ok(answer) => Sent::Answer(ShipStatus::outcome(answer)),
+                        Err(RpcError::NotSent | RpcError::NotMember) => Sent::NotSent,
+                        Err(RpcError::ConfigurationChanged | RpcError::TargetRestarted) => {
+                            Sent::CutOff
+                        }
+                        Err(_) => Sent::Failed,
+                    }),
+                    Err(local) => loop {
+                        if let Some(answer) = local.answer.borrow_mut().take() {
+                            break Sent::Answer(ShipStatus::outcome(&answer));
+                        }
+                        if !co.wait_until(&local.ready, deadline_ns).await
+                            && local.answer.borrow().is_none()
+                        {
+                            // Queued here and not answered in time: it may still run.
+                            break Sent::Answer(Some(Err(Abort::OutcomeUnknown)));
+                        }
+                    },
+                };
+                let s = &mut shipments[i];
+                match sent {
+                    Sent::Answer(Some(result)) => {
+                        self.count(|c| c.shipped += 1);
+                        s.result = Some(result);
+                    }
+                    Sent::Answer(None) => {
+                        // Not run there: nothing changed by this request, and any earlier
+                        // one to that primary was answered before it (one queue per
+                        // partition).
+                        s.in_doubt = None;
+                        pause = true;
+                    }
+                    Sent::NotSent => pause = true,
+                    Sent::CutOff => {
+                        s.in_doubt = Some(primary);
+                        // The engine moved on first: wait a little for the coordinator.
+                        pause |= self.configuration() == view;
+                    }
+                    Sent::Failed => s.result = Some(Err(gave_up(s.in_doubt))),
+                }
+            }
+            if shipments.iter().all(|s| s.result.is_some()) {
+                break;
+            }
+            if co.now_ns() >= deadline_ns {
+                for s in shipments.iter_mut().filter(|s| s.result.is_none()) {
+                    s.result = Some(Err(gave_up(s.in_doubt)));
+                }
+                break;
+            }
+            if pause {
+                co.sleep_until((co.now_ns() + RETRY_PAUSE_NS).min(deadline_ns))
+                    .await;
+            }
         }
+        shipments
+            .into_iter()
+            .map(|s| s.result.expect("every operation ended"))
+            .collect()
+    }
+}
+
+/// The error of a shipped operation given up: unknown if a request may have run.
+fn gave_up(in_doubt: Option<u16>) -> Abort {
+    if in_doubt.is_some() {
+        Abort::OutcomeUnknown
+    } else {
+        Abort::Unavailable
     }
 }
