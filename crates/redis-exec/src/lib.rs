@@ -50,8 +50,12 @@
 //!
 //! Key expiry uses the wall clock `co.now_ns() + kv.wall_offset_ns`
 //! ([`KvTable::now_ms`]): the server sets the offset from the system clock at start, and
-//! simulations keep a fixed one. Keys live under the 128-bit hash of the Redis key
-//! ([`store_key`], [`ferrotx_resp::keys`]).
+//! simulations keep a fixed one. Expired keys are deleted by the writing commands that
+//! touch them and, in the background, by [`run_sweeper`]: one coroutine per worker
+//! thread, started by the caller (the server starts one on each of its node's workers),
+//! that every [`SWEEP_INTERVAL_NS`] of `co`'s clock scans a bounded part of the
+//! partitions its node is primary for and deletes the keys still expired. Keys live
+//! under the 128-bit hash of the Redis key ([`store_key`], [`ferrotx_resp::keys`]).
 
 mod backoff;
 mod client;
@@ -63,6 +67,7 @@ mod keyspace;
 mod kv_table;
 mod resp_value;
 mod ship;
+mod sweep;
 mod work;
 
 pub use client::RespClient;
@@ -79,4 +84,7 @@ pub use kv_table::{
 };
 pub use resp_value::{ReplyError, RespValue, encode_request, parse_reply};
 pub use ship::{REDIS_PLAN, decode_plan, encode_plan, procedures, ship_plan, ship_target};
+pub use sweep::{
+    SWEEP_INTERVAL_NS, SWEEP_OBJECTS_PER_PARTITION, SweepStats, run_sweeper, sweep_pass,
+};
 pub use work::{Work, WorkResult, execute};

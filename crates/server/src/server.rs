@@ -2,10 +2,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use ferrotx_node::NodeHandle;
-use ferrotx_redis_exec::KvTable;
+use ferrotx_redis_exec::{KvTable, SweepStats, run_sweeper};
 use ferrotx_resp::{ParserLimits, SessionConfig};
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Waker};
@@ -56,7 +57,25 @@ fn wall_offset_ns(node: &NodeHandle) -> u64 {
     unix.saturating_sub(now_ns)
 }
 
-/// A running Redis front end of one node: a listener and an I/O thread. Stopped by
+/// Starts the active expiry ([`run_sweeper`]) on every worker thread of `node`: one
+/// coroutine each, which ends once `stopped` is true (at its next pass, within 100 ms)
+/// or with the node.
+fn start_sweepers(node: &NodeHandle, kv: KvTable, stopped: &Arc<AtomicBool>) {
+    let partitions = node.config().partitions().partition_count();
+    let threads = node.threads();
+    for thread in 0..threads {
+        let stopped = stopped.clone();
+        // Fails only if the node has stopped: then there is nothing to sweep.
+        let _ = node.spawn(thread, move |co, coordinator| async move {
+            let stats = SweepStats::default();
+            let stop = || stopped.load(Ordering::Relaxed);
+            run_sweeper(&co, &coordinator, kv, partitions, threads, &stats, stop).await;
+        });
+    }
+}
+
+/// A running Redis front end of one node: a listener, an I/O thread, and an expired-key
+/// sweeper on each of the node's worker threads. Stopped by
 /// [`RespServer::stop`] or when dropped; stop it before its node, so that no client
 /// waits on a stopped worker (if the node stops first, waiting clients are answered an
 /// error).
@@ -64,6 +83,8 @@ pub struct RespServer {
     local_addr: SocketAddr,
     inbox: Arc<Inbox>,
     thread: Option<JoinHandle<()>>,
+    /// Tells the sweepers to end.
+    sweepers_stop: Arc<AtomicBool>,
 }
 
 impl RespServer {
@@ -107,10 +128,13 @@ impl RespServer {
             .name(format!("ferrotx-resp-{}", node.id()))
             .spawn(move || event_loop.run())
             .map_err(ServerError::EventLoop)?;
+        let sweepers_stop = Arc::new(AtomicBool::new(false));
+        start_sweepers(&node, kv, &sweepers_stop);
         Ok(Self {
             local_addr,
             inbox,
             thread: Some(thread),
+            sweepers_stop,
         })
     }
 
@@ -125,8 +149,9 @@ impl RespServer {
     }
 
     /// Stops serving: closes the listener and every connection, and waits for the I/O
-    /// thread. Panics if the I/O thread panicked.
+    /// thread; the sweepers end at their next pass. Panics if the I/O thread panicked.
     pub fn stop(mut self) {
+        self.sweepers_stop.store(true, Ordering::Relaxed);
         self.inbox.request_stop();
         if let Some(thread) = self.thread.take() {
             thread
@@ -138,6 +163,7 @@ impl RespServer {
 
 impl Drop for RespServer {
     fn drop(&mut self) {
+        self.sweepers_stop.store(true, Ordering::Relaxed);
         self.inbox.request_stop();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -510,6 +510,36 @@ fn scan_keys_and_dbsize_cover_every_partition_on_every_node() {
 }
 
 #[test]
+fn expired_keys_nobody_touches_are_removed_in_the_background() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(0);
+    let mut pipeline = Vec::new();
+    for i in 0..200 {
+        pipeline.extend(command(&[
+            b"SET",
+            format!("exp:{i}").as_bytes(),
+            b"v",
+            b"PX",
+            b"100",
+        ]));
+    }
+    for i in 0..50 {
+        pipeline.extend(command(&[b"SET", format!("keep:{i}").as_bytes(), b"v"]));
+    }
+    client.send(&pipeline);
+    for _ in 0..250 {
+        assert_eq!(client.reply(), b"+OK\r\n");
+    }
+    // DBSIZE counts expired keys until they are removed, and no command touches these:
+    // only the sweepers (every 100 ms) bring it down to the keys without expiry.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    for node in 0..3 {
+        assert_eq!(cluster.client(node).text(&["DBSIZE"]), ":50\r\n");
+    }
+    assert_eq!(client.call(&["GET", "keep:7"]), bulk("v"));
+}
+
+#[test]
 fn keys_answers_while_clients_of_every_node_write_hot_keys() {
     // KEYS reads every partition past keys locked by commits in flight: it waits for
     // them rather than failing while a hot key is being written.
