@@ -195,14 +195,10 @@ async fn run_whole(
         };
         match ship_plan(co, coordinator, plan, partition, deadline_ns).await {
             Ok(outcome) => return Ok(PlanRun { outcome, aborts: 0 }),
-            // The primary could not run it (a node without the procedure): run it here.
-            Err(Abort::Protocol) => {}
-            Err(Abort::TooLarge) => {
-                return Err(TooLarge {
-                    reply: too_large(),
-                    aborts: 0,
-                });
-            }
+            // The primary could not run it (a node without the procedure, a request or
+            // an answer over the message limit): nothing changed, run it here (the
+            // transaction finds out whether it fits one commit).
+            Err(Abort::Protocol | Abort::TooLarge) => {}
             Err(Abort::Unavailable) => return failed(clusterdown()),
             Err(abort @ (Abort::Conflict | Abort::Locked | Abort::LogFull)) => {
                 return failed(Reply::error(format!(

@@ -445,6 +445,9 @@ pub fn decode_plan(bytes: &[u8]) -> Result<Plan, &'static str> {
     let mut commands = Vec::new();
     for _ in 0..r.count(4)? {
         let argc = r.count(4)?;
+        if argc == 0 {
+            return Err("a shipped command has no arguments");
+        }
         let mut args = Vec::with_capacity(argc);
         for _ in 0..argc {
             args.push(r.bytes()?);

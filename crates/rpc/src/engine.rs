@@ -130,7 +130,8 @@ impl Engine {
     }
 
     /// Answers the deferred request `token` with `response` (or a handler error), and
-    /// queues the answer for transmission. False, doing nothing, if the request is gone:
+    /// queues the answer for transmission. A response over the message limit is answered
+    /// as a handler error. False, doing nothing, if the request is gone:
     /// its client restarted, or the slot carries a later request.
     pub fn respond(&mut self, token: Deferred, response: Result<&[u8], HandlerError>) -> bool {
         let Some(peer) = self.peers.get_mut(token.peer as usize) else {
@@ -147,13 +148,15 @@ impl Engine {
         }
         slot.response.clear();
         slot.status = match response {
-            Ok(bytes) => {
-                assert!(
-                    bytes.len() <= MAX_MESSAGE_BYTES as usize,
-                    "deferred response over the message limit"
-                );
+            Ok(bytes) if bytes.len() <= MAX_MESSAGE_BYTES as usize => {
                 slot.response.extend_from_slice(bytes);
                 Status::Ok
+            }
+            Ok(_) => {
+                // Never sent over the limit: the caller gets a handler error instead.
+                slot.response
+                    .extend_from_slice(b"deferred response over the message limit");
+                Status::HandlerError
             }
             Err(e) => {
                 slot.response.extend_from_slice(e.0.as_bytes());

@@ -603,3 +603,37 @@ fn info_reports_the_node_and_the_cluster() {
     assert!(!clients.contains("# Server"), "{clients}");
     assert_eq!(client.text(&["CLIENT", "ID"]), ":1\r\n");
 }
+
+/// A shipped block whose answer is over the RPC message limit (two 600 KiB values read, no
+/// write) and a shipped request over it (an MSET of two): the primary's worker survives,
+/// and each command still gets Redis's answer, run by the client's node instead.
+#[test]
+fn shipped_requests_and_answers_over_the_message_limit_run_here() {
+    let cluster = RedisCluster::start();
+    let mut client = cluster.client(1);
+    let a = &cluster.keys_with_primaries("big-a", &[2])[0];
+    let b = &cluster.keys_with_primaries("big-b", &[2])[0];
+    let big = "v".repeat(600 << 10);
+    for key in [a, b] {
+        assert_eq!(client.text(&["SET", key, &big]), "+OK\r\n");
+    }
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(client.text(&["GET", a]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["GET", b]), "+QUEUED\r\n");
+    assert_eq!(client.text(&["SETNX", a, "x"]), "+QUEUED\r\n");
+    let bulk = format!("${}\r\n{big}\r\n", big.len());
+    let expected = format!("*3\r\n{bulk}{bulk}:0\r\n");
+    assert!(
+        client.call(&["EXEC"]) == expected.as_bytes(),
+        "EXEC's reply"
+    );
+    let reply = client.text(&["MSET", a, &big, b, &big]);
+    assert!(reply.starts_with("-ERR"), "{reply}");
+    for node in [0, 2] {
+        assert_eq!(cluster.client(node).text(&["PING"]), "+PONG\r\n");
+    }
+    assert_eq!(
+        client.call(&["STRLEN", a]),
+        format!(":{}\r\n", 600 << 10).into_bytes()
+    );
+}

@@ -147,6 +147,11 @@ impl Coordinator {
         }
     }
 
+    /// The worker thread of a node that runs the operations shipped to `partition`.
+    pub fn ship_thread(&self, partition: u32) -> u16 {
+        u16::try_from(partition % u32::from(self.ship_threads.get())).expect("below a u16")
+    }
+
     /// Sets this thread's executor of shipped operations ([`crate::ship::Shipping`]).
     pub fn set_shipping(&self, shipping: Rc<crate::ship::Shipping>) {
         *self.shipping.borrow_mut() = Some(shipping);

@@ -57,6 +57,14 @@ pub const BATCH_KEYS_MAX: usize = 1024;
 /// of the busiest thread's operations.
 pub const RESULTS_MAX: usize = 32 * 1024;
 
+/// Largest result a note carries and a replica remembers: a larger one (the old value of
+/// a GETSET, a MULTI's GETs) is remembered as "unknown", so that the results kept stay
+/// within `RESULTS_MAX` times this many bytes per thread, and records stay small.
+pub const REMEMBERED_RESULT_BYTES_MAX: usize = 1024;
+
+/// The note's length field of a result not carried: remembered as "unknown".
+const RESULT_NOT_CARRIED: u32 = u32::MAX;
+
 /// How long a batch is retried on conflicts with other transactions (not shipped) before
 /// its callers are told so (a Redis client gets `-TRYAGAIN`).
 const RETRY_NS_MAX: u64 = 2_000_000_000;
@@ -249,15 +257,19 @@ pub(crate) fn encode_note<'a>(
         note.extend_from_slice(&origin.thread.to_le_bytes());
         note.extend_from_slice(&origin.incarnation.to_le_bytes());
         note.extend_from_slice(&origin.seq.to_le_bytes());
-        note.extend_from_slice(&(result.len() as u32).to_le_bytes());
-        note.extend_from_slice(result);
+        if result.len() > REMEMBERED_RESULT_BYTES_MAX {
+            note.extend_from_slice(&RESULT_NOT_CARRIED.to_le_bytes());
+        } else {
+            note.extend_from_slice(&(result.len() as u32).to_le_bytes());
+            note.extend_from_slice(result);
+        }
     }
     note
 }
 
 /// The entries of a note; a malformed note (it came from the network) yields what it
 /// holds up to the first malformed entry.
-pub(crate) fn note_entries(note: &[u8]) -> impl Iterator<Item = (Origin, &[u8])> + '_ {
+pub(crate) fn note_entries(note: &[u8]) -> impl Iterator<Item = (Origin, Option<&[u8]>)> + '_ {
     let count = note
         .get(..4)
         .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
@@ -273,10 +285,15 @@ pub(crate) fn note_entries(note: &[u8]) -> impl Iterator<Item = (Origin, &[u8])>
             incarnation: u64_at(4),
             seq: u64_at(12),
         };
-        let len = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes")) as usize;
+        let len = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
+        if len == RESULT_NOT_CARRIED {
+            rest = &rest[ORIGIN_BYTES + 4..];
+            return Some((origin, None));
+        }
+        let len = len as usize;
         let result = rest.get(ORIGIN_BYTES + 4..ORIGIN_BYTES + 4 + len)?;
         rest = &rest[ORIGIN_BYTES + 4 + len..];
-        Some((origin, result))
+        Some((origin, Some(result)))
     })
 }
 
@@ -336,7 +353,11 @@ impl ShipResults {
             return;
         }
         for (origin, result) in note_entries(note) {
-            self.insert(origin, Remembered::Done(result.to_vec()));
+            let remembered = match result {
+                Some(result) => Remembered::Done(result.to_vec()),
+                None => Remembered::Unknown,
+            };
+            self.insert(origin, remembered);
         }
     }
 
@@ -489,6 +510,14 @@ impl Shipping {
 
     /// Answers `token` with `status` and `body`.
     fn answer(co: &Co, token: &AnswerTo, status: ShipStatus, body: &[u8]) {
+        // A result too large for one message: only a batch that wrote nothing can have
+        // one (a writing batch's records carry its results, and the commit refused them
+        // as too large), so nothing changed.
+        let (status, body) = if body.len() >= ferrotx_wire::MAX_MESSAGE_BYTES as usize {
+            (ShipStatus::TooLarge, &[][..])
+        } else {
+            (status, body)
+        };
         let mut answer = Vec::with_capacity(1 + body.len());
         answer.push(status as u8);
         answer.extend_from_slice(body);
@@ -541,6 +570,12 @@ impl Shipping {
                 Self::answer(co, &shipped.token, ShipStatus::Failed, b"unknown procedure");
                 continue;
             };
+            if coordinator.ship_thread(partition) != co.local().thread() {
+                // The callers and this node disagree on the thread count: what this
+                // thread remembers is not where a caller would ask again.
+                Self::answer(co, &shipped.token, ShipStatus::Failed, b"wrong thread");
+                continue;
+            }
             if coordinator.primary_of_partition(partition) != local {
                 self.count(|s| s.ship_retries_asked += 1);
                 Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
@@ -639,7 +674,12 @@ impl Shipping {
                     let mut participant = coordinator.participant().borrow_mut();
                     let remembered = &mut participant.shipped;
                     for (op, result) in operations.iter().zip(&results) {
-                        remembered.insert(op.origin, Remembered::Done(result.clone()));
+                        let kept = if result.len() > REMEMBERED_RESULT_BYTES_MAX {
+                            Remembered::Unknown
+                        } else {
+                            Remembered::Done(result.clone())
+                        };
+                        remembered.insert(op.origin, kept);
                         Self::answer(co, &op.token, ShipStatus::Done, result);
                     }
                     let n = operations.len() as u64;
@@ -814,23 +854,36 @@ mod tests {
 
     #[test]
     fn notes_round_trip_and_malformed_ones_yield_their_whole_entries() {
+        let big = vec![7u8; REMEMBERED_RESULT_BYTES_MAX + 1];
         let entries = [
             (origin(1), &b"one"[..]),
             (origin(2), &b""[..]),
-            (origin(3), &b"x"[..]),
+            (origin(3), &big[..]),
+            (origin(4), &b"x"[..]),
         ];
         let note = encode_note(entries.iter().copied());
-        assert_eq!(note_entries(&note).collect::<Vec<_>>(), entries);
+        let expected: Vec<(Origin, Option<&[u8]>)> = vec![
+            (origin(1), Some(&b"one"[..])),
+            (origin(2), Some(&b""[..])),
+            (origin(3), None),
+            (origin(4), Some(&b"x"[..])),
+        ];
+        assert_eq!(note_entries(&note).collect::<Vec<_>>(), expected);
+        assert!(note.len() < 200, "a large result is not carried");
         for len in 0..note.len() {
             let some: Vec<_> = note_entries(&note[..len]).collect();
             assert!(some.len() < entries.len());
-            assert_eq!(some, entries[..some.len()]);
+            assert_eq!(some, expected[..some.len()]);
         }
         let mut results = ShipResults::new(8);
         results.remember(&note);
         assert!(matches!(
             results.lookup(&origin(1)),
             Lookup::Remembered(Remembered::Done(r)) if r == b"one"
+        ));
+        assert!(matches!(
+            results.lookup(&origin(3)),
+            Lookup::Remembered(Remembered::Unknown)
         ));
         // Garbage never panics.
         results.remember(&[0xff; 40]);

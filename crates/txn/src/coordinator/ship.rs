@@ -26,11 +26,11 @@ struct Shipment<'a> {
 }
 
 /// How one request of a round ended.
-enum Sent {
+enum Round {
     /// An answer: a result, or `None` for "retry".
     Answer(Option<ShipResult>),
     /// Not sent (nothing ran): ask again.
-    NotSent,
+    Unsent,
     /// Cut off by a configuration change or a restart: it may have run there.
     CutOff,
     /// Failed otherwise: give up.
@@ -121,9 +121,7 @@ impl Coordinator {
                     s.result = Some(Err(gave_up(s.in_doubt)));
                     continue;
                 }
-                let thread = u16::try_from(s.partition % u32::from(self.ship_threads.get()))
-                    .expect("below a u16");
-                let target = EndpointId::new(primary, thread);
+                let target = EndpointId::new(primary, self.ship_thread(s.partition));
                 if target == self.local {
                     let Some(shipping) = self.shipping.borrow().clone() else {
                         s.result = Some(Err(gave_up(s.in_doubt)));
@@ -147,45 +145,51 @@ impl Coordinator {
             for (i, primary, how) in round {
                 let sent = match how {
                     Ok(index) => co.result(index, |result| match result {
-                        Ok(answer) => Sent::Answer(ShipStatus::outcome(answer)),
-                        Err(RpcError::NotSent | RpcError::NotMember) => Sent::NotSent,
+                        Ok(answer) => Round::Answer(ShipStatus::outcome(answer)),
+                        Err(RpcError::NotSent | RpcError::NotMember) => Round::Unsent,
+                        // Never sent: the caller runs it another way.
+                        Err(RpcError::TooLarge) => Round::Answer(Some(Err(Abort::Protocol))),
                         Err(RpcError::ConfigurationChanged | RpcError::TargetRestarted) => {
-                            Sent::CutOff
+                            Round::CutOff
                         }
-                        Err(_) => Sent::Failed,
+                        Err(_) => Round::Failed,
                     }),
                     Err(local) => loop {
                         if let Some(answer) = local.answer.borrow_mut().take() {
-                            break Sent::Answer(ShipStatus::outcome(&answer));
+                            break Round::Answer(ShipStatus::outcome(&answer));
                         }
                         if !co.wait_until(&local.ready, deadline_ns).await
                             && local.answer.borrow().is_none()
                         {
                             // Queued here and not answered in time: it may still run.
-                            break Sent::Answer(Some(Err(Abort::OutcomeUnknown)));
+                            break Round::Answer(Some(Err(Abort::OutcomeUnknown)));
                         }
                     },
                 };
                 let s = &mut shipments[i];
                 match sent {
-                    Sent::Answer(Some(result)) => {
+                    Round::Answer(Some(Err(Abort::Protocol))) if s.in_doubt.is_some() => {
+                        // Not run by this request, but an earlier one may have run: the
+                        // caller must not run it another way.
+                        s.result = Some(Err(Abort::OutcomeUnknown));
+                    }
+                    Round::Answer(Some(result)) => {
                         self.count(|c| c.shipped += 1);
                         s.result = Some(result);
                     }
-                    Sent::Answer(None) => {
-                        // Not run there: nothing changed by this request, and any earlier
-                        // one to that primary was answered before it (one queue per
-                        // partition).
-                        s.in_doubt = None;
+                    Round::Answer(None) => {
+                        // Not run by this request (not the primary there any more, or
+                        // still blocked by recovery): an earlier request, if one may have
+                        // run, stays in doubt until a primary answers from what it knows.
                         pause = true;
                     }
-                    Sent::NotSent => pause = true,
-                    Sent::CutOff => {
+                    Round::Unsent => pause = true,
+                    Round::CutOff => {
                         s.in_doubt = Some(primary);
                         // The engine moved on first: wait a little for the coordinator.
                         pause |= self.configuration() == view;
                     }
-                    Sent::Failed => s.result = Some(Err(gave_up(s.in_doubt))),
+                    Round::Failed => s.result = Some(Err(gave_up(s.in_doubt))),
                 }
             }
             if shipments.iter().all(|s| s.result.is_some()) {
