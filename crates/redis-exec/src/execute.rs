@@ -14,7 +14,7 @@ use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 
 use crate::backoff::Backoff;
 use crate::kv_table::{KvTable, store_key};
-use crate::ship::{ship_groups, ship_plan, ship_target, split_by_primary};
+use crate::ship::{ship_plan, ship_target};
 
 /// How a plan's run ended.
 #[derive(Debug)]
@@ -72,11 +72,6 @@ pub async fn run_plan(
     seed: u64,
 ) -> PlanRun {
     let deadline = co.now_ns().saturating_add(kv.command_timeout_ns);
-    if let Some(groups) = split_by_primary(coordinator, kv, plan) {
-        // A pipeline over several primaries: each primary's commands run there, all sent
-        // at once (Redis runs a pipeline's commands one by one, not atomically together).
-        return run_groups(co, coordinator, kv, plan, &groups, seed, deadline).await;
-    }
     let mut aborts = match run_whole(co, coordinator, kv, plan, seed, deadline).await {
         Ok(run) => return run,
         Err(too_large) if !plan.may_split() => return too_large.failed(),
@@ -97,64 +92,6 @@ pub async fn run_plan(
     }
     PlanRun {
         outcome: Outcome::Committed(replies),
-        aborts,
-    }
-}
-
-/// A pipeline split by primary: the groups shipped together; a group whose primary
-/// could not run it (no procedure there) or that was too large runs here, on its own or
-/// command by command.
-async fn run_groups(
-    co: &Co,
-    coordinator: &Coordinator,
-    kv: KvTable,
-    plan: &Plan,
-    groups: &[(u32, Plan, Vec<usize>)],
-    seed: u64,
-    deadline_ns: u64,
-) -> PlanRun {
-    let results = ship_groups(co, coordinator, groups, deadline_ns).await;
-    let mut replies: Vec<Option<Reply>> = vec![None; plan.commands().len()];
-    let mut aborts = 0;
-    for ((_, group, positions), result) in groups.iter().zip(results) {
-        let outcome = match result {
-            Ok(outcome) => outcome,
-            Err(Abort::Protocol | Abort::TooLarge) => {
-                // Nothing ran at the primary: run the group here.
-                let mut run = Box::pin(run_plan(co, coordinator, kv, group, seed)).await;
-                aborts += run.aborts;
-                std::mem::replace(&mut run.outcome, Outcome::WatchedKeyChanged)
-            }
-            Err(Abort::Unavailable) => Outcome::Failed(clusterdown()),
-            Err(abort @ (Abort::Conflict | Abort::Locked | Abort::LogFull)) => {
-                Outcome::Failed(Reply::error(format!(
-                    "TRYAGAIN ferrotx: transaction aborted after retries at the key's \
-                     primary ({abort})"
-                )))
-            }
-            Err(abort) => Outcome::Failed(Reply::error(format!("ERR ferrotx: {abort}"))),
-        };
-        match outcome {
-            Outcome::Committed(group_replies) => {
-                for (&i, reply) in positions.iter().zip(group_replies) {
-                    replies[i] = Some(reply);
-                }
-            }
-            Outcome::Failed(error) => {
-                for &i in positions {
-                    replies[i] = Some(error.clone());
-                }
-            }
-            Outcome::WatchedKeyChanged => unreachable!("a pipeline watches nothing"),
-        }
-    }
-    PlanRun {
-        outcome: Outcome::Committed(
-            replies
-                .into_iter()
-                .map(|reply| reply.expect("every command is in one group"))
-                .collect(),
-        ),
         aborts,
     }
 }
