@@ -16,6 +16,7 @@ mod lease;
 mod local_cluster;
 mod node;
 mod placement;
+mod poller;
 mod runtime;
 mod worker;
 
@@ -25,8 +26,10 @@ pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{
-    Node, NodeHandle, NodeOptions, SpawnError, StartError, WorkerReport, incarnation_from_clock,
+    AttachError, Node, NodeHandle, NodeOptions, SpawnError, StartError, WorkerReport,
+    incarnation_from_clock,
 };
 pub use placement::ClusterPlacement;
-pub use runtime::{Idle, run};
+pub use poller::{Polled, Poller};
+pub use runtime::{Flow, Idle, run, run_with};
 pub use worker::{BATCH_DATAGRAMS, Worker};

@@ -23,12 +23,19 @@ use ferrotx_wire::EndpointId;
 
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
 use crate::lease::{LeaseThread, Link};
-use crate::runtime::{Idle, run};
+use crate::poller::{Polled, Poller};
+use crate::runtime::{Flow, Idle, run_with};
 use crate::worker::Worker;
 use ferrotx_rpc::Event;
 
 /// Work handed to a worker thread: spawn a coroutine there.
 type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
+
+/// What reaches a worker thread through its channel.
+enum Handoff {
+    Spawn(Spawn),
+    Attach(Box<dyn Poller>),
+}
 
 /// How a node runs.
 #[derive(Clone, Debug)]
@@ -86,7 +93,7 @@ pub struct WorkerReport {
 /// How coroutines reach a worker thread: a channel, and how many wait in it.
 #[derive(Clone)]
 struct Spawner {
-    sender: mpsc::Sender<Spawn>,
+    sender: mpsc::Sender<Handoff>,
     pending: Arc<AtomicUsize>,
     /// Wakes the worker if it sleeps.
     doorbell: Option<Arc<Doorbell>>,
@@ -241,6 +248,17 @@ pub enum SpawnError {
     },
 }
 
+/// Why [`NodeHandle::attach`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The worker thread has ended.
+    #[error(transparent)]
+    Stopped(SpawnError),
+    /// The worker's transport cannot watch a descriptor in its sleep.
+    #[error("the worker's transport cannot watch descriptors")]
+    CannotWatch,
+}
+
 impl NodeHandle {
     /// The node's id.
     pub fn id(&self) -> u16 {
@@ -287,19 +305,49 @@ impl NodeHandle {
         R: Send + 'static,
     {
         let (sender, receiver) = mpsc::channel();
-        let spawner = self
-            .spawners
-            .get(usize::from(thread))
-            .unwrap_or_else(|| panic!("no worker thread {thread} on node {}", self.node));
         let spawn: Spawn = Box::new(move |executor, coordinator| {
             let coordinator = coordinator.clone();
             executor.spawn(move |co| async move {
                 let _ = sender.send(body(co, coordinator).await);
             });
         });
-        // Counted before it is sent, so the count never reads 0 while a spawn waits.
+        self.hand_off(thread, Handoff::Spawn(spawn))?;
+        Ok(receiver)
+    }
+
+    /// Attaches `poller` to worker thread `thread`: the worker polls it from its loop and
+    /// its sleep watches the poller's descriptor, until it says it is done or the node
+    /// stops (see [`Poller`]). Fails, dropping the poller, if the thread has ended or
+    /// its transport cannot watch descriptors (in-process channels).
+    ///
+    /// # Panics
+    ///
+    /// If `thread` is not one of the node's worker threads.
+    pub fn attach(&self, thread: u16, poller: Box<dyn Poller>) -> Result<(), AttachError> {
+        if !self.can_attach(thread) {
+            return Err(AttachError::CannotWatch);
+        }
+        self.hand_off(thread, Handoff::Attach(poller))
+            .map_err(AttachError::Stopped)
+    }
+
+    /// Whether worker thread `thread` (if it is one) can take a [`Poller`]: its transport
+    /// watches descriptors in its sleep.
+    pub fn can_attach(&self, thread: u16) -> bool {
+        self.spawners
+            .get(usize::from(thread))
+            .and_then(|spawner| spawner.doorbell.as_ref())
+            .is_some_and(|bell| bell.can_watch())
+    }
+
+    fn hand_off(&self, thread: u16, handoff: Handoff) -> Result<(), SpawnError> {
+        let spawner = self
+            .spawners
+            .get(usize::from(thread))
+            .unwrap_or_else(|| panic!("no worker thread {thread} on node {}", self.node));
+        // Counted before it is sent, so the count never reads 0 while a hand-off waits.
         spawner.pending.fetch_add(1, Ordering::Relaxed);
-        if spawner.sender.send(spawn).is_err() {
+        if spawner.sender.send(handoff).is_err() {
             spawner.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(SpawnError::Stopped {
                 node: self.node,
@@ -309,7 +357,7 @@ impl NodeHandle {
         if let Some(bell) = &spawner.doorbell {
             bell.ring();
         }
-        Ok(receiver)
+        Ok(())
     }
 }
 
@@ -394,7 +442,7 @@ impl Node {
             let thread = u16::try_from(thread).expect("threads_per_node is a u16");
             let local = EndpointId::new(node, thread);
             assert_eq!(transport.local(), local, "transports in thread order");
-            let (sender, receiver) = mpsc::channel::<Spawn>();
+            let (sender, receiver) = mpsc::channel::<Handoff>();
             let pending = Arc::new(AtomicUsize::new(0));
             if let (Some(link), Some(bell)) = (&link, transport.doorbell()) {
                 link.add_doorbell(bell);
@@ -426,7 +474,9 @@ impl Node {
                 let published = &recovery[usize::from(thread)];
                 let mut recovery_seen = RecoveryStats::default();
                 let mut iteration = 0u32;
-                run(&mut worker, epoch, idle, |worker| {
+                let doorbell = worker.transport().doorbell();
+                let mut poller: Option<Box<dyn Poller>> = None;
+                run_with(&mut worker, epoch, idle, |worker, now_ns| {
                     // Recovery's counters change only while it runs: published when they
                     // do (see `PublishedRecovery`), looked at every 32 iterations (an idle
                     // worker still wakes every few ms for recovery's idle pass).
@@ -443,20 +493,48 @@ impl Node {
                     if let Some(m) = &mut membership {
                         m.check(&core, worker, &coordinator, epoch);
                     }
+                    let mut flow = Flow::Go;
+                    if let (Some(p), Some(bell)) = (&mut poller, &doorbell) {
+                        match p.poll(now_ns, bell.take_watched_ready()) {
+                            Polled::Idle => {}
+                            Polled::Busy => flow = Flow::Busy,
+                            Polled::Done => {
+                                bell.watch(None);
+                                poller = None;
+                            }
+                        }
+                    }
                     // One relaxed load per iteration when nothing waits, rather than the
                     // channel's receive (1% of a TATP run's CPU in a profile).
                     while pending.load(Ordering::Relaxed) > 0 && worker.executor().free_slots() > 0
                     {
                         match receiver.try_recv() {
-                            Ok(spawn) => {
+                            Ok(Handoff::Spawn(spawn)) => {
                                 pending.fetch_sub(1, Ordering::Relaxed);
                                 spawn(worker.executor(), &coordinator);
+                            }
+                            Ok(Handoff::Attach(attached)) => {
+                                pending.fetch_sub(1, Ordering::Relaxed);
+                                if let Some(bell) = &doorbell {
+                                    bell.watch(Some(attached.fd()));
+                                }
+                                // Replaces (drops) any earlier one.
+                                poller = Some(attached);
+                                flow = Flow::Busy;
                             }
                             Err(_) => break,
                         }
                     }
-                    !stop.load(Ordering::Relaxed)
+                    if stop.load(Ordering::Relaxed) {
+                        Flow::Stop
+                    } else {
+                        flow
+                    }
                 });
+                if let Some(bell) = &doorbell {
+                    bell.watch(None);
+                }
+                drop(poller);
                 let rpc = *worker.executor().shared().engine().stats();
                 published.store(&participant.borrow().recovery_stats());
                 let participant = participant.borrow().stats();

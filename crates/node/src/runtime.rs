@@ -31,6 +31,17 @@ impl Default for Idle {
     }
 }
 
+/// What a worker's loop does next, as [`run_with`]'s hook says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// End the loop.
+    Stop,
+    /// Go on: step the worker, and sleep if it has nothing to do.
+    Go,
+    /// Go on without sleeping: the hook did work of its own (or has more to do).
+    Busy,
+}
+
 /// Runs `worker` on this thread while `keep_running` says so (asked once per loop
 /// iteration, so it must be cheap: an atomic load, a counter), with time measured from
 /// `epoch`.
@@ -40,12 +51,33 @@ pub fn run<T: Transport>(
     idle: Idle,
     mut keep_running: impl FnMut(&mut Worker<T>) -> bool,
 ) {
+    run_with(worker, epoch, idle, |worker, _| {
+        if keep_running(worker) {
+            Flow::Go
+        } else {
+            Flow::Stop
+        }
+    });
+}
+
+/// [`run`], with a hook that is asked once per loop iteration and once more before the
+/// worker sleeps, with the time, and may keep the worker awake ([`Flow::Busy`]).
+pub fn run_with<T: Transport>(
+    worker: &mut Worker<T>,
+    epoch: Instant,
+    idle: Idle,
+    mut hook: impl FnMut(&mut Worker<T>, u64) -> Flow,
+) {
     let spin_ns = idle.spin.as_nanos() as u64;
     let mut idle_since_ns: Option<u64> = None;
     let doorbell = worker.transport().doorbell();
-    while keep_running(worker) {
+    loop {
         let now_ns = epoch.elapsed().as_nanos() as u64;
-        if worker.step(now_ns) {
+        let flow = hook(worker, now_ns);
+        if flow == Flow::Stop {
+            break;
+        }
+        if worker.step(now_ns) || flow == Flow::Busy {
             idle_since_ns = None;
             continue;
         }
@@ -58,13 +90,21 @@ pub fn run<T: Transport>(
             }
             continue;
         }
-        // Armed, look for work from other threads once more (`keep_running` starts waiting
+        // Armed, look for work from other threads once more (the hook starts waiting
         // coroutines), so that work published from now on rings the bell.
         if let Some(bell) = &doorbell {
             bell.arm();
-            if !keep_running(worker) {
-                bell.disarm();
-                break;
+            match hook(worker, now_ns) {
+                Flow::Stop => {
+                    bell.disarm();
+                    break;
+                }
+                Flow::Busy => {
+                    bell.disarm();
+                    idle_since_ns = None;
+                    continue;
+                }
+                Flow::Go => {}
             }
             if worker.step(now_ns) {
                 bell.disarm();

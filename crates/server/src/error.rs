@@ -28,6 +28,9 @@ pub enum ServerError {
         /// What the operating system said.
         source: io::Error,
     },
+    /// The event loop could not be given to the node's worker (it has stopped).
+    #[error("cannot serve Redis clients on the node's worker: {0}")]
+    Attach(#[source] ferrotx_node::AttachError),
     /// The event loop could not be set up (epoll, eventfd, or the thread).
     #[error("cannot start the Redis front end's event loop: {0}")]
     EventLoop(#[source] io::Error),

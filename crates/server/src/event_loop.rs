@@ -6,8 +6,11 @@
 //! bytes in the slab, with no timer and no thread, so thousands cost nothing but memory.
 
 use std::io::{self, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::Duration;
 
+use ferrotx_node::{Polled, Poller};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
@@ -27,6 +30,78 @@ const EVENTS_PER_POLL: usize = 1024;
 
 /// Redis's answer to a client over `maxclients`, sent before closing it.
 const TOO_MANY_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Whether the loop goes on after a [`EventLoop::turn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    Go,
+    Stop,
+}
+
+/// Least time between two looks at the sockets (an `epoll_wait`) of a loop run on a busy
+/// worker ([`OnWorker`]): the worker's sleep watches them, so this bounds only how long a
+/// request waits while the worker is busy with other work.
+const ON_WORKER_POLL_INTERVAL_NS: u64 = 20_000;
+
+/// The event loop run on a worker thread, as its [`Poller`]: no thread of its own, so a
+/// request and its reply cross no thread and wake none. It looks at its sockets when
+/// the worker's sleep found them ready, when finished work waits in the inbox, when a
+/// connection is owed a turn, and every [`ON_WORKER_POLL_INTERVAL_NS`] meanwhile.
+pub(crate) struct OnWorker {
+    event_loop: EventLoop,
+    events: Events,
+    last_poll_ns: u64,
+    /// Whether the inbox knows the loop runs on this thread.
+    marked: bool,
+    /// Dropped with the loop: tells [`crate::RespServer::stop`] that it is over.
+    _ended: std::sync::mpsc::Sender<()>,
+}
+
+impl OnWorker {
+    pub fn new(event_loop: EventLoop, ended: std::sync::mpsc::Sender<()>) -> Self {
+        Self {
+            event_loop,
+            events: Events::with_capacity(EVENTS_PER_POLL),
+            last_poll_ns: 0,
+            marked: false,
+            _ended: ended,
+        }
+    }
+}
+
+impl Poller for OnWorker {
+    fn fd(&self) -> RawFd {
+        self.event_loop.poll.as_raw_fd()
+    }
+
+    fn poll(&mut self, now_ns: u64, woke: bool) -> Polled {
+        let context = &self.event_loop.context;
+        if context.inbox.stop_requested() {
+            return Polled::Done;
+        }
+        let due = woke
+            || !context.ready.is_empty()
+            || context.inbox.has_work()
+            || now_ns.saturating_sub(self.last_poll_ns) >= ON_WORKER_POLL_INTERVAL_NS;
+        if !due {
+            return Polled::Idle;
+        }
+        self.last_poll_ns = now_ns;
+        if !self.marked {
+            context.inbox.loop_runs_here();
+            self.marked = true;
+        }
+        if self.event_loop.turn(&mut self.events, Some(Duration::ZERO)) == Turn::Stop {
+            return Polled::Done;
+        }
+        let context = &self.event_loop.context;
+        if context.ready.is_empty() && !context.inbox.has_work() {
+            Polled::Idle
+        } else {
+            Polled::Busy
+        }
+    }
+}
 
 /// The I/O thread's state.
 pub(crate) struct EventLoop {
@@ -51,64 +126,73 @@ impl EventLoop {
     /// Runs until the inbox asks it to stop; the connections close when it returns.
     pub fn run(mut self) {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
-        let inbox: Arc<Inbox> = self.context.inbox.clone();
         loop {
             // Sleep until something happens, unless a connection is owed a turn.
-            let timeout = (!self.context.ready.is_empty()).then_some(std::time::Duration::ZERO);
-            if let Err(error) = self.poll.poll(&mut events, timeout) {
-                if error.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                panic!("the Redis front end's poll failed: {error}");
-            }
-            if inbox.stop_requested() {
+            let timeout = (!self.context.ready.is_empty()).then_some(Duration::ZERO);
+            if self.turn(&mut events, timeout) == Turn::Stop {
                 return;
-            }
-            for event in &events {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    WAKER => {}
-                    Token(key) => {
-                        let Some(connection) = self.connections.get_mut(key) else {
-                            continue;
-                        };
-                        if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            connection.readable();
-                        }
-                        // Writable needs no flag: a turn always tries to write.
-                        self.turn(key);
-                    }
-                }
-            }
-            inbox.drain(|completion| {
-                let Some(connection) = self.connections.get_mut(completion.token) else {
-                    return;
-                };
-                if connection.client_id() != completion.client_id {
-                    // Its connection closed; the slot went to another one.
-                    return;
-                }
-                let state =
-                    connection.complete(completion.result, self.poll.registry(), &mut self.context);
-                if state == State::Closed {
-                    Self::close(
-                        &mut self.connections,
-                        &mut self.context,
-                        &self.poll,
-                        completion.token,
-                    );
-                }
-            });
-            for key in std::mem::take(&mut self.context.ready) {
-                if self.connections.contains(key) {
-                    self.turn(key);
-                }
             }
         }
     }
 
+    /// One round: waits up to `timeout` (`None`: until something happens) for events,
+    /// handles them, the finished work in the inbox and the connections owed a turn.
+    fn turn(&mut self, events: &mut Events, timeout: Option<Duration>) -> Turn {
+        if let Err(error) = self.poll.poll(events, timeout) {
+            if error.kind() == io::ErrorKind::Interrupted {
+                return Turn::Go;
+            }
+            panic!("the Redis front end's poll failed: {error}");
+        }
+        let inbox: Arc<Inbox> = self.context.inbox.clone();
+        if inbox.stop_requested() {
+            return Turn::Stop;
+        }
+        for event in events.iter() {
+            match event.token() {
+                LISTENER => self.accept(),
+                WAKER => {}
+                Token(key) => {
+                    let Some(connection) = self.connections.get_mut(key) else {
+                        continue;
+                    };
+                    if event.is_readable() || event.is_read_closed() || event.is_error() {
+                        connection.readable();
+                    }
+                    // Writable needs no flag: a turn always tries to write.
+                    self.turn_of(key);
+                }
+            }
+        }
+        inbox.drain(|completion| {
+            let Some(connection) = self.connections.get_mut(completion.token) else {
+                return;
+            };
+            if connection.client_id() != completion.client_id {
+                // Its connection closed; the slot went to another one.
+                return;
+            }
+            let state =
+                connection.complete(completion.result, self.poll.registry(), &mut self.context);
+            if state == State::Closed {
+                Self::close(
+                    &mut self.connections,
+                    &mut self.context,
+                    &self.poll,
+                    completion.token,
+                );
+            }
+        });
+        for key in std::mem::take(&mut self.context.ready) {
+            if self.connections.contains(key) {
+                self.turn_of(key);
+            }
+        }
+        Turn::Go
+    }
+
     /// Gives connection `key` a turn.
-    fn turn(&mut self, key: usize) {
+    fn turn_of(&mut self, key: usize) {
         let connection = &mut self.connections[key];
         if connection.pump(self.poll.registry(), &mut self.context) == State::Closed {
             Self::close(&mut self.connections, &mut self.context, &self.poll, key);

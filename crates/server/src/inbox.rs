@@ -2,11 +2,24 @@
 //! and a wake-up of its `poll` (an eventfd write) only when it may be asleep.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_queue::SegQueue;
 use ferrotx_redis_exec::WorkResult;
 use mio::Waker;
+
+/// Numbers for threads, from 1.
+static NEXT_THREAD_NUMBER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's number (a thread-local read, where `std::thread::current()` counts
+    /// references).
+    static THREAD_NUMBER: u64 = NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed);
+}
+
+fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|n| *n)
+}
 
 /// Finished work for connection `token` (a slab key), whose client id was `client_id`
 /// when it was sent (a closed connection's slot may hold another connection by then).
@@ -26,6 +39,9 @@ pub(crate) struct Inbox {
     /// Set by [`crate::RespServer::stop`].
     stop: AtomicBool,
     waker: Waker,
+    /// The number of the worker thread that runs the event loop, if one does
+    /// ([`crate::event_loop::OnWorker`]); 0 otherwise.
+    loop_thread: AtomicU64,
 }
 
 impl Inbox {
@@ -35,17 +51,32 @@ impl Inbox {
             wake_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             waker,
+            loop_thread: AtomicU64::new(0),
         }
+    }
+
+    /// The event loop runs on this thread (a worker's): completions pushed from it need no
+    /// wake-up, since the loop looks at the inbox before its worker sleeps.
+    pub fn loop_runs_here(&self) {
+        self.loop_thread.store(thread_number(), Ordering::Relaxed);
     }
 
     /// Queues `completion` and wakes the I/O thread unless a wake-up is pending.
     pub fn push(&self, completion: Completion) {
         self.queue.push(completion);
+        if self.loop_thread.load(Ordering::Relaxed) == thread_number() {
+            return;
+        }
         // SeqCst pairs with `drain`: either this swap sees the I/O thread's clear and
         // rings, or the I/O thread's drain, which comes after its clear, sees the push.
         if !self.wake_pending.swap(true, Ordering::SeqCst) {
             self.wake();
         }
+    }
+
+    /// Whether finished work waits (cheap: no system call).
+    pub fn has_work(&self) -> bool {
+        !self.queue.is_empty()
     }
 
     /// Takes every queued completion (I/O thread).

@@ -2,11 +2,15 @@
 //! command as a strictly serializable transaction.
 //!
 //! [`RespServer::start`] gives a node (through its [`NodeHandle`](ferrotx_node::NodeHandle))
-//! one I/O thread running a mio event loop: a listener, and a slab of connections, each
-//! a socket around a [`RespConnection`](ferrotx_redis_exec::RespConnection) (the
-//! I/O-free connection core of `ferrotx-redis-exec`: read and write buffers, an
-//! incremental RESP parser and a [`Session`](ferrotx_resp::Session) of `ferrotx-resp`).
-//! The I/O thread never runs a transaction and never blocks on a worker:
+//! a mio event loop: a listener, and a slab of connections, each a socket around a
+//! [`RespConnection`](ferrotx_redis_exec::RespConnection) (the I/O-free connection core
+//! of `ferrotx-redis-exec`: read and write buffers, an incremental RESP parser and a
+//! [`Session`](ferrotx_resp::Session) of `ferrotx-resp`). The loop runs on the node's
+//! worker thread 0 as its [`Poller`](ferrotx_node::Poller)
+//! ([`ServerOptions::on_worker`], the default; the worker's sleep watches the loop's
+//! epoll descriptor), or on an I/O thread of its own where the worker cannot watch
+//! descriptors (in-process transports). Either way the loop never runs a transaction
+//! and never blocks on a worker:
 //!
 //! 1. it reads, parses the pipelined requests and hands each to the session;
 //! 2. what the session answers alone (PING, AUTH, MULTI, queued commands, INFO, ...) is
@@ -18,8 +22,9 @@
 //!    input buffer meanwhile, so replies keep their order;
 //! 4. the coroutine runs the work with that thread's coordinator (the I/O-free
 //!    [`ferrotx_redis_exec::execute`]) and pushes the result onto a lock-free queue,
-//!    waking the I/O thread's `poll` through a mio `Waker`; the I/O thread completes the
-//!    session, writes the reply and goes on with the buffered requests.
+//!    waking the loop's `poll` through a mio `Waker` unless it runs on the loop's own
+//!    thread; the loop completes the session, writes the reply and goes on with the
+//!    buffered requests.
 //!
 //! Transactions: a plan reads every key it touches and every watched key in one batch of
 //! reads (`Txn::read_many`), fails with a null reply if a watched key's version changed

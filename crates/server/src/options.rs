@@ -20,6 +20,10 @@ pub struct ServerOptions {
     pub max_clients: usize,
     /// Most pipelined data commands run as one transaction.
     pub pipeline_commands_max: usize,
+    /// Serve the sockets on the node's worker thread 0 rather than on an I/O thread of
+    /// their own (see [`crate::RespServer::start`]); falls back to a thread where the
+    /// worker cannot watch sockets.
+    pub on_worker: bool,
 }
 
 /// The password is never printed.
@@ -31,6 +35,7 @@ impl fmt::Debug for ServerOptions {
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_clients", &self.max_clients)
             .field("pipeline_commands_max", &self.pipeline_commands_max)
+            .field("on_worker", &self.on_worker)
             .finish()
     }
 }
@@ -44,6 +49,7 @@ impl ServerOptions {
             max_request_bytes: settings.max_request_bytes,
             max_clients: settings.max_clients,
             pipeline_commands_max: settings.pipeline_commands_max,
+            on_worker: true,
         }
     }
 

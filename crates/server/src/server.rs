@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use ferrotx_node::NodeHandle;
@@ -13,7 +14,7 @@ use mio::{Interest, Poll, Waker};
 
 use crate::dispatch::Context;
 use crate::error::ServerError;
-use crate::event_loop::{EventLoop, LISTENER, WAKER};
+use crate::event_loop::{EventLoop, LISTENER, OnWorker, WAKER};
 use crate::inbox::Inbox;
 use crate::options::ServerOptions;
 
@@ -83,6 +84,8 @@ pub struct RespServer {
     local_addr: SocketAddr,
     inbox: Arc<Inbox>,
     thread: Option<JoinHandle<()>>,
+    /// Closes when the loop run on a worker ends (`None` with a thread of its own).
+    on_worker: Option<mpsc::Receiver<()>>,
     /// Tells the sweepers to end.
     sweepers_stop: Arc<AtomicBool>,
 }
@@ -124,16 +127,25 @@ impl RespServer {
             READ_BUFFER_BYTES,
         );
         let event_loop = EventLoop::new(poll, listener, context);
-        let thread = std::thread::Builder::new()
-            .name(format!("ferrotx-resp-{}", node.id()))
-            .spawn(move || event_loop.run())
-            .map_err(ServerError::EventLoop)?;
+        let (thread, on_worker) = if options.on_worker && node.can_attach(0) {
+            let (ended, on_worker) = mpsc::channel();
+            node.attach(0, Box::new(OnWorker::new(event_loop, ended)))
+                .map_err(ServerError::Attach)?;
+            (None, Some(on_worker))
+        } else {
+            let thread = std::thread::Builder::new()
+                .name(format!("ferrotx-resp-{}", node.id()))
+                .spawn(move || event_loop.run())
+                .map_err(ServerError::EventLoop)?;
+            (Some(thread), None)
+        };
         let sweepers_stop = Arc::new(AtomicBool::new(false));
         start_sweepers(&node, kv, &sweepers_stop);
         Ok(Self {
             local_addr,
             inbox,
-            thread: Some(thread),
+            thread,
+            on_worker,
             sweepers_stop,
         })
     }
@@ -143,9 +155,23 @@ impl RespServer {
         self.local_addr
     }
 
-    /// Whether its I/O thread has ended (it ends only when stopped, or if it panicked).
+    /// Whether its event loop has ended (it ends only when stopped, when its node stops,
+    /// or if it panicked).
     pub fn has_ended(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+        match (&self.thread, &self.on_worker) {
+            (Some(thread), _) => thread.is_finished(),
+            (None, Some(ended)) => {
+                matches!(ended.try_recv(), Err(mpsc::TryRecvError::Disconnected))
+            }
+            (None, None) => true,
+        }
+    }
+
+    /// Waits (up to 5 s) for the loop run on a worker to end.
+    fn wait_on_worker(&mut self) {
+        if let Some(ended) = self.on_worker.take() {
+            let _ = ended.recv_timeout(std::time::Duration::from_secs(5));
+        }
     }
 
     /// Stops serving: closes the listener and every connection, and waits for the I/O
@@ -153,6 +179,7 @@ impl RespServer {
     pub fn stop(mut self) {
         self.sweepers_stop.store(true, Ordering::Relaxed);
         self.inbox.request_stop();
+        self.wait_on_worker();
         if let Some(thread) = self.thread.take() {
             thread
                 .join()
@@ -165,6 +192,7 @@ impl Drop for RespServer {
     fn drop(&mut self) {
         self.sweepers_stop.store(true, Ordering::Relaxed);
         self.inbox.request_stop();
+        self.wait_on_worker();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -13,7 +13,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering, fence};
 use std::thread::{self, Thread};
 
 /// A worker's doorbell (see the module's documentation).
@@ -21,6 +21,10 @@ use std::thread::{self, Thread};
 pub struct Doorbell {
     armed: AtomicBool,
     wake: Wake,
+    /// A descriptor the worker's sleep also watches ([`Doorbell::watch`]), or -1.
+    watched: AtomicI32,
+    /// Set when a sleep ended with `watched` readable.
+    watched_ready: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -43,6 +47,8 @@ impl Doorbell {
             armed: AtomicBool::new(false),
             // SAFETY: `fd` is a new descriptor that nothing else owns.
             wake: Wake::EventFd(unsafe { OwnedFd::from_raw_fd(fd) }),
+            watched: AtomicI32::new(-1),
+            watched_ready: AtomicBool::new(false),
         })
     }
 
@@ -51,6 +57,8 @@ impl Doorbell {
         Self {
             armed: AtomicBool::new(false),
             wake: Wake::Thread(OnceLock::new()),
+            watched: AtomicI32::new(-1),
+            watched_ready: AtomicBool::new(false),
         }
     }
 
@@ -96,6 +104,35 @@ impl Doorbell {
             Wake::EventFd(fd) => Some(fd.as_raw_fd()),
             Wake::Thread(_) => None,
         }
+    }
+
+    /// Whether [`Doorbell::watch`] works: the bell's transport polls descriptors.
+    pub fn can_watch(&self) -> bool {
+        matches!(self.wake, Wake::EventFd(_))
+    }
+
+    /// Worker: its sleep also ends when `fd` becomes readable (an epoll descriptor of
+    /// sockets it serves itself), for a transport that polls descriptors; `None` stops
+    /// watching. The descriptor must stay open while watched.
+    pub fn watch(&self, fd: Option<RawFd>) {
+        self.watched.store(fd.unwrap_or(-1), Ordering::Relaxed);
+    }
+
+    /// The descriptor watched, if any (for the transport's poll).
+    pub(crate) fn watched(&self) -> Option<RawFd> {
+        let fd = self.watched.load(Ordering::Relaxed);
+        (fd >= 0).then_some(fd)
+    }
+
+    /// Transport: a sleep ended with the watched descriptor readable.
+    pub(crate) fn set_watched_ready(&self) {
+        self.watched_ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Worker: whether the watched descriptor was found readable since the last call.
+    pub fn take_watched_ready(&self) -> bool {
+        self.watched_ready.load(Ordering::Relaxed)
+            && self.watched_ready.swap(false, Ordering::Relaxed)
     }
 
     /// Consumes the rings an `eventfd` bell holds, so that the next poll sleeps.

@@ -467,6 +467,7 @@ impl Transport for UdpTransport {
 
     fn wait(&mut self, timeout: Option<Duration>) {
         let bell = self.doorbell.fd().expect("an eventfd bell");
+        let watched = self.doorbell.watched();
         let mut polls = [
             libc::pollfd {
                 fd: self.socket.as_raw_fd(),
@@ -478,32 +479,36 @@ impl Transport for UdpTransport {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: watched.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
+        let count = if watched.is_some() { 3 } else { 2 };
         let timespec = timeout.map(|timeout| libc::timespec {
             tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
             // Below 10^9, so it fits a `c_long` of any width.
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         });
         let timespec_ptr = timespec.as_ref().map_or(ptr::null(), ptr::from_ref);
-        // SAFETY: `polls` is an array of two valid pollfds; `timespec_ptr` is null (no
-        // limit) or points at a timespec that outlives the call; a null signal mask leaves
-        // it unchanged.
-        let ready = unsafe {
-            libc::ppoll(
-                polls.as_mut_ptr(),
-                polls.len() as libc::nfds_t,
-                timespec_ptr,
-                ptr::null(),
-            )
-        };
+        // SAFETY: `polls` is an array of three valid pollfds, of which the first `count`
+        // are passed; `timespec_ptr` is null (no limit) or points at a timespec that
+        // outlives the call; a null signal mask leaves it unchanged.
+        let ready = unsafe { libc::ppoll(polls.as_mut_ptr(), count, timespec_ptr, ptr::null()) };
         if ready < 0 {
             let error = io::Error::last_os_error().raw_os_error().unwrap_or(0);
             // An interrupted wait is a spurious return, which callers allow.
             if error != libc::EINTR {
                 self.last_error = Some(error);
             }
-        } else if polls[1].revents != 0 {
-            self.doorbell.clear();
+        } else {
+            if polls[1].revents != 0 {
+                self.doorbell.clear();
+            }
+            if polls[2].revents != 0 {
+                self.doorbell.set_watched_ready();
+            }
         }
     }
 

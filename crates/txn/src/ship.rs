@@ -40,6 +40,7 @@ use ferrotx_rpc::{Deferred, Engine, HandlerError};
 use ferrotx_store::{Key, TableId};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 
 use crate::coordinator::{Abort, Coordinator};
 
@@ -52,9 +53,10 @@ pub const BATCH_OPERATIONS_MAX: usize = 64;
 /// Most keys one batch reads: far inside one commit's limits.
 pub const BATCH_KEYS_MAX: usize = 1024;
 
-/// Results each worker thread remembers (about 100 bytes each): a caller asks again
-/// within milliseconds of a configuration change, while this covers a fraction of a second
-/// of the busiest thread's operations.
+/// Results each worker thread remembers: at least half of this many, the last ones (about
+/// 50 bytes each with a small result). A caller asks again within milliseconds of a
+/// configuration change, while this covers a fraction of a second of the busiest thread's
+/// operations.
 pub const RESULTS_MAX: usize = 32 * 1024;
 
 /// Largest result a note carries and a replica remembers: a larger one (the old value of
@@ -298,10 +300,10 @@ pub(crate) fn note_entries(note: &[u8]) -> impl Iterator<Item = (Origin, Option<
 }
 
 /// What the primary remembers of one origin.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Remembered {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Remembered<'a> {
     /// Its result.
-    Done(Vec<u8>),
+    Done(&'a [u8]),
     /// Its commit's outcome is unknown.
     Unknown,
 }
@@ -309,16 +311,95 @@ pub(crate) enum Remembered {
 /// The results of the origins this thread ran, the oldest forgotten first. An origin
 /// forgotten is told apart from one never run by the highest counter forgotten per
 /// caller thread: asked again, it answers "outcome unknown" rather than running twice.
+///
+/// Kept as two generations of at most half the limit each: results go into the current
+/// one, and when it is full the previous one is forgotten whole and the current one takes
+/// its place. So nothing is ever removed from a map one entry at a time (the tombstones
+/// that leaves make a hash map's probes long and its rehashes frequent), result bytes
+/// live in one buffer per generation, and once warm the structure allocates nothing.
 pub(crate) struct ShipResults {
-    results: HashMap<Origin, Remembered, FixedState>,
-    order: VecDeque<Origin>,
+    current: Generation,
+    previous: Generation,
     forgotten: HashMap<(u16, u16, u64), u64, FixedState>,
-    limit: usize,
+    generation_max: usize,
+}
+
+/// One generation of [`ShipResults`].
+struct Generation {
+    /// Where each origin's result is in `bytes`: offset and length, or `UNKNOWN`.
+    index: HashMap<Origin, (u32, u32), FixedState>,
+    bytes: Vec<u8>,
+    /// The highest counter per caller thread among `index`'s origins.
+    highest: HashMap<(u16, u16, u64), u64, FixedState>,
+}
+
+/// [`Generation::index`]'s length of a result whose outcome is unknown.
+const UNKNOWN: u32 = u32::MAX;
+
+impl Generation {
+    fn new() -> Self {
+        Self {
+            index: HashMap::with_hasher(FixedState::with_seed(0)),
+            bytes: Vec::new(),
+            highest: HashMap::with_hasher(FixedState::with_seed(0)),
+        }
+    }
+
+    fn get(&self, origin: &Origin) -> Option<Remembered<'_>> {
+        let &(offset, len) = self.index.get(origin)?;
+        Some(if len == UNKNOWN {
+            Remembered::Unknown
+        } else {
+            let at = offset as usize;
+            Remembered::Done(&self.bytes[at..at + len as usize])
+        })
+    }
+
+    fn insert(&mut self, origin: Origin, remembered: Remembered<'_>) {
+        let entry = match self.index.entry(origin) {
+            Entry::Occupied(entry) => {
+                let (offset, len) = *entry.get();
+                let known = if len == UNKNOWN {
+                    Remembered::Unknown
+                } else {
+                    let at = offset as usize;
+                    Remembered::Done(&self.bytes[at..at + len as usize])
+                };
+                if known == remembered {
+                    // The primary remembers its batch's results when it installs them and
+                    // again when it answers.
+                    return;
+                }
+                Entry::Occupied(entry)
+            }
+            vacant => vacant,
+        };
+        let place = match remembered {
+            Remembered::Unknown => (0, UNKNOWN),
+            Remembered::Done(result) => {
+                let offset = self.bytes.len() as u32;
+                self.bytes.extend_from_slice(result);
+                (offset, result.len() as u32)
+            }
+        };
+        entry.insert(place);
+        let highest = self
+            .highest
+            .entry((origin.node, origin.thread, origin.incarnation))
+            .or_insert(0);
+        *highest = (*highest).max(origin.seq);
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.bytes.clear();
+        self.highest.clear();
+    }
 }
 
 /// What [`ShipResults::lookup`] found.
 pub(crate) enum Lookup<'a> {
-    Remembered(&'a Remembered),
+    Remembered(Remembered<'a>),
     /// It may have run, and was forgotten.
     Forgotten,
     /// It never ran here.
@@ -326,17 +407,21 @@ pub(crate) enum Lookup<'a> {
 }
 
 impl ShipResults {
+    /// Remembers at least the last `limit / 2` origins, at most the last `limit`.
     pub(crate) fn new(limit: usize) -> Self {
         Self {
-            results: HashMap::with_hasher(FixedState::with_seed(0)),
-            order: VecDeque::new(),
+            current: Generation::new(),
+            previous: Generation::new(),
             forgotten: HashMap::with_hasher(FixedState::with_seed(0)),
-            limit,
+            generation_max: (limit / 2).max(1),
         }
     }
 
     pub(crate) fn lookup(&self, origin: &Origin) -> Lookup<'_> {
-        if let Some(remembered) = self.results.get(origin) {
+        if let Some(remembered) = self.current.get(origin) {
+            return Lookup::Remembered(remembered);
+        }
+        if let Some(remembered) = self.previous.get(origin) {
             return Lookup::Remembered(remembered);
         }
         let caller = (origin.node, origin.thread, origin.incarnation);
@@ -354,26 +439,25 @@ impl ShipResults {
         }
         for (origin, result) in note_entries(note) {
             let remembered = match result {
-                Some(result) => Remembered::Done(result.to_vec()),
+                Some(result) => Remembered::Done(result),
                 None => Remembered::Unknown,
             };
             self.insert(origin, remembered);
         }
     }
 
-    pub(crate) fn insert(&mut self, origin: Origin, remembered: Remembered) {
-        if self.results.insert(origin, remembered).is_none() {
-            self.order.push_back(origin);
+    pub(crate) fn insert(&mut self, origin: Origin, remembered: Remembered<'_>) {
+        if self.current.index.len() >= self.generation_max
+            && !self.current.index.contains_key(&origin)
+        {
+            for (&caller, &seq) in &self.previous.highest {
+                let up_to = self.forgotten.entry(caller).or_insert(0);
+                *up_to = (*up_to).max(seq);
+            }
+            self.previous.clear();
+            std::mem::swap(&mut self.current, &mut self.previous);
         }
-        while self.order.len() > self.limit {
-            let old = self.order.pop_front().expect("longer than the limit");
-            self.results.remove(&old);
-            let up_to = self
-                .forgotten
-                .entry((old.node, old.thread, old.incarnation))
-                .or_insert(0);
-            *up_to = (*up_to).max(old.seq);
-        }
+        self.current.insert(origin, remembered);
     }
 }
 
@@ -613,9 +697,7 @@ impl Shipping {
             }
             let participant = coordinator.participant().borrow();
             let known = match participant.shipped.lookup(&origin) {
-                Lookup::Remembered(Remembered::Done(result)) => {
-                    Some((ShipStatus::Done, result.as_slice()))
-                }
+                Lookup::Remembered(Remembered::Done(result)) => Some((ShipStatus::Done, result)),
                 Lookup::Remembered(Remembered::Unknown) | Lookup::Forgotten => {
                     Some((ShipStatus::Unknown, &[][..]))
                 }
@@ -677,7 +759,7 @@ impl Shipping {
                         let kept = if result.len() > REMEMBERED_RESULT_BYTES_MAX {
                             Remembered::Unknown
                         } else {
-                            Remembered::Done(result.clone())
+                            Remembered::Done(result)
                         };
                         remembered.insert(op.origin, kept);
                         Self::answer(co, &op.token, ShipStatus::Done, result);
@@ -892,9 +974,9 @@ mod tests {
     #[test]
     fn forgotten_results_answer_unknown_never_new() {
         let mut results = ShipResults::new(2);
-        results.insert(origin(1), Remembered::Done(b"a".to_vec()));
+        results.insert(origin(1), Remembered::Done(b"a"));
         results.insert(origin(2), Remembered::Unknown);
-        results.insert(origin(3), Remembered::Done(b"c".to_vec()));
+        results.insert(origin(3), Remembered::Done(b"c"));
         assert!(matches!(results.lookup(&origin(1)), Lookup::Forgotten));
         assert!(matches!(
             results.lookup(&origin(2)),
@@ -910,6 +992,41 @@ mod tests {
             ..origin(1)
         };
         assert!(matches!(results.lookup(&other), Lookup::New));
+    }
+
+    #[test]
+    fn the_last_half_of_the_limit_is_always_remembered() {
+        let mut results = ShipResults::new(64);
+        for seq in 1..=1000u64 {
+            let result = seq.to_le_bytes();
+            results.insert(origin(seq), Remembered::Done(&result));
+            // Remembered again (the primary installs, then answers): no rotation.
+            results.insert(origin(seq), Remembered::Done(&result));
+            for back in 0..32u64.min(seq) {
+                let expected = (seq - back).to_le_bytes();
+                assert!(
+                    matches!(
+                        results.lookup(&origin(seq - back)),
+                        Lookup::Remembered(Remembered::Done(r)) if r == expected
+                    ),
+                    "{} after {seq}",
+                    seq - back
+                );
+            }
+            if seq > 64 {
+                assert!(matches!(
+                    results.lookup(&origin(seq - 64)),
+                    Lookup::Forgotten
+                ));
+            }
+            assert!(matches!(results.lookup(&origin(seq + 1)), Lookup::New));
+        }
+        // A result changes (a commit's outcome learned late).
+        results.insert(origin(1000), Remembered::Unknown);
+        assert!(matches!(
+            results.lookup(&origin(1000)),
+            Lookup::Remembered(Remembered::Unknown)
+        ));
     }
 
     #[test]
