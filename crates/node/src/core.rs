@@ -298,9 +298,9 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                // Two more in the background: recovery, and the executor of shipped
+                // More in the background: recovery, and the executors of shipped
                 // operations.
-                callers: options.coroutines + 2,
+                callers: options.coroutines + 1 + ferrotx_txn::ship::EXECUTORS,
                 ..options.rpc.clone()
             },
         );
@@ -329,10 +329,13 @@ impl NodeCore {
         coordinator.set_shipping(shipping.clone());
         let shared = worker.shared().clone();
         shipping.register(&mut shared.engine(), &shared);
-        let executor = coordinator.clone();
-        worker
-            .executor()
-            .spawn_background(move |co| async move { shipping.run(co, executor).await });
+        for _ in 0..ferrotx_txn::ship::EXECUTORS {
+            let shipping = shipping.clone();
+            let executor = coordinator.clone();
+            worker
+                .executor()
+                .spawn_background(move |co| async move { shipping.run(co, executor).await });
+        }
         CoreWorker {
             worker,
             coordinator,

@@ -101,3 +101,25 @@ fn seeds_that_failed_the_first_cut_pass() {
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// Seeds that fail when a worker's shipping executors ([`ferrotx_txn::ship::EXECUTORS`])
+/// may run a request beside a running batch on its keys, or asked again beside its first
+/// run: operations ran twice (duplicated list elements, money created) after a crash.
+const CONCURRENT_EXECUTOR_FAILURES: [(&str, u64); 6] = [
+    ("recovery-crash-backup", 13),
+    ("recovery-crash-backup", 34),
+    ("recovery-crash-backup", 40),
+    ("recovery-crash-backup", 47),
+    ("recovery-crash-backup", 83),
+    ("recovery-crash-backup", 131),
+];
+
+/// Concurrent shipping batches never share a key or an origin.
+#[test]
+fn bug_concurrent_executors_run_an_operation_twice() {
+    let failed: Vec<(&str, u64, String)> = CONCURRENT_EXECUTOR_FAILURES
+        .iter()
+        .filter_map(|&(name, seed)| failure(&run_seed(name, seed)).map(|why| (name, seed, why)))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+}

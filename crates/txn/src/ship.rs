@@ -39,8 +39,8 @@ use ferrotx_exec::{Co, Shared, Signal};
 use ferrotx_rpc::{Deferred, Engine, HandlerError};
 use ferrotx_store::{Key, TableId};
 use foldhash::fast::FixedState;
-use hashbrown::HashMap;
 use hashbrown::hash_map::Entry;
+use hashbrown::{HashMap, HashSet};
 
 use crate::coordinator::{Abort, Coordinator};
 
@@ -52,6 +52,10 @@ pub const BATCH_OPERATIONS_MAX: usize = 64;
 
 /// Most keys one batch reads: far inside one commit's limits.
 pub const BATCH_KEYS_MAX: usize = 1024;
+
+/// Batches one worker thread runs at once ([`Shipping::run`] coroutines), over disjoint
+/// keys: while one replicates, others of other keys commit beside it.
+pub const EXECUTORS: usize = 4;
 
 /// Results each worker thread remembers: at least half of this many, the last ones (about
 /// 50 bytes each with a small result). A caller asks again within milliseconds of a
@@ -509,6 +513,14 @@ enum Attempt {
 pub struct Shipping {
     procedures: Procedures,
     queue: RefCell<VecDeque<Shipped>>,
+    /// Requests kept back until their partitions' recovery ends, oldest first.
+    deferred: RefCell<VecDeque<Shipped>>,
+    /// The keys and origins of the batches running now: a request touching one of them
+    /// waits in the queue (so requests on one key run in arrival order, and a request
+    /// asked again while its first run is under way is answered from that run).
+    busy_keys: RefCell<HashSet<(TableId, Key), FixedState>>,
+    busy_origins: RefCell<HashSet<Origin, FixedState>>,
+    /// Rung when requests arrive and when a batch ends.
     arrived: Signal,
     /// The coordinator whose counters count what the executor does (set by `run`).
     counters: RefCell<std::rc::Weak<Coordinator>>,
@@ -521,6 +533,9 @@ impl Shipping {
         Rc::new(Self {
             procedures,
             queue: RefCell::new(VecDeque::new()),
+            deferred: RefCell::new(VecDeque::new()),
+            busy_keys: RefCell::new(HashSet::with_hasher(FixedState::with_seed(0))),
+            busy_origins: RefCell::new(HashSet::with_hasher(FixedState::with_seed(0))),
             arrived: Signal::new(callers),
             counters: RefCell::new(std::rc::Weak::new()),
         })
@@ -553,26 +568,50 @@ impl Shipping {
         );
     }
 
-    /// The executor: runs the queued requests in batches, forever (a background coroutine
-    /// of the worker, beside recovery).
+    /// An executor: runs the queued requests in batches, forever (a background coroutine
+    /// of the worker, beside recovery). A worker runs [`EXECUTORS`] of them, each batch
+    /// over keys no other running batch touches.
     pub async fn run(self: Rc<Self>, co: Co, coordinator: Rc<Coordinator>) {
         // Weak: the coordinator holds this state too.
         *self.counters.borrow_mut() = Rc::downgrade(&coordinator);
-        let mut deferred: VecDeque<Shipped> = VecDeque::new();
         loop {
-            if self.queue.borrow().is_empty() && deferred.is_empty() {
+            if self.queue.borrow().is_empty() && self.deferred.borrow().is_empty() {
                 co.wait(&self.arrived).await;
                 continue;
             }
-            let batch = self.take_batch(&co, &coordinator, &mut deferred);
+            let batch = self.take_batch(&co, &coordinator);
             if batch.0.is_empty() {
-                // Only operations waiting for their partition's recovery, or none left.
-                if !deferred.is_empty() {
+                if !self.queue.borrow().is_empty() {
+                    // Requests on keys of running batches: their end rings.
+                    co.wait(&self.arrived).await;
+                } else if !self.deferred.borrow().is_empty() {
+                    // Only requests waiting for their partition's recovery.
                     co.sleep_until(co.now_ns() + 200_000).await;
                 }
                 continue;
             }
+            {
+                let mut busy_keys = self.busy_keys.borrow_mut();
+                busy_keys.extend(batch.1.iter().copied());
+                let mut busy_origins = self.busy_origins.borrow_mut();
+                busy_origins.extend(batch.0.iter().map(|op| op.origin));
+            }
+            let (keys, origins): (Vec<(TableId, Key)>, Vec<Origin>) = (
+                batch.1.clone(),
+                batch.0.iter().map(|op| op.origin).collect(),
+            );
             self.run_batch(&co, &coordinator, batch).await;
+            {
+                let mut busy_keys = self.busy_keys.borrow_mut();
+                for key in &keys {
+                    busy_keys.remove(key);
+                }
+                let mut busy_origins = self.busy_origins.borrow_mut();
+                for origin in &origins {
+                    busy_origins.remove(origin);
+                }
+            }
+            co.notify_all(&self.arrived);
         }
     }
 
@@ -623,15 +662,22 @@ impl Shipping {
         &self,
         co: &Co,
         coordinator: &Coordinator,
-        deferred: &mut VecDeque<Shipped>,
     ) -> (Vec<Operation>, Vec<(TableId, Key)>) {
         let mut operations: Vec<Operation> = Vec::new();
         let mut keys: Vec<(TableId, Key)> = Vec::new();
         let store = coordinator.store();
         let local = co.local().node();
+        let mut deferred = self.deferred.borrow_mut();
         // Those kept back go first, so order is kept among them.
-        let mut pending: VecDeque<Shipped> = std::mem::take(deferred);
+        let mut pending: VecDeque<Shipped> = std::mem::take(&mut *deferred);
         pending.extend(self.queue.borrow_mut().drain(..));
+        // Those on keys of running batches, in order: they stay queued.
+        let mut waiting: VecDeque<Shipped> = VecDeque::new();
+        // Their keys: later requests on them wait behind them.
+        let mut claimed: HashSet<(TableId, Key), FixedState> =
+            HashSet::with_hasher(FixedState::with_seed(0));
+        let busy_keys = self.busy_keys.borrow();
+        let busy_origins = self.busy_origins.borrow();
         while let Some(shipped) = pending.pop_front() {
             if operations.len() >= BATCH_OPERATIONS_MAX {
                 pending.push_front(shipped);
@@ -710,6 +756,18 @@ impl Shipping {
                 continue;
             }
             drop(participant);
+            if busy_origins.contains(&origin)
+                || keys[first..]
+                    .iter()
+                    .any(|key| busy_keys.contains(key) || claimed.contains(key))
+            {
+                // After the running batch that has its keys (or its first request), and
+                // after the requests before it on them.
+                claimed.extend(keys[first..].iter().copied());
+                keys.truncate(first);
+                waiting.push_back(shipped);
+                continue;
+            }
             if operations.iter().any(|op| op.origin == origin) {
                 // Asked again while its first request waits here too: answered from the
                 // first one's result, in a later batch.
@@ -731,9 +789,13 @@ impl Shipping {
                 keys: first..end,
             });
         }
-        // What did not fit waits for the next batch, ahead of later arrivals.
+        // What did not fit waits for the next batch, ahead of later arrivals, and what
+        // waits for running batches ahead of it.
         let mut queue = self.queue.borrow_mut();
         for shipped in pending.into_iter().rev() {
+            queue.push_front(shipped);
+        }
+        for shipped in waiting.into_iter().rev() {
             queue.push_front(shipped);
         }
         (operations, keys)
