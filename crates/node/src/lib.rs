@@ -26,7 +26,7 @@ pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{
-    AttachError, Node, NodeHandle, NodeOptions, SpawnError, StartError, WorkerReport,
+    AttachError, Node, NodeHandle, NodeOptions, ShipStats, SpawnError, StartError, WorkerReport,
     incarnation_from_clock,
 };
 pub use placement::ClusterPlacement;

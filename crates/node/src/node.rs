@@ -117,6 +117,68 @@ struct PublishedRecovery {
     waited: AtomicU64,
 }
 
+/// A node's counters of shipped operations ([`ferrotx_txn::ship`]), summed over its
+/// worker threads (see [`NodeHandle::ship_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShipStats {
+    /// Operations this node's callers shipped that came back with an outcome.
+    pub shipped: u64,
+    /// As a primary: shipped operations run and answered.
+    pub operations: u64,
+    /// As a primary: batches committed (operations / batches is the combining).
+    pub batches: u64,
+    /// As a primary: batch attempts that conflicted and were retried.
+    pub batch_retries: u64,
+    /// As a primary: requests answered from a remembered result.
+    pub answered_again: u64,
+    /// As a primary: requests answered "ask again".
+    pub retries_asked: u64,
+}
+
+impl ShipStats {
+    fn of(stats: &ferrotx_txn::coordinator::CoordinatorStats) -> Self {
+        Self {
+            shipped: stats.shipped,
+            operations: stats.ship_operations,
+            batches: stats.ship_batches,
+            batch_retries: stats.ship_batch_retries,
+            answered_again: stats.ship_answered_again,
+            retries_asked: stats.ship_retries_asked,
+        }
+    }
+}
+
+/// One worker thread's [`ShipStats`] as its worker last published them (every 32 loop
+/// iterations when they changed: six relaxed stores).
+#[derive(Default)]
+struct PublishedShip([AtomicU64; 6]);
+
+impl PublishedShip {
+    fn store(&self, stats: &ShipStats) {
+        let values = [
+            stats.shipped,
+            stats.operations,
+            stats.batches,
+            stats.batch_retries,
+            stats.answered_again,
+            stats.retries_asked,
+        ];
+        for (published, value) in self.0.iter().zip(values) {
+            published.store(value, Ordering::Relaxed);
+        }
+    }
+
+    fn add_to(&self, sum: &mut ShipStats) {
+        let [a, b, c, d, e, f] = &self.0;
+        sum.shipped += a.load(Ordering::Relaxed);
+        sum.operations += b.load(Ordering::Relaxed);
+        sum.batches += c.load(Ordering::Relaxed);
+        sum.batch_retries += d.load(Ordering::Relaxed);
+        sum.answered_again += e.load(Ordering::Relaxed);
+        sum.retries_asked += f.load(Ordering::Relaxed);
+    }
+}
+
 impl PublishedRecovery {
     fn store(&self, stats: &RecoveryStats) {
         self.rounds.store(stats.rounds, Ordering::Relaxed);
@@ -233,6 +295,7 @@ pub struct NodeHandle {
     spawners: Arc<[Spawner]>,
     /// Each worker thread's recovery counters, in thread order.
     recovery: Arc<[PublishedRecovery]>,
+    ship: Arc<[PublishedShip]>,
 }
 
 /// Why a coroutine could not be started.
@@ -284,6 +347,17 @@ impl NodeHandle {
     pub fn recovery_stats(&self) -> RecoveryStats {
         let mut sum = RecoveryStats::default();
         for thread in self.recovery.iter() {
+            thread.add_to(&mut sum);
+        }
+        sum
+    }
+
+    /// The node's counters of shipped operations, summed over its worker threads, as
+    /// published within the last 32 iterations of each worker's loop. Cheap (relaxed
+    /// loads), never blocks.
+    pub fn ship_stats(&self) -> ShipStats {
+        let mut sum = ShipStats::default();
+        for thread in self.ship.iter() {
             thread.add_to(&mut sum);
         }
         sum
@@ -438,6 +512,9 @@ impl Node {
         let recovery: Arc<[PublishedRecovery]> = (0..transports.len())
             .map(|_| PublishedRecovery::default())
             .collect();
+        let ship: Arc<[PublishedShip]> = (0..transports.len())
+            .map(|_| PublishedShip::default())
+            .collect();
         for (thread, transport) in transports.into_iter().enumerate() {
             let thread = u16::try_from(thread).expect("threads_per_node is a u16");
             let local = EndpointId::new(node, thread);
@@ -449,6 +526,7 @@ impl Node {
             }
             let link = link.clone();
             let recovery = recovery.clone();
+            let ship = ship.clone();
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
@@ -473,6 +551,8 @@ impl Node {
                 }
                 let published = &recovery[usize::from(thread)];
                 let mut recovery_seen = RecoveryStats::default();
+                let published_ship = &ship[usize::from(thread)];
+                let mut ship_seen = ShipStats::default();
                 let mut iteration = 0u32;
                 let doorbell = worker.transport().doorbell();
                 let mut poller: Option<Box<dyn Poller>> = None;
@@ -488,6 +568,13 @@ impl Node {
                         if stats != recovery_seen {
                             published.store(&stats);
                             recovery_seen = stats;
+                        }
+                    }
+                    if iteration.is_multiple_of(32) {
+                        let stats = ShipStats::of(&coordinator.stats());
+                        if stats != ship_seen {
+                            published_ship.store(&stats);
+                            ship_seen = stats;
                         }
                     }
                     if let Some(m) = &mut membership {
@@ -537,6 +624,7 @@ impl Node {
                 drop(poller);
                 let rpc = *worker.executor().shared().engine().stats();
                 published.store(&participant.borrow().recovery_stats());
+                published_ship.store(&ShipStats::of(&coordinator.stats()));
                 let participant = participant.borrow().stats();
                 WorkerReport { rpc, participant }
             });
@@ -547,6 +635,7 @@ impl Node {
             config: config.clone(),
             spawners: spawners.into(),
             recovery,
+            ship,
         };
         Self {
             core,

@@ -130,6 +130,7 @@ impl Connection {
                     let stats = context.stats.info(
                         &context.shared.counters,
                         &context.node.recovery_stats(),
+                        &context.node.ship_stats(),
                         context.node.config(),
                         context.node.id(),
                         context.port,

@@ -5,7 +5,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferrotx_cluster::Configuration;
-use ferrotx_node::{RECOVERY_VOTES, RecoveryStats};
+use ferrotx_node::{RECOVERY_VOTES, RecoveryStats, ShipStats};
 use ferrotx_redis_exec::Counters;
 use ferrotx_resp::InfoStats;
 
@@ -39,6 +39,7 @@ impl Stats {
         &self,
         counters: &Counters,
         recovery: &RecoveryStats,
+        ship: &ShipStats,
         config: &Configuration,
         node: u16,
         port: u16,
@@ -61,6 +62,7 @@ impl Stats {
             ),
         ];
         extra.extend(recovery_fields(recovery));
+        extra.extend(ship_fields(ship));
         InfoStats {
             process_id: std::process::id(),
             tcp_port: port,
@@ -107,6 +109,25 @@ pub(crate) fn recovery_fields(recovery: &RecoveryStats) -> Vec<(String, String)>
     }
     fields.push(("recovery_waited".to_owned(), recovery.waited.to_string()));
     fields
+}
+
+/// INFO's `ship_*` fields (in the `# ferrotx` section): operations shipped to their
+/// keys' primary by this node's callers (`ship_calls`), and, as a primary, operations run
+/// (`ship_operations`), the batches that committed them (`ship_batches`; operations per
+/// batch is the combining), batch retries after conflicts, requests answered from a
+/// remembered result after a configuration change, and requests told to ask again.
+pub(crate) fn ship_fields(ship: &ShipStats) -> Vec<(String, String)> {
+    [
+        ("ship_calls", ship.shipped),
+        ("ship_operations", ship.operations),
+        ("ship_batches", ship.batches),
+        ("ship_batch_retries", ship.batch_retries),
+        ("ship_answered_again", ship.answered_again),
+        ("ship_retries_asked", ship.retries_asked),
+    ]
+    .into_iter()
+    .map(|(name, n)| (name.to_owned(), n.to_string()))
+    .collect()
 }
 
 #[cfg(test)]

@@ -77,6 +77,33 @@ fn a_loop_on_the_worker_serves_commands_pipelines_and_transactions() {
         assert_eq!(client.text(&["INCR", "counter"]), "+QUEUED\r\n");
         assert_eq!(client.text(&["GET", "k0"]), "+QUEUED\r\n");
         assert_eq!(client.text(&["EXEC"]), "*2\r\n:55\r\n$1\r\nv\r\n");
+        // INFO counts the increments run at their primary (published by the worker
+        // within a few of its loop iterations).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let info = String::from_utf8(client.call(&["INFO"])).unwrap();
+            let field = |name: &str| -> u64 {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(&format!("{name}:")))
+                    .unwrap_or_else(|| panic!("INFO has no {name}: {info}"))
+                    .trim()
+                    .parse()
+                    .unwrap()
+            };
+            let (calls, operations, batches) = (
+                field("ship_calls"),
+                field("ship_operations"),
+                field("ship_batches"),
+            );
+            // 4 SETs, 4 INCRs, the pipeline (one plan: its keys share a primary) and
+            // the MULTI block.
+            if calls >= 10 && operations >= 10 {
+                assert!((1..=operations).contains(&batches), "{info}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{info}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert!(!server.has_ended());
         server.stop();
         for client in &mut clients {
