@@ -49,13 +49,15 @@ impl Procedure for KvIncrement {
     }
 
     fn apply(&self, args: &[u8], view: &mut BatchView, _now_ns: u64, result: &mut Vec<u8>) {
-        // `keys` accepted the arguments, and the executor read the key: anything else is
-        // answered with an empty result, which the caller counts as an error.
+        // `keys` accepted the arguments, and the executor read the key: anything else
+        // writes nothing and says why, which the caller counts as an error.
         let Ok(id) = key_id(args) else {
+            result.extend_from_slice(REFUSED);
             return;
         };
         let key = Key::from(id);
         let Some(stored) = view.get(TABLE, &key) else {
+            result.extend_from_slice(REFUSED);
             return;
         };
         // As the unshipped transaction does: an absent key counts from 0, and the value
@@ -66,9 +68,13 @@ impl Procedure for KvIncrement {
         value[..8].copy_from_slice(&count.to_le_bytes());
         let written = view.put(TABLE, &key, Some(value));
         assert!(written, "the key was read, so it can be written");
-        result.extend_from_slice(&count.to_le_bytes());
+        // The result stays empty: every replica remembers it by origin, per operation
+        // (`ShipResults`), and an empty one costs no allocation there.
     }
 }
+
+/// The result of an increment that wrote nothing (a committed one's is empty).
+const REFUSED: &[u8] = b"kv increment: the key was not read";
 
 /// The key id of the arguments.
 fn key_id(args: &[u8]) -> Result<u64, String> {
@@ -93,25 +99,18 @@ pub enum NotShipped {
     Ended(Abort),
 }
 
-/// Ships the read-modify-write of key `id` to its primary; `Ok` with the counter's new
-/// value once it committed there.
-pub async fn ship_increment(
-    co: &Co,
-    coordinator: &Coordinator,
-    id: u64,
-) -> Result<u64, NotShipped> {
+/// Ships the read-modify-write of key `id` to its primary; `Ok` once it committed there.
+pub async fn ship_increment(co: &Co, coordinator: &Coordinator, id: u64) -> Result<(), NotShipped> {
     let partition = coordinator.partition_of(TABLE, &Key::from(id));
     let deadline_ns = co.now_ns().saturating_add(SHIP_DEADLINE_NS);
     match coordinator
         .ship(co, KV_INCREMENT, partition, &id.to_le_bytes(), deadline_ns)
         .await
     {
-        Ok(result) => match <[u8; 8]>::try_from(result.as_slice()) {
-            Ok(count) => Ok(u64::from_le_bytes(count)),
-            // The procedure wrote nothing (it could not read the key): a bug, counted
-            // as an error by the caller.
-            Err(_) => Err(NotShipped::Ended(Abort::Protocol)),
-        },
+        Ok(result) if result.is_empty() => Ok(()),
+        // The procedure wrote nothing (it could not read the key): a bug, counted as an
+        // error by the caller.
+        Ok(_) => Err(NotShipped::Ended(Abort::Protocol)),
         // `Coordinator::ship` answers these only when nothing changed and no earlier
         // request may have run (otherwise `OutcomeUnknown`).
         Err(Abort::Protocol | Abort::TooLarge) => Err(NotShipped::RunHere),

@@ -551,7 +551,7 @@ impl Runner {
         // read and write one version of a key).
         if kv.ships() && !recorder.enabled() {
             match kv_ship::ship_increment(co, coordinator, self.ids[0]).await {
-                Ok(_) => return Ok(()),
+                Ok(()) => return Ok(()),
                 Err(NotShipped::Ended(abort)) => return Err(abort),
                 // Nothing changed at the primary: the transaction below runs it here.
                 Err(NotShipped::RunHere) => {}
