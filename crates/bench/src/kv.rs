@@ -121,7 +121,9 @@ pub struct ShippingReport {
     /// Operations the clients shipped that came back with an outcome (committed, or
     /// refused after the primary's retries ran out).
     pub shipped: u64,
-    /// Operations the primaries ran and answered.
+    /// Operations the primaries ran and answered. Each node counts when it stops, while
+    /// the clients of nodes told to stop after it may still ship to it: this may miss up
+    /// to one operation per such client.
     pub operations: u64,
     /// Batches the primaries committed: one transaction each.
     pub batches: u64,

@@ -162,9 +162,12 @@ fn one_key_read_modify_writes_shipped_or_not_lose_no_write_with_few_rpcs() {
         number(&r, "committed_total"),
         "{r}"
     );
-    assert_eq!(
-        number(shipping, "operations"),
-        number(&r, "committed_total"),
+    // Each node counts its primaries' operations when it stops, and the others' clients
+    // may still ship to it then (one operation per coroutine at most).
+    let operations = number(shipping, "operations");
+    assert!(operations <= number(shipping, "shipped"), "{r}");
+    assert!(
+        operations >= number(shipping, "shipped") - 2.0 * 20.0,
         "{r}"
     );
     assert_eq!(number(&r, "aborted"), 0.0, "{r}");
