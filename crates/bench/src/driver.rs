@@ -28,7 +28,7 @@ use ferrotx_cluster::Configuration;
 use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions};
 use ferrotx_store::ReadOutcome;
 use ferrotx_transport::{Transport, UDP_MAX_PAYLOAD_BYTES};
-use ferrotx_txn::coordinator::Abort;
+use ferrotx_txn::coordinator::{Abort, CoordinatorStats};
 use ferrotx_txn::participant::Role;
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
@@ -151,6 +151,62 @@ pub struct RunResult {
     /// served (its lease ran out, or the cluster removed it): must be 0.
     #[serde(default)]
     pub unfinished: u64,
+    /// Transactions whose outcome the caller never learned ([`Abort::OutcomeUnknown`]: a
+    /// failure cut off a commit, or a shipped operation's answer), over the whole run: they
+    /// may have committed or not. Nothing fails in a benchmark, so this must be 0.
+    #[serde(default)]
+    pub unknown: u64,
+    /// Shipping's counters of this node's coordinator threads over the run.
+    #[serde(default)]
+    pub shipping: ShipCounts,
+}
+
+/// What one node's coordinator threads counted of shipping ([`CoordinatorStats`]) over
+/// one run, warm-up included.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct ShipCounts {
+    /// Operations its callers shipped that came back with an outcome.
+    pub shipped: u64,
+    /// As a primary: shipped operations run and answered.
+    pub operations: u64,
+    /// As a primary: batches of them committed (one transaction each).
+    pub batches: u64,
+    /// As a primary: attempts of batches that aborted on a conflict and were retried
+    /// (the callers do not see them, and they are not in `aborted`).
+    pub batch_retries: u64,
+    /// As a primary: requests answered "retry" (nothing ran; the caller asked again).
+    pub retries_asked: u64,
+}
+
+impl ShipCounts {
+    fn of(stats: &CoordinatorStats) -> Self {
+        Self {
+            shipped: stats.shipped,
+            operations: stats.ship_operations,
+            batches: stats.ship_batches,
+            batch_retries: stats.ship_batch_retries,
+            retries_asked: stats.ship_retries_asked,
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: &ShipCounts) {
+        self.shipped += other.shipped;
+        self.operations += other.operations;
+        self.batches += other.batches;
+        self.batch_retries += other.batch_retries;
+        self.retries_asked += other.retries_asked;
+    }
+
+    /// `self - earlier`, counter by counter (counters only grow).
+    fn since(&self, earlier: &ShipCounts) -> Self {
+        Self {
+            shipped: self.shipped - earlier.shipped,
+            operations: self.operations - earlier.operations,
+            batches: self.batches - earlier.batches,
+            batch_retries: self.batch_retries - earlier.batch_retries,
+            retries_asked: self.retries_asked - earlier.retries_asked,
+        }
+    }
 }
 
 /// One transaction type's results inside the window.
@@ -174,6 +230,8 @@ impl RunResult {
         self.aborted += other.aborted;
         self.errors += other.errors;
         self.unfinished += other.unfinished;
+        self.unknown += other.unknown;
+        self.shipping.add(&other.shipping);
         self.money += other.money;
         if self.types.len() < other.types.len() {
             self.types.resize(other.types.len(), TypeResult::default());
@@ -330,6 +388,9 @@ pub fn serve(
             yield_while_polling: drive.yield_while_polling,
             ..NodeOptions::default().idle
         },
+        // `bench kv`'s shipped read-modify-writes run here when this node is their key's
+        // primary.
+        procedures: drive.workload.procedures(),
         ..NodeOptions::default()
     };
     let transports = Node::udp_transports(&config, id, &options)
@@ -375,6 +436,8 @@ pub fn serve(
     let mut cpu_s = 0.0;
     let mut window_start = Instant::now();
     let mut window_s = 0.0;
+    // Shipping's counters at the end of the previous run (they only grow).
+    let mut shipping_before = ShipCounts::default();
     for line in std::io::stdin().lock().lines() {
         let line = line?;
         let (command, argument) = match line.trim().split_once(' ') {
@@ -478,8 +541,9 @@ pub fn serve(
                 run.types.resize(types, TypeResult::default());
                 let mut by_type: Vec<Histogram<u64>> =
                     (0..types).map(|_| new_histogram()).collect();
+                let mut shipping = ShipCounts::default();
                 for thread in 0..config.threads_per_node() {
-                    let taken = node.spawn(thread, |_, _| async {
+                    let taken = node.spawn(thread, |_, coordinator| async move {
                         let all = LATENCIES.with(|h| {
                             std::mem::replace(
                                 &mut *h.borrow_mut(),
@@ -487,11 +551,12 @@ pub fn serve(
                             )
                         });
                         let by_type = TYPE_LATENCIES.with(|h| std::mem::take(&mut *h.borrow_mut()));
-                        (all, by_type)
+                        (all, by_type, ShipCounts::of(&coordinator.stats()))
                     });
-                    let ([all, waited], per_type) = taken
+                    let ([all, waited], per_type, ship_counts) = taken
                         .recv_timeout(Duration::from_secs(60))
                         .context("collecting latencies")?;
+                    shipping.add(&ship_counts);
                     histogram.add(&all).expect("same bounds");
                     remote.add(&waited).expect("same bounds");
                     for (mine, theirs) in by_type.iter_mut().zip(&per_type) {
@@ -508,6 +573,8 @@ pub fn serve(
                 for (result, h) in run.types.iter_mut().zip(&by_type) {
                     result.latency_ns = pairs(h);
                 }
+                run.shipping = shipping.since(&shipping_before);
+                shipping_before = shipping;
                 run.cpu_s = cpu_s;
                 run.window_s = window_s;
                 flush_truncation(&node)?;
@@ -617,11 +684,16 @@ async fn coroutine(
                     }
                 }
             }
+            // Nothing changed: conflicts (of a shipped operation: the primary's retries
+            // ran out), as before shipping.
             Err(Abort::Conflict | Abort::Locked | Abort::LogFull) => {
                 run.aborted += 1;
                 run.window_aborted += u64::from(window);
                 run.types[done.kind].aborted += u64::from(window);
             }
+            // It may have committed: neither committed nor aborted (the end check of the
+            // counters fails unless there are none, and says so).
+            Err(Abort::OutcomeUnknown) => run.unknown += 1,
             Err(_) => run.errors += 1,
         }
         // Let the worker receive and send between transactions when a transaction

@@ -9,7 +9,9 @@ use anyhow::ensure;
 use ferrotx_cluster::Configuration;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
+use crate::driver::{
+    CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, ShipCounts, new_histogram,
+};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
 use crate::workload::{TABLE, Workload};
@@ -102,8 +104,36 @@ pub struct Checks {
     pub primary_missing: u64,
     /// Transactions refused as bad input or by a participant.
     pub errors: u64,
+    /// Transactions whose outcome the client never learned (a commit or a shipped
+    /// operation cut off by a failure): each may have committed or not, so they are in
+    /// neither `committed` nor `aborted`, and the sum may exceed what is expected by up to
+    /// this many times the writes of a transaction. Nothing fails in a benchmark: must be 0.
+    #[serde(default)]
+    pub unknown: u64,
     /// Everything above holds.
     pub ok: bool,
+}
+
+/// `bench kv`'s one-key read-modify-writes shipped to their key's primary, over the whole
+/// run (warm-up included), from the coordinator threads' counters.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShippingReport {
+    /// Operations the clients shipped that came back with an outcome (committed, or
+    /// refused after the primary's retries ran out).
+    pub shipped: u64,
+    /// Operations the primaries ran and answered. Each node counts when it stops, while
+    /// the clients of nodes told to stop after it may still ship to it: this may miss up
+    /// to one operation per such client.
+    pub operations: u64,
+    /// Batches the primaries committed: one transaction each.
+    pub batches: u64,
+    /// `operations / batches`: how many operations one commit carried (combining).
+    pub operations_per_batch: f64,
+    /// Attempts of batches that aborted on a conflict and were retried at the primary:
+    /// the clients do not see them (they are not in `aborted`).
+    pub batch_retries: u64,
+    /// Requests the primaries answered "retry" (nothing ran; the client asked again).
+    pub retries_asked: u64,
 }
 
 /// One transaction type's results inside the window.
@@ -167,6 +197,9 @@ pub struct ClusterBenchReport {
     /// the window. With hot keys, how evenly the nodes share them.
     #[serde(default)]
     pub nodes: Vec<NodeReport>,
+    /// `bench kv` shipping its one-key read-modify-writes: what shipping did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipping: Option<ShippingReport>,
 }
 
 /// `bench kv` keys of which [`NodeReport::primary_keys`] is reported: up to this many
@@ -595,6 +628,24 @@ fn report(
     let committed_total = all.iter().map(|r| r.committed).sum::<u64>();
     // A coroutine that never finished (its node stopped serving) counts as an error.
     let errors = all.iter().map(|r| r.errors + r.unfinished).sum::<u64>();
+    let unknown = all.iter().map(|r| r.unknown).sum::<u64>();
+    let shipping = match &options.workload {
+        Workload::Kv(kv) if kv.ships() => {
+            let mut counts = ShipCounts::default();
+            for run in runs {
+                counts.add(&run.shipping);
+            }
+            Some(ShippingReport {
+                shipped: counts.shipped,
+                operations: counts.operations,
+                batches: counts.batches,
+                operations_per_batch: counts.operations as f64 / counts.batches.max(1) as f64,
+                batch_retries: counts.batch_retries,
+                retries_asked: counts.retries_asked,
+            })
+        }
+        _ => None,
+    };
     let cpu_s: f64 = runs.iter().map(|r| r.cpu_s).sum();
     let percentiles = |h: &hdrhistogram::Histogram<u64>| {
         let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
@@ -678,7 +729,8 @@ fn report(
         && primary_sum == primary_sum_expected
         && primary_max <= max_allowed
         && primary_missing == 0
-        && errors == 0;
+        && errors == 0
+        && unknown == 0;
     ClusterBenchReport {
         options: options.clone(),
         committed,
@@ -707,10 +759,12 @@ fn report(
             primary_max,
             primary_missing,
             errors,
+            unknown,
             ok,
         },
         leases,
         nodes: node_reports(options, config, runs),
+        shipping,
     }
 }
 
@@ -825,18 +879,28 @@ pub fn print_table(report: &ClusterBenchReport) {
             );
         }
     }
+    if let Some(s) = &report.shipping {
+        println!(
+            "  shipped to the keys' primaries (whole run): {} operations answered, {} batches \
+             ({:.1} operations per commit), {} batch retries at the primaries, {} \"retry\" \
+             answers",
+            s.shipped, s.batches, s.operations_per_batch, s.batch_retries, s.retries_asked
+        );
+    }
     if let Some(leases) = &report.leases {
         print_leases(leases);
     }
     let c = &report.checks;
     println!(
-        "  checks: {}; replicas equal: {}; sum {} (expected {}); missing {}; errors {}",
+        "  checks: {}; replicas equal: {}; sum {} (expected {}); missing {}; errors {}; \
+         outcome unknown {}",
         if c.ok { "passed" } else { "FAILED" },
         c.replicas_equal,
         c.primary_sum,
         c.primary_sum_expected,
         c.primary_missing,
-        c.errors
+        c.errors,
+        c.unknown
     );
 }
 
@@ -853,6 +917,7 @@ mod tests {
                 key_count,
                 value_bytes: 32,
                 zipf: 0.0,
+                ship: false,
             }),
             nodes: 3,
             replicas: 3,

@@ -304,6 +304,10 @@ struct KvArgs {
     /// --key-count and --zipf). The report says which node is the primary of how many.
     #[arg(long, value_name = "N", conflicts_with_all = ["key_count", "zipf"])]
     hot_keys: Option<u64>,
+    /// Run one-key read-modify-writes as optimistic transactions of their caller, as
+    /// before shipping, instead of shipping each to its key's primary (for comparison).
+    #[arg(long)]
+    no_ship: bool,
     #[command(flatten)]
     run: ClusterRunArgs,
 }
@@ -586,6 +590,7 @@ fn main() -> anyhow::Result<()> {
                 key_count: args.hot_keys.unwrap_or(args.key_count),
                 value_bytes: args.value_bytes,
                 zipf: args.zipf,
+                ship: !args.no_ship,
             });
             run_cluster_bench(&args.run.options(workload), &args.run)?;
         }

@@ -112,7 +112,7 @@ fn bench_kv_reports_every_field_and_loses_no_write() {
 }
 
 #[test]
-fn one_key_read_modify_write_uses_the_minimum_of_rpcs() {
+fn one_key_read_modify_writes_shipped_or_not_lose_no_write_with_few_rpcs() {
     let r = bench(
         "kv",
         "rmw",
@@ -121,17 +121,61 @@ fn one_key_read_modify_write_uses_the_minimum_of_rpcs() {
             "1",
             "--key-count",
             "100000",
+            "--no-ship",
             "--port-base",
             &port_base(3),
         ],
     );
     checks_passed(&r);
+    assert!(r.get("shipping").is_none(), "{r}");
+    assert_eq!(r["options"]["workload"]["Kv"]["ship"], false, "{r}");
     // 3 nodes, f = 2. The coordinator's own node is the primary a third of the time (no
     // RPC to read, lock or commit it, two remote backups) and a backup otherwise (read,
     // lock and commit the primary over RPC, one remote backup): on average
     // 2/3 + 2/3 + (1/3 * 2 + 2/3 * 1) + 2/3 = 3.33 RPCs; truncation rides on them.
     let rpcs = number(&r, "rpcs_per_commit");
     assert!((3.2..3.5).contains(&rpcs), "{rpcs} RPCs per commit: {r}");
+
+    // Shipped (the default), on the same ports: the first run's nodes have exited (a
+    // cluster takes 9 of the test's 16 ports).
+    let ports = port_base(3);
+    let r = bench(
+        "kv",
+        "rmw-shipped",
+        &[
+            "--duration",
+            "1",
+            "--key-count",
+            "100000",
+            "--port-base",
+            &ports,
+        ],
+    );
+    // The same end check: the counters add up to the commits, copies equal primaries.
+    checks_passed(&r);
+    assert_eq!(r["options"]["workload"]["Kv"]["ship"], true, "{r}");
+    let shipping = &r["shipping"];
+    // Every read-modify-write was shipped and committed: only batches write the keys, so
+    // none conflicts.
+    assert_eq!(
+        number(shipping, "shipped"),
+        number(&r, "committed_total"),
+        "{r}"
+    );
+    // Each node counts its primaries' operations when it stops, and the others' clients
+    // may still ship to it then (one operation per coroutine at most).
+    let operations = number(shipping, "operations");
+    assert!(operations <= number(shipping, "shipped"), "{r}");
+    assert!(
+        operations >= number(shipping, "shipped") - 2.0 * 20.0,
+        "{r}"
+    );
+    assert_eq!(number(&r, "aborted"), 0.0, "{r}");
+    assert!(number(shipping, "batches") >= 1.0, "{r}");
+    // A SHIP to a remote primary (two in three) and the batch's two COMMIT-BACKUPs,
+    // shared by the operations it combined: at most 2/3 + 2 = 2.67 RPCs per commit.
+    let rpcs = number(&r, "rpcs_per_commit");
+    assert!(rpcs < 2.7, "{rpcs} RPCs per commit: {r}");
 }
 
 #[test]

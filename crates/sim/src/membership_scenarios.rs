@@ -73,6 +73,7 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
             key_count: 24,
             value_bytes: 8,
             zipf: 0.0,
+            ship: false,
         }),
         1,
         TRANSACTIONS,

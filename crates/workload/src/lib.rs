@@ -1,6 +1,7 @@
 pub mod bank;
 pub mod check;
 pub mod history;
+pub mod kv_ship;
 pub mod list_append;
 pub mod record;
 pub mod smallbank;

@@ -45,6 +45,7 @@ impl WorkloadScenario {
                     key_count: 24,
                     value_bytes: 16,
                     zipf: 0.0,
+                    ship: false,
                 }),
             ),
             "tatp" => ("tatp", Workload::Tatp(TatpWorkload { subscribers: 12 })),
