@@ -20,7 +20,7 @@ use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec}
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
-use ferrotx_txn::ship::{Procedures, Shipping};
+use ferrotx_txn::ship::{Executors, Procedures, Shipping};
 use ferrotx_wire::EndpointId;
 
 use crate::placement::ClusterPlacement;
@@ -41,6 +41,8 @@ pub struct CoreOptions {
     /// The operations callers may ship to this node's primaries ([`ferrotx_txn::ship`]):
     /// the Redis front end registers its commands here.
     pub procedures: Procedures,
+    /// How each worker runs shipped operations' batches.
+    pub ship_executors: Executors,
 }
 
 impl Default for CoreOptions {
@@ -50,6 +52,7 @@ impl Default for CoreOptions {
             rpc: Config::default(),
             log_records_max: LOG_RECORDS_MAX,
             procedures: Procedures::default(),
+            ship_executors: Executors::default(),
         }
     }
 }
@@ -300,7 +303,7 @@ impl NodeCore {
                 incarnation: self.incarnation,
                 // More in the background: recovery, and the executors of shipped
                 // operations.
-                callers: options.coroutines + 1 + ferrotx_txn::ship::EXECUTORS,
+                callers: options.coroutines + 1 + options.ship_executors.count,
                 ..options.rpc.clone()
             },
         );
@@ -325,11 +328,11 @@ impl NodeCore {
         worker
             .executor()
             .spawn_background(move |co| async move { recovery.run_recovery(co).await });
-        let shipping = Shipping::new(options.procedures.clone(), callers);
+        let shipping = Shipping::new(options.procedures.clone(), callers, options.ship_executors);
         coordinator.set_shipping(shipping.clone());
         let shared = worker.shared().clone();
         shipping.register(&mut shared.engine(), &shared);
-        for _ in 0..ferrotx_txn::ship::EXECUTORS {
+        for _ in 0..options.ship_executors.count.max(1) {
             let shipping = shipping.clone();
             let executor = coordinator.clone();
             worker

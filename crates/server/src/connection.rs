@@ -129,10 +129,7 @@ impl Connection {
                 Step::Info(request) => {
                     let stats = context.stats.info(
                         &context.shared.counters,
-                        &context.node.recovery_stats(),
-                        &context.node.ship_stats(),
-                        context.node.config(),
-                        context.node.id(),
+                        &context.node,
                         context.port,
                         context.clients_max,
                     );

@@ -5,7 +5,7 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ferrotx_cluster::Configuration;
-use ferrotx_node::{RECOVERY_VOTES, RecoveryStats, ShipStats};
+use ferrotx_node::{NodeHandle, RECOVERY_VOTES, RecoveryStats, ShipStats};
 use ferrotx_redis_exec::Counters;
 use ferrotx_resp::InfoStats;
 
@@ -32,19 +32,18 @@ impl Stats {
         }
     }
 
-    /// INFO's numbers, with the connections' `counters` and the node's `recovery`
-    /// counters, for node `node` of `config`, serving on `port` with at most
-    /// `clients_max` clients.
+    /// INFO's numbers, with the connections' `counters` and the recovery and shipping
+    /// counters of the node of `handle`, serving on `port` with at most `clients_max`
+    /// clients.
     pub fn info(
         &self,
         counters: &Counters,
-        recovery: &RecoveryStats,
-        ship: &ShipStats,
-        config: &Configuration,
-        node: u16,
+        handle: &NodeHandle,
         port: u16,
         clients_max: usize,
     ) -> InfoStats {
+        let (recovery, ship) = (&handle.recovery_stats(), &handle.ship_stats());
+        let (config, node): (&Configuration, u16) = (handle.config(), handle.id());
         let now_usec = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| {

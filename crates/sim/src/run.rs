@@ -281,6 +281,12 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         procedures: ferrotx_redis_exec::KvTable::find(&config)
             .map(ferrotx_redis_exec::procedures)
             .unwrap_or_default(),
+        // Batches side by side whenever a request waits, so that the simulator attacks
+        // what keeps concurrent batches apart (their keys, a request asked again).
+        ship_executors: ferrotx_txn::ship::Executors {
+            count: 3,
+            parallel_after: 1,
+        },
     };
     if let Some(membership) = options.membership {
         return run_with_membership(scenario, options, plan, config, core, membership);

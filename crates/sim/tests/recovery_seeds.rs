@@ -102,7 +102,8 @@ fn seeds_that_failed_the_first_cut_pass() {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
-/// Seeds that fail when a worker's shipping executors ([`ferrotx_txn::ship::EXECUTORS`])
+/// Seeds that fail when a worker's shipping executors (the simulator runs three, see
+/// `ferrotx_txn::ship::Executors`)
 /// may run a request beside a running batch on its keys, or asked again beside its first
 /// run: operations ran twice (duplicated list elements, money created) after a crash.
 const CONCURRENT_EXECUTOR_FAILURES: [(&str, u64); 6] = [
