@@ -70,9 +70,8 @@ struct NodeArgs {
     #[arg(long)]
     coordination: Option<PathBuf>,
     /// Microseconds an idle worker keeps polling for work (yielding its core to other
-    /// runnable threads meanwhile) before it sleeps in the kernel: lower latency for a
-    /// node with cores to itself. Default: 200, or 0 when the busy threads of the
-    /// configuration's nodes on this host outnumber its cores.
+    /// runnable threads meanwhile) before it sleeps in the kernel [default: 200]. Polling
+    /// answers peers' messages without a wake-up; 0 leaves the cores to other processes.
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
 }

@@ -106,7 +106,9 @@ pub fn node(
         procedures,
         ..NodeOptions::default()
     };
-    options.idle.spin = Duration::from_micros(spin_us.unwrap_or_else(|| auto_spin_us(&config, id)));
+    if let Some(spin_us) = spin_us {
+        options.idle.spin = Duration::from_micros(spin_us);
+    }
     let lease = ferrotx_node::LeaseThread::start(
         config.clone(),
         id,
@@ -582,30 +584,6 @@ fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Op
     answers
 }
 
-/// How long an idle worker of node `id` polls before it sleeps, when `--spin-us` does not
-/// say: [`Idle`](ferrotx_node::Idle)'s default while the worker threads of the
-/// configuration's nodes on this node's host (which also serve their Redis clients) fit
-/// its cores, else 0. Polling, even yielding the core while at it, costs the threads
-/// sharing the cores more than it saves in wake-ups: three nodes of one worker each on
-/// two cores served a hot key 1.3x faster without it (issue 14).
-pub fn auto_spin_us(config: &Configuration, id: u16) -> u64 {
-    let Some(me) = config.member(id) else {
-        return 0;
-    };
-    let on_host = config
-        .members()
-        .iter()
-        .filter(|member| member.host == me.host)
-        .count();
-    let busy = on_host * usize::from(config.threads_per_node());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if busy <= cores {
-        ferrotx_node::Idle::default().spin.as_micros() as u64
-    } else {
-        0
-    }
-}
-
 /// The shape of a local cluster.
 pub struct LocalCluster {
     pub nodes: u16,
@@ -619,7 +597,7 @@ pub struct LocalCluster {
     pub resp_pipeline_max: usize,
     /// The nodes' lease, in milliseconds.
     pub lease_ms: u64,
-    /// `ferrotx node --spin-us` (default: [`auto_spin_us`]).
+    /// `ferrotx node --spin-us` (default: its default).
     pub spin_us: Option<u64>,
 }
 
