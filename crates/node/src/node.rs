@@ -34,6 +34,7 @@ type Spawn = Box<dyn FnOnce(&mut Executor, &Rc<Coordinator>) + Send>;
 /// What reaches a worker thread through its channel.
 enum Handoff {
     Spawn(Spawn),
+    /// Taken whether or not a coroutine slot is free.
     Attach(Box<dyn Poller>),
 }
 
@@ -97,6 +98,8 @@ struct Spawner {
     pending: Arc<AtomicUsize>,
     /// Wakes the worker if it sleeps.
     doorbell: Option<Arc<Doorbell>>,
+    /// A poller is attached to the thread, or on its way (one at a time).
+    attached: Arc<AtomicBool>,
 }
 
 /// One worker thread's recovery counters ([`RecoveryStats`]) as its worker last
@@ -320,6 +323,9 @@ pub enum AttachError {
     /// The worker's transport cannot watch a descriptor in its sleep.
     #[error("the worker's transport cannot watch descriptors")]
     CannotWatch,
+    /// Another poller is attached to the worker.
+    #[error("the worker already has a poller")]
+    Occupied,
 }
 
 impl NodeHandle {
@@ -401,17 +407,27 @@ impl NodeHandle {
         if !self.can_attach(thread) {
             return Err(AttachError::CannotWatch);
         }
+        let attached = &self.spawners[usize::from(thread)].attached;
+        if attached.swap(true, Ordering::AcqRel) {
+            return Err(AttachError::Occupied);
+        }
         self.hand_off(thread, Handoff::Attach(poller))
+            .inspect_err(|_| attached.store(false, Ordering::Release))
             .map_err(AttachError::Stopped)
     }
 
-    /// Whether worker thread `thread` (if it is one) can take a [`Poller`]: its transport
-    /// watches descriptors in its sleep.
+    /// Whether worker thread `thread` (if it is one) can take a [`Poller`] now: its
+    /// transport watches descriptors in its sleep, and no other poller is attached.
     pub fn can_attach(&self, thread: u16) -> bool {
         self.spawners
             .get(usize::from(thread))
-            .and_then(|spawner| spawner.doorbell.as_ref())
-            .is_some_and(|bell| bell.can_watch())
+            .is_some_and(|spawner| {
+                spawner
+                    .doorbell
+                    .as_ref()
+                    .is_some_and(|bell| bell.can_watch())
+                    && !spawner.attached.load(Ordering::Acquire)
+            })
     }
 
     fn hand_off(&self, thread: u16, handoff: Handoff) -> Result<(), SpawnError> {
@@ -521,6 +537,7 @@ impl Node {
             assert_eq!(transport.local(), local, "transports in thread order");
             let (sender, receiver) = mpsc::channel::<Handoff>();
             let pending = Arc::new(AtomicUsize::new(0));
+            let attached = Arc::new(AtomicBool::new(false));
             if let (Some(link), Some(bell)) = (&link, transport.doorbell()) {
                 link.add_doorbell(bell);
             }
@@ -531,6 +548,7 @@ impl Node {
                 sender,
                 pending: pending.clone(),
                 doorbell: transport.doorbell(),
+                attached: attached.clone(),
             });
             let core = core.clone();
             let core_options = core_options.clone();
@@ -556,6 +574,8 @@ impl Node {
                 let mut iteration = 0u32;
                 let doorbell = worker.transport().doorbell();
                 let mut poller: Option<Box<dyn Poller>> = None;
+                let mut waiting: std::collections::VecDeque<Spawn> =
+                    std::collections::VecDeque::new();
                 run_with(&mut worker, epoch, idle, |worker, now_ns| {
                     // Recovery's counters change only while it runs: published when they
                     // do (see `PublishedRecovery`), looked at every 32 iterations (an idle
@@ -588,25 +608,36 @@ impl Node {
                             Polled::Done => {
                                 bell.watch(None);
                                 poller = None;
+                                attached.store(false, Ordering::Release);
                             }
                         }
                     }
                     // One relaxed load per iteration when nothing waits, rather than the
-                    // channel's receive (1% of a TATP run's CPU in a profile).
-                    while pending.load(Ordering::Relaxed) > 0 && worker.executor().free_slots() > 0
-                    {
+                    // channel's receive (1% of a TATP run's CPU in a profile). Spawns that
+                    // find no free coroutine slot wait in `waiting`, in order; a poller
+                    // behind them is still taken.
+                    while !waiting.is_empty() && worker.executor().free_slots() > 0 {
+                        let spawn = waiting.pop_front().expect("not empty");
+                        pending.fetch_sub(1, Ordering::Relaxed);
+                        spawn(worker.executor(), &coordinator);
+                    }
+                    while pending.load(Ordering::Relaxed) > waiting.len() {
                         match receiver.try_recv() {
                             Ok(Handoff::Spawn(spawn)) => {
-                                pending.fetch_sub(1, Ordering::Relaxed);
-                                spawn(worker.executor(), &coordinator);
+                                if waiting.is_empty() && worker.executor().free_slots() > 0 {
+                                    pending.fetch_sub(1, Ordering::Relaxed);
+                                    spawn(worker.executor(), &coordinator);
+                                } else {
+                                    waiting.push_back(spawn);
+                                }
                             }
-                            Ok(Handoff::Attach(attached)) => {
+                            Ok(Handoff::Attach(new)) => {
                                 pending.fetch_sub(1, Ordering::Relaxed);
                                 if let Some(bell) = &doorbell {
-                                    bell.watch(Some(attached.fd()));
+                                    bell.watch(Some(new.fd()));
                                 }
-                                // Replaces (drops) any earlier one.
-                                poller = Some(attached);
+                                // `attach` lets one in at a time.
+                                poller = Some(new);
                                 flow = Flow::Busy;
                             }
                             Err(_) => break,
@@ -622,6 +653,8 @@ impl Node {
                     bell.watch(None);
                 }
                 drop(poller);
+                drop(waiting);
+                attached.store(false, Ordering::Release);
                 let rpc = *worker.executor().shared().engine().stats();
                 published.store(&participant.borrow().recovery_stats());
                 published_ship.store(&ShipStats::of(&coordinator.stats()));

@@ -16,9 +16,13 @@ use mio::{Interest, Registry, Token};
 
 use crate::dispatch::Context;
 
-/// Reads per turn of one connection: with the 64 KiB read buffer, 1 MiB, after which it
-/// waits for the other connections' turn.
-const READS_PER_TURN: usize = 16;
+/// Reads per turn of one connection on an I/O thread of its own: with the 64 KiB read
+/// buffer, 1 MiB, after which it waits for the other connections' turn.
+pub(crate) const READS_PER_TURN: usize = 16;
+
+/// Reads per turn of one connection when the loop runs on a worker, which has datagrams
+/// to answer between turns: 128 KiB.
+pub(crate) const READS_PER_TURN_ON_WORKER: usize = 2;
 
 /// Whether a connection goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +86,7 @@ impl Connection {
             if !(self.may_read && self.core.wants_input()) {
                 break;
             }
-            if reads == READS_PER_TURN {
+            if reads == context.reads_per_turn {
                 context.ready.push(self.token.0);
                 break;
             }

@@ -27,6 +27,12 @@ pub(crate) struct Context {
     pub ready: Vec<usize>,
     /// Read buffer shared by every connection.
     pub scratch: Vec<u8>,
+    /// Reads one connection gets per turn.
+    pub reads_per_turn: usize,
+    /// Connections one round accepts; more wait for the next round.
+    pub accepts_per_turn: usize,
+    /// The listener may have more connections waiting (a round stopped accepting).
+    pub accept_pending: bool,
     next_thread: u16,
 }
 
@@ -54,6 +60,9 @@ impl Context {
             shared: Shared::default(),
             ready: Vec::new(),
             scratch: vec![0; scratch_bytes],
+            reads_per_turn: crate::connection::READS_PER_TURN,
+            accepts_per_turn: usize::MAX,
+            accept_pending: false,
             next_thread: 0,
         }
     }

@@ -43,6 +43,9 @@ enum Turn {
 /// request waits while the worker is busy with other work.
 const ON_WORKER_POLL_INTERVAL_NS: u64 = 20_000;
 
+/// Connections a round of the loop on a worker accepts (the rest in the next rounds).
+const ACCEPTS_PER_TURN_ON_WORKER: usize = 64;
+
 /// The event loop run on a worker thread, as its [`Poller`]: no thread of its own, so a
 /// request and its reply cross no thread and wake none. It looks at its sockets when
 /// the worker's sleep found them ready, when finished work waits in the inbox, when a
@@ -58,7 +61,11 @@ pub(crate) struct OnWorker {
 }
 
 impl OnWorker {
-    pub fn new(event_loop: EventLoop, ended: std::sync::mpsc::Sender<()>) -> Self {
+    pub fn new(mut event_loop: EventLoop, ended: std::sync::mpsc::Sender<()>) -> Self {
+        // Bounded rounds: the worker has datagrams to answer between them.
+        let context = &mut event_loop.context;
+        context.reads_per_turn = crate::connection::READS_PER_TURN_ON_WORKER;
+        context.accepts_per_turn = ACCEPTS_PER_TURN_ON_WORKER;
         Self {
             event_loop,
             events: Events::with_capacity(EVENTS_PER_POLL),
@@ -80,6 +87,7 @@ impl Poller for OnWorker {
             return Polled::Done;
         }
         let due = woke
+            || context.accept_pending
             || !context.ready.is_empty()
             || context.inbox.has_work()
             || now_ns.saturating_sub(self.last_poll_ns) >= ON_WORKER_POLL_INTERVAL_NS;
@@ -95,7 +103,7 @@ impl Poller for OnWorker {
             return Polled::Done;
         }
         let context = &self.event_loop.context;
-        if context.ready.is_empty() && !context.inbox.has_work() {
+        if context.ready.is_empty() && !context.inbox.has_work() && !context.accept_pending {
             Polled::Idle
         } else {
             Polled::Busy
@@ -142,11 +150,17 @@ impl EventLoop {
             if error.kind() == io::ErrorKind::Interrupted {
                 return Turn::Go;
             }
-            panic!("the Redis front end's poll failed: {error}");
+            // Not seen in practice (epoll fails only on bad arguments): the front end
+            // ends, its clients are closed, and its node goes on.
+            eprintln!("ferrotx: the Redis front end's poll failed, closing it: {error}");
+            return Turn::Stop;
         }
         let inbox: Arc<Inbox> = self.context.inbox.clone();
         if inbox.stop_requested() {
             return Turn::Stop;
+        }
+        if self.context.accept_pending {
+            self.accept();
         }
         for event in events.iter() {
             match event.token() {
@@ -208,7 +222,8 @@ impl EventLoop {
 
     /// Accepts every waiting connection, over the client limit answering and closing.
     fn accept(&mut self) {
-        loop {
+        self.context.accept_pending = false;
+        for _ in 0..self.context.accepts_per_turn {
             let (mut stream, _) = match self.listener.accept() {
                 Ok(accepted) => accepted,
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
@@ -245,5 +260,7 @@ impl EventLoop {
             entry.insert(Connection::new(stream, token, client_id, &self.context));
             self.context.stats.connected_clients += 1;
         }
+        // Stopped before the listener said it had no more: the next round goes on.
+        self.context.accept_pending = true;
     }
 }

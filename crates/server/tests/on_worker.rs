@@ -149,3 +149,40 @@ fn a_loop_on_a_thread_of_its_own_still_serves() {
     server.stop();
     node.stop();
 }
+
+#[test]
+fn a_second_front_end_on_the_node_gets_a_thread_and_the_first_keeps_serving() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let node = udp_node(1);
+    let first = serve(&node, true);
+    let mut a = Client::connect(first.local_addr());
+    assert_eq!(a.text(&["SET", "x", "1"]), "+OK\r\n");
+    let second = serve(&node, true);
+    let mut b = Client::connect(second.local_addr());
+    assert_eq!(b.text(&["INCR", "x"]), ":2\r\n");
+    assert_eq!(a.text(&["INCR", "x"]), ":3\r\n");
+    assert!(!first.has_ended() && !second.has_ended());
+    assert!(
+        io_thread_running(),
+        "the second runs on a thread of its own"
+    );
+    second.stop();
+    assert_eq!(a.text(&["GET", "x"]), "$1\r\n3\r\n");
+    first.stop();
+    node.stop();
+}
+
+#[test]
+fn a_burst_of_clients_larger_than_a_round_accepts_is_served() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let node = udp_node(1);
+    let server = serve(&node, true);
+    let mut clients: Vec<Client> = (0..300)
+        .map(|_| Client::connect(server.local_addr()))
+        .collect();
+    for (i, client) in clients.iter_mut().enumerate() {
+        assert_eq!(client.text(&["PING"]), "+PONG\r\n", "client {i}");
+    }
+    server.stop();
+    node.stop();
+}

@@ -617,6 +617,12 @@ impl Shipping {
                 }
                 continue;
             }
+            if self.executors.count <= 1 {
+                // Alone: nothing runs beside its batch, so nothing to keep apart.
+                self.run_batch(&co, &coordinator, batch).await;
+                co.notify_all(&self.arrived);
+                continue;
+            }
             {
                 let mut busy_keys = self.busy_keys.borrow_mut();
                 busy_keys.extend(batch.1.iter().copied());
@@ -627,7 +633,9 @@ impl Shipping {
                 batch.1.clone(),
                 batch.0.iter().map(|op| op.origin).collect(),
             );
+            self.running.set(self.running.get() + 1);
             self.run_batch(&co, &coordinator, batch).await;
+            self.running.set(self.running.get() - 1);
             {
                 let mut busy_keys = self.busy_keys.borrow_mut();
                 for key in &keys {
