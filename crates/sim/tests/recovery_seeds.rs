@@ -92,20 +92,25 @@ fn recovery_holds_under_every_attack() {
     );
 }
 
-/// The seeds the first cut of recovery failed (see [`FIRST_CUT_FAILURES`]) pass.
-#[test]
-fn seeds_that_failed_the_first_cut_pass() {
-    let failed: Vec<(&str, u64, String)> = FIRST_CUT_FAILURES
+/// Runs every (scenario, seed) of `seeds` and fails with those that fail.
+fn all_pass(seeds: &[(&str, u64)]) {
+    let failed: Vec<(&str, u64, String)> = seeds
         .iter()
         .filter_map(|&(name, seed)| failure(&run_seed(name, seed)).map(|why| (name, seed, why)))
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
+/// The seeds the first cut of recovery failed (see [`FIRST_CUT_FAILURES`]) pass.
+#[test]
+fn seeds_that_failed_the_first_cut_pass() {
+    all_pass(&FIRST_CUT_FAILURES);
+}
+
 /// Seeds that fail when a worker's shipping executors (the simulator runs three, see
-/// `ferrotx_txn::ship::Executors`)
-/// may run a request beside a running batch on its keys, or asked again beside its first
-/// run: operations ran twice (duplicated list elements, money created) after a crash.
+/// `ferrotx_txn::ship::Executors`) may run a request beside a running batch on its keys,
+/// or asked again beside its first run: operations ran twice (duplicated list elements,
+/// money created) after a crash.
 const CONCURRENT_EXECUTOR_FAILURES: [(&str, u64); 6] = [
     ("recovery-crash-backup", 13),
     ("recovery-crash-backup", 34),
@@ -118,9 +123,5 @@ const CONCURRENT_EXECUTOR_FAILURES: [(&str, u64); 6] = [
 /// Concurrent shipping batches never share a key or an origin.
 #[test]
 fn bug_concurrent_executors_run_an_operation_twice() {
-    let failed: Vec<(&str, u64, String)> = CONCURRENT_EXECUTOR_FAILURES
-        .iter()
-        .filter_map(|&(name, seed)| failure(&run_seed(name, seed)).map(|why| (name, seed, why)))
-        .collect();
-    assert!(failed.is_empty(), "{failed:#?}");
+    all_pass(&CONCURRENT_EXECUTOR_FAILURES);
 }
