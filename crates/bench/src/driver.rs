@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use ferrotx_cluster::Configuration;
-use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions};
+use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions, ShipStats};
 use ferrotx_store::ReadOutcome;
 use ferrotx_transport::{Transport, UDP_MAX_PAYLOAD_BYTES};
-use ferrotx_txn::coordinator::{Abort, CoordinatorStats};
+use ferrotx_txn::coordinator::Abort;
 use ferrotx_txn::participant::Role;
 use hdrhistogram::Histogram;
 use rand::SeedableRng;
@@ -158,55 +158,7 @@ pub struct RunResult {
     pub unknown: u64,
     /// Shipping's counters of this node's coordinator threads over the run.
     #[serde(default)]
-    pub shipping: ShipCounts,
-}
-
-/// What one node's coordinator threads counted of shipping ([`CoordinatorStats`]) over
-/// one run, warm-up included.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
-pub struct ShipCounts {
-    /// Operations its callers shipped that came back with an outcome.
-    pub shipped: u64,
-    /// As a primary: shipped operations run and answered.
-    pub operations: u64,
-    /// As a primary: batches of them committed (one transaction each).
-    pub batches: u64,
-    /// As a primary: attempts of batches that aborted on a conflict and were retried
-    /// (the callers do not see them, and they are not in `aborted`).
-    pub batch_retries: u64,
-    /// As a primary: requests answered "retry" (nothing ran; the caller asked again).
-    pub retries_asked: u64,
-}
-
-impl ShipCounts {
-    fn of(stats: &CoordinatorStats) -> Self {
-        Self {
-            shipped: stats.shipped,
-            operations: stats.ship_operations,
-            batches: stats.ship_batches,
-            batch_retries: stats.ship_batch_retries,
-            retries_asked: stats.ship_retries_asked,
-        }
-    }
-
-    pub(crate) fn add(&mut self, other: &ShipCounts) {
-        self.shipped += other.shipped;
-        self.operations += other.operations;
-        self.batches += other.batches;
-        self.batch_retries += other.batch_retries;
-        self.retries_asked += other.retries_asked;
-    }
-
-    /// `self - earlier`, counter by counter (counters only grow).
-    fn since(&self, earlier: &ShipCounts) -> Self {
-        Self {
-            shipped: self.shipped - earlier.shipped,
-            operations: self.operations - earlier.operations,
-            batches: self.batches - earlier.batches,
-            batch_retries: self.batch_retries - earlier.batch_retries,
-            retries_asked: self.retries_asked - earlier.retries_asked,
-        }
-    }
+    pub shipping: ShipStats,
 }
 
 /// One transaction type's results inside the window.
@@ -437,7 +389,7 @@ pub fn serve(
     let mut window_start = Instant::now();
     let mut window_s = 0.0;
     // Shipping's counters at the end of the previous run (they only grow).
-    let mut shipping_before = ShipCounts::default();
+    let mut shipping_before = ShipStats::default();
     for line in std::io::stdin().lock().lines() {
         let line = line?;
         let (command, argument) = match line.trim().split_once(' ') {
@@ -541,7 +493,7 @@ pub fn serve(
                 run.types.resize(types, TypeResult::default());
                 let mut by_type: Vec<Histogram<u64>> =
                     (0..types).map(|_| new_histogram()).collect();
-                let mut shipping = ShipCounts::default();
+                let mut shipping = ShipStats::default();
                 for thread in 0..config.threads_per_node() {
                     let taken = node.spawn(thread, |_, coordinator| async move {
                         let all = LATENCIES.with(|h| {
@@ -551,7 +503,7 @@ pub fn serve(
                             )
                         });
                         let by_type = TYPE_LATENCIES.with(|h| std::mem::take(&mut *h.borrow_mut()));
-                        (all, by_type, ShipCounts::of(&coordinator.stats()))
+                        (all, by_type, ShipStats::of(&coordinator.stats()))
                     });
                     let ([all, waited], per_type, ship_counts) = taken
                         .recv_timeout(Duration::from_secs(60))

@@ -9,9 +9,7 @@ use anyhow::ensure;
 use ferrotx_cluster::Configuration;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{
-    CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, ShipCounts, new_histogram,
-};
+use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
 use crate::workload::{TABLE, Workload};
@@ -631,7 +629,7 @@ fn report(
     let unknown = all.iter().map(|r| r.unknown).sum::<u64>();
     let shipping = match &options.workload {
         Workload::Kv(kv) if kv.ships() => {
-            let mut counts = ShipCounts::default();
+            let mut counts = ferrotx_node::ShipStats::default();
             for run in runs {
                 counts.add(&run.shipping);
             }

@@ -120,9 +120,10 @@ struct PublishedRecovery {
     waited: AtomicU64,
 }
 
-/// A node's counters of shipped operations ([`ferrotx_txn::ship`]), summed over its
-/// worker threads (see [`NodeHandle::ship_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counters of shipped operations ([`ferrotx_txn::ship`]) of coordinator threads: a
+/// node's, summed over its worker threads ([`NodeHandle::ship_stats`]), or a benchmark
+/// run's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShipStats {
     /// Operations this node's callers shipped that came back with an outcome.
     pub shipped: u64,
@@ -139,7 +140,8 @@ pub struct ShipStats {
 }
 
 impl ShipStats {
-    fn of(stats: &ferrotx_txn::coordinator::CoordinatorStats) -> Self {
+    /// The shipping counters of a coordinator thread's counters.
+    pub fn of(stats: &ferrotx_txn::coordinator::CoordinatorStats) -> Self {
         Self {
             shipped: stats.shipped,
             operations: stats.ship_operations,
@@ -147,6 +149,28 @@ impl ShipStats {
             batch_retries: stats.ship_batch_retries,
             answered_again: stats.ship_answered_again,
             retries_asked: stats.ship_retries_asked,
+        }
+    }
+
+    /// Adds `other`'s counters to these.
+    pub fn add(&mut self, other: &ShipStats) {
+        self.shipped += other.shipped;
+        self.operations += other.operations;
+        self.batches += other.batches;
+        self.batch_retries += other.batch_retries;
+        self.answered_again += other.answered_again;
+        self.retries_asked += other.retries_asked;
+    }
+
+    /// `self - earlier`, counter by counter (counters only grow).
+    pub fn since(&self, earlier: &ShipStats) -> Self {
+        Self {
+            shipped: self.shipped - earlier.shipped,
+            operations: self.operations - earlier.operations,
+            batches: self.batches - earlier.batches,
+            batch_retries: self.batch_retries - earlier.batch_retries,
+            answered_again: self.answered_again - earlier.answered_again,
+            retries_asked: self.retries_asked - earlier.retries_asked,
         }
     }
 }
