@@ -357,6 +357,16 @@ struct Generation {
 /// [`Generation::index`]'s length of a result whose outcome is unknown.
 const UNKNOWN: u32 = u32::MAX;
 
+/// What a generation's `(offset, length)` in `bytes` remembers.
+fn remembered_at(bytes: &[u8], (offset, len): (u32, u32)) -> Remembered<'_> {
+    if len == UNKNOWN {
+        Remembered::Unknown
+    } else {
+        let at = offset as usize;
+        Remembered::Done(&bytes[at..at + len as usize])
+    }
+}
+
 impl Generation {
     fn new() -> Self {
         Self {
@@ -367,26 +377,13 @@ impl Generation {
     }
 
     fn get(&self, origin: &Origin) -> Option<Remembered<'_>> {
-        let &(offset, len) = self.index.get(origin)?;
-        Some(if len == UNKNOWN {
-            Remembered::Unknown
-        } else {
-            let at = offset as usize;
-            Remembered::Done(&self.bytes[at..at + len as usize])
-        })
+        Some(remembered_at(&self.bytes, *self.index.get(origin)?))
     }
 
     fn insert(&mut self, origin: Origin, remembered: Remembered<'_>) {
         let entry = match self.index.entry(origin) {
             Entry::Occupied(entry) => {
-                let (offset, len) = *entry.get();
-                let known = if len == UNKNOWN {
-                    Remembered::Unknown
-                } else {
-                    let at = offset as usize;
-                    Remembered::Done(&self.bytes[at..at + len as usize])
-                };
-                if known == remembered {
+                if remembered_at(&self.bytes, *entry.get()) == remembered {
                     // The primary remembers its batch's results when it installs them and
                     // again when it answers.
                     return;
