@@ -94,12 +94,22 @@ impl Poller for OnWorker {
         if !due {
             return Polled::Idle;
         }
-        self.last_poll_ns = now_ns;
+        // The sockets only when the sleep found them ready or the interval is up: a round
+        // for finished work or a connection's turn alone costs no system call.
+        let look = woke
+            || context.accept_pending
+            || now_ns.saturating_sub(self.last_poll_ns) >= ON_WORKER_POLL_INTERVAL_NS;
         if !self.marked {
             context.inbox.loop_runs_here();
             self.marked = true;
         }
-        if self.event_loop.turn(&mut self.events, Some(Duration::ZERO)) == Turn::Stop {
+        let timeout = if look {
+            self.last_poll_ns = now_ns;
+            Some(Duration::ZERO)
+        } else {
+            None
+        };
+        if self.event_loop.turn(&mut self.events, timeout, look) == Turn::Stop {
             return Polled::Done;
         }
         let context = &self.event_loop.context;
@@ -137,16 +147,19 @@ impl EventLoop {
         loop {
             // Sleep until something happens, unless a connection is owed a turn.
             let timeout = (!self.context.ready.is_empty()).then_some(Duration::ZERO);
-            if self.turn(&mut events, timeout) == Turn::Stop {
+            if self.turn(&mut events, timeout, true) == Turn::Stop {
                 return;
             }
         }
     }
 
-    /// One round: waits up to `timeout` (`None`: until something happens) for events,
-    /// handles them, the finished work in the inbox and the connections owed a turn.
-    fn turn(&mut self, events: &mut Events, timeout: Option<Duration>) -> Turn {
-        if let Err(error) = self.poll.poll(events, timeout) {
+    /// One round: if `look`, waits up to `timeout` (`None`: until something happens) for
+    /// events and handles them; then the finished work in the inbox and the connections
+    /// owed a turn.
+    fn turn(&mut self, events: &mut Events, timeout: Option<Duration>, look: bool) -> Turn {
+        if !look {
+            events.clear();
+        } else if let Err(error) = self.poll.poll(events, timeout) {
             if error.kind() == io::ErrorKind::Interrupted {
                 return Turn::Go;
             }

@@ -485,17 +485,23 @@ impl Transport for UdpTransport {
                 revents: 0,
             },
         ];
-        let count = if watched.is_some() { 3 } else { 2 };
         let timespec = timeout.map(|timeout| libc::timespec {
             tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
             // Below 10^9, so it fits a `c_long` of any width.
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         });
         let timespec_ptr = timespec.as_ref().map_or(ptr::null(), ptr::from_ref);
-        // SAFETY: `polls` is an array of three valid pollfds, of which the first `count`
-        // are passed; `timespec_ptr` is null (no limit) or points at a timespec that
-        // outlives the call; a null signal mask leaves it unchanged.
-        let ready = unsafe { libc::ppoll(polls.as_mut_ptr(), count, timespec_ptr, ptr::null()) };
+        // SAFETY: `polls` is an array of three valid pollfds (poll skips a negative
+        // descriptor: nothing watched); `timespec_ptr` is null (no limit) or points at a
+        // timespec that outlives the call; a null signal mask leaves it unchanged.
+        let ready = unsafe {
+            libc::ppoll(
+                polls.as_mut_ptr(),
+                polls.len() as libc::nfds_t,
+                timespec_ptr,
+                ptr::null(),
+            )
+        };
         if ready < 0 {
             let error = io::Error::last_os_error().raw_os_error().unwrap_or(0);
             // An interrupted wait is a spurious return, which callers allow.
