@@ -41,7 +41,6 @@ Usage:
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -51,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "redis"))
 
 import harness  # noqa: E402
+from redis_compare import machine  # noqa: E402  (the same description of the machine)
 
 KEY = "counter:__rand_int__"
 NODES = 3
@@ -247,33 +247,6 @@ def measure_redis(args):
             "incr_per_s": value / max(window, 1e-3),
             "processes": [{k: p[k] for k in ("exit_code", "wall_s", "redis_benchmark")}
                           for p in procs]}
-
-
-def machine():
-    info_ = {"cores": os.cpu_count(), "platform": platform.platform()}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    info_["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    for name, argv in (("redis_server", ["redis-server", "--version"]),
-                       ("redis_benchmark", ["redis-benchmark", "--version"])):
-        try:
-            info_[name] = subprocess.run(argv, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            pass
-    try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "crates"],
-                               capture_output=True, text=True).stdout.strip()
-        info_["ferrotx_commit"] = commit + ("+changes" if dirty else "")
-    except OSError:
-        pass
-    return info_
 
 
 def markdown_run(number, run):
