@@ -324,6 +324,7 @@ impl NodeCore {
         );
         let callers = engine.config().callers;
         let mut worker = Worker::new(transport, engine);
+        participant.borrow_mut().set_clock(worker.shared());
         let recovery = coordinator.clone();
         worker
             .executor()

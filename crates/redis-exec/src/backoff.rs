@@ -24,6 +24,11 @@ const BACKOFF_FIRST_NS: u64 = 10_000;
 /// short enough that a retried command still answers within milliseconds.
 const BACKOFF_MAX_NS: u64 = 2_000_000;
 
+/// The largest back-off of a transaction that carries its age ([`Backoff::wait_aged`]):
+/// its objects are reserved for it meanwhile, so others wait on it while it sleeps; a
+/// few round trips let the commit that beat it finish.
+const BACKOFF_AGED_MAX_NS: u64 = 100_000;
+
 /// The back-off of one transaction's attempts.
 pub(crate) struct Backoff {
     /// xorshift64 state, never 0.
@@ -68,6 +73,20 @@ impl Backoff {
     /// while a worker has work).
     pub async fn wait(&mut self, co: &Co) {
         let delay = self.next_delay_ns();
+        co.sleep_until(co.now_ns() + delay).await;
+    }
+
+    /// [`Backoff::wait`] before an attempt that carries the transaction's age
+    /// ([`ferrotx_txn::reservation`]): capped at [`BACKOFF_AGED_MAX_NS`], since the
+    /// objects it reserved stay idle for younger transactions while it sleeps.
+    pub async fn wait_aged(&mut self, co: &Co) {
+        let delay = match self.next_delay_ns() {
+            // Still random, so that two aged transactions do not retry in step.
+            d if d > BACKOFF_AGED_MAX_NS => {
+                BACKOFF_AGED_MAX_NS / 2 + d % (BACKOFF_AGED_MAX_NS / 2 + 1)
+            }
+            d => d,
+        };
         co.sleep_until(co.now_ns() + delay).await;
     }
 }

@@ -38,6 +38,9 @@ pub struct Counters {
     pub transactions_committed: u64,
     /// Attempts of plans that aborted (conflicts) and were retried or given up.
     pub transactions_aborted: u64,
+    /// The most attempts one plan lost before it ended (committed or gave up): how
+    /// unfair contention was to the unluckiest command.
+    pub transaction_aborts_max: u32,
 }
 
 /// What every connection of one front end shares: the [`Counters`], and a scratch
@@ -262,6 +265,7 @@ impl RespConnection {
         match (in_flight, result) {
             (InFlight::Plan, WorkResult::Plan(run)) => {
                 counters.transactions_aborted += u64::from(run.aborts);
+                counters.transaction_aborts_max = counters.transaction_aborts_max.max(run.aborts);
                 if matches!(run.outcome, Outcome::Committed(_)) {
                     counters.transactions_committed += 1;
                 }
@@ -501,6 +505,7 @@ mod tests {
                 error_replies: 0,
                 transactions_committed: 1,
                 transactions_aborted: 2,
+                transaction_aborts_max: 2,
             }
         );
         assert_eq!(connection.unhandled_input(), 0);

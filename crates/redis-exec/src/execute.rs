@@ -11,6 +11,7 @@ use ferrotx_exec::Co;
 use ferrotx_resp::keys::{Lookup, lookup};
 use ferrotx_resp::{Outcome, Overlay, Plan, Reply, WatchVersion};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
+use ferrotx_txn::reservation::Age;
 
 use crate::backoff::Backoff;
 use crate::kv_table::{KvTable, store_key};
@@ -147,16 +148,20 @@ async fn run_whole(
         }
     }
     let mut backoff = Backoff::new(seed, co.now_ns());
+    // Its age from the first attempt: every retry carries it, so that it eventually goes
+    // ahead of younger transactions (docs/transactions.md, "Fairness").
+    let age = coordinator.age();
     let mut aborts = 0;
     loop {
-        let outcome = match attempt(co, coordinator, kv, plan, deadline_ns).await {
+        let aged = (aborts > 0).then(|| age.after(aborts));
+        let outcome = match attempt(co, coordinator, kv, plan, deadline_ns, aged).await {
             Ok(outcome) => outcome,
             Err(Attempt::TooLarge(reply)) => return Err(TooLarge { reply, aborts }),
             Err(Attempt::Fail(reply)) => Outcome::Failed(reply),
             Err(Attempt::Retry(abort)) => {
                 aborts += 1;
                 if !backoff.exhausted(co) && co.now_ns() < deadline_ns {
-                    backoff.wait(co).await;
+                    backoff.wait_aged(co).await;
                     continue;
                 }
                 if abort == Abort::Unavailable {
@@ -191,6 +196,7 @@ async fn attempt(
     kv: KvTable,
     plan: &Plan,
     deadline_ns: u64,
+    age: Option<Age>,
 ) -> Result<Outcome, Attempt> {
     // The plan's keys (sorted, once each), then the watched keys it does not touch: read
     // in the transaction, so that its validation covers them.
@@ -208,6 +214,9 @@ async fn attempt(
         coordinator.begin(co)
     };
     txn.set_deadline(deadline_ns);
+    if let Some(age) = age {
+        txn.set_age(age);
+    }
     let values = txn.read_many(kv.id, &store_keys).await.map_err(classify)?;
     let now_ms = kv.now_ms(co);
     if !watched_unchanged(&txn, kv, plan, now_ms) {
@@ -268,8 +277,13 @@ pub async fn read_versions(
 ) -> Result<Vec<WatchVersion>, Reply> {
     let store_keys: Vec<_> = keys.iter().map(|key| store_key(key)).collect();
     let mut backoff = Backoff::new(seed, co.now_ns());
+    let age = coordinator.age();
+    let mut lost = 0;
     loop {
         let mut txn = coordinator.begin_read_only(co);
+        if lost > 0 {
+            txn.set_age(age.after(lost));
+        }
         let read = match txn.read_many(kv.id, &store_keys).await {
             Ok(values) => {
                 let now_ms = kv.now_ms(co);
@@ -299,7 +313,8 @@ pub async fn read_versions(
                         "ERR ferrotx: WATCH could not read its keys ({abort}); try again"
                     )));
                 }
-                backoff.wait(co).await;
+                lost += 1;
+                backoff.wait_aged(co).await;
             }
         }
     }

@@ -23,7 +23,7 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "bank",
     "kv",
     "tatp",
@@ -32,6 +32,7 @@ pub const NAMES: [&str; 8] = [
     "resp-bank",
     "resp-list-append",
     "resp-counter",
+    "resp-counter-spread",
 ];
 
 /// Transactions each client runs.
@@ -56,6 +57,9 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
         "resp-bank" => Box::new(resp::RespBank::new(TRANSACTIONS_PER_CLIENT)),
         "resp-list-append" => Box::new(resp::RespListAppend::new(TRANSACTIONS_PER_CLIENT)),
         "resp-counter" => Box::new(resp_counter::RespCounter::new(
+            COUNTER_OPERATIONS_PER_CLIENT,
+        )),
+        "resp-counter-spread" => Box::new(resp_counter::RespCounter::spread(
             COUNTER_OPERATIONS_PER_CLIENT,
         )),
         other => panic!("no scenario {other:?}; the scenarios are {NAMES:?}"),

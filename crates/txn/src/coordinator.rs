@@ -106,6 +106,8 @@ pub struct Coordinator {
     /// This thread's executor of shipped operations, for those whose primary is this
     /// very endpoint (reached in memory).
     shipping: RefCell<Option<Rc<crate::ship::Shipping>>>,
+    /// The counter that makes this thread's ages unique.
+    next_age: Cell<u32>,
 }
 
 impl Coordinator {
@@ -144,6 +146,21 @@ impl Coordinator {
             ship_threads: Cell::new(1),
             next_ship_seq: Cell::new(1),
             shipping: RefCell::new(None),
+            next_age: Cell::new(0),
+        }
+    }
+
+    /// A new transaction's age ([`crate::reservation::Age`]): no attempt lost yet, and a
+    /// number unique to this thread's transaction. A caller that retries a transaction
+    /// after it lost gives each later attempt the age with the attempts lost so far
+    /// ([`crate::reservation::Age::after`], [`Txn::set_age`]), so that it eventually goes
+    /// ahead of the others.
+    pub fn age(&self) -> crate::reservation::Age {
+        let n = self.next_age.get();
+        self.next_age.set(n.wrapping_add(1));
+        crate::reservation::Age {
+            lost: 0,
+            who: (u64::from(self.local.0) << 32) | u64::from(n),
         }
     }
 

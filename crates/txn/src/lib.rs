@@ -9,5 +9,6 @@ pub mod coordinator;
 pub mod messages;
 pub mod participant;
 pub mod recovery;
+pub mod reservation;
 pub mod ship;
 mod store_scan;

@@ -29,6 +29,12 @@ pub mod request_type {
     /// Count the present objects of one table at a partition's primary, outside any
     /// transaction (Redis's DBSIZE).
     pub const COUNT: u8 = 18;
+    /// LOCK of a transaction retried after it lost: its [`crate::reservation::Age`],
+    /// then the LOCK record. The primary also reserves the written objects for it.
+    pub const LOCK_AGED: u8 = 27;
+    /// VALIDATE of a retried transaction: its age, then the VALIDATE request. The
+    /// primary also reserves the objects for it.
+    pub const VALIDATE_AGED: u8 = 28;
 }
 
 /// A transaction id: configuration, coordinator node, thread and incarnation, and a

@@ -23,6 +23,7 @@ use crate::messages::{
     set_record_versions, start_scan_response,
 };
 use crate::recovery::request_type as rt;
+use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_primary;
 
 mod recovery;
@@ -79,6 +80,8 @@ pub struct NodeStore {
     /// until transaction-state recovery is done: how many worker threads still recover
     /// transactions that wrote them (docs/recovery.md, step 1).
     recovering: HashMap<u32, Arc<AtomicU32>, FixedState>,
+    /// Objects reserved for transactions that lost attempts ([`crate::reservation`]).
+    reservations: Reservations,
 }
 
 impl Default for NodeStore {
@@ -93,6 +96,7 @@ impl NodeStore {
         Self {
             partitions: HashMap::with_hasher(FixedState::with_seed(0)),
             recovering: HashMap::with_hasher(FixedState::with_seed(0)),
+            reservations: Reservations::default(),
         }
     }
 
@@ -143,6 +147,11 @@ impl NodeStore {
             Some((r, partition)) if *r == role => Some(partition),
             _ => None,
         }
+    }
+
+    /// The reservations of this node's primaries ([`crate::reservation`]).
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     /// The node's copy of partition `id`, whatever its role (a backup promoted to primary
@@ -214,6 +223,11 @@ pub struct Participant {
     /// Results of shipped operations whose records this replica applied (or whose batch
     /// this primary ran), by origin ([`crate::ship`]).
     pub(crate) shipped: crate::ship::ShipResults,
+    /// The age of each transaction locked here by an aged LOCK: its COMMIT-PRIMARY
+    /// releases its reservations ([`crate::reservation`]). Empty without contention.
+    aged_locks: HashMap<TxId, Age, FixedState>,
+    /// The worker's clock (reservations expire by it); none: time stands at 0.
+    clock: Option<std::rc::Weak<ferrotx_exec::Shared>>,
 }
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -236,7 +250,21 @@ impl Participant {
             configuration: 0,
             recovery: recovery::RecoveryState::default(),
             shipped: crate::ship::ShipResults::new(crate::ship::RESULTS_MAX),
+            aged_locks: HashMap::with_hasher(FixedState::with_seed(0)),
+            clock: None,
         }
+    }
+
+    /// Times reservations by `worker`'s clock ([`ferrotx_exec::Shared::now_ns`]).
+    pub fn set_clock(&mut self, worker: &Rc<ferrotx_exec::Shared>) {
+        self.clock = Some(Rc::downgrade(worker));
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.clock
+            .as_ref()
+            .and_then(std::rc::Weak::upgrade)
+            .map_or(0, |shared| shared.now_ns())
     }
 
     /// Counters so far.
@@ -251,6 +279,8 @@ impl Participant {
     pub fn set_store(&mut self, configuration: u64, store: Arc<NodeStore>) {
         self.configuration = self.configuration.max(configuration);
         self.store = store;
+        // The new store holds no reservations: the owners' next attempts reserve again.
+        self.aged_locks.clear();
     }
 
     /// The node's partitions served.
@@ -265,11 +295,13 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 16] = [
+        let handlers: [(u8, ParticipantHandler); 18] = [
             (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
+            (request_type::LOCK_AGED, Self::lock_aged),
             (request_type::VALIDATE, Self::validate),
+            (request_type::VALIDATE_AGED, Self::validate_aged),
             (request_type::COMMIT_BACKUP, Self::commit_backup),
             (request_type::COMMIT_PRIMARY, Self::commit_primary),
             (request_type::ABORT, Self::abort),
@@ -326,6 +358,27 @@ impl Participant {
     /// locked; else 1, then the version each write was locked at (8 bytes each, in the
     /// record's order), which a blind write's coordinator sends on to the backups.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        self.lock_as(None, payload, response)
+    }
+
+    /// LOCK_AGED: LOCK for a transaction retried after it lost (its [`Age`], then the
+    /// LOCK record). It also reserves every written object for that age, granted or not
+    /// ([`crate::reservation`]).
+    pub fn lock_aged(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let (age, record) = Age::decode(payload).ok_or(MALFORMED)?;
+        self.lock_as(Some(age), record, response)
+    }
+
+    fn lock_as(
+        &mut self,
+        age: Option<Age>,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
         if record.tx.configuration < self.configuration {
             // A commit of an older view: its outcome is recovery's.
@@ -348,8 +401,25 @@ impl Participant {
         }
         response.push(1);
         let mut taken = 0;
+        // The clock is read only where reservations are (contention).
+        let reservations = self.store.reservations();
+        let now_ns = if age.is_some() || !reservations.is_empty() {
+            self.now_ns()
+        } else {
+            0
+        };
+        if let Some(age) = age {
+            for write in record.writes() {
+                reservations.reserve((write.partition, write.table, write.key), age, now_ns);
+            }
+        }
         let granted = record.writes().all(|write| {
             if self.store.is_recovering(write.partition) {
+                return false;
+            }
+            // An object reserved for an older transaction that lost is not locked for a
+            // younger one (wait-die's "die": the younger aborts and retries).
+            if !reservations.admits((write.partition, write.table, write.key), age, now_ns) {
                 return false;
             }
             let Some(partition) = self.store.get(write.partition, Role::Primary) else {
@@ -390,6 +460,9 @@ impl Participant {
             return Ok(());
         }
         self.stats.locks_granted += 1;
+        if let Some(age) = age {
+            self.aged_locks.insert(record.tx, age);
+        }
         let mut bytes = self.keep(payload);
         // Kept with the versions locked (a blind write's record says "any"): recovery
         // may replicate it to backups, which apply it at those versions.
@@ -400,7 +473,38 @@ impl Participant {
 
     /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.
     pub fn validate(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        self.validate_as(None, payload, response)
+    }
+
+    /// VALIDATE_AGED: VALIDATE for a transaction retried after it lost (its [`Age`], then
+    /// the request). It also reserves every object for that age, valid or not, so that
+    /// nothing younger changes them before its next attempt ([`crate::reservation`]).
+    pub fn validate_aged(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let (age, request) = Age::decode(payload).ok_or(MALFORMED)?;
+        self.validate_as(Some(age), request, response)
+    }
+
+    fn validate_as(
+        &mut self,
+        age: Option<Age>,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
         let items = decode_validate(payload).map_err(|_| MALFORMED)?;
+        if let Some(age) = age {
+            let now_ns = self.now_ns();
+            for item in &items {
+                self.store.reservations().reserve(
+                    (item.partition, item.table, item.key),
+                    age,
+                    now_ns,
+                );
+            }
+        }
         // Fault point: the primary finds a read stale although it is current, as if a
         // commit had changed it; the transaction aborts (read-write: before anything was
         // logged) with a conflict. Failing validation is always safe; passing it is not.
@@ -562,6 +666,16 @@ impl Participant {
                     .expect("checked when locked");
             }
         }
+        // Its owner installed what it had reserved here.
+        if !self.aged_locks.is_empty()
+            && let Some(age) = self.aged_locks.remove(tx)
+        {
+            for write in record.writes() {
+                self.store
+                    .reservations()
+                    .release((write.partition, write.table, write.key), age);
+            }
+        }
         let log = self
             .logs
             .entry((tx.node, tx.thread, tx.incarnation))
@@ -603,6 +717,10 @@ impl Participant {
                 if let Some(partition) = self.store.get_any(write.partition) {
                     partition.unlock(write.table, &write.key).expect("locked");
                 }
+            }
+            // Its reservations stay, for its next attempt.
+            if !self.aged_locks.is_empty() {
+                self.aged_locks.remove(&tx);
             }
             self.stats.aborts += 1;
             self.recycle(bytes);

@@ -844,8 +844,13 @@ impl Shipping {
         let started = co.now_ns();
         let mut rng = operations[0].origin.seq | 1;
         let mut delay = 10_000u64;
+        // Retries carry the batch's age, so that transactions of other coordinators
+        // cannot keep beating it to its keys (crate::reservation).
+        let age = coordinator.age();
+        let mut lost = 0;
         loop {
-            match attempt(co, coordinator, &operations, &keys).await {
+            let aged = (lost > 0).then(|| age.after(lost));
+            match attempt(co, coordinator, &operations, &keys, aged).await {
                 Attempt::Done(results) => {
                     let mut participant = coordinator.participant().borrow_mut();
                     let remembered = &mut participant.shipped;
@@ -884,11 +889,13 @@ impl Shipping {
                         return;
                     }
                     self.count(|s| s.ship_batch_retries += 1);
+                    lost += 1;
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let wait = delay / 2 + rng % (delay / 2 + 1);
-                    delay = (delay * 2).min(1_000_000);
+                    // Short: the keys are reserved for this batch while it waits.
+                    delay = (delay * 2).min(100_000);
                     co.sleep_until(co.now_ns() + wait).await;
                 }
                 Attempt::Abort(Abort::OutcomeUnknown) => {
@@ -931,9 +938,13 @@ async fn attempt(
     coordinator: &Coordinator,
     operations: &[Operation],
     keys: &[(TableId, Key)],
+    age: Option<crate::reservation::Age>,
 ) -> Attempt {
     let mut txn = coordinator.begin(co);
     txn.set_deadline(co.now_ns() + RECOVERY_WAIT_NS);
+    if let Some(age) = age {
+        txn.set_age(age);
+    }
     let mut tables: Vec<TableId> = keys.iter().map(|(table, _)| *table).collect();
     tables.sort_unstable();
     tables.dedup();

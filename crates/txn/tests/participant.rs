@@ -11,6 +11,7 @@ use ferrotx_txn::messages::{
 use ferrotx_txn::participant::{
     NodeStore, Participant, ParticipantHandler, Role, SCAN_RESPONSE_BYTES_MAX,
 };
+use ferrotx_txn::reservation::Age;
 
 const TABLE: TableId = TableId(1);
 const PRIMARY: u32 = 0;
@@ -558,4 +559,88 @@ fn abort_drops_a_logged_record_so_truncation_never_applies_it() {
         .unwrap();
     assert_eq!((outcome.version, out), (1, 1u64.to_le_bytes().to_vec()));
     assert_eq!(p.stats().records_applied, 1);
+}
+
+/// An aged LOCK's payload: the age, then the record.
+fn aged(age: Age, payload: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    age.encode(&mut buf);
+    buf.extend_from_slice(payload);
+    buf
+}
+
+#[test]
+fn a_transaction_that_lost_reserves_its_objects_until_it_commits() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    let loser = Age { lost: 0, who: 7 }.after(1);
+    // The aged transaction read key 1 at a stale version: its LOCK fails, but reserves
+    // the key for it.
+    let stale = aged(loser, &record(1, vec![write(PRIMARY, 1, 9, 11)], 0));
+    assert_eq!(call(Participant::lock_aged, &mut p, &stale), [0]);
+    assert_eq!(p.store().reservations().len(), 1);
+    // A first attempt, or one that lost as often with a larger number, is refused...
+    let first = record(2, vec![write(PRIMARY, 1, 1, 12)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &first), [0]);
+    let later = aged(
+        Age { lost: 1, who: 8 },
+        &record(3, vec![write(PRIMARY, 1, 1, 13)], 0),
+    );
+    assert_eq!(call(Participant::lock_aged, &mut p, &later), [0]);
+    // ... and so are the younger ones' blind writes, but not their reads.
+    assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
+    // The owner's next attempt locks it; ABORT keeps the reservation.
+    let again = aged(
+        loser.after(2),
+        &record(4, vec![write(PRIMARY, 1, 1, 14)], 0),
+    );
+    assert_eq!(call(Participant::lock_aged, &mut p, &again), granted(&[1]));
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(4)), [1]);
+    assert_eq!(call(Participant::lock, &mut p, &first), [0]);
+    // Its COMMIT-PRIMARY installs the key and releases the reservation.
+    let last = aged(
+        loser.after(3),
+        &record(5, vec![write(PRIMARY, 1, 1, 15)], 0),
+    );
+    assert_eq!(call(Participant::lock_aged, &mut p, &last), granted(&[1]));
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(5)),
+        [1]
+    );
+    assert!(p.store().reservations().is_empty());
+    let next = record(6, vec![write(PRIMARY, 1, 2, 16)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &next), granted(&[2]));
+    // A malformed age is refused, not a panic.
+    let mut short = Vec::new();
+    assert!(Participant::lock_aged(&mut p, &[1, 2, 3], &mut short).is_err());
+    assert!(Participant::validate_aged(&mut p, &[1, 2, 3], &mut short).is_err());
+}
+
+#[test]
+fn an_aged_validation_reserves_what_it_read() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    let mut request = Vec::new();
+    Age { lost: 2, who: 1 }.encode(&mut request);
+    encode_validate(
+        &[ReadItem {
+            partition: PRIMARY,
+            table: TABLE,
+            key: Key::from(1),
+            version: 1,
+        }],
+        &mut request,
+    );
+    assert_eq!(call(Participant::validate_aged, &mut p, &request), [1]);
+    // A younger writer of what it read is refused until the reservation lapses.
+    let writer = record(1, vec![write(PRIMARY, 1, 1, 11)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &writer), [0]);
 }

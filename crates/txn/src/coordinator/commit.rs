@@ -13,7 +13,7 @@ use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, append_record_note, encode_record, encode_tx,
     encode_validate, record_note_len, request_type,
 };
-use crate::participant::Participant;
+use crate::participant::{Participant, ParticipantHandler};
 
 /// One read-write commit in progress: its id, where its messages go, and how far it
 /// got. Each phase asserts that the ones before it finished.
@@ -319,16 +319,24 @@ impl Txn<'_> {
         // A grant whose versions cannot be used: the primary may hold the locks, so it is
         // counted as locked (and released below), and the commit fails.
         let mut malformed = false;
+        let age = self.age;
+        let (lock_type, lock_handler): (u8, ParticipantHandler) = match age {
+            None => (request_type::LOCK, Participant::lock),
+            Some(_) => (request_type::LOCK_AGED, Participant::lock_aged),
+        };
         let answers = {
             let writes = &self.writes;
             let note = &self.note;
             coordinator
                 .round(
                     self.co,
-                    request_type::LOCK,
-                    Participant::lock,
+                    lock_type,
+                    lock_handler,
                     primaries,
                     |node, buffer| {
+                        if let Some(age) = age {
+                            age.encode(buffer);
+                        }
                         encode_record(
                             tx,
                             *mark,
@@ -625,14 +633,22 @@ impl Txn<'_> {
             .collect();
         nodes.sort_unstable();
         nodes.dedup();
+        let age = self.age;
+        let (validate_type, validate_handler): (u8, ParticipantHandler) = match age {
+            None => (request_type::VALIDATE, Participant::validate),
+            Some(_) => (request_type::VALIDATE_AGED, Participant::validate_aged),
+        };
         let answers = self
             .coordinator
             .round(
                 self.co,
-                request_type::VALIDATE,
-                Participant::validate,
+                validate_type,
+                validate_handler,
                 &nodes,
                 |node, buffer| {
+                    if let Some(age) = age {
+                        age.encode(buffer);
+                    }
                     encode_validate(
                         items
                             .iter()

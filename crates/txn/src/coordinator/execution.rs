@@ -39,6 +39,7 @@ impl Coordinator {
             undecided: false,
             deadline_ns: u64::MAX,
             note: Vec::new(),
+            age: None,
         }
     }
 }
@@ -66,6 +67,8 @@ pub struct Txn<'a> {
     pub(super) deadline_ns: u64,
     /// Bytes its log records carry for the participants ([`Txn::set_note`]).
     pub(super) note: Vec<u8>,
+    /// Its age if it is a retry of a transaction that lost ([`Txn::set_age`]).
+    pub(super) age: Option<crate::reservation::Age>,
 }
 
 impl Drop for Txn<'_> {
@@ -77,6 +80,15 @@ impl Drop for Txn<'_> {
 }
 
 impl Txn<'_> {
+    /// Makes this attempt a retry of a transaction that lost before, first tried at
+    /// `age` ([`Coordinator::age`]): its LOCK and VALIDATE reserve the objects they name
+    /// at their primaries, where nothing younger locks them until it commits (or the
+    /// reservation lapses), so that, retried with the same age, it eventually wins
+    /// ([`crate::reservation`]). A first attempt needs none: it costs nothing extra.
+    pub fn set_age(&mut self, age: crate::reservation::Age) {
+        self.age = Some(age);
+    }
+
     /// True for a transaction begun with [`Coordinator::begin_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.read_only
