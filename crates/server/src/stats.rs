@@ -59,6 +59,10 @@ impl Stats {
                 "pipelined_commands_joined".to_owned(),
                 counters.commands_pipelined.to_string(),
             ),
+            (
+                "transaction_aborts_max".to_owned(),
+                counters.transaction_aborts_max.to_string(),
+            ),
         ];
         extra.extend(recovery_fields(recovery));
         extra.extend(ship_fields(ship));

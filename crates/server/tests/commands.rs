@@ -239,6 +239,11 @@ fn a_thousand_pipelined_commands_in_one_write_answer_in_order() {
         .parse()
         .unwrap();
     assert!((900..=999 - 15).contains(&joined), "{joined} joined");
+    // One client alone never conflicts: no command lost an attempt.
+    assert!(
+        info.lines().any(|line| line == "transaction_aborts_max:0"),
+        "{info}"
+    );
 }
 
 #[test]
