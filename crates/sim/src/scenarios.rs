@@ -9,6 +9,7 @@
 mod list_append;
 mod resp;
 pub mod resp_counter;
+pub mod resp_expiry;
 mod workloads;
 
 pub use workloads::WorkloadScenario;
@@ -23,7 +24,7 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "bank",
     "kv",
     "tatp",
@@ -32,6 +33,7 @@ pub const NAMES: [&str; 8] = [
     "resp-bank",
     "resp-list-append",
     "resp-counter",
+    "resp-expiry",
 ];
 
 /// Transactions each client runs.
@@ -40,6 +42,9 @@ const TRANSACTIONS_PER_CLIENT: usize = 8;
 /// Operations each `resp-counter` client runs (single commands: many, so that the hot
 /// keys' primaries combine them).
 const COUNTER_OPERATIONS_PER_CLIENT: usize = 24;
+
+/// Requests each `resp-expiry` client sends.
+const EXPIRY_REQUESTS_PER_CLIENT: usize = 24;
 
 /// The scenario called `name`.
 ///
@@ -58,6 +63,7 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
         "resp-counter" => Box::new(resp_counter::RespCounter::new(
             COUNTER_OPERATIONS_PER_CLIENT,
         )),
+        "resp-expiry" => Box::new(resp_expiry::RespExpiry::new(EXPIRY_REQUESTS_PER_CLIENT)),
         other => panic!("no scenario {other:?}; the scenarios are {NAMES:?}"),
     }
 }
