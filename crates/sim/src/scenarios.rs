@@ -9,6 +9,7 @@
 mod list_append;
 mod resp;
 pub mod resp_counter;
+pub mod resp_expiry;
 mod workloads;
 
 pub use workloads::WorkloadScenario;
@@ -23,7 +24,7 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "bank",
     "kv",
     "tatp",
@@ -33,6 +34,7 @@ pub const NAMES: [&str; 9] = [
     "resp-list-append",
     "resp-counter",
     "resp-counter-spread",
+    "resp-expiry",
 ];
 
 /// Transactions each client runs.
@@ -41,6 +43,9 @@ const TRANSACTIONS_PER_CLIENT: usize = 8;
 /// Operations each `resp-counter` client runs (single commands: many, so that the hot
 /// keys' primaries combine them).
 const COUNTER_OPERATIONS_PER_CLIENT: usize = 24;
+
+/// Requests each `resp-expiry` client sends.
+const EXPIRY_REQUESTS_PER_CLIENT: usize = 24;
 
 /// The scenario called `name`.
 ///
@@ -62,6 +67,7 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
         "resp-counter-spread" => Box::new(resp_counter::RespCounter::spread(
             COUNTER_OPERATIONS_PER_CLIENT,
         )),
+        "resp-expiry" => Box::new(resp_expiry::RespExpiry::new(EXPIRY_REQUESTS_PER_CLIENT)),
         other => panic!("no scenario {other:?}; the scenarios are {NAMES:?}"),
     }
 }
