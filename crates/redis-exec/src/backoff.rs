@@ -1,9 +1,10 @@
 //! Randomized, growing back-off between the attempts of a transaction.
 //!
 //! Coordinators on different nodes that write the same hot keys at the same moment each
-//! lock their own node's keys in memory first and lose the others' (docs/transactions.md,
-//! "Known gaps"): retried at once, they can keep doing so. Waiting a random time that
-//! grows with each attempt breaks the tie.
+//! lock their own node's keys in memory first and lose the others': retried at once, they
+//! can keep doing so. Waiting a random time that grows with each attempt breaks the tie;
+//! a retry that lost a conflict also carries its age, which makes transactions take turns
+//! (docs/transactions.md, "Fairness"), and then waits briefly ([`Backoff::wait_aged`]).
 
 use ferrotx_exec::Co;
 
@@ -14,8 +15,9 @@ use ferrotx_exec::Co;
 const RETRY_NS_MAX: u64 = 2_000_000_000;
 
 /// Most attempts of one transaction, whatever the time: retries end even where the
-/// clock barely moves.
-const ATTEMPTS_MAX: u32 = 4096;
+/// clock barely moves. Aged retries wait 50 to 100 us, so [`RETRY_NS_MAX`] holds up to
+/// about 27,000 of them: this bound must not end them first.
+const ATTEMPTS_MAX: u32 = 1 << 16;
 
 /// The first back-off's ceiling: a couple of round trips between nodes.
 const BACKOFF_FIRST_NS: u64 = 10_000;

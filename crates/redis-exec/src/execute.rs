@@ -62,8 +62,9 @@ fn too_large() -> Reply {
 }
 
 /// Runs `plan` as one transaction on the `kv` table, retrying conflicts after a
-/// randomized, growing back-off until retries have lasted 2 seconds (of `co`'s time) or
-/// 4096 attempts; `seed` draws the back-off. Pipelined commands too large together for
+/// randomized back-off until retries have lasted 2 seconds (of `co`'s time) or 65,536
+/// attempts, each retry after a lost conflict carrying the plan's age (docs/
+/// transactions.md, "Fairness"); `seed` draws the back-off. Pipelined commands too large together for
 /// one transaction run one by one.
 pub async fn run_plan(
     co: &Co,
@@ -151,9 +152,12 @@ async fn run_whole(
     // Its age from the first attempt: every retry carries it, so that it eventually goes
     // ahead of younger transactions (docs/transactions.md, "Fairness").
     let age = coordinator.age();
+    // Attempts lost to contention: they make the age (other aborts, a reconfiguration or
+    // a full log, say nothing of how long it waited its turn).
+    let mut lost = 0;
     let mut aborts = 0;
     loop {
-        let aged = (aborts > 0).then(|| age.after(aborts));
+        let aged = (lost > 0).then(|| age.after(lost));
         let outcome = match attempt(co, coordinator, kv, plan, deadline_ns, aged).await {
             Ok(outcome) => outcome,
             Err(Attempt::TooLarge(reply)) => return Err(TooLarge { reply, aborts }),
@@ -161,7 +165,12 @@ async fn run_whole(
             Err(Attempt::Retry(abort)) => {
                 aborts += 1;
                 if !backoff.exhausted(co) && co.now_ns() < deadline_ns {
-                    backoff.wait_aged(co).await;
+                    if matches!(abort, Abort::Conflict | Abort::Locked) {
+                        lost += 1;
+                        backoff.wait_aged(co).await;
+                    } else {
+                        backoff.wait(co).await;
+                    }
                     continue;
                 }
                 if abort == Abort::Unavailable {
@@ -277,13 +286,10 @@ pub async fn read_versions(
 ) -> Result<Vec<WatchVersion>, Reply> {
     let store_keys: Vec<_> = keys.iter().map(|key| store_key(key)).collect();
     let mut backoff = Backoff::new(seed, co.now_ns());
-    let age = coordinator.age();
-    let mut lost = 0;
+    // No age: an aged validation would reserve the keys against the EXEC that follows
+    // (a new transaction, which goes after it) as well as against others.
     loop {
         let mut txn = coordinator.begin_read_only(co);
-        if lost > 0 {
-            txn.set_age(age.after(lost));
-        }
         let read = match txn.read_many(kv.id, &store_keys).await {
             Ok(values) => {
                 let now_ms = kv.now_ms(co);
@@ -313,8 +319,7 @@ pub async fn read_versions(
                         "ERR ferrotx: WATCH could not read its keys ({abort}); try again"
                     )));
                 }
-                lost += 1;
-                backoff.wait_aged(co).await;
+                backoff.wait(co).await;
             }
         }
     }

@@ -76,9 +76,16 @@ async fn delete(
 ) -> Result<(), String> {
     let mut backoff = Backoff::new(seed, co.now_ns());
     let deadline_ns = co.now_ns().saturating_add(kv.command_timeout_ns);
+    // Retries after lost conflicts carry the age, so that FLUSHALL takes its turn on hot
+    // keys (docs/transactions.md, "Fairness").
+    let age = coordinator.age();
+    let mut lost = 0;
     loop {
         let mut txn = coordinator.begin(co);
         txn.set_deadline(deadline_ns);
+        if lost > 0 {
+            txn.set_age(age.after(lost));
+        }
         let mut result = Ok(());
         for &key in keys {
             result = txn.put(kv.id, key, None);
@@ -100,7 +107,12 @@ async fn delete(
         if !retry || backoff.exhausted(co) || co.now_ns() >= deadline_ns {
             return Err(format!("ERR ferrotx: FLUSHALL failed: {abort}"));
         }
-        backoff.wait(co).await;
+        if matches!(abort, Abort::Conflict | Abort::Locked) {
+            lost += 1;
+            backoff.wait_aged(co).await;
+        } else {
+            backoff.wait(co).await;
+        }
     }
 }
 

@@ -409,8 +409,12 @@ impl Participant {
             0
         };
         if let Some(age) = age {
+            // Only objects this node serves as primary (a stale placement's LOCK reserves
+            // nothing here).
             for write in record.writes() {
-                reservations.reserve((write.partition, write.table, write.key), age, now_ns);
+                if self.store.get(write.partition, Role::Primary).is_some() {
+                    reservations.reserve((write.partition, write.table, write.key), age, now_ns);
+                }
             }
         }
         let granted = record.writes().all(|write| {
@@ -477,8 +481,8 @@ impl Participant {
     }
 
     /// VALIDATE_AGED: VALIDATE for a transaction retried after it lost (its [`Age`], then
-    /// the request). It also reserves every object for that age, valid or not, so that
-    /// nothing younger changes them before its next attempt ([`crate::reservation`]).
+    /// the request). If an object changed, it also reserves them all for that age, so
+    /// that nothing later changes them before its next attempt ([`crate::reservation`]).
     pub fn validate_aged(
         &mut self,
         payload: &[u8],
@@ -495,16 +499,6 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let items = decode_validate(payload).map_err(|_| MALFORMED)?;
-        if let Some(age) = age {
-            let now_ns = self.now_ns();
-            for item in &items {
-                self.store.reservations().reserve(
-                    (item.partition, item.table, item.key),
-                    age,
-                    now_ns,
-                );
-            }
-        }
         // Fault point: the primary finds a read stale although it is current, as if a
         // commit had changed it; the transaction aborts (read-write: before anything was
         // logged) with a conflict. Failing validation is always safe; passing it is not.
@@ -519,6 +513,22 @@ impl Participant {
                     .get(item.partition, Role::Primary)
                     .is_some_and(|p| p.validate(item.table, &item.key, item.version) == Ok(true))
         });
+        if !valid && let Some(age) = age {
+            // What it read changed: reserve it against later writers for the next attempt.
+            // Only on failure, since nothing releases what a validation reserved (no
+            // COMMIT-PRIMARY comes here for objects only read): a reservation made when
+            // validation passes would only hold others back for its 10 ms.
+            let now_ns = self.now_ns();
+            for item in &items {
+                if self.store.get(item.partition, Role::Primary).is_some() {
+                    self.store.reservations().reserve(
+                        (item.partition, item.table, item.key),
+                        age,
+                        now_ns,
+                    );
+                }
+            }
+        }
         response.push(u8::from(valid));
         Ok(())
     }

@@ -36,8 +36,8 @@
 //! protocol always allows. The uncontended path pays one relaxed atomic load per locked
 //! object (no reservation anywhere on the node: nothing else).
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ferrotx_store::{Key, TableId};
 use foldhash::fast::FixedState;
@@ -112,11 +112,20 @@ struct Reservation {
 /// An object's place: partition, table, key.
 type Place = (u32, TableId, Key);
 
-/// The reservations of one node's primaries, shared by its worker threads.
+/// Entries beyond which a reservation sweeps the expired ones out of the map.
+const SWEEP_AT: usize = 256;
+
+/// The reservations of one node's primaries, shared by its worker threads (on a cache
+/// line of its own: the store's fields beside it are read by every message).
 #[derive(Default)]
+#[repr(align(64))]
 pub struct Reservations {
     /// Entries in `map`: zero on the uncontended path, which then takes no lock.
     live: AtomicUsize,
+    /// The latest expiry of any reservation made: once past it, every entry has expired
+    /// and the first look clears the map (so the fast path comes back within
+    /// [`RESERVATION_NS`] of the last contention).
+    latest_expiry_ns: AtomicU64,
     map: Mutex<HashMap<Place, Reservation, FixedState>>,
 }
 
@@ -134,7 +143,12 @@ impl Reservations {
     }
 
     fn admits_slow(&self, place: Place, age: Option<Age>, now_ns: u64) -> bool {
-        let mut map = self.map.lock().expect("reservations");
+        let mut map = self.lock();
+        if now_ns >= self.latest_expiry_ns.load(Ordering::Relaxed) {
+            map.clear();
+            self.live.store(0, Ordering::Relaxed);
+            return true;
+        }
         let Some(held) = map.get(&place) else {
             return true;
         };
@@ -149,11 +163,17 @@ impl Reservations {
     /// Reserves the object at `place` for `age` until [`RESERVATION_NS`] after `now_ns`,
     /// unless another transaction that goes before it holds it (then nothing changes).
     pub fn reserve(&self, place: Place, age: Age, now_ns: u64) {
-        let mut map = self.map.lock().expect("reservations");
+        let mut map = self.lock();
         let fresh = Reservation {
             owner: age,
             expires_ns: now_ns.saturating_add(RESERVATION_NS),
         };
+        self.latest_expiry_ns
+            .fetch_max(fresh.expires_ns, Ordering::Relaxed);
+        if map.len() >= SWEEP_AT {
+            map.retain(|_, held| held.expires_ns > now_ns);
+            self.live.store(map.len(), Ordering::Relaxed);
+        }
         match map.entry(place) {
             hashbrown::hash_map::Entry::Vacant(entry) => {
                 entry.insert(fresh);
@@ -175,11 +195,16 @@ impl Reservations {
         if self.live.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut map = self.map.lock().expect("reservations");
+        let mut map = self.lock();
         if map.get(&place).is_some_and(|held| held.owner.same(age)) {
             map.remove(&place);
             self.live.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// The map, even if a thread panicked holding it (reservations are soft state).
+    fn lock(&self) -> MutexGuard<'_, HashMap<Place, Reservation, FixedState>> {
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Reservations held (some may have expired and not been dropped yet).
@@ -261,5 +286,24 @@ mod tests {
         assert!(!r.admits(place(4), Some(age(1, 3)), RESERVATION_NS + 1));
         r.reserve(place(4), later.after(4), 2 * RESERVATION_NS);
         assert!(!r.admits(place(4), None, 3 * RESERVATION_NS - 1));
+    }
+
+    #[test]
+    fn expired_reservations_leave_the_map_and_the_fast_path_comes_back() {
+        let r = Reservations::default();
+        for k in 0..10 {
+            r.reserve(place(k), age(1, k), k);
+        }
+        assert_eq!(r.len(), 10);
+        // Once the last has expired, the first look at any object clears them all.
+        assert!(r.admits(place(99), None, 9 + RESERVATION_NS));
+        assert!(r.is_empty());
+        // Many reservations: those expired are swept out when one is made.
+        for k in 0..SWEEP_AT as u64 {
+            r.reserve(place(k), age(1, k), 0);
+        }
+        r.reserve(place(1000), age(1, 1), RESERVATION_NS);
+        assert_eq!(r.len(), 1);
+        assert!(!r.admits(place(1000), None, RESERVATION_NS + 1));
     }
 }

@@ -889,7 +889,9 @@ impl Shipping {
                         return;
                     }
                     self.count(|s| s.ship_batch_retries += 1);
-                    lost += 1;
+                    if abort != Abort::LogFull {
+                        lost += 1;
+                    }
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;

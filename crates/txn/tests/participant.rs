@@ -621,26 +621,47 @@ fn a_transaction_that_lost_reserves_its_objects_until_it_commits() {
 }
 
 #[test]
-fn an_aged_validation_reserves_what_it_read() {
+fn an_aged_validation_that_fails_reserves_what_it_read() {
     let (mut p, primary, _) = node();
     assert!(
         primary
             .load(TABLE, Key::from(1), &10u64.to_le_bytes())
             .unwrap()
     );
-    let mut request = Vec::new();
-    Age { lost: 2, who: 1 }.encode(&mut request);
-    encode_validate(
-        &[ReadItem {
-            partition: PRIMARY,
-            table: TABLE,
-            key: Key::from(1),
-            version: 1,
-        }],
-        &mut request,
-    );
-    assert_eq!(call(Participant::validate_aged, &mut p, &request), [1]);
-    // A younger writer of what it read is refused until the reservation lapses.
+    let request = |version| {
+        let mut request = Vec::new();
+        Age { lost: 2, who: 1 }.encode(&mut request);
+        encode_validate(
+            &[ReadItem {
+                partition: PRIMARY,
+                table: TABLE,
+                key: Key::from(1),
+                version,
+            }],
+            &mut request,
+        );
+        request
+    };
+    // A validation that passes reserves nothing: nothing would release it.
+    assert_eq!(call(Participant::validate_aged, &mut p, &request(1)), [1]);
+    assert!(p.store().reservations().is_empty());
+    // One that fails reserves what it read against later writers.
+    assert_eq!(call(Participant::validate_aged, &mut p, &request(0)), [0]);
+    assert_eq!(p.store().reservations().len(), 1);
     let writer = record(1, vec![write(PRIMARY, 1, 1, 11)], 0);
     assert_eq!(call(Participant::lock, &mut p, &writer), [0]);
+    // Objects of partitions this node is not primary of are never reserved.
+    let mut backup_item = Vec::new();
+    Age { lost: 2, who: 1 }.encode(&mut backup_item);
+    encode_validate(
+        &[ReadItem {
+            partition: BACKUP,
+            table: TABLE,
+            key: Key::from(5),
+            version: 3,
+        }],
+        &mut backup_item,
+    );
+    assert_eq!(call(Participant::validate_aged, &mut p, &backup_item), [0]);
+    assert_eq!(p.store().reservations().len(), 1);
 }

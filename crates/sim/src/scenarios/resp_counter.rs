@@ -148,8 +148,9 @@ pub struct RespCounter {
     operations: usize,
     log: Rc<RefCell<CounterLog>>,
     /// `resp-counter-spread`: the two counters have different primaries, and most
-    /// operations increment both in one pipeline: a transaction over two primaries,
-    /// optimistic (not shipped), from every node at once.
+    /// operations are a pipeline over both (increments of both, or a read of one and an
+    /// increment of the other): a transaction over two primaries, optimistic (not
+    /// shipped), from every node at once.
     spread: bool,
     /// The counters' Redis keys (`ctr:i`), chosen when the clients start.
     names: Vec<Vec<u8>>,
@@ -326,8 +327,9 @@ impl Scenario for RespCounter {
                     let d = rng.random_range(2..=DELTA_MAX);
                     let ds = d.to_string();
                     let mut bytes = Vec::new();
-                    // Spread: most operations are the two-primary pipeline below.
+                    // Spread: most operations are the two-primary pipelines below.
                     let pick = match rng.random_range(0..20) {
+                        n if spread && n >= 8 && n % 3 == 0 => 20,
                         n if spread && n >= 8 => 19,
                         n => n,
                     };
@@ -351,6 +353,21 @@ impl Scenario for RespCounter {
                             encode_request(&[&b"INCRBY"[..], &name, ds.as_bytes()], &mut bytes);
                             encode_request(&["EXEC"], &mut bytes);
                             (Form::Multi(d), vec![(key, Kind::Add(1 + d))])
+                        }
+                        20 => {
+                            // Spread only: one key read, the other written, in one plan
+                            // (the read is validated at its primary: VALIDATE_AGED when
+                            // retried).
+                            let other = (key + 1) % KEYS;
+                            encode_request(&[&b"GET"[..], &name], &mut bytes);
+                            encode_request(
+                                &[&b"INCRBY"[..], &names[other], ds.as_bytes()],
+                                &mut bytes,
+                            );
+                            (
+                                Form::Pipelined,
+                                vec![(key, Kind::Get), (other, Kind::Add(d))],
+                            )
                         }
                         _ => {
                             // Both keys in one send: one plan of two commands, shipped only
