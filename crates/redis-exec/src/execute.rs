@@ -13,7 +13,7 @@ use ferrotx_resp::{Outcome, Overlay, Plan, Reply, WatchVersion};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 use ferrotx_txn::reservation::Age;
 
-use crate::backoff::Backoff;
+use crate::backoff::{AGE_AFTER_LOST, Backoff};
 use crate::kv_table::{KvTable, store_key};
 use crate::ship::{ship_plan, ship_target};
 
@@ -157,7 +157,7 @@ async fn run_whole(
     let mut lost = 0;
     let mut aborts = 0;
     loop {
-        let aged = (lost > 0).then(|| age.after(lost));
+        let aged = (lost >= AGE_AFTER_LOST).then(|| age.after(lost));
         let outcome = match attempt(co, coordinator, kv, plan, deadline_ns, aged).await {
             Ok(outcome) => outcome,
             Err(Attempt::TooLarge(reply)) => return Err(TooLarge { reply, aborts }),
@@ -167,7 +167,11 @@ async fn run_whole(
                 if !backoff.exhausted(co) && co.now_ns() < deadline_ns {
                     if matches!(abort, Abort::Conflict | Abort::Locked) {
                         lost += 1;
-                        backoff.wait_aged(co).await;
+                        if lost >= AGE_AFTER_LOST {
+                            backoff.wait_aged(co).await;
+                        } else {
+                            backoff.wait(co).await;
+                        }
                     } else {
                         backoff.wait(co).await;
                     }

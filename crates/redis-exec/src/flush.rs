@@ -12,7 +12,7 @@ use ferrotx_store::Key;
 use ferrotx_txn::coordinator::{Abort, Coordinator};
 use ferrotx_txn::participant::SCAN_OBJECTS_MAX;
 
-use crate::backoff::Backoff;
+use crate::backoff::{AGE_AFTER_LOST, Backoff};
 use crate::keyspace::page;
 use crate::kv_table::KvTable;
 
@@ -83,7 +83,7 @@ async fn delete(
     loop {
         let mut txn = coordinator.begin(co);
         txn.set_deadline(deadline_ns);
-        if lost > 0 {
+        if lost >= AGE_AFTER_LOST {
             txn.set_age(age.after(lost));
         }
         let mut result = Ok(());
@@ -109,6 +109,8 @@ async fn delete(
         }
         if matches!(abort, Abort::Conflict | Abort::Locked) {
             lost += 1;
+        }
+        if lost >= AGE_AFTER_LOST {
             backoff.wait_aged(co).await;
         } else {
             backoff.wait(co).await;
