@@ -88,6 +88,17 @@ impl Backoff {
         co.sleep_until(co.now_ns() + delay).await;
     }
 
+    /// The wait after an abort of a transaction that has lost `lost` conflicts so far:
+    /// [`Backoff::wait_aged`] once its retries carry its age ([`AGE_AFTER_LOST`]), else
+    /// [`Backoff::wait`].
+    pub async fn wait_after(&mut self, co: &Co, lost: u32) {
+        if lost >= AGE_AFTER_LOST {
+            self.wait_aged(co).await;
+        } else {
+            self.wait(co).await;
+        }
+    }
+
     /// [`Backoff::wait`] before an attempt that carries the transaction's age
     /// ([`ferrotx_txn::reservation`]): capped at [`BACKOFF_AGED_MAX_NS`], since the
     /// objects it reserved stay idle for younger transactions while it sleeps.

@@ -167,14 +167,8 @@ async fn run_whole(
                 if !backoff.exhausted(co) && co.now_ns() < deadline_ns {
                     if matches!(abort, Abort::Conflict | Abort::Locked) {
                         lost += 1;
-                        if lost >= AGE_AFTER_LOST {
-                            backoff.wait_aged(co).await;
-                        } else {
-                            backoff.wait(co).await;
-                        }
-                    } else {
-                        backoff.wait(co).await;
                     }
+                    backoff.wait_after(co, lost).await;
                     continue;
                 }
                 if abort == Abort::Unavailable {

@@ -110,11 +110,7 @@ async fn delete(
         if matches!(abort, Abort::Conflict | Abort::Locked) {
             lost += 1;
         }
-        if lost >= AGE_AFTER_LOST {
-            backoff.wait_aged(co).await;
-        } else {
-            backoff.wait(co).await;
-        }
+        backoff.wait_after(co, lost).await;
     }
 }
 

@@ -537,29 +537,47 @@ pub fn disruptions(cluster: &SimCluster) -> Vec<String> {
 /// Every `-TRYAGAIN` of a run without `disruptions`: a client failed for contention
 /// alone.
 pub fn contention_violations(ops: &[Op], disruptions: &[String]) -> Vec<String> {
-    if !disruptions.is_empty() {
-        return Vec::new();
-    }
-    let tryagain: Vec<&Op> = ops
-        .iter()
-        .filter(|op| matches!(&op.reply, Reply::Failed(e) if e.starts_with("TRYAGAIN")))
-        .collect();
-    let mut out: Vec<String> = tryagain
-        .iter()
-        .take(LISTED_MAX)
-        .map(|op| {
+    tryagain_violations(
+        ops,
+        disruptions,
+        |op| matches!(&op.reply, Reply::Failed(e) if e.starts_with("TRYAGAIN")),
+        |op| {
             format!(
-                "client {:#x}: {:?} of {} failed for contention alone (no crash, pause or \
-                 partition in the run): {:?}",
+                "client {:#x}: {:?} of {}: {:?}",
                 op.client,
                 op.kind,
                 show(&counter(op.key)),
                 op.reply
             )
+        },
+    )
+}
+
+/// The operations of `ops` that `tryagain` says were answered `-TRYAGAIN`, described by
+/// `describe`, as violations, if the run had no `disruptions` (a client failed for
+/// contention alone); the first few listed, then their count.
+pub(crate) fn tryagain_violations<T>(
+    ops: &[T],
+    disruptions: &[String],
+    tryagain: impl Fn(&T) -> bool,
+    describe: impl Fn(&T) -> String,
+) -> Vec<String> {
+    if !disruptions.is_empty() {
+        return Vec::new();
+    }
+    let failed: Vec<&T> = ops.iter().filter(|op| tryagain(op)).collect();
+    let mut out: Vec<String> = failed
+        .iter()
+        .take(LISTED_MAX)
+        .map(|op| {
+            format!(
+                "{} failed for contention alone (no crash, pause or partition in the run)",
+                describe(op)
+            )
         })
         .collect();
-    if tryagain.len() > LISTED_MAX {
-        out.push(format!("... {} TRYAGAIN replies in all", tryagain.len()));
+    if failed.len() > LISTED_MAX {
+        out.push(format!("... {} TRYAGAIN replies in all", failed.len()));
     }
     out
 }

@@ -1464,28 +1464,17 @@ impl Scenario for RespExpiry {
 /// Every `-TRYAGAIN` of a run without `disruptions`: a client failed for contention
 /// alone.
 pub fn contention_violations(ops: &[Op], disruptions: &[String]) -> Vec<String> {
-    if !disruptions.is_empty() {
-        return Vec::new();
-    }
-    let tryagain: Vec<&Op> = ops
-        .iter()
-        .filter(|op| matches!(&op.outcome, Outcome::Failed(e) if e.starts_with("TRYAGAIN")))
-        .collect();
-    let mut out: Vec<String> = tryagain
-        .iter()
-        .take(LISTED_MAX)
-        .map(|op| {
+    super::resp_counter::tryagain_violations(
+        ops,
+        disruptions,
+        |op| matches!(&op.outcome, Outcome::Failed(e) if e.starts_with("TRYAGAIN")),
+        |op| {
             format!(
-                "client {:#x}: {:?} of key {} failed for contention alone (no crash, pause or \
-                 partition in the run): {:?}",
+                "client {:#x}: {:?} of key {}: {:?}",
                 op.client, op.kind, op.key, op.outcome
             )
-        })
-        .collect();
-    if tryagain.len() > LISTED_MAX {
-        out.push(format!("... {} TRYAGAIN replies in all", tryagain.len()));
-    }
-    out
+        },
+    )
 }
 
 /// Counts of one key's check.
