@@ -421,8 +421,9 @@ impl Participant {
             if self.store.is_recovering(write.partition) {
                 return false;
             }
-            // An object reserved for an older transaction that lost is not locked for a
-            // younger one (wait-die's "die": the younger aborts and retries).
+            // An object reserved for a transaction that goes before this one (it lost
+            // more attempts) is not locked for it (wait-die's "die": this one aborts and
+            // retries).
             if !reservations.admits((write.partition, write.table, write.key), age, now_ns) {
                 return false;
             }
