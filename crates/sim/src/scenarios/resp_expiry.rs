@@ -684,6 +684,27 @@ impl Client {
         self.horizon.set(self.horizon.get().max(latest));
     }
 
+    /// `SET key value` with the options `options` (giving it `expiry`), a fresh value,
+    /// recorded and checked like any plain command.
+    async fn set(&mut self, k: usize, options: &[&[u8]], expiry: Expiry) {
+        let v = self.fresh_value();
+        let (name, value) = (self.keys[k].clone(), value_bytes(v));
+        let mut args: Vec<&[u8]> = vec![b"SET", &name, &value];
+        args.extend_from_slice(options);
+        let mut bytes = Vec::new();
+        encode_request(&args, &mut bytes);
+        let kind = Kind::Set {
+            value: v,
+            expiry,
+            reported: None,
+            watched: None,
+        };
+        let (replies, ix) = self
+            .send(&bytes, vec![(k, kind.clone())], self.runs_on(true, &[k]))
+            .await;
+        self.plain(ix[0], replies.first(), |r| ok_reply(r, kind));
+    }
+
     /// Sets the outcome of a plain command's record from its reply: `parse` turns an
     /// answer into the kind with its replies.
     fn plain(
@@ -751,61 +772,16 @@ impl Client {
         let mut bytes = Vec::new();
         match request {
             Request::SetAt(k, at) => {
-                let v = self.fresh_value();
-                let ats = at.to_string();
-                encode_request(
-                    &[
-                        &b"SET"[..],
-                        &name(k),
-                        &value_bytes(v),
-                        b"PXAT",
-                        ats.as_bytes(),
-                    ],
-                    &mut bytes,
-                );
-                let kind = Kind::Set {
-                    value: v,
-                    expiry: Expiry::At(at),
-                    reported: None,
-                    watched: None,
-                };
-                let (replies, ix) = self
-                    .send(&bytes, vec![(k, kind.clone())], self.runs_on(true, &[k]))
+                let at_text = at.to_string();
+                self.set(k, &[b"PXAT", at_text.as_bytes()], Expiry::At(at))
                     .await;
-                self.plain(ix[0], replies.first(), |r| ok_reply(r, kind));
             }
             Request::SetIn(k, d) => {
-                let v = self.fresh_value();
-                let ds = d.to_string();
-                encode_request(
-                    &[&b"SET"[..], &name(k), &value_bytes(v), b"PX", ds.as_bytes()],
-                    &mut bytes,
-                );
-                let kind = Kind::Set {
-                    value: v,
-                    expiry: Expiry::In(d),
-                    reported: None,
-                    watched: None,
-                };
-                let (replies, ix) = self
-                    .send(&bytes, vec![(k, kind.clone())], self.runs_on(true, &[k]))
+                let d_text = d.to_string();
+                self.set(k, &[b"PX", d_text.as_bytes()], Expiry::In(d))
                     .await;
-                self.plain(ix[0], replies.first(), |r| ok_reply(r, kind));
             }
-            Request::SetPlain(k) => {
-                let v = self.fresh_value();
-                encode_request(&[&b"SET"[..], &name(k), &value_bytes(v)], &mut bytes);
-                let kind = Kind::Set {
-                    value: v,
-                    expiry: Expiry::Never,
-                    reported: None,
-                    watched: None,
-                };
-                let (replies, ix) = self
-                    .send(&bytes, vec![(k, kind.clone())], self.runs_on(true, &[k]))
-                    .await;
-                self.plain(ix[0], replies.first(), |r| ok_reply(r, kind));
-            }
+            Request::SetPlain(k) => self.set(k, &[], Expiry::Never).await,
             Request::SetInTimed(k, d) => {
                 let v = self.fresh_value();
                 let ds = d.to_string();
