@@ -591,7 +591,7 @@ fn a_transaction_that_lost_reserves_its_objects_until_it_commits() {
         &record(3, vec![write(PRIMARY, 1, 1, 13)], 0),
     );
     assert_eq!(call(Participant::lock_aged, &mut p, &later), [0]);
-    // ... and so are the younger ones' blind writes, but not their reads.
+    // Reads are not refused.
     assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
     // The owner's next attempt locks it; ABORT keeps the reservation.
     let again = aged(
