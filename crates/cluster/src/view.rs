@@ -41,6 +41,14 @@ pub struct View {
     /// backups in the order they would be promoted. Empty for a partition whose every copy
     /// was lost.
     pub copies: Vec<Vec<u16>>,
+    /// New backups being filled (FaRM 5.4), per partition (`p` at index `p`; empty, or
+    /// shorter than `copies`, where none are). A filling backup receives every commit of
+    /// its partition like a backup, and copies the rest from the primary in the
+    /// background; it does not count as a copy (it is never promoted, and a partition
+    /// whose copies all died is lost however far its fill got) until a later view moves
+    /// it into `copies` once it reported the copy complete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filling: Vec<Vec<u16>>,
 }
 
 /// Why a view could not be made or read.
@@ -77,6 +85,7 @@ impl View {
             cm,
             members,
             copies,
+            filling: Vec::new(),
         }
     }
 
@@ -88,6 +97,7 @@ impl View {
             cm: NO_NODE,
             members: Vec::new(),
             copies: vec![Vec::new(); partition_count],
+            filling: Vec::new(),
         }
     }
 
@@ -123,6 +133,29 @@ impl View {
             Some(copies) if !copies.is_empty() => &copies[1..],
             _ => &[],
         }
+    }
+
+    /// The backups of `partition` being filled (empty if none).
+    pub fn filling(&self, partition: u32) -> &[u16] {
+        self.filling
+            .get(partition as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `node` holds a copy of `partition` or is filling one.
+    pub fn holds(&self, partition: u32, node: u16) -> bool {
+        self.copies
+            .get(partition as usize)
+            .is_some_and(|c| c.contains(&node))
+            || self.filling(partition).contains(&node)
+    }
+
+    /// Every (partition, node) being filled.
+    pub fn fills(&self) -> impl Iterator<Item = (u32, u16)> + '_ {
+        self.filling
+            .iter()
+            .enumerate()
+            .flat_map(|(p, nodes)| nodes.iter().map(move |&n| (p as u32, n)))
     }
 
     /// Partitions with fewer than `replicas` copies, and with none.
@@ -177,21 +210,97 @@ impl View {
             .filter(|m| self.is_member(m.node, m.incarnation))
             .map(|m| m.node)
             .collect();
-        let copies = self
-            .copies
+        let kept = |c: &Vec<u16>| -> Vec<u16> {
+            c.iter()
+                .copied()
+                .filter(|n| survivors.contains(n))
+                .collect()
+        };
+        let copies: Vec<Vec<u16>> = self.copies.iter().map(kept).collect();
+        // A fill whose partition lost every copy has nothing left to copy from.
+        let filling = self
+            .filling
             .iter()
-            .map(|c| {
-                c.iter()
-                    .copied()
-                    .filter(|n| survivors.contains(n))
-                    .collect()
-            })
+            .zip(&copies)
+            .map(|(f, c)| if c.is_empty() { Vec::new() } else { kept(f) })
             .collect();
-        Self {
+        let mut next = Self {
             id: self.id + 1,
             cm,
             members,
             copies,
+            filling,
+        };
+        next.trim_filling();
+        next
+    }
+
+    /// Data recovery's changes to a view made by [`View::next`] (FaRM 5.4): each backup in
+    /// `filled` (partition, node) that is still filling becomes a copy (the last backup),
+    /// then every partition with fewer than `replicas` copies and fills, and a copy left,
+    /// gets new backups to fill, from [`View::choose_backup`], as long as a member can
+    /// take one.
+    pub fn rereplicate(
+        &mut self,
+        config: &Configuration,
+        replicas: usize,
+        filled: &BTreeSet<(u32, u16)>,
+    ) {
+        self.filling.resize(self.copies.len(), Vec::new());
+        for (p, (copies, filling)) in self.copies.iter_mut().zip(&mut self.filling).enumerate() {
+            filling.retain(|&n| {
+                if filled.contains(&(p as u32, n)) {
+                    copies.push(n);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        for p in 0..self.copies.len() {
+            if self.copies[p].is_empty() {
+                continue;
+            }
+            while self.copies[p].len() + self.filling[p].len() < replicas {
+                let Some(node) = self.choose_backup(config, p as u32) else {
+                    break;
+                };
+                self.filling[p].push(node);
+            }
+        }
+        self.trim_filling();
+    }
+
+    /// The member to fill a new backup of `partition` on, if any may: one that holds no
+    /// copy of it and fills none, in a failure domain holding none of its copies or fills
+    /// if there is such a member, then hosting the fewest copies and fills of any
+    /// partition (balance), then of lowest node id.
+    pub fn choose_backup(&self, config: &Configuration, partition: u32) -> Option<u16> {
+        let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
+        let taken: BTreeSet<Option<&str>> = self.copies[partition as usize]
+            .iter()
+            .chain(self.filling(partition))
+            .map(|&n| domain(n))
+            .collect();
+        let hosted = |node: u16| {
+            self.copies
+                .iter()
+                .chain(&self.filling)
+                .filter(|c| c.contains(&node))
+                .count()
+        };
+        self.members
+            .iter()
+            .map(|m| m.node)
+            .filter(|&n| !self.holds(partition, n))
+            .min_by_key(|&n| (taken.contains(&domain(n)), hosted(n), n))
+    }
+
+    /// Drops the filling list when nothing is being filled, so that views without data
+    /// recovery read and compare as before it existed.
+    fn trim_filling(&mut self) {
+        if self.filling.iter().all(Vec::is_empty) {
+            self.filling.clear();
         }
     }
 
@@ -246,7 +355,7 @@ impl View {
         }
         for (p, copies) in self.copies.iter().enumerate() {
             let mut on = BTreeSet::new();
-            for n in copies {
+            for n in copies.iter().chain(self.filling(p as u32)) {
                 if !seen.contains(n) {
                     return Err(invalid(format!(
                         "partition {p} has a copy on non-member {n}"
@@ -256,6 +365,18 @@ impl View {
                     return Err(invalid(format!("partition {p} has two copies on node {n}")));
                 }
             }
+            if copies.is_empty() && !self.filling(p as u32).is_empty() {
+                return Err(invalid(format!(
+                    "partition {p} is filling with no copy to fill from"
+                )));
+            }
+        }
+        if self.filling.len() > self.copies.len() {
+            return Err(invalid(format!(
+                "{} partitions filling, {} partitions",
+                self.filling.len(),
+                self.copies.len()
+            )));
         }
         Ok(())
     }

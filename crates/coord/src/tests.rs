@@ -54,6 +54,7 @@ fn view(id: u64, nodes: &[u16]) -> View {
         cm: nodes.first().copied().unwrap_or(NO_NODE),
         members,
         copies,
+        filling: Vec::new(),
     }
 }
 

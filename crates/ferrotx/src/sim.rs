@@ -93,6 +93,9 @@ struct WorkloadSummary {
     /// Recovery scenarios: seeds whose trap sprang (the attack happened).
     #[serde(skip_serializing_if = "Option::is_none")]
     traps_sprung: Option<u64>,
+    /// Data recovery: backups given to fill, and filled ones counted as copies.
+    fills_assigned: u64,
+    fills_counted: u64,
 }
 
 /// Recovery counters as the JSON report has them.
@@ -149,6 +152,10 @@ struct Report {
     /// Shipped requests answered from a remembered result (asked again after a
     /// configuration change).
     ship_answered_again: u64,
+    /// Data recovery: backups views gave nodes to fill, and filled ones a later view
+    /// counted as copies.
+    fills_assigned: u64,
+    fills_counted: u64,
     workloads: BTreeMap<&'static str, WorkloadSummary>,
 }
 
@@ -300,6 +307,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         shipped: 0,
         ship_batches: 0,
         ship_answered_again: 0,
+        fills_assigned: 0,
+        fills_counted: 0,
         workloads: BTreeMap::new(),
     };
     let mut failures = Vec::new();
@@ -316,6 +325,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.shipped += report.shipped;
         summary.ship_batches += report.ship_batches;
         summary.ship_answered_again += report.ship_answered_again;
+        if let Some(m) = &report.membership {
+            w.fills_assigned += m.fills_assigned;
+            w.fills_counted += m.fills_counted;
+            summary.fills_assigned += m.fills_assigned;
+            summary.fills_counted += m.fills_counted;
+        }
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
         if recovery_scenarios::is_recovery(report.workload) {
             *w.traps_sprung.get_or_insert(0) += u64::from(recovery_scenarios::sprung(report));
@@ -379,6 +394,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         "shipped: {} operations run at their keys' primary in {} batches; {} asked again after a configuration change",
         summary.shipped, summary.ship_batches, summary.ship_answered_again
     );
+    if summary.fills_assigned > 0 {
+        println!(
+            "data recovery: {} backups given to fill, {} filled and counted as copies",
+            summary.fills_assigned, summary.fills_counted
+        );
+    }
     for (name, w) in &summary.workloads {
         if let Some(sprung) = w.traps_sprung {
             println!("{name}: trap sprang in {sprung} of {} seeds", w.seeds);

@@ -275,6 +275,12 @@ pub struct Membership {
     reconfig: Reconfig,
     /// Processes asking to be admitted.
     joiners: BTreeMap<u16, u64>,
+    /// CM side: backups of the current view reported filled (partition, node), with when
+    /// the first report came; the next view counts them as copies.
+    filled: BTreeMap<(u32, u16), u64>,
+    /// Member side: the partitions this node's host reported filled (it fills them in its
+    /// current view); reported to the CM every renewal while the view has them filling.
+    my_filled: Vec<u32>,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -314,6 +320,8 @@ impl Membership {
             grants: BTreeMap::new(),
             reconfig: Reconfig::Idle { next_attempt_ns: 0 },
             joiners: BTreeMap::new(),
+            filled: BTreeMap::new(),
+            my_filled: Vec::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
@@ -630,6 +638,10 @@ impl Membership {
             let seq = self.seq;
             self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
             self.send(cm, seq, Body::LeaseRequest);
+            if !self.my_filled.is_empty() {
+                let partitions = self.my_filled.clone();
+                self.send(cm, 0, Body::Filled { partitions });
+            }
         }
         if now_ns >= self.lease_until {
             if !self.expired {
@@ -701,6 +713,19 @@ impl Membership {
         for old in self.joiners.keys() {
             suspects.insert(*old);
         }
+        for &p in &self.my_filled {
+            self.filled.entry((p, me)).or_insert(now_ns);
+        }
+        if suspects.is_empty() && self.fills_due(now_ns) {
+            // Backups filled: a view counts them as copies.
+            tracing::info!(
+                view = view_id,
+                filled = self.filled.len(),
+                "backups filled: reconfiguring to count them"
+            );
+            self.start_probe(now_ns, suspects);
+            return;
+        }
         if !suspects.is_empty() {
             for s in &suspects {
                 if !self.joiners.contains_key(s) {
@@ -712,6 +737,62 @@ impl Membership {
                 }
             }
             self.start_probe(now_ns, suspects);
+        }
+    }
+
+    /// Whether the CM should reconfigure to count filled backups as copies: every fill
+    /// of the view reported, or the first report is a renewal period old (a view change
+    /// interrupts every transaction in flight, so fills completing together share one).
+    fn fills_due(&self, now_ns: u64) -> bool {
+        if self.filled.is_empty() || self.phase != Phase::Member {
+            return false;
+        }
+        let Some(view) = &self.view else {
+            return false;
+        };
+        let first = self.filled.values().copied().min().unwrap_or(now_ns);
+        view.fills().all(|f| self.filled.contains_key(&f))
+            || now_ns >= first.saturating_add(self.options.renew_ns())
+    }
+
+    /// The host's report: these partitions, which this node fills in its current view,
+    /// are copied whole. The CM counts them as copies in its next view.
+    pub fn set_filled(&mut self, now_ns: u64, partitions: &[u32]) {
+        let Some(view) = &self.view else {
+            return;
+        };
+        let mine: Vec<u32> = partitions
+            .iter()
+            .copied()
+            .filter(|&p| view.filling(p).contains(&self.me))
+            .collect();
+        if mine == self.my_filled {
+            return;
+        }
+        self.my_filled = mine;
+        if self.phase != Phase::Member || self.my_filled.is_empty() {
+            return;
+        }
+        if view.cm != self.me {
+            let (cm, partitions) = (view.cm, self.my_filled.clone());
+            self.send(cm, 0, Body::Filled { partitions });
+        } else {
+            self.tick_cm(now_ns);
+        }
+    }
+
+    fn on_filled(&mut self, now_ns: u64, m: &Message, partitions: &[u32]) {
+        let Some(view) = &self.view else {
+            return;
+        };
+        if view.cm != self.me || self.phase != Phase::Member {
+            self.stats.dropped += 1;
+            return;
+        }
+        for &p in partitions {
+            if view.filling(p).contains(&m.from) {
+                self.filled.entry((p, m.from)).or_insert(now_ns);
+            }
         }
     }
 
@@ -800,7 +881,9 @@ impl Membership {
             members.retain(|m| m.node != node);
             members.push(ViewMember { node, incarnation });
         }
-        let next = view.next(self.me, members);
+        let mut next = view.next(self.me, members);
+        let filled: BTreeSet<(u32, u16)> = self.filled.keys().copied().collect();
+        next.rereplicate(&self.config, usize::from(self.config.replicas()), &filled);
         debug_assert!(view.orphaned_in(&next).is_empty());
         tracing::info!(
             node = self.me,
@@ -956,6 +1039,7 @@ impl Membership {
             Body::Stale => {
                 self.stats.dropped += 1;
             }
+            Body::Filled { ref partitions } => self.on_filled(now_ns, &m, partitions),
             Body::Join | Body::NewConfig(_) | Body::Probe => unreachable!("handled above"),
         }
     }
@@ -1057,6 +1141,8 @@ impl Membership {
         self.phase = Phase::Installing;
         self.installed = false;
         self.expired = false;
+        self.filled.clear();
+        self.my_filled.clear();
         self.last_heard_cm_ns = now_ns;
         self.joiners.retain(|n, i| !v.is_member(*n, *i));
         self.actions.push_back(Action::Install(v));
@@ -1423,6 +1509,8 @@ impl Membership {
                 self.view = Some(next.clone());
                 self.phase = Phase::Installing;
                 self.installed = false;
+                self.filled.clear();
+                self.my_filled.clear();
                 // Admitted: a joiner that then fails to acknowledge is left out by the
                 // next round, not admitted again (it asks again if it is alive).
                 self.joiners.retain(|n, i| !next.is_member(*n, *i));

@@ -2,14 +2,14 @@
 //! socket (FaRM 5.1 gives leases their own socket and thread, so that a loaded data path
 //! cannot delay them).
 //!
-//! Layout, little-endian: magic `0xF7`, version 1, kind (u8), then the envelope
+//! Layout, little-endian: magic `0xF7`, version 2 (1 had no fills), kind (u8), then the envelope
 //! (`from` node u16, `incarnation` u64, `view` id u64, `seq` u64), then the body of the
 //! kind. Decoding checks every length and never panics.
 
 use ferrotx_cluster::{View, ViewMember};
 
 const MAGIC: u8 = 0xF7;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Bytes before a body.
 #[cfg(test)]
 const HEADER_BYTES: usize = 3 + 2 + 8 + 8 + 8;
@@ -56,6 +56,13 @@ pub enum Body {
     /// A member tells a node it does not know (a non-member, or a member of an older
     /// view) which view it is in, so it reads the coordination service.
     Stale,
+    /// Member to CM: these partitions, which the sender's view has it fill (a new
+    /// backup), are copied whole; a later view may count them as copies (FaRM 5.4). Sent
+    /// again every renewal until a view no longer has them filling.
+    Filled {
+        /// The partitions.
+        partitions: Vec<u32>,
+    },
 }
 
 /// A message with its envelope.
@@ -112,6 +119,7 @@ impl Message {
             Body::NewConfigCommit { .. } => 8,
             Body::Join => 9,
             Body::Stale => 10,
+            Body::Filled { .. } => 11,
         };
         out.extend_from_slice(&[MAGIC, VERSION, kind]);
         out.extend_from_slice(&self.from.to_le_bytes());
@@ -126,6 +134,12 @@ impl Message {
                 out.extend_from_slice(&old_cm_lease_ns.to_le_bytes())
             }
             Body::NewConfig(view) => encode_view(view, out),
+            Body::Filled { partitions } => {
+                out.extend_from_slice(&(partitions.len() as u32).to_le_bytes());
+                for p in partitions {
+                    out.extend_from_slice(&p.to_le_bytes());
+                }
+            }
             _ => {}
         }
     }
@@ -159,6 +173,17 @@ impl Message {
             },
             9 => Body::Join,
             10 => Body::Stale,
+            11 => {
+                let n = r.u32()? as usize;
+                if n > r.left() / 4 {
+                    return Err(DecodeError::Truncated);
+                }
+                let mut partitions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    partitions.push(r.u32()?);
+                }
+                Body::Filled { partitions }
+            }
             k => return Err(DecodeError::UnknownKind(k)),
         };
         if r.at != bytes.len() {
@@ -182,13 +207,36 @@ fn encode_view(view: &View, out: &mut Vec<u8>) {
         out.extend_from_slice(&m.node.to_le_bytes());
         out.extend_from_slice(&m.incarnation.to_le_bytes());
     }
-    out.extend_from_slice(&(view.copies.len() as u32).to_le_bytes());
-    for copies in &view.copies {
-        out.push(copies.len() as u8);
-        for n in copies {
+    encode_map(&view.copies, out);
+    encode_map(&view.filling, out);
+}
+
+/// A partition map: its length, then each partition's node count and nodes.
+fn encode_map(map: &[Vec<u16>], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(map.len() as u32).to_le_bytes());
+    for nodes in map {
+        out.push(nodes.len() as u8);
+        for n in nodes {
             out.extend_from_slice(&n.to_le_bytes());
         }
     }
+}
+
+fn decode_map(r: &mut Reader<'_>) -> Result<Vec<Vec<u16>>, DecodeError> {
+    let partitions = r.u32()? as usize;
+    if partitions > r.left() {
+        return Err(DecodeError::Truncated);
+    }
+    let mut map = Vec::with_capacity(partitions);
+    for _ in 0..partitions {
+        let n = usize::from(r.take(1)?[0]);
+        let mut c = Vec::with_capacity(n);
+        for _ in 0..n {
+            c.push(r.u16()?);
+        }
+        map.push(c);
+    }
+    Ok(map)
 }
 
 fn decode_view(r: &mut Reader<'_>) -> Result<View, DecodeError> {
@@ -206,24 +254,14 @@ fn decode_view(r: &mut Reader<'_>) -> Result<View, DecodeError> {
             incarnation: r.u64()?,
         });
     }
-    let partitions = r.u32()? as usize;
-    if partitions > r.left() {
-        return Err(DecodeError::Truncated);
-    }
-    let mut copies = Vec::with_capacity(partitions);
-    for _ in 0..partitions {
-        let n = usize::from(r.take(1)?[0]);
-        let mut c = Vec::with_capacity(n);
-        for _ in 0..n {
-            c.push(r.u16()?);
-        }
-        copies.push(c);
-    }
+    let copies = decode_map(r)?;
+    let filling = decode_map(r)?;
     Ok(View {
         id,
         cm,
         members: list,
         copies,
+        filling,
     })
 }
 
@@ -285,6 +323,7 @@ mod tests {
                 },
             ],
             copies: vec![vec![1, 2], vec![2], vec![]],
+            filling: vec![vec![], vec![1], vec![]],
         }
     }
 
@@ -300,6 +339,9 @@ mod tests {
             Body::NewConfigCommit { duration_ns: 5 },
             Body::Join,
             Body::Stale,
+            Body::Filled {
+                partitions: vec![0, 7],
+            },
         ]
     }
 

@@ -11,6 +11,7 @@
 //! thread over its simulated network and time.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +21,7 @@ use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec}
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
+use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
 use ferrotx_txn::ship::{Executors, Procedures, Shipping};
 use ferrotx_wire::EndpointId;
 
@@ -43,6 +45,8 @@ pub struct CoreOptions {
     pub procedures: Procedures,
     /// How each worker runs shipped operations' batches.
     pub ship_executors: Executors,
+    /// How new backups are filled (data recovery).
+    pub refill: RefillOptions,
 }
 
 impl Default for CoreOptions {
@@ -53,6 +57,7 @@ impl Default for CoreOptions {
             log_records_max: LOG_RECORDS_MAX,
             procedures: Procedures::default(),
             ship_executors: Executors::default(),
+            refill: RefillOptions::default(),
         }
     }
 }
@@ -76,6 +81,10 @@ pub struct CoreWorker<T: Transport> {
     pub participant: Rc<RefCell<Participant>>,
 }
 
+/// One partition copy a node hosts: the partition, its role (in the view it was made
+/// for) and its data.
+pub type HostedCopy = (PartitionId, Role, Arc<Partition>);
+
 /// A node's partitions, built from its configuration, and the way to assemble its
 /// workers. Cheap to clone: the partitions are shared, as the worker threads of one node
 /// share them.
@@ -87,8 +96,13 @@ pub struct NodeCore {
     schema: Arc<[TableSpec]>,
     placement: Arc<ClusterPlacement>,
     store: Arc<NodeStore>,
-    /// The copies this node hosts: partition, role, data.
-    copies: Arc<[(PartitionId, Role, Arc<Partition>)]>,
+    /// The copies this node hosts: partition, role (in the view it was made for), data.
+    /// Data recovery adds backups; a copy the newest view no longer gives the node is
+    /// dropped.
+    copies: Arc<Mutex<Vec<HostedCopy>>>,
+    /// The backups this node fills (data recovery), kept across views while they stay
+    /// filling.
+    fills: Arc<Mutex<BTreeMap<u32, Arc<Fill>>>>,
     /// The store of the last view switched to, shared by the node's threads (its
     /// recovery blocks count them): the view's id and the store.
     view_store: Arc<Mutex<(u64, Arc<NodeStore>)>>,
@@ -135,28 +149,31 @@ impl NodeCore {
             view.id
         );
         let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
-        let mut store = NodeStore::new();
         let mut copies = Vec::new();
         for (index, nodes) in view.copies.iter().enumerate() {
             let id = PartitionId(u32::try_from(index).expect("at most PARTITIONS_MAX partitions"));
             if let Some(i) = nodes.iter().position(|&n| n == node) {
                 let role = if i == 0 { Role::Primary } else { Role::Backup };
-                let partition = Arc::new(Partition::new(id, &schema));
-                store.host(role, partition.clone());
-                copies.push((id, role, partition));
+                copies.push((id, role, Arc::new(Partition::new(id, &schema))));
             }
         }
-        let store = Arc::new(store);
-        Self {
+        let empty = Arc::new(NodeStore::new());
+        let mut core = Self {
             node,
             incarnation,
             placement: Arc::new(ClusterPlacement::new(config.clone(), Some(view))),
             config,
             schema,
-            view_store: Arc::new(Mutex::new((view.id, store.clone()))),
-            store,
-            copies: copies.into(),
-        }
+            view_store: Arc::new(Mutex::new((view.id, empty.clone()))),
+            store: empty,
+            copies: Arc::new(Mutex::new(copies)),
+            fills: Arc::new(Mutex::new(BTreeMap::new())),
+        };
+        // The view's copies, and the backups it has this node fill.
+        let store = Arc::new(core.build_store(view));
+        *core.view_store.lock().expect("view store lock") = (view.id, store.clone());
+        core.store = store;
+        core
     }
 
     /// The node's partitions with their roles in `view` (a backup promoted where the
@@ -174,6 +191,16 @@ impl NodeCore {
         }
         let previous = cached.1.clone();
         let mut store = self.build_store(view);
+        // The newest view: copies it does not give this node are dropped, and so are
+        // fills it no longer names.
+        self.copies
+            .lock()
+            .expect("copies lock")
+            .retain(|(id, _, _)| view.holds(id.0, self.node));
+        self.fills
+            .lock()
+            .expect("fills lock")
+            .retain(|&p, _| view.filling(p).contains(&self.node));
         // A partition this node becomes primary of (a promoted backup) is blocked until
         // every thread's recovery decided the transactions that wrote it.
         let threads = u32::from(self.config.threads_per_node());
@@ -197,7 +224,8 @@ impl NodeCore {
 
     fn build_store(&self, view: &View) -> NodeStore {
         let mut store = NodeStore::new();
-        for (id, _, partition) in self.copies.iter() {
+        let mut copies = self.copies.lock().expect("copies lock");
+        for (id, _, partition) in copies.iter() {
             let Some(nodes) = view.copies.get(id.0 as usize) else {
                 continue;
             };
@@ -206,7 +234,56 @@ impl NodeCore {
                 store.host(role, partition.clone());
             }
         }
+        // Backups to fill: hosted as backups, empty the first time (data recovery).
+        let mut fills = self.fills.lock().expect("fills lock");
+        for (p, _) in view.fills().filter(|&(_, n)| n == self.node) {
+            let partition = match copies.iter().find(|(id, _, _)| id.0 == p) {
+                Some((_, _, partition)) => partition.clone(),
+                None => {
+                    let partition = Arc::new(Partition::new(PartitionId(p), &self.schema));
+                    copies.push((PartitionId(p), Role::Backup, partition.clone()));
+                    partition
+                }
+            };
+            let fill = fills
+                .entry(p)
+                .or_insert_with(|| Arc::new(Fill::new(p)))
+                .clone();
+            store.host_filling(partition, fill);
+        }
         store
+    }
+
+    /// The partitions this node has filled whole and `view` still has it fill: to report
+    /// to the CM.
+    pub fn filled(&self, view: &View) -> Vec<u32> {
+        self.fills
+            .lock()
+            .expect("fills lock")
+            .iter()
+            .filter(|(p, f)| f.is_done() && view.filling(**p).contains(&self.node))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// How many of this node's fills are done (cheap: to notice a change).
+    pub fn fills_done(&self) -> usize {
+        self.fills
+            .lock()
+            .expect("fills lock")
+            .values()
+            .filter(|f| f.is_done())
+            .count()
+    }
+
+    /// The progress of every backup this node is filling.
+    pub fn fill_progress(&self) -> Vec<FillProgress> {
+        self.fills
+            .lock()
+            .expect("fills lock")
+            .values()
+            .map(|f| f.progress())
+            .collect()
     }
 
     /// This node's role for `partition` in `view`, if it holds a copy there.
@@ -214,6 +291,8 @@ impl NodeCore {
         let nodes = view.copies.get(partition.0 as usize)?;
         let i = nodes.iter().position(|&n| n == self.node)?;
         self.copies
+            .lock()
+            .expect("copies lock")
             .iter()
             .any(|(id, _, _)| *id == partition)
             .then_some(if i == 0 { Role::Primary } else { Role::Backup })
@@ -301,9 +380,9 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                // More in the background: recovery, and the executors of shipped
-                // operations.
-                callers: options.coroutines + 1 + options.ship_executors.count,
+                // More in the background: recovery, data recovery, and the executors of
+                // shipped operations.
+                callers: options.coroutines + 2 + options.ship_executors.count,
                 ..options.rpc.clone()
             },
         );
@@ -329,6 +408,14 @@ impl NodeCore {
         worker
             .executor()
             .spawn_background(move |co| async move { recovery.run_recovery(co).await });
+        let refill = coordinator.clone();
+        let (refill_options, seed) = (
+            options.refill,
+            u64::from(self.node) << 48 ^ self.incarnation ^ u64::from(thread) << 32,
+        );
+        worker.executor().spawn_background(move |co| async move {
+            refill.run_refill(co, refill_options, seed).await
+        });
         let shipping = Shipping::new(options.procedures.clone(), callers, options.ship_executors);
         coordinator.set_shipping(shipping.clone());
         let shared = worker.shared().clone();
@@ -359,7 +446,13 @@ impl NodeCore {
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) -> Result<bool, StoreError> {
         let partition = self.partition_of(table, &key);
         let mut stored = false;
-        for (_, _, copy) in self.copies.iter().filter(|(id, _, _)| *id == partition) {
+        for (_, _, copy) in self
+            .copies
+            .lock()
+            .expect("copies lock")
+            .iter()
+            .filter(|(id, _, _)| *id == partition)
+        {
             stored = copy.load(table, key, value)?;
         }
         Ok(stored)
@@ -381,16 +474,19 @@ impl NodeCore {
         }
     }
 
-    /// The copies of partitions this node hosts, with its role for each.
-    pub fn copies(&self) -> impl Iterator<Item = (PartitionId, Role, &Partition)> + '_ {
-        self.copies.iter().map(|(id, role, p)| (*id, *role, &**p))
+    /// The copies of partitions this node hosts, with its role for each (in the view the
+    /// node started with; a backup data recovery added is a backup).
+    pub fn copies(&self) -> Vec<HostedCopy> {
+        self.copies.lock().expect("copies lock").clone()
     }
 
     /// This node's copy of `partition` in `role`, if it hosts one.
-    pub fn copy(&self, partition: PartitionId, role: Role) -> Option<&Partition> {
+    pub fn copy(&self, partition: PartitionId, role: Role) -> Option<Arc<Partition>> {
         self.copies
+            .lock()
+            .expect("copies lock")
             .iter()
             .find(|(id, r, _)| *id == partition && *r == role)
-            .map(|(_, _, p)| &**p)
+            .map(|(_, _, p)| p.clone())
     }
 }

@@ -47,6 +47,9 @@ pub struct Link {
     doorbells: Mutex<Vec<Arc<Doorbell>>>,
     /// Counters and phase, for status.
     status: Mutex<LeaseStatus>,
+    /// The node's core once its workers run: the lease thread reports its filled backups
+    /// (data recovery) to the CM.
+    core: Mutex<Option<crate::NodeCore>>,
 }
 
 /// What the lease thread reports, for `status` and logs.
@@ -62,6 +65,8 @@ pub struct LeaseStatus {
     pub realtime: bool,
     /// The latest the lease thread woke after it meant to (a timeout due), in microseconds.
     pub max_wake_late_us: u64,
+    /// The backups this node is filling (data recovery), with their progress.
+    pub fills: Vec<ferrotx_txn::refill::FillProgress>,
 }
 
 impl Link {
@@ -77,7 +82,13 @@ impl Link {
             stop: AtomicBool::new(false),
             doorbells: Mutex::new(Vec::new()),
             status: Mutex::new(LeaseStatus::default()),
+            core: Mutex::new(None),
         }
+    }
+
+    /// Gives the lease thread the node's core (its workers started).
+    pub(crate) fn set_core(&self, core: crate::NodeCore) {
+        *self.core.lock().expect("core lock") = Some(core);
     }
 
     /// The current generation (one relaxed load; workers call it every iteration).
@@ -191,6 +202,7 @@ impl LeaseThread {
                     heard: 0,
                     realtime,
                     late_us: 0,
+                    fills_reported: (0, 0),
                 };
                 lease.run();
             })
@@ -278,6 +290,8 @@ struct LeaseLoop {
     heard: u64,
     realtime: bool,
     late_us: u64,
+    /// The fills last reported to the membership: view id and fills done then.
+    fills_reported: (u64, usize),
 }
 
 impl LeaseLoop {
@@ -305,6 +319,7 @@ impl LeaseLoop {
             }
             self.perform(now);
             self.check_switched(now);
+            self.report_fills(now);
             self.link
                 .serving_until
                 .store(self.membership.serving_until(), Ordering::Relaxed);
@@ -357,6 +372,34 @@ impl LeaseLoop {
         r > 0
     }
 
+    /// Tells the membership which backups this node filled whole, when that changed.
+    fn report_fills(&mut self, now: u64) {
+        let Some(view) = self.membership.view() else {
+            return;
+        };
+        let link = self.link.clone();
+        let core = link.core.lock().expect("core lock");
+        let Some(core) = core.as_ref() else {
+            return;
+        };
+        let seen = (view.id, core.fills_done());
+        if seen == self.fills_reported {
+            return;
+        }
+        let filled = core.filled(view);
+        for p in &filled {
+            tracing::info!(
+                node = core.id(),
+                partition = p,
+                view = view.id,
+                "backup filled"
+            );
+        }
+        self.fills_reported = seen;
+        self.membership.set_filled(now, &filled);
+        self.perform(now);
+    }
+
     fn publish_status(&self) {
         let mut status = self.link.status.lock().expect("status lock");
         status.stats = self.membership.stats();
@@ -368,6 +411,9 @@ impl LeaseLoop {
         status.phase = Some(self.membership.phase());
         status.realtime = self.realtime;
         status.max_wake_late_us = self.late_us;
+        if let Some(core) = self.link.core.lock().expect("core lock").as_ref() {
+            status.fills = core.fill_progress();
+        }
     }
 
     fn perform(&mut self, now: u64) {

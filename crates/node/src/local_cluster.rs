@@ -92,7 +92,7 @@ impl LocalCluster {
     }
 
     /// Every copy of `partition`, the primary first.
-    fn copies_of(&self, partition: PartitionId) -> Vec<(u16, &Partition)> {
+    fn copies_of(&self, partition: PartitionId) -> Vec<(u16, Arc<Partition>)> {
         self.config
             .partitions()
             .replicas(partition)
@@ -172,7 +172,7 @@ impl LocalCluster {
         out: &mut Vec<u8>,
     ) -> Option<ReadOutcome> {
         let partition = self.partition_of(table, key);
-        let (_, primary) = self.copies_of(partition)[0];
+        let (_, primary) = self.copies_of(partition).swap_remove(0);
         primary.read(table, key, out).ok()?.ok()
     }
 

@@ -537,6 +537,9 @@ impl Node {
     ) -> Self {
         let config = core.config().clone();
         let node = core.id();
+        if let Some(link) = &link {
+            link.set_core(core.clone());
+        }
         let core_options = CoreOptions {
             coroutines: options.coroutines,
             rpc: Config {
@@ -783,12 +786,12 @@ impl Node {
     }
 
     /// The copies of partitions this node hosts, with its role for each.
-    pub fn copies(&self) -> impl Iterator<Item = (PartitionId, Role, &Partition)> + '_ {
+    pub fn copies(&self) -> Vec<(PartitionId, Role, Arc<Partition>)> {
         self.core.copies()
     }
 
     /// This node's copy of `partition` in `role`, if it hosts one.
-    pub fn copy(&self, partition: PartitionId, role: Role) -> Option<&Partition> {
+    pub fn copy(&self, partition: PartitionId, role: Role) -> Option<Arc<Partition>> {
         self.core.copy(partition, role)
     }
 

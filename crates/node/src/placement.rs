@@ -13,22 +13,43 @@ use ferrotx_txn::coordinator::Placement;
 /// view's, once the node runs with membership, else the configuration file's.
 pub struct ClusterPlacement {
     config: Arc<Configuration>,
-    /// Primary then backups of each partition, from the view if there is one.
+    /// Primary, backups, then backups being filled, of each partition, from the view if
+    /// there is one.
     copies: Vec<Vec<u16>>,
+    /// How many of each partition's `copies` are being filled (at the end).
+    filling: Vec<u8>,
 }
 
 impl ClusterPlacement {
     /// The placement of `config`, with the partition map of `view` if given.
     pub fn new(config: Arc<Configuration>, view: Option<&View>) -> Self {
-        let copies = match view {
-            Some(v) => v.copies.clone(),
-            None => config
-                .partitions()
-                .iter()
-                .map(|(_, r)| r.nodes().collect())
-                .collect(),
+        let (copies, filling) = match view {
+            Some(v) => (
+                (0..v.copies.len())
+                    .map(|p| {
+                        let mut nodes = v.copies[p].clone();
+                        nodes.extend_from_slice(v.filling(p as u32));
+                        nodes
+                    })
+                    .collect(),
+                (0..v.copies.len())
+                    .map(|p| v.filling(p as u32).len() as u8)
+                    .collect(),
+            ),
+            None => (
+                config
+                    .partitions()
+                    .iter()
+                    .map(|(_, r)| r.nodes().collect())
+                    .collect(),
+                vec![0; config.partitions().partition_count() as usize],
+            ),
         };
-        Self { config, copies }
+        Self {
+            config,
+            copies,
+            filling,
+        }
     }
 }
 
@@ -55,6 +76,11 @@ impl Placement for ClusterPlacement {
             [] => &[],
             [_, backups @ ..] => backups,
         }
+    }
+
+    fn filling(&self, partition: u32) -> &[u16] {
+        let backups = self.backups(partition);
+        &backups[backups.len() - usize::from(self.filling[partition as usize])..]
     }
 }
 

@@ -38,6 +38,8 @@ struct SimNode {
     up: bool,
     /// Its membership state machine, when the cluster runs membership.
     membership: Option<Membership>,
+    /// The fills last reported to its membership: view id and fills done then.
+    fills_reported: (u64, usize),
 }
 
 /// A simulated cluster of every member of a configuration.
@@ -173,6 +175,7 @@ impl SimCluster {
                     incarnation: 0,
                     up: false,
                     membership: None,
+                    fills_reported: (0, 0),
                 })
                 .collect(),
             placement: ClusterPlacement::new(config.clone(), None),
@@ -443,7 +446,7 @@ impl SimCluster {
 
     /// Every copy of `partition` on a node that is up, the primary first (by the
     /// configuration's partition map), with its node and role.
-    pub fn copies_of(&self, partition: PartitionId) -> Vec<(u16, Role, &Partition)> {
+    pub fn copies_of(&self, partition: PartitionId) -> Vec<(u16, Role, Arc<Partition>)> {
         if let Some(state) = &self.membership {
             // With membership the current view says who holds the partition: a backup
             // may have been promoted, and a new life holds nothing.
@@ -464,6 +467,7 @@ impl SimCluster {
                     let (_, _, copy) = self
                         .core(node)?
                         .copies()
+                        .into_iter()
                         .find(|(id, _, _)| *id == partition)?;
                     Some((node, role, copy))
                 })
@@ -580,6 +584,7 @@ impl SimCluster {
         assert!(!slot.up);
         slot.incarnation += 1;
         slot.up = true;
+        slot.fills_reported = (0, 0);
         let incarnation = slot.incarnation;
         if let Some(state) = &self.membership {
             let now = self.sim.now_ns();
@@ -784,9 +789,19 @@ impl SimCluster {
             self.drain(node, now);
         }
         let strict = self.membership.as_ref().is_some_and(|s| s.strict_ticks);
-        let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
+        let slot = &mut self.nodes[usize::from(node)];
+        let Some(m) = slot.membership.as_mut() else {
             return;
         };
+        // As a real node's lease thread does: the backups filled whole, when that changed.
+        if let (Some(view), Some(core)) = (m.view(), slot.core.as_ref()) {
+            let seen = (view.id, core.fills_done());
+            if seen != slot.fills_reported {
+                slot.fills_reported = seen;
+                let filled = core.filled(view);
+                m.set_filled(local, &filled);
+            }
+        }
         if m.next_timeout_ns() <= local || (delivered && !strict) {
             m.tick(local);
         }

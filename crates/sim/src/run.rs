@@ -223,6 +223,11 @@ pub struct MembershipReport {
     pub steps: u64,
     /// Hints of newer configurations the workers gave membership.
     pub hints: u64,
+    /// Data recovery: backups views gave nodes to fill, and fills a later view counted
+    /// as copies.
+    pub fills_assigned: u64,
+    /// See `fills_assigned`.
+    pub fills_counted: u64,
 }
 
 impl RunReport {
@@ -286,6 +291,14 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         ship_executors: ferrotx_txn::ship::Executors {
             count: 3,
             parallel_after: 1,
+        },
+        // Small pages, often: a fill spans many steps, so that commits, failures and
+        // view changes land in the middle of it.
+        refill: ferrotx_txn::refill::RefillOptions {
+            objects_per_fetch: 5,
+            bytes_per_fetch: 256,
+            interval_ns: 200_000,
+            last_copy_speedup: 4,
         },
     };
     if let Some(membership) = options.membership {
@@ -424,6 +437,22 @@ fn run_with_membership(
         let faults_over = state.faults_over_ns.unwrap_or(faults_over);
         report.converged_after_ns = state.converged_ns.map(|t| t.saturating_sub(faults_over));
         live = cluster.coroutines_live();
+        // Data recovery: once the clients are done and the faults over, every partition
+        // gets back to its full count of copies, all equal (checked below).
+        let settle_by = now + SETTLE_LEASES * lease;
+        while report.panic.is_none()
+            && full_strength(&cluster).is_err()
+            && now < settle_by
+            && !cluster.out_of_steps()
+        {
+            let until = (now + lease / 4).min(settle_by);
+            if let Err(panic) = catch_panic(|| {
+                cluster.run_until(until);
+            }) {
+                report.panic = Some(panic);
+            }
+            now = until;
+        }
         why = if cluster.out_of_steps() {
             "the step bound was reached"
         } else {
@@ -493,6 +522,14 @@ fn run_with_membership(
         }
     }
     report.lost_partitions = state.lost_partitions();
+    for w in history.windows(2) {
+        for (p, n) in w[1].fills() {
+            report.fills_assigned += u64::from(!w[0].filling(p).contains(&n));
+        }
+        for (p, n) in w[0].fills() {
+            report.fills_counted += u64::from(w[1].copies[p as usize].contains(&n));
+        }
+    }
     report.hints = state.hints;
     // Beyond f: a partition lost every copy, or half the view is down for good. Data is
     // gone or no view can follow, as FaRM intends: the workload's findings and clients
@@ -512,6 +549,18 @@ fn run_with_membership(
         }
     }
     report.stuck = stuck;
+    if bootstrapped
+        && report.panic.is_none()
+        && !beyond_f
+        && !out_of_steps
+        && let Err(short) = full_strength(&cluster)
+    {
+        let state = cluster.membership.as_mut().expect("membership runs");
+        state.violation(format!(
+            "(d) not back to full strength {SETTLE_LEASES} leases after the clients finished: {short}"
+        ));
+        report.violations = state.violations.clone();
+    }
     let mut checked = if bootstrapped && report.panic.is_none() {
         scenario.check(&cluster)
     } else {
@@ -530,6 +579,53 @@ fn run_with_membership(
         buggify,
         Some(report),
     )
+}
+
+/// Leases a run with membership gets, after its clients finished, for data recovery to
+/// bring every partition back to its full count of equal copies.
+pub const SETTLE_LEASES: u64 = 100;
+
+/// Whether every partition has its full count of copies (the replicas asked for, or every
+/// member if fewer), none being filled, and every copy equal (the digest of each table);
+/// else what is short.
+pub fn full_strength(cluster: &SimCluster) -> Result<(), String> {
+    let state = cluster.membership.as_ref().expect("membership runs");
+    let Some(view) = state.coordination.current() else {
+        return Err("no view".into());
+    };
+    let config = cluster.config();
+    let want = usize::from(config.replicas()).min(view.members.len());
+    for (p, copies) in view.copies.iter().enumerate() {
+        let p = p as u32;
+        if copies.len() < want || !view.filling(p).is_empty() {
+            return Err(format!(
+                "partition {p} has copies on {copies:?} and fills {:?} in view {}, {want} wanted",
+                view.filling(p),
+                view.id
+            ));
+        }
+        let held = cluster.copies_of(ferrotx_store::PartitionId(p));
+        if held.len() != copies.len() {
+            return Err(format!(
+                "partition {p}: {} of its {} copies are on live nodes",
+                held.len(),
+                copies.len()
+            ));
+        }
+        for table in config.tables() {
+            let digests: Vec<_> = held
+                .iter()
+                .map(|(node, _, copy)| (*node, copy.digest(table.id)))
+                .collect();
+            if digests.windows(2).any(|w| w[0].1 != w[1].1) {
+                return Err(format!(
+                    "partition {p} table {}: copies differ (node, (digest, objects)): {digests:?}",
+                    table.id.0
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 thread_local! {

@@ -248,6 +248,55 @@ impl Partition {
         Ok(count)
     }
 
+    /// The tables of this partition, in schema order.
+    pub fn tables(&self) -> impl Iterator<Item = TableId> + '_ {
+        self.tables.iter().map(|(spec, _)| spec.id)
+    }
+
+    /// Copies objects of `table` out for a new backup (data recovery, FaRM 5.4): visits
+    /// keys from `cursor` (0 starts) in the order of [`Partition::scan`] and gives
+    /// `object` each one that ever had a version, with its value (`None`: deleted), and
+    /// `locked` each one a transaction holds (its value cannot be read now: copy it
+    /// later). Stops after `count` keys or once `object` returns false (the caller's
+    /// byte budget, checked after the object it was given). Returns the cursor to go on
+    /// from, 0 once every key was visited.
+    pub fn copy_out(
+        &self,
+        table: TableId,
+        cursor: u64,
+        count: usize,
+        mut object: impl FnMut(&Key, u64, Option<&[u8]>) -> bool,
+        mut locked: impl FnMut(&Key),
+    ) -> Result<u64, StoreError> {
+        let (_, index) = self.table(table)?;
+        let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
+        let mut value = Vec::new();
+        let mut more = true;
+        let next = index.scan(start, count.max(1), |entry| {
+            if !more {
+                return false;
+            }
+            match entry.object.read(&mut value) {
+                Ok(outcome) if outcome.version == 0 => {}
+                Ok(outcome) => {
+                    more = object(
+                        &entry.key,
+                        outcome.version,
+                        outcome.present.then_some(&*value),
+                    );
+                }
+                Err(_) => locked(&entry.key),
+            }
+            true
+        });
+        // The object that said "no more" was counted: the next call starts after it.
+        Ok(if next >= index.len() {
+            0
+        } else {
+            next as u64 + 1
+        })
+    }
+
     /// Visits up to `count` keys of `table` from `cursor` (0 starts) and pushes those
     /// whose object exists onto `out` with their values; returns the cursor to continue
     /// from, 0 once every key was visited.

@@ -15,6 +15,7 @@ mod log_space;
 mod placement;
 mod read;
 mod recovery;
+mod refill;
 mod round;
 mod ship;
 mod stats;

@@ -9,6 +9,7 @@ pub mod coordinator;
 pub mod messages;
 pub mod participant;
 pub mod recovery;
+pub mod refill;
 pub mod reservation;
 pub mod ship;
 mod store_scan;

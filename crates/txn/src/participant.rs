@@ -82,6 +82,9 @@ pub struct NodeStore {
     recovering: HashMap<u32, Arc<AtomicU32>, FixedState>,
     /// Objects reserved for transactions that lost attempts ([`crate::reservation`]).
     reservations: Reservations,
+    /// Backups this node is filling in this view (data recovery, [`crate::refill`]),
+    /// hosted as backups.
+    fills: Vec<Arc<crate::refill::Fill>>,
 }
 
 impl Default for NodeStore {
@@ -97,7 +100,20 @@ impl NodeStore {
             partitions: HashMap::with_hasher(FixedState::with_seed(0)),
             recovering: HashMap::with_hasher(FixedState::with_seed(0)),
             reservations: Reservations::default(),
+            fills: Vec::new(),
         }
+    }
+
+    /// Hosts `partition` as a backup being filled, with its shared progress.
+    pub fn host_filling(&mut self, partition: Arc<Partition>, fill: Arc<crate::refill::Fill>) {
+        debug_assert_eq!(partition.id().0, fill.partition());
+        self.host(Role::Backup, partition);
+        self.fills.push(fill);
+    }
+
+    /// The backups this node is filling in this view.
+    pub fn fills(&self) -> &[Arc<crate::refill::Fill>] {
+        &self.fills
     }
 
     /// Blocks partition `id` (hosted as primary) until `threads` worker threads each
@@ -214,6 +230,8 @@ pub struct Participant {
     scratch: Vec<u8>,
     /// Objects one step of a scan found, before they are copied into the answer.
     scan_scratch: Vec<(Key, Vec<u8>)>,
+    /// Locked keys a FETCH found, before they are copied into the answer.
+    fetch_locked: Vec<Key>,
     stats: ParticipantStats,
     /// The view this participant serves (LOCK and COMMIT-* of older views are
     /// recovery's).
@@ -246,6 +264,7 @@ impl Participant {
             spare: Vec::new(),
             scratch: Vec::new(),
             scan_scratch: Vec::new(),
+            fetch_locked: Vec::new(),
             stats: ParticipantStats::default(),
             configuration: 0,
             recovery: recovery::RecoveryState::default(),
@@ -295,7 +314,7 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 18] = [
+        let handlers: [(u8, ParticipantHandler); 19] = [
             (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
@@ -307,6 +326,7 @@ impl Participant {
             (request_type::ABORT, Self::abort),
             (request_type::SCAN, Self::scan),
             (request_type::COUNT, Self::count),
+            (crate::refill::FETCH, Self::fetch),
             (rt::NEED_RECOVERY, Self::need_recovery),
             (rt::REPLICATE_TX_STATE, Self::replicate_tx_state),
             (rt::RECOVERY_VOTE, Self::recovery_vote),
@@ -324,6 +344,22 @@ impl Participant {
                 }),
             );
         }
+    }
+
+    /// FETCH (data recovery, [`crate::refill`]): a page of a partition's objects from this
+    /// primary, for a backup being filled.
+    pub fn fetch(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let request = crate::refill::decode_fetch(payload).map_err(|_| MALFORMED)?;
+        let recovering = self.store.is_recovering(request.partition);
+        let partition = self.store.get(request.partition, Role::Primary);
+        crate::refill::answer_fetch(
+            &request,
+            partition,
+            recovering,
+            &mut self.fetch_locked,
+            response,
+        );
+        Ok(())
     }
 
     /// READ: the object's value and version from this primary.

@@ -9,6 +9,13 @@ pub trait Placement {
     fn partition_of(&self, table: TableId, key: &Key) -> u32;
     /// The node that is primary for `partition`.
     fn primary(&self, partition: u32) -> u16;
-    /// The nodes that are its backups.
+    /// The nodes that are its backups: those counted as copies, then those being filled
+    /// (data recovery), which receive its commits as well.
     fn backups(&self, partition: u32) -> &[u16];
+    /// The last of [`Placement::backups`] that are being filled, not yet counted as
+    /// copies.
+    fn filling(&self, partition: u32) -> &[u16] {
+        let _ = partition;
+        &[]
+    }
 }

@@ -1,0 +1,208 @@
+//! The driver of data recovery ([`crate::refill`]): each worker thread fills the new
+//! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ferrotx_exec::Co;
+use ferrotx_store::{Key, TableId};
+
+use super::{Coordinator, NO_PRIMARY};
+use crate::refill::{
+    FETCH_KEYS_MAX, FetchRequest, FetchStatus, FetchWhat, Fill, RefillOptions,
+    decode_fetch_response, encode_fetch,
+};
+
+/// How long the driver sleeps with nothing to fill (a view switch wakes it sooner).
+const IDLE_NS: u64 = 20_000_000;
+
+/// Where one fill stands in this thread.
+struct Progress {
+    /// The primary copied from: its node and life. Another one means starting again.
+    source: (u16, u64),
+    /// The table being visited (index into the partition's tables), and the cursor.
+    table: usize,
+    cursor: u64,
+    /// Keys found locked, to fetch again by name, with their table.
+    locked: BTreeSet<(TableId, Key)>,
+}
+
+impl Coordinator {
+    /// Fills this thread's share of the node's new backups, forever (a background
+    /// coroutine of every worker): one FETCH every `options.interval_ns` (a quarter of it,
+    /// or what `last_copy_speedup` says, for a partition left with one copy), after a
+    /// first delay drawn from `seed`.
+    pub async fn run_refill(&self, co: Co, options: RefillOptions, seed: u64) {
+        let threads = u64::from(self.ship_threads.get().max(1));
+        let thread = u64::from(self.local.thread());
+        let mut progress: BTreeMap<u32, Progress> = BTreeMap::new();
+        let mut started = false;
+        loop {
+            let store = self.store();
+            let mine: Vec<Arc<Fill>> = store
+                .fills()
+                .iter()
+                .filter(|f| u64::from(f.partition()) % threads == thread && !f.is_done())
+                .cloned()
+                .collect();
+            progress.retain(|p, _| mine.iter().any(|f| f.partition() == *p));
+            if mine.is_empty() || !self.accepting.get() {
+                // Nothing to fill, or the view is not committed yet.
+                co.wait_until(&self.opened, co.now_ns() + IDLE_NS).await;
+                continue;
+            }
+            if !started {
+                // A random start, so that the nodes filling do not all ask at once.
+                started = true;
+                let delay = splitmix(seed ^ thread) % options.interval_ns.max(1).saturating_mul(4);
+                co.sleep_until(co.now_ns() + delay).await;
+                continue;
+            }
+            let mut last_copy = false;
+            for fill in &mine {
+                last_copy |= self.fill_step(&co, fill, &mut progress, &options).await;
+            }
+            let pause = if last_copy {
+                options.interval_ns / options.last_copy_speedup.max(1)
+            } else {
+                options.interval_ns
+            };
+            co.sleep_until(co.now_ns() + pause).await;
+        }
+    }
+
+    /// One FETCH of `fill`, applied. Returns whether its partition is down to one copy.
+    async fn fill_step(
+        &self,
+        co: &Co,
+        fill: &Fill,
+        progress: &mut BTreeMap<u32, Progress>,
+        options: &RefillOptions,
+    ) -> bool {
+        let p = fill.partition();
+        let placement = self.placement();
+        let primary = placement.primary(p);
+        let copies = 1 + placement.backups(p).len() - placement.filling(p).len();
+        if primary == NO_PRIMARY || primary == self.local.node() {
+            return false;
+        }
+        let store = self.store();
+        let Some(copy) = store.get_any(p) else {
+            return false;
+        };
+        let tables: Vec<TableId> = copy.tables().collect();
+        let life = self
+            .members
+            .borrow()
+            .iter()
+            .find(|m| m.0 == primary)
+            .map_or(0, |m| m.1);
+        let state = progress.entry(p).or_insert_with(|| Progress {
+            source: (primary, life),
+            table: 0,
+            cursor: 0,
+            locked: BTreeSet::new(),
+        });
+        if state.source != (primary, life) {
+            // A new primary: its index has another order, so start again.
+            *state = Progress {
+                source: (primary, life),
+                table: 0,
+                cursor: 0,
+                locked: BTreeSet::new(),
+            };
+            fill.restarted();
+        }
+        let request = if let Some(&table) = tables.get(state.table) {
+            FetchRequest {
+                partition: p,
+                table,
+                what: FetchWhat::Page {
+                    cursor: state.cursor,
+                    count: options.objects_per_fetch,
+                    bytes_max: options.bytes_per_fetch,
+                },
+            }
+        } else if let Some(&(table, _)) = state.locked.first() {
+            let keys: Vec<Key> = state
+                .locked
+                .iter()
+                .filter(|(t, _)| *t == table)
+                .take(FETCH_KEYS_MAX / 2)
+                .map(|(_, k)| *k)
+                .collect();
+            FetchRequest {
+                partition: p,
+                table,
+                what: FetchWhat::Keys(keys),
+            }
+        } else {
+            fill.set_done();
+            return copies <= 1;
+        };
+        co.push_with(self.endpoint(primary), crate::refill::FETCH, |buffer| {
+            encode_fetch(&request, buffer)
+        });
+        co.call().await;
+        if self.placement().primary(p) != primary {
+            // The view changed meanwhile: the next step starts again if it must.
+            return copies <= 1;
+        }
+        let (mut objects, mut bytes) = (0u64, 0u64);
+        let mut refetched = Vec::new();
+        let mut locked = Vec::new();
+        let answered = co.result(0, |response| {
+            let Ok(bytes_in) = response else {
+                return None;
+            };
+            let Ok((FetchStatus::Ok, Some(page))) = decode_fetch_response(bytes_in) else {
+                return None;
+            };
+            let next = page.next_cursor;
+            let visited = page.visit(
+                |o| {
+                    objects += 1;
+                    bytes += (o.key.as_bytes().len() + o.value.map_or(0, <[u8]>::len)) as u64;
+                    refetched.push(o.key);
+                    if o.version > 0 {
+                        // Newer than the copy's, or left alone.
+                        let _ = copy.apply(request.table, &o.key, o.version, o.value);
+                    }
+                },
+                |key| locked.push(key),
+            );
+            visited.ok().map(|()| next)
+        });
+        let Some(next) = answered else {
+            // Not ready (recovery), refused (a view change coming), lost: try again.
+            return copies <= 1;
+        };
+        fill.copied(objects, bytes);
+        let table = request.table;
+        match request.what {
+            FetchWhat::Page { .. } => {
+                state.cursor = next;
+                if next == 0 {
+                    state.table += 1;
+                }
+            }
+            FetchWhat::Keys(_) => {
+                for key in refetched {
+                    state.locked.remove(&(table, key));
+                }
+            }
+        }
+        for key in locked {
+            state.locked.insert((table, key));
+        }
+        copies <= 1
+    }
+}
+
+/// A 64-bit mix (splitmix64's finaliser), for the first delay.
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
