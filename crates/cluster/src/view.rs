@@ -395,6 +395,7 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn view3() -> View {
         let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
@@ -457,6 +458,121 @@ mod tests {
         }
         assert!(!v.orphaned_in(&bad).is_empty());
         bad.check(&config).unwrap();
+    }
+
+    /// A configuration of `nodes` nodes in the failure domains `domains` gives them
+    /// (node n in `domains[n]`), 3 replicas, 2 partitions per node.
+    fn domained(domains: &[&str]) -> Configuration {
+        let local = Configuration::local(domains.len() as u16, 3, 1, 2, 7000).unwrap();
+        let members = local
+            .members()
+            .iter()
+            .map(|m| crate::Member {
+                failure_domain: domains[usize::from(m.node)].to_string(),
+                ..m.clone()
+            })
+            .collect();
+        Configuration::new(
+            local.id(),
+            1,
+            3,
+            members,
+            local.partitions().partition_count(),
+        )
+        .unwrap()
+    }
+
+    fn lives(config: &Configuration) -> Vec<ViewMember> {
+        config
+            .members()
+            .iter()
+            .map(|m| ViewMember {
+                node: m.node,
+                incarnation: 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_member_is_replaced_by_fills_in_other_domains_balanced() {
+        // Racks: a = {0, 1}, b = {2, 3}, c = {4, 5}.
+        let config = domained(&["a", "a", "b", "b", "c", "c"]);
+        let v = View::initial(1, &config, lives(&config));
+        let mut next = v.next(
+            1,
+            v.members.iter().copied().filter(|m| m.node != 0).collect(),
+        );
+        next.rereplicate(&config, 3, &BTreeSet::new());
+        next.check(&config).unwrap();
+        let domain = |n: u16| config.member(n).unwrap().failure_domain.clone();
+        let mut given = BTreeMap::new();
+        for (p, old) in v.copies.iter().enumerate() {
+            let p = p as u32;
+            if !old.contains(&0) {
+                assert!(next.filling(p).is_empty(), "partition {p} lost nothing");
+                continue;
+            }
+            // One fill per partition node 0 held, never on a node holding a copy, and in
+            // a domain holding none of its copies (there always is one here).
+            assert_eq!(next.filling(p).len(), 1, "partition {p}");
+            let n = next.filling(p)[0];
+            assert!(!next.copies[p as usize].contains(&n));
+            let domains: BTreeSet<String> =
+                next.copies[p as usize].iter().map(|&c| domain(c)).collect();
+            assert!(
+                !domains.contains(&domain(n)),
+                "partition {p} filled in a used domain"
+            );
+            *given.entry(n).or_insert(0) += 1;
+        }
+        // Spread: no survivor takes more than one more fill than another could.
+        let most = given.values().max().unwrap();
+        let least = given.values().min().unwrap();
+        assert!(most - least <= 2, "{given:?}");
+        // The filled ones become copies, the others stay filling.
+        let (p, n) = next.fills().next().unwrap();
+        let filled: BTreeSet<(u32, u16)> = [(p, n)].into_iter().collect();
+        let mut after = next.next(1, next.members.clone());
+        after.rereplicate(&config, 3, &filled);
+        assert_eq!(after.copies[p as usize].last(), Some(&n));
+        assert_eq!(after.copies[p as usize].len(), 3);
+        assert_eq!(after.fills().count(), next.fills().count() - 1);
+        after.check(&config).unwrap();
+    }
+
+    #[test]
+    fn a_new_life_fills_what_its_last_life_held_and_fills_never_promote() {
+        let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
+        let v = View::initial(1, &config, lives(&config));
+        let mut down = v.next(1, v.members[1..].to_vec());
+        down.rereplicate(&config, 3, &BTreeSet::new());
+        // Two survivors hold every partition already: nowhere to fill.
+        assert!(down.filling.is_empty());
+        let mut back = down.members.clone();
+        back.push(ViewMember {
+            node: 0,
+            incarnation: 2,
+        });
+        let mut joined = down.next(1, back);
+        joined.rereplicate(&config, 3, &BTreeSet::new());
+        joined.check(&config).unwrap();
+        for p in 0..joined.copies.len() as u32 {
+            assert_eq!(joined.filling(p), &[0]);
+            assert_eq!(joined.copies[p as usize].len(), 2);
+        }
+        // Every copy dies but the fills: the partitions are lost, the fills dropped.
+        let alone = joined.next(
+            0,
+            vec![ViewMember {
+                node: 0,
+                incarnation: 2,
+            }],
+        );
+        assert!(alone.copies.iter().all(Vec::is_empty));
+        assert!(alone.filling.is_empty());
+        // A view without fills encodes as before data recovery existed.
+        assert!(!down.to_text().contains("filling"));
+        assert_eq!(View::from_text(&joined.to_text()).unwrap(), joined);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::run::{Checked, RunOptions, RunReport, Scenario};
 use crate::scenarios;
 
 /// Every recovery scenario, in the order `--workload recovery` runs them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 10] = [
     "recovery-crash-coordinator",
     "recovery-crash-primary",
     "recovery-crash-backup",
@@ -33,7 +33,13 @@ pub const NAMES: [&str; 7] = [
     "recovery-partition",
     "recovery-crash-during-recovery",
     "recovery-two-crashes",
+    "recovery-crash-filler",
+    "recovery-crash-during-fill",
+    "recovery-isolate-filler",
 ];
+
+/// The fault point of data recovery: a node filling a new backup applied a FETCH.
+pub const REFILL_POINT: &str = "txn.refill.after_fetch";
 
 /// The workloads the recovery scenarios run (every one writes), by `seed % 7`.
 pub const WORKLOADS: [&str; 7] = [
@@ -130,7 +136,10 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     let lease = membership.lease_ns;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7ec0_7e57);
     let nodes: u16 = match name {
-        "recovery-crash-during-recovery" | "recovery-two-crashes" => 5,
+        "recovery-crash-during-recovery"
+        | "recovery-two-crashes"
+        | "recovery-crash-during-fill" => 5,
+        "recovery-isolate-filler" => 4,
         _ => 3,
     };
     let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
@@ -243,6 +252,31 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
             a.then = Some(Box::new(b));
             a
         }
+        // Data recovery: a first crash (the node restarts, joins and is given backups to
+        // fill, or others are), then a fault while a node fills.
+        "recovery-crash-filler" | "recovery-crash-during-fill" | "recovery-isolate-filler" => {
+            let first = any_point(&mut rng);
+            let restart_after_ns = Some(rng.random_range(lease..=3 * lease));
+            let mut a = attack(first, TrapAction::Crash { restart_after_ns });
+            let fill = (REFILL_POINT, rng.random_range(1..=12), false);
+            let action = match name {
+                // The filling node itself fails; it restarts later as a new life.
+                "recovery-crash-filler" => TrapAction::Crash {
+                    restart_after_ns: restart(&mut rng),
+                },
+                // A second failure before data recovery ends: another node, perhaps the
+                // primary copied from.
+                "recovery-crash-during-fill" => TrapAction::CrashOther {
+                    pick: rng.random_range(0..4),
+                    restart_after_ns: restart(&mut rng),
+                },
+                _ => TrapAction::Isolate {
+                    heal_after_ns: rng.random_range(2 * lease..=6 * lease),
+                },
+            };
+            a.then = Some(Box::new(attack(fill, action)));
+            a
+        }
         other => panic!("no recovery scenario {other:?}; they are {NAMES:?}"),
     };
     RunOptions {
@@ -307,5 +341,14 @@ pub fn failure(report: &RunReport) -> Option<String> {
 
 /// Whether the run's trap sprang (the attack happened).
 pub fn sprung(report: &RunReport) -> bool {
-    report.attack.iter().any(|line| line.contains("sprang"))
+    // The data-recovery scenarios' attack is their second trap, at the fill.
+    let point = if report.workload.contains("fill") {
+        REFILL_POINT
+    } else {
+        ""
+    };
+    report
+        .attack
+        .iter()
+        .any(|line| line.contains("sprang") && line.contains(point))
 }

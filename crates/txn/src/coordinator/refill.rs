@@ -195,6 +195,10 @@ impl Coordinator {
         for key in locked {
             state.locked.insert((table, key));
         }
+        if ferrotx_buggify::fires("txn.refill.after_fetch") {
+            // A filling node slowed here; the simulator's traps fail a node at this point.
+            super::buggify_delay(co).await;
+        }
         copies <= 1
     }
 }
