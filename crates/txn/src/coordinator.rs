@@ -109,6 +109,8 @@ pub struct Coordinator {
     shipping: RefCell<Option<Rc<crate::ship::Shipping>>>,
     /// The counter that makes this thread's ages unique.
     next_age: Cell<u32>,
+    /// The configuration this thread was built in: recovery runs for every later one.
+    started_in: u64,
 }
 
 impl Coordinator {
@@ -148,6 +150,7 @@ impl Coordinator {
             next_ship_seq: Cell::new(1),
             shipping: RefCell::new(None),
             next_age: Cell::new(0),
+            started_in: configuration,
         }
     }
 

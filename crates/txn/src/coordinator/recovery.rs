@@ -92,7 +92,11 @@ impl Coordinator {
     /// committed after the first, and the decisions of the transactions this thread
     /// coordinates the recovery of. Spawn it once per worker, in the background.
     pub async fn run_recovery(&self, co: Co) {
-        let mut recovered = self.configuration();
+        // From the configuration this thread was built in, not the one it may have
+        // switched to before this coroutine first ran: a process admitted into a running
+        // cluster holds backups being filled from its first view, whose primaries wait
+        // for its NEED-RECOVERY (recovery-crash-during-recovery seed 92 hung without it).
+        let mut recovered = self.started_in;
         let mut last_mark = 0;
         loop {
             let view = self.configuration();
