@@ -8,6 +8,7 @@ pub mod failover;
 pub mod kv;
 pub mod latency;
 pub mod lossy;
+pub mod plot;
 pub mod png;
 pub mod processes;
 mod raster;
