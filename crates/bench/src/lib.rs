@@ -9,9 +9,7 @@ pub mod kv;
 pub mod latency;
 pub mod lossy;
 pub mod plot;
-pub mod png;
 pub mod processes;
-mod raster;
 pub mod rpc;
 pub mod sweep;
 

@@ -7,8 +7,9 @@
 //! without fonts. An SVG names the family `sans-serif` and leaves the font to its viewer
 //! (its layout, like the bitmap's, measured with DejaVu Sans).
 //!
-//! A new plot is a type implementing [`Figure`], usually [`chart`] then [`mesh`] with a
-//! series or two in [`SERIES`] colours, and a call of [`write`]; [`timeline`] is one.
+//! A new plot is a type implementing [`Figure`] (usually [`titled`], [`chart`] and [`mesh`],
+//! then a series or two in [`SERIES`] colours and their [`legend`]), and a call of
+//! [`write`]; [`timeline`] is one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -122,19 +123,18 @@ fn register_font() {
     });
 }
 
-/// The frame every chart shares: `title` above, room below and left for the axes. Go on
-/// with `build_cartesian_2d`, then [`mesh`].
-pub fn chart<'a, 'b, DB: DrawingBackend>(
-    root: &'a DrawingArea<DB, Shift>,
+/// Draws `title` at the top of `root` and returns the area below it, for [`chart`].
+pub fn titled<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
     title: &str,
-) -> ChartBuilder<'a, 'b, DB> {
-    let mut builder = untitled(root);
-    builder.caption(title, (FONT, TITLE_SIZE));
-    builder
+) -> Result<DrawingArea<DB, Shift>, DrawingAreaErrorKind<DB::ErrorType>> {
+    root.margin(MARGIN, 0, 0, 0)
+        .titled(title, (FONT, TITLE_SIZE))
 }
 
-/// [`chart`] without its title, for an `area` below one (`root.titled`).
-pub fn untitled<'a, 'b, DB: DrawingBackend>(
+/// The frame every chart shares, on the `area` below a title ([`titled`]): margins, and
+/// room below and left for the axes. Go on with `build_cartesian_2d`, then [`mesh`].
+pub fn chart<'a, 'b, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
 ) -> ChartBuilder<'a, 'b, DB> {
     let mut builder = ChartBuilder::on(area);
@@ -280,10 +280,8 @@ impl Figure for Timeline<'_> {
         }
         let band = MARKER_ROW * row_ends.len() as i32;
 
-        let area = root
-            .margin(MARGIN, 0, 0, 0)
-            .titled(self.title, (FONT, TITLE_SIZE))?;
-        let mut chart = untitled(&area)
+        let area = titled(root, self.title)?;
+        let mut chart = chart(&area)
             .margin_top(band + 4)
             .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
         mesh(
@@ -364,6 +362,29 @@ fn moving_average(buckets: &[u64], window: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The text of every SVG `<text>` element (as written, escaped).
+#[cfg(test)]
+pub(crate) fn texts(svg: &str) -> Vec<&str> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|element| element.split_once('>')?.1.split_once("</text>"))
+        .map(|(text, _)| text.trim())
+        .collect()
+}
+
+/// A PNG's width, height and RGB pixels.
+#[cfg(test)]
+pub(crate) fn decode_png(png: &[u8]) -> (u32, u32, Vec<u8>) {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut rgb).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    rgb.truncate(info.buffer_size());
+    (info.width, info.height, rgb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,7 +439,7 @@ mod tests {
         assert!(texts.contains(&"failover &lt;node 2&gt;"), "{texts:?}");
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
-        let (width, height, rgb) = decode(&png);
+        let (width, height, rgb) = decode_png(&png);
         assert_eq!((width, height), SIZE);
         // The title is text in the bitmap too: dark pixels in the top band.
         let dark = rgb[..width as usize * 3 * 30]
@@ -444,15 +465,6 @@ mod tests {
         .unwrap();
     }
 
-    /// The text of every SVG `<text>` element (as written, escaped).
-    pub(crate) fn texts(svg: &str) -> Vec<&str> {
-        svg.split("<text")
-            .skip(1)
-            .filter_map(|element| element.split_once('>')?.1.split_once("</text>"))
-            .map(|(text, _)| text.trim())
-            .collect()
-    }
-
     #[test]
     fn tick_labels_are_short() {
         let labels: Vec<String> = [0.0, 20.0, 0.25, 1.0 / 3.0, -0.0001, 1e5]
@@ -460,17 +472,5 @@ mod tests {
             .map(number)
             .collect();
         assert_eq!(labels, ["0", "20", "0.25", "0.333", "0", "100000"]);
-    }
-
-    /// A PNG's width, height and RGB pixels.
-    pub(crate) fn decode(png: &[u8]) -> (u32, u32, Vec<u8>) {
-        let mut reader = png::Decoder::new(std::io::Cursor::new(png))
-            .read_info()
-            .unwrap();
-        let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut rgb).unwrap();
-        assert_eq!(info.color_type, png::ColorType::Rgb);
-        rgb.truncate(info.buffer_size());
-        (info.width, info.height, rgb)
     }
 }
