@@ -260,7 +260,7 @@ impl Figure for Timeline<'_> {
         let mut row_ends: Vec<i32> = Vec::new();
         for &i in &order {
             let (at, label) = self.markers[i];
-            let x = left + ((at / x_max).clamp(0.0, 1.0) * f64::from(right - left)) as i32;
+            let x = left + ((at / x_max).clamp(0.0, 1.0) * f64::from(right - left)).round() as i32;
             let width = root.estimate_text_size(label, &style)?.0 as i32;
             let leftwards = x + 3 + width > right;
             let (from, to) = if leftwards {
@@ -319,22 +319,30 @@ impl Figure for Timeline<'_> {
 
         // Each marker's line runs from the x axis up to its label's row: first every
         // line, then every label on white over them.
-        let bottom = chart.backend_coord(&(0.0, 0.0)).1;
-        let top = chart.backend_coord(&(0.0, y_max)).1;
-        for (i, &(at, label)) in self.markers.iter().enumerate() {
-            let colour = SERIES[2 + i % (SERIES.len() - 2)];
+        let (pixels_x, pixels_y) = chart.plotting_area().get_pixel_range();
+        debug_assert_eq!((pixels_x.start, pixels_x.end - 1), (left, right));
+        let (top, bottom) = (pixels_y.start, pixels_y.end - 1);
+        let colour = |i: usize| SERIES[2 + i % (SERIES.len() - 2)];
+        let row_top = |row: usize| top - band + MARKER_ROW * (row_ends.len() - 1 - row) as i32;
+        let xs: Vec<i32> = self
+            .markers
+            .iter()
+            .map(|&(at, _)| chart.backend_coord(&(at.max(0.0), 0.0)).0)
+            .collect();
+        for (i, &x) in xs.iter().enumerate() {
+            let (row, _) = placed[i];
+            let line = [(x, bottom), (x, row_top(row))];
+            root.draw(&PathElement::new(line, colour(i).stroke_width(1)))?;
+        }
+        for (i, &(_, label)) in self.markers.iter().enumerate() {
             let (row, leftwards) = placed[i];
-            let x = chart.backend_coord(&(at, 0.0)).0;
-            let y = top - band + MARKER_ROW * (row_ends.len() - 1 - row) as i32;
-            root.draw(&PathElement::new(
-                [(x, bottom), (x, y)],
-                colour.stroke_width(1),
-            ))?;
+            let (x, y) = (xs[i], row_top(row));
             let (anchor, dx) = if leftwards {
                 (HPos::Right, -3)
             } else {
                 (HPos::Left, 3)
             };
+            let colour = colour(i);
             let text = style.color(&colour).pos(Pos::new(anchor, VPos::Top));
             let width = root.estimate_text_size(label, &text)?.0 as i32;
             let from = if leftwards { x + dx - width } else { x + dx };
