@@ -5,8 +5,8 @@ Measures `ferrotx bench rpc` at one coroutine (the RPC round trip), then `ferrot
 tatp` (3 node processes, 1 M subscribers each, 3 replicas, UDP) as a sweep of the offered
 load on one cluster loaded once: from 1 coroutine per node (low load, for the latency
 target) up to the saturating loads (for throughput), then `bench rpc` again to show drift.
-Writes docs/results/tatp.json and docs/results/tatp.md, and docs/img/tatp_sweep.svg (drawn
-by ferrotx) and .png (with matplotlib, when installed).
+Writes docs/results/tatp.json and docs/results/tatp.md, and docs/img/tatp_sweep.svg and
+.png (both drawn by ferrotx).
 
 Usage: python3 scripts/bench_tatp.py [--duration SECONDS] [--coroutines 1,2,4,...]
        [--subscribers-per-node N] [--bin PATH (default: build target/release/ferrotx)]
@@ -69,13 +69,8 @@ def main():
             sweep = json.load(f)
         img = os.path.join(ROOT, "docs", "img")
         os.makedirs(img, exist_ok=True)
-        shutil.copy(prefix + ".svg", os.path.join(img, "tatp_sweep.svg"))
-        try:
-            # The PNG lands beside the JSON: draw it in the work directory, then move it.
-            run(["python3", os.path.join(ROOT, "scripts", "plot_sweep.py"), prefix + ".json"])
-            shutil.copy(prefix + ".png", os.path.join(img, "tatp_sweep.png"))
-        except (subprocess.CalledProcessError, FileNotFoundError):
-            print("  no PNG (pip install matplotlib)")
+        for ext in ("svg", "png"):
+            shutil.copy(prefix + "." + ext, os.path.join(img, "tatp_sweep." + ext))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rpc_after = rpc_latency(args.duration)

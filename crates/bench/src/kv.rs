@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use ferrotx_cluster::Configuration;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
@@ -507,10 +508,14 @@ pub fn run_points(
         .collect())
 }
 
-/// Waits out the measured window, redrawing a progress bar with the throughput so far
-/// on stderr twice a second.
+/// Waits out the measured window, with a progress bar on stderr (hidden if that is not a
+/// terminal) that shows the throughput so far, updated twice a second.
 fn measure_with_progress(cluster: &mut ProcessCluster, duration_s: f64) -> anyhow::Result<()> {
-    const WIDTH: usize = 30;
+    let bar = ProgressBar::new((duration_s * 1e3) as u64).with_style(
+        ProgressStyle::with_template("  measuring: [{bar:30}] {msg}")
+            .expect("a valid progress template")
+            .progress_chars("#."),
+    );
     let started = std::time::Instant::now();
     loop {
         let elapsed = started.elapsed().as_secs_f64();
@@ -524,15 +529,13 @@ fn measure_with_progress(cluster: &mut ProcessCluster, duration_s: f64) -> anyho
             .map(|line| line.parse::<u64>().unwrap_or(0))
             .sum();
         let elapsed = started.elapsed().as_secs_f64().min(duration_s);
-        let filled = ((elapsed / duration_s) * WIDTH as f64) as usize;
-        eprint!(
-            "\r  measuring: [{}{}] {elapsed:.1} of {duration_s:.1} s, {:.0} K txn/s",
-            "#".repeat(filled.min(WIDTH)),
-            ".".repeat(WIDTH - filled.min(WIDTH)),
+        bar.set_position((elapsed * 1e3) as u64);
+        bar.set_message(format!(
+            "{elapsed:.1} of {duration_s:.1} s, {:.0} K txn/s",
             committed as f64 / elapsed.max(1e-3) / 1e3
-        );
+        ));
     }
-    eprintln!();
+    bar.finish();
     Ok(())
 }
 

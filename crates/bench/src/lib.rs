@@ -8,9 +8,8 @@ pub mod failover;
 pub mod kv;
 pub mod latency;
 pub mod lossy;
-pub mod png;
+pub mod plot;
 pub mod processes;
-mod raster;
 pub mod rpc;
 pub mod sweep;
 

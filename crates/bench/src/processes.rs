@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use ferrotx_cluster::Configuration;
+use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::driver::DriveOptions;
 
@@ -120,6 +121,13 @@ impl ProcessCluster {
             });
         }
         // Each node reports its loading, then `ready`; the first node's progress is shown.
+        let bar = ProgressBar::new(0).with_style(
+            ProgressStyle::with_template(
+                "  loading: [{bar:20}] {percent:>3}% ({human_pos} of ~{human_len} rows, two passes)",
+            )
+            .expect("a valid progress template")
+            .progress_chars("#."),
+        );
         for i in 0..cluster.nodes.len() {
             loop {
                 let line = cluster.read_one(i)?;
@@ -134,18 +142,12 @@ impl ProcessCluster {
                     bail!("a node did not start: {line}");
                 };
                 if i == 0 {
-                    eprint!(
-                        "\r  loading: {:>3}% ({:.1} M of about {:.1} M rows generated, in two passes)",
-                        (done * 100 / total.max(1)).min(100),
-                        done as f64 / 1e6,
-                        total as f64 / 1e6
-                    );
+                    bar.set_length(total);
+                    bar.set_position(done.min(total));
                 }
             }
-            if i == 0 {
-                eprintln!("\r  loading: done{:50}", "");
-            }
         }
+        bar.finish_and_clear();
         Ok(cluster)
     }
 
