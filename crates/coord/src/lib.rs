@@ -190,16 +190,31 @@ impl FileCoordination {
         let Some(view) = self.read_file()? else {
             return Ok(None);
         };
-        if view.is_ended() {
+        if view.is_ended() || self.any_member_alive(&view)? {
             return Ok(None);
-        }
-        for m in &view.members {
-            if m.node != self.node && self.node_alive(m.node)? {
-                return Ok(None);
-            }
         }
         self.write_file(&View::ended(view.id, view.copies.len()))?;
         Ok(Some(view.id))
+    }
+
+    /// The id of the stored view if a cluster runs on this service: a view that has not
+    /// ended, with a member other than this node alive. A process started with `--join`
+    /// checks it, so that it never starts a new, empty cluster by mistake.
+    pub fn running_cluster(&mut self) -> Result<Option<u64>, CoordinationError> {
+        let _lock = self.state_lock()?;
+        match self.read_file()? {
+            Some(view) if !view.is_ended() && self.any_member_alive(&view)? => Ok(Some(view.id)),
+            _ => Ok(None),
+        }
+    }
+
+    fn any_member_alive(&self, view: &View) -> Result<bool, CoordinationError> {
+        for m in &view.members {
+            if m.node != self.node && self.node_alive(m.node)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// True if node `node`'s liveness lock is held. Takes it for an instant if not.

@@ -74,6 +74,11 @@ struct NodeArgs {
     /// answers peers' messages without a wake-up; 0 leaves the cores to other processes.
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
+    /// Only join a running cluster (a restarted or new node): fail, rather than start a
+    /// new empty cluster, if no member of the stored view is alive. Admitted, the node
+    /// holds no data at first and receives backups to fill (data recovery).
+    #[arg(long)]
+    join: bool,
 }
 
 #[derive(Args)]
@@ -557,6 +562,7 @@ fn main() -> anyhow::Result<()> {
             args.lease_ms,
             args.coordination.as_deref(),
             args.spin_us,
+            args.join,
         )?,
         Command::Status(args) => {
             processes::status(&args.config, args.coordination.as_deref(), args.json)?

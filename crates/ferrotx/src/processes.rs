@@ -64,6 +64,7 @@ pub fn node(
     lease_ms: u64,
     coordination: Option<&Path>,
     spin_us: Option<u64>,
+    join: bool,
 ) -> anyhow::Result<()> {
     let config = Arc::new(Configuration::load(path)?);
     if config.member(id).is_none() {
@@ -84,7 +85,17 @@ pub fn node(
         .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
     let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
-    if let Some(ended) = coordination.retire_if_dead()? {
+    if join {
+        // Into a running cluster only: never the first node of a new, empty one.
+        let Some(view) = coordination.running_cluster()? else {
+            bail!(
+                "node {id}: --join, but no cluster runs on {} (no live member in its view); \
+                 start without --join to begin a new cluster",
+                state.display()
+            );
+        };
+        println!("node {id}: joining the running cluster at configuration {view}");
+    } else if let Some(ended) = coordination.retire_if_dead()? {
         println!(
             "node {id}: the cluster of configuration {ended} in {} has no live member: starting a new one",
             state.display()
@@ -230,6 +241,7 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     let total = (!answered.is_empty()).then(|| RecoveryCounters::sum(&answered));
     let replicas = usize::from(config.replicas());
     let (short, lost) = view.short_and_lost(replicas);
+    let filling = view.fills().count();
     if json {
         let members: Vec<serde_json::Value> = view
             .members
@@ -256,6 +268,8 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             "partitions": view.copies.len(),
             "replicas": replicas,
             "copies": view.copies,
+            "filling": (0..view.copies.len()).map(|p| view.filling(p as u32)).collect::<Vec<_>>(),
+            "backups_filling": filling,
             "short_of_copies": short,
             "without_copy": lost,
             "recovery": total.as_ref().map(|t| {
@@ -311,16 +325,23 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         println!("  all {} answering: {}", answered.len(), t.line());
     }
     println!(
-        "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy",
+        "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy; \
+         {filling} new backups being filled (data recovery)",
         view.copies.len(),
         replicas,
         short,
         lost
     );
     for (p, copies) in view.copies.iter().enumerate() {
-        if copies.len() < replicas {
+        let fills = view.filling(p as u32);
+        if copies.len() < replicas || !fills.is_empty() {
+            let fills = if fills.is_empty() {
+                String::new()
+            } else {
+                format!(", filling on {fills:?}")
+            };
             println!(
-                "  partition {p}: copies on {copies:?} ({} of {replicas})",
+                "  partition {p}: copies on {copies:?} ({} of {replicas}){fills}",
                 copies.len()
             );
         }
@@ -728,7 +749,7 @@ fn run_children(config: &Configuration, path: &Path, spec: &LocalCluster) -> any
             {
                 println!(
                     "node {node} exited ({status}); the others go on without it \
-                     (restart it with: ferrotx node --config {} --id {node})",
+                     (restart it with: ferrotx node --config {} --id {node} --join)",
                     path.display()
                 );
             }
