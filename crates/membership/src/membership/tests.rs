@@ -287,3 +287,50 @@ fn a_node_restarted_after_its_removal_is_admitted_promptly() {
     assert_eq!(h.members_of_current(), vec![0, 1, 2]);
     assert!(h.all_serving(&[0, 1, 2]));
 }
+
+#[test]
+fn a_rejoined_node_fills_backups_that_count_once_it_reports_them() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    h.kill(2);
+    h.start(2);
+    h.run_for(5 * LEASE_NS);
+    let v = h.coordination.current().unwrap();
+    let partitions = v.copies.len() as u32;
+    // Admitted holding nothing, with every partition to fill (the others hold 2 copies).
+    assert!((0..partitions).all(|p| v.filling(p) == [2]));
+    assert!(v.copies.iter().all(|c| c.len() == 2));
+    // A report of partitions it does not fill, and of half of those it does: only the
+    // half counts, and only after the CM's batching wait (a renewal period).
+    let half: Vec<u32> = (0..partitions / 2).collect();
+    let m = h.nodes[2].as_mut().unwrap();
+    m.set_filled(h.now, &[partitions + 7]);
+    m.set_filled(h.now, &half);
+    h.drain(2);
+    h.run_for(LEASE_NS);
+    let w = h.coordination.current().unwrap();
+    assert!(w.id > v.id);
+    for p in 0..partitions {
+        if half.contains(&p) {
+            assert_eq!(w.copies[p as usize].len(), 3, "partition {p}");
+            assert_eq!(w.copies[p as usize].last(), Some(&2));
+            assert!(w.filling(p).is_empty());
+        } else {
+            assert_eq!(w.copies[p as usize].len(), 2, "partition {p}");
+            assert_eq!(w.filling(p), [2]);
+        }
+    }
+    // The rest reported: every partition back to 3 copies, nothing filling, and no
+    // further view change after that.
+    let all: Vec<u32> = (0..partitions).collect();
+    let m = h.nodes[2].as_mut().unwrap();
+    m.set_filled(h.now, &all);
+    h.drain(2);
+    h.run_for(LEASE_NS);
+    let full = h.coordination.current().unwrap();
+    assert!(full.copies.iter().all(|c| c.len() == 3));
+    assert!(full.filling.is_empty());
+    h.run_for(5 * LEASE_NS);
+    assert_eq!(h.coordination.current().unwrap().id, full.id);
+    assert!(h.all_serving(&[0, 1, 2]));
+}
