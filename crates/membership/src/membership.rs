@@ -741,8 +741,8 @@ impl Membership {
     }
 
     /// Whether the CM should reconfigure to count filled backups as copies: every fill
-    /// of the view reported, or the first report is a renewal period old (a view change
-    /// interrupts every transaction in flight, so fills completing together share one).
+    /// of the view reported, or the first report is a lease old (a view change interrupts
+    /// every transaction in flight, so fills completing within a lease share one).
     fn fills_due(&self, now_ns: u64) -> bool {
         if self.filled.is_empty() || self.phase != Phase::Member {
             return false;
@@ -752,7 +752,7 @@ impl Membership {
         };
         let first = self.filled.values().copied().min().unwrap_or(now_ns);
         view.fills().all(|f| self.filled.contains_key(&f))
-            || now_ns >= first.saturating_add(self.options.renew_ns())
+            || now_ns >= first.saturating_add(self.options.lease_ns)
     }
 
     /// The host's report: these partitions, which this node fills in its current view,

@@ -301,13 +301,19 @@ fn a_rejoined_node_fills_backups_that_count_once_it_reports_them() {
     assert!((0..partitions).all(|p| v.filling(p) == [2]));
     assert!(v.copies.iter().all(|c| c.len() == 2));
     // A report of partitions it does not fill, and of half of those it does: only the
-    // half counts, and only after the CM's batching wait (a renewal period).
+    // half counts, and only after the CM's batching wait (a lease).
     let half: Vec<u32> = (0..partitions / 2).collect();
     let m = h.nodes[2].as_mut().unwrap();
     m.set_filled(h.now, &[partitions + 7]);
     m.set_filled(h.now, &half);
     h.drain(2);
-    h.run_for(LEASE_NS);
+    h.run_for(LEASE_NS / 2);
+    assert_eq!(
+        h.coordination.current().unwrap().id,
+        v.id,
+        "counted before the wait"
+    );
+    h.run_for(2 * LEASE_NS);
     let w = h.coordination.current().unwrap();
     assert!(w.id > v.id);
     for p in 0..partitions {
