@@ -1925,3 +1925,78 @@ fn sum_into(total: &mut serde_json::Map<String, serde_json::Value>, value: &serd
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotx_cluster::ViewMember;
+
+    fn view(members: &[u16], copies: Vec<Vec<u16>>, filling: Vec<Vec<u16>>) -> View {
+        View {
+            id: 7,
+            cm: members[0],
+            members: members
+                .iter()
+                .map(|&node| ViewMember {
+                    node,
+                    incarnation: 1,
+                })
+                .collect(),
+            copies,
+            filling,
+        }
+    }
+
+    #[test]
+    fn full_strength_wants_every_node_every_copy_and_no_fill() {
+        let all = vec![vec![0, 1, 2], vec![1, 2, 0]];
+        assert!(full_strength(&view(&[0, 1, 2], all.clone(), vec![]), 3));
+        // A node missing, a copy short, a backup still filling.
+        assert!(!full_strength(&view(&[0, 1], all.clone(), vec![]), 3));
+        let short = vec![vec![0, 1], vec![1, 2, 0]];
+        assert!(!full_strength(&view(&[0, 1, 2], short.clone(), vec![]), 3));
+        assert!(!full_strength(
+            &view(&[0, 1, 2], short, vec![vec![2], vec![]]),
+            3
+        ));
+    }
+
+    #[test]
+    fn status_full_strength_reads_ferrotx_status_json() {
+        let member = |node: u16| serde_json::json!({"node": node, "alive": true, "same_life": true, "view": 9});
+        let status = |filling: u64, short: u64, copies: serde_json::Value| {
+            serde_json::json!({
+                "configuration": 9,
+                "members": [member(0), member(1), member(2)],
+                "replicas": 3,
+                "copies": copies,
+                "backups_filling": filling,
+                "short_of_copies": short,
+                "without_copy": 0,
+            })
+        };
+        let full = serde_json::json!([[0, 1, 2], [1, 2, 0]]);
+        assert!(status_full_strength(&status(0, 0, full.clone()), 3));
+        assert!(!status_full_strength(&status(1, 0, full.clone()), 3));
+        assert!(!status_full_strength(
+            &status(0, 1, serde_json::json!([[0, 1], [1, 2, 0]])),
+            3
+        ));
+        // A member not yet at the view.
+        let mut behind = status(0, 0, full);
+        behind["members"][2]["view"] = 8.into();
+        assert!(!status_full_strength(&behind, 3));
+    }
+
+    #[test]
+    fn less_subtracts_counters_and_keeps_a_new_lifes_whole() {
+        let before = serde_json::json!({"rounds": 3, "decisions": {"commit": 2, "abort": 1}});
+        let now =
+            serde_json::json!({"rounds": 5, "decisions": {"commit": 6, "abort": 1}, "waited": 4});
+        assert_eq!(
+            less(&now, Some(&before)),
+            serde_json::json!({"rounds": 2, "decisions": {"commit": 4, "abort": 0}, "waited": 4})
+        );
+        assert_eq!(less(&now, None), now);
+    }
+}
