@@ -1,29 +1,51 @@
-//! `ferrotx bench failover`: kill -9 one node of a fresh cluster of `ferrotx node`
-//! processes under Redis load, and measure what clients see.
+//! `ferrotx bench failover`: kill -9 nodes of one cluster of `ferrotx node` processes
+//! under Redis load, one after another, and measure what clients see and how the cluster
+//! gets back to full strength.
 //!
-//! Each kill starts a new cluster (one configuration file in a temporary directory, its
+//! The cluster is started once (one configuration file in a temporary directory, its
 //! nodes started as `ferrotx node --config FILE --id N --lease-ms MS`, as `cluster local`
-//! does), waits until `ferrotx status` shows the first view at every node, and runs a few
-//! Redis clients over TCP (INCR of a few counters, SET of keys each written once). After
-//! a warm-up it SIGKILLs one node chosen by a seeded generator and measures, from the
-//! kill:
+//! does); the run waits until `ferrotx status` shows the first view at every node and
+//! every partition is served through every node. Then, for each kill:
 //!
-//! - `detect_ms`: until the coordination file (the view `ferrotx status` reads) holds a
-//!   newer view without the killed node: the CM's compare-and-swap of the view, polled
-//!   every 2 ms. Members adopt and commit it a little later;
-//! - `recovery_ms`: until one probe pass succeeds: through every survivor's Redis port, a
-//!   GET and a SET of one key of every partition, all answered without error. Passes are
-//!   repeated every 2 ms until a deadline; a kill that never passes is "not recovered".
+//! 1. a few Redis clients run over TCP (INCR of a few counters, SET of keys each written
+//!    once); after a warm-up, one node chosen by a seeded generator (any node, the CM
+//!    too) is sent SIGKILL, and from the kill the run measures
+//!    - `detect_ms`: until the coordination file (the view `ferrotx status` reads) holds a
+//!      newer view without the killed node: the CM's compare-and-swap of the view, polled
+//!      every 2 ms. Members adopt and commit it a little later;
+//!    - `recovery_ms`: until one probe pass succeeds: through every survivor's Redis port,
+//!      a GET and a SET of one key of every partition, all answered without error. Passes
+//!      are repeated every 2 ms until a deadline; a kill that never passes is "not
+//!      recovered";
+//! 2. the killed node is restarted with `--join` (a new member, without data: data
+//!    recovery gives it backups to fill), and from the restart the run measures
+//!    - `rejoin_ms`: until a view has it as a member again;
+//!    - `rereplicated_ms`: until the coordination file holds a view at full strength:
+//!      every node a member, every partition with its configured copies, no backup being
+//!      filled (polled every 2 ms). `ferrotx status --json` must then show the same
+//!      (every member alive at that view, `backups_filling` 0, `short_of_copies` 0);
+//!      a kill that does not get there within its deadline counts as not at full
+//!      strength;
+//! 3. the load runs a little longer and stops, and every write it acknowledged is read
+//!    back through the kill's survivors: every acknowledged `SET key:K:T:N N` must read
+//!    `N`, every counter at least the increments acknowledged since the cluster started
+//!    (and at least the largest value an INCR answered). Whatever is missing is counted
+//!    as lost.
 //!
-//! Then it restarts the killed node (a new member, without data), lets the load run a
-//! little longer, stops it and reads back every acknowledged write through a survivor:
-//! every acknowledged `SET key:T:N N` must read `N`, every counter at least its
-//! acknowledged increments (and at least the largest value an INCR answered). Whatever
-//! is missing is counted as lost. Nothing here retries to hide an error: every error
-//! reply and timeout the clients saw is counted by kind.
+//! The next kill runs on the same cluster, with new load clients; a kill is only made on
+//! a cluster that can take it without losing a partition (every node a member, every
+//! partition with two copies or more), else the run stops early and says why. At the end
+//! every write acknowledged during the whole run is read back again through every live
+//! member: the run's `acknowledged_lost`. Nothing here retries to hide an error: every
+//! error reply and timeout the clients saw is counted by kind.
+//!
+//! `--fresh-cluster-per-kill` runs each kill on a cluster of its own instead (the first
+//! version of this benchmark): the same steps, the cluster stopped after the read-back.
 //!
 //! Every wait has a deadline; node processes are stopped (only the ones this started)
-//! and the temporary directory removed when a run ends, however it ends.
+//! and the temporary directory removed when a run ends, however it ends; it is kept
+//! (and its path printed) with `--keep-logs`, or when a kill was not recovered, did not
+//! get back to full strength, or lost an acknowledged write.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -59,8 +81,6 @@ const POLL: Duration = Duration::from_millis(2);
 const FORM_DEADLINE: Duration = Duration::from_secs(60);
 /// Longest wait for a `ferrotx status` process.
 const STATUS_DEADLINE: Duration = Duration::from_secs(10);
-/// Longest wait for the restarted node to be admitted.
-const REJOIN_DEADLINE: Duration = Duration::from_secs(20);
 /// Longest the read-back of acknowledged writes may take in all.
 const CHECK_DEADLINE: Duration = Duration::from_secs(120);
 /// Attempts at reading one key back before it counts as unverified (each may take the
@@ -76,7 +96,8 @@ const LOST_EXAMPLES_MAX: usize = 8;
 /// What `ferrotx bench failover` runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FailoverOptions {
-    /// Kills, each on a fresh cluster.
+    /// Kills, in a row on one cluster (or each on a fresh cluster, with
+    /// `fresh_cluster_per_kill`).
     pub kills: u32,
     /// Node processes per cluster.
     pub nodes: u16,
@@ -96,6 +117,11 @@ pub struct FailoverOptions {
     pub recovery_deadline_ms: u64,
     /// A client's timeout for one request, in milliseconds.
     pub request_timeout_ms: u64,
+    /// Longest time from the restart of a killed node until the cluster is back at full
+    /// strength, in milliseconds.
+    pub full_strength_deadline_ms: u64,
+    /// Run each kill on a cluster of its own (started for it, stopped after it).
+    pub fresh_cluster_per_kill: bool,
     /// Keep each run's directory (configuration, coordination file, node logs).
     pub keep_logs: bool,
 }
@@ -114,6 +140,8 @@ impl FailoverOptions {
             after_restart_ms: 1_000,
             recovery_deadline_ms: 20_000,
             request_timeout_ms: 5_000,
+            full_strength_deadline_ms: 60_000,
+            fresh_cluster_per_kill: false,
             keep_logs: false,
         }
     }
@@ -174,7 +202,8 @@ impl Errors {
 }
 
 /// Errors of the requests sent before the kill, between the kill and the restart of the
-/// killed node, and after the restart.
+/// killed node, and after the restart (while the cluster gets back to full strength, and
+/// after).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ErrorsByPhase {
     pub before_kill: Errors,
@@ -231,11 +260,27 @@ pub struct RunReport {
     pub probe_passes: u64,
     /// Why the last failed probe pass failed.
     pub last_probe_failure: Option<String>,
-    /// From the restart of the killed node to a view with it again.
+    /// From the restart of the killed node (with `--join`) to a view with it again.
     pub rejoin_ms: Option<f64>,
+    /// That view: the first with the restarted node.
+    pub view_admitted: Option<u64>,
+    /// Backups that view gave to fill (partition, node), the restarted node's and others'.
+    pub fills_admitted: Option<Vec<(u32, u16)>>,
+    /// From the restart of the killed node to the first view at full strength in the
+    /// coordination file: every node a member, every partition with its configured
+    /// copies, no backup being filled. Null if none came before the deadline.
+    pub rereplicated_ms: Option<f64>,
+    /// That view.
+    pub view_full_strength: Option<u64>,
+    /// The cluster got back to full strength: the view above came, and `ferrotx status
+    /// --json` then showed it at every member with `backups_filling` 0 and
+    /// `short_of_copies` 0, all before the deadline.
+    pub full_strength: bool,
+    /// If not, the last `ferrotx status --json` seen (or the view, if status failed).
+    pub short_of_full_strength: Option<serde_json::Value>,
     /// From the kill to the last error any client saw (null: none after the kill).
     pub last_error_after_kill_ms: Option<f64>,
-    /// Requests the load clients sent.
+    /// Requests this kill's load clients sent.
     pub requests: u64,
     /// SETs answered +OK.
     pub acknowledged_sets: u64,
@@ -243,10 +288,11 @@ pub struct RunReport {
     pub acknowledged_increments: u64,
     /// Both.
     pub acknowledged_writes: u64,
-    /// Acknowledged SET keys read back without their value.
+    /// This kill's acknowledged SET keys read back (through the kill's survivors, after
+    /// it) without their value.
     pub lost_sets: u64,
-    /// Increments missing from counters (below the acknowledged count or the largest
-    /// acknowledged value).
+    /// Increments missing from counters (below the count acknowledged since the cluster
+    /// started or the largest acknowledged value).
     pub lost_increments: u64,
     /// Both.
     pub lost: u64,
@@ -269,33 +315,72 @@ pub struct RunReport {
     pub reconnects: u64,
     /// Distinct messages of the "other" errors (digits as #), with counts.
     pub other_errors: BTreeMap<String, u64>,
-    /// The `recovery` field of `ferrotx status --json` at the end of the run, if any.
+    /// The recovery counters of `ferrotx status --json` that grew during this kill: for
+    /// each member's life, its counters after the kill's read-back less those after the
+    /// kill before (a new life's in full), summed; `members` says how many answered. Null
+    /// if none did.
     pub recovery: Option<serde_json::Value>,
     /// Anything else worth knowing (a node that exited, a view that lost a survivor).
     pub notes: Vec<String>,
 }
 
+/// A read-back of every write acknowledged since a cluster started, after its last kill.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ReadBack {
+    /// The kills the cluster went through.
+    pub kills: u32,
+    /// The members it was read through.
+    pub through: Vec<u16>,
+    pub acknowledged_writes: u64,
+    pub lost_sets: u64,
+    pub lost_increments: u64,
+    pub lost: u64,
+    pub unverified: u64,
+    pub unchecked: u64,
+    pub check_ms: f64,
+    pub lost_examples: Vec<String>,
+    pub unverified_examples: Vec<String>,
+}
+
 /// What `ferrotx bench failover` reports.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FailoverReport {
+    /// Kills asked for.
     pub kills: u32,
+    /// Kills made (fewer if the run stopped early).
+    pub kills_done: u32,
     pub nodes: u16,
     pub replicas: u8,
     pub lease_ms: u64,
     pub seed: u64,
     pub clients: usize,
+    /// Each kill on a cluster of its own, rather than all on one.
+    pub fresh_cluster_per_kill: bool,
     pub recovery_ms: Summary,
     pub detect_ms: Summary,
+    pub rejoin_ms: Summary,
+    pub rereplicated_ms: Summary,
     pub not_recovered: usize,
     pub not_detected: usize,
+    /// Kills after which the cluster did not get back to full strength.
+    pub not_full_strength: usize,
+    /// Why the run stopped before its last kill, if it did.
+    pub stopped_early: Option<String>,
+    /// Writes acknowledged during the whole run.
     pub acknowledged_writes: u64,
+    /// Of those, lost: the whole-run read-back's on one cluster, the sum of every kill's
+    /// with a cluster per kill (each kill's read-back covers its cluster's whole run).
     pub acknowledged_lost: u64,
+    /// Of those, not read back (every attempt failed).
     pub unverified: u64,
+    /// The read-back of every write of the whole run after the last kill (one cluster
+    /// only; null with a cluster per kill).
+    pub read_back: Option<ReadBack>,
     pub errors: Errors,
     pub errors_by_phase: ErrorsByPhase,
     pub runs: Vec<RunReport>,
-    /// The runs' `recovery` objects (`{"per_run": [...]}`) if `ferrotx status --json` had
-    /// that field in any run; else null.
+    /// The kills' `recovery` objects summed (`total`) and each (`per_run`), if any member
+    /// answered in any kill; else null.
     pub recovery: Option<serde_json::Value>,
 }
 
@@ -306,11 +391,52 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
     anyhow::ensure!(options.lease_ms >= 1, "--lease-ms must be at least 1");
     anyhow::ensure!(options.clients >= 1, "--clients must be at least 1");
     let exe = std::env::current_exe().context("finding this executable to start nodes")?;
+    let timeout = options.request_timeout();
     let mut runs = Vec::new();
+    let mut cluster: Option<Cluster> = None;
+    let mut stopped_early = None;
+    let mut read_back = None;
     for kill in 1..=options.kills {
-        let run = run_one(&exe, options, kill).with_context(|| format!("kill {kill}"))?;
+        if cluster.is_none() {
+            let label = if options.fresh_cluster_per_kill {
+                format!("kill {kill}: ")
+            } else {
+                String::new()
+            };
+            cluster = Some(
+                Cluster::start(&exe, options, kill)
+                    .with_context(|| format!("{label}starting the cluster"))?,
+            );
+        }
+        let c = cluster.as_mut().expect("started");
+        let run = match c.round(options, kill) {
+            Ok(run) => run,
+            Err(e) => {
+                c.keep();
+                return Err(e.context(format!("kill {kill}")));
+            }
+        };
         print_run(&run);
         runs.push(run);
+        if options.fresh_cluster_per_kill {
+            cluster = None;
+        } else if kill < options.kills
+            && let Err(why) = c.can_take_a_kill()
+        {
+            let why = format!("stopped after kill {kill}: {why}");
+            println!("          {why}");
+            c.keep();
+            stopped_early = Some(why);
+            break;
+        }
+    }
+    if let Some(mut c) = cluster {
+        let r = c.read_back_all(timeout);
+        print_read_back(&r);
+        if r.lost > 0 || r.unverified > 0 {
+            c.keep();
+        }
+        read_back = Some(r);
     }
     let mut errors = Errors::default();
     let mut errors_by_phase = ErrorsByPhase::default();
@@ -327,8 +453,7 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
             .add(&run.errors_by_phase.after_restart);
     }
     let recovery = runs.iter().any(|r| r.recovery.is_some()).then(|| {
-        // The runs' counters summed: recovering transactions by decision and by vote kind
-        // (each run is a fresh cluster, so its counters are that run's alone).
+        // Each kill's counters are those that grew during it, so they add up.
         let mut total = serde_json::Map::new();
         for run in runs.iter().filter_map(|r| r.recovery.as_ref()) {
             sum_into(&mut total, run);
@@ -338,20 +463,34 @@ pub fn run(options: &FailoverOptions) -> anyhow::Result<FailoverReport> {
             "per_run": runs.iter().map(|r| r.recovery.clone()).collect::<Vec<_>>(),
         })
     });
+    let (acknowledged_lost, unverified) = match &read_back {
+        Some(r) => (r.lost, r.unverified),
+        None => (
+            runs.iter().map(|r| r.lost).sum(),
+            runs.iter().map(|r| r.unverified).sum(),
+        ),
+    };
     Ok(FailoverReport {
         kills: options.kills,
+        kills_done: runs.len() as u32,
         nodes: options.nodes,
         replicas: replicas(options.nodes),
         lease_ms: options.lease_ms,
         seed: options.seed,
         clients: options.clients,
+        fresh_cluster_per_kill: options.fresh_cluster_per_kill,
         recovery_ms: Summary::of(runs.iter().filter_map(|r| r.recovery_ms)),
         detect_ms: Summary::of(runs.iter().filter_map(|r| r.detect_ms)),
+        rejoin_ms: Summary::of(runs.iter().filter_map(|r| r.rejoin_ms)),
+        rereplicated_ms: Summary::of(runs.iter().filter_map(|r| r.rereplicated_ms)),
         not_recovered: runs.iter().filter(|r| r.recovery_ms.is_none()).count(),
         not_detected: runs.iter().filter(|r| r.detect_ms.is_none()).count(),
+        not_full_strength: runs.iter().filter(|r| !r.full_strength).count(),
+        stopped_early,
         acknowledged_writes: runs.iter().map(|r| r.acknowledged_writes).sum(),
-        acknowledged_lost: runs.iter().map(|r| r.lost).sum(),
-        unverified: runs.iter().map(|r| r.unverified).sum(),
+        acknowledged_lost,
+        unverified,
+        read_back,
         errors,
         errors_by_phase,
         runs,
@@ -375,14 +514,21 @@ fn opt_ms(v: Option<f64>) -> String {
 fn print_run(r: &RunReport) {
     println!(
         "kill {:>3}: node {}{} detect {:>8} ms  recovered {:>8} ms  rejoin {:>8} ms  \
-         acked {:>7}  lost {:>4}  unverified {:>3}  errors {:>5} (before kill {}, after kill {}, \
-         after restart {})",
+         full strength {:>8} ms{}  views {}..{}  acked {:>7}  lost {:>4}  unverified {:>3}  \
+         errors {:>5} (before kill {}, after kill {}, after restart {})",
         r.kill,
         r.node_killed,
         if r.killed_was_cm { " (CM)" } else { "     " },
         opt_ms(r.detect_ms),
         opt_ms(r.recovery_ms),
         opt_ms(r.rejoin_ms),
+        opt_ms(r.rereplicated_ms),
+        if r.full_strength { "" } else { " (NOT)" },
+        r.view_before,
+        r.view_full_strength
+            .or(r.view_admitted)
+            .or(r.view_after)
+            .map_or_else(|| "?".to_string(), |v| v.to_string()),
         r.acknowledged_writes,
         r.lost,
         r.unverified,
@@ -408,11 +554,41 @@ fn print_run(r: &RunReport) {
     }
 }
 
+/// The line of the whole-run read-back.
+fn print_read_back(r: &ReadBack) {
+    println!(
+        "read-back after {} kills through nodes {:?}: acked {}  lost {}  unverified {}  ({:.0} ms)",
+        r.kills, r.through, r.acknowledged_writes, r.lost, r.unverified, r.check_ms
+    );
+    for e in &r.lost_examples {
+        println!("          lost: {e}");
+    }
+    for e in &r.unverified_examples {
+        println!("          unverified: {e}");
+    }
+    if r.unchecked > 0 {
+        println!(
+            "          {} acknowledged writes not read back: the read-back's {CHECK_DEADLINE:?} ran out",
+            r.unchecked
+        );
+    }
+}
+
 /// The summary table.
 pub fn print_table(report: &FailoverReport) {
     println!(
-        "failover: {} kills, {} nodes, {} replicas, lease {} ms, {} Redis clients, seed {}",
-        report.kills, report.nodes, report.replicas, report.lease_ms, report.clients, report.seed
+        "failover: {} kills {}, {} nodes, {} replicas, lease {} ms, {} Redis clients, seed {}",
+        report.kills_done,
+        if report.fresh_cluster_per_kill {
+            "each on a fresh cluster"
+        } else {
+            "on one cluster"
+        },
+        report.nodes,
+        report.replicas,
+        report.lease_ms,
+        report.clients,
+        report.seed
     );
     println!(
         "  {:<12} {:>10} {:>10} {:>6}",
@@ -421,6 +597,8 @@ pub fn print_table(report: &FailoverReport) {
     for (name, s) in [
         ("detect", &report.detect_ms),
         ("recovery", &report.recovery_ms),
+        ("rejoin", &report.rejoin_ms),
+        ("rereplicated", &report.rereplicated_ms),
     ] {
         println!(
             "  {:<12} {:>10} {:>10} {:>6}",
@@ -431,13 +609,18 @@ pub fn print_table(report: &FailoverReport) {
         );
     }
     println!(
-        "  not recovered: {}   not detected: {}   acknowledged writes: {}   lost: {}   unverified: {}",
+        "  not recovered: {}   not detected: {}   not back to full strength: {}   \
+         acknowledged writes: {}   lost: {}   unverified: {}",
         report.not_recovered,
         report.not_detected,
+        report.not_full_strength,
         report.acknowledged_writes,
         report.acknowledged_lost,
         report.unverified
     );
+    if let Some(why) = &report.stopped_early {
+        println!("  {why}");
+    }
     let e = &report.errors;
     println!(
         "  errors: TRYAGAIN {}  CLUSTERDOWN {}  outcome unknown {}  other {}  timeout {}  connection {}",
@@ -532,13 +715,15 @@ impl Drop for RunDir {
     }
 }
 
-/// Starts `ferrotx node` for `node`, its output appended to `node-N.log` in `dir`.
+/// Starts `ferrotx node` for `node`, its output appended to `node-N.log` in `dir`; with
+/// `join`, as a restarted node that only joins the running cluster (`--join`).
 fn start_node(
     exe: &Path,
     config: &Path,
     dir: &Path,
     node: u16,
     lease_ms: u64,
+    join: bool,
 ) -> anyhow::Result<Child> {
     let log_path = dir.join(format!("node-{node}.log"));
     let log = File::options()
@@ -546,9 +731,12 @@ fn start_node(
         .append(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
-    node_command(exe, config, node)
-        .arg("--lease-ms")
-        .arg(lease_ms.to_string())
+    let mut command = node_command(exe, config, node);
+    command.arg("--lease-ms").arg(lease_ms.to_string());
+    if join {
+        command.arg("--join");
+    }
+    command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -698,7 +886,11 @@ fn message_key(message: &[u8]) -> String {
 /// What one load client did.
 #[derive(Default)]
 struct ClientLog {
-    /// N of every acknowledged `SET key:T:N N`.
+    /// The kill it ran for (K of its keys).
+    round: u32,
+    /// The client (T of its keys).
+    thread: usize,
+    /// N of every acknowledged `SET key:K:T:N N`.
     sets: Vec<u64>,
     /// Per counter: acknowledged INCRs, and the largest value one answered.
     increments: [(u64, i64); COUNTERS],
@@ -751,9 +943,10 @@ impl ClientLog {
     }
 }
 
-/// Load client `thread`: INCR and SET until `stop`, through node `thread % nodes` first
-/// and the next node whenever a connection breaks or a request times out.
+/// Load client `thread` of kill `round`: INCR and SET until `stop`, through node `thread
+/// % nodes` first and the next node whenever a connection breaks or a request times out.
 fn load_client(
+    round: u32,
     thread: usize,
     addrs: &[SocketAddr],
     stop: &AtomicBool,
@@ -762,7 +955,11 @@ fn load_client(
     timeout: Duration,
 ) -> ClientLog {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (thread as u64).wrapping_mul(0x9e37_79b9));
-    let mut log = ClientLog::default();
+    let mut log = ClientLog {
+        round,
+        thread,
+        ..ClientLog::default()
+    };
     let mut node = thread % addrs.len();
     let mut client: Option<Client> = None;
     let mut n = 0u64;
@@ -785,7 +982,7 @@ fn load_client(
             (c.call(&[b"INCR", key.as_bytes()], timeout), Some(k))
         } else {
             n += 1;
-            let key = format!("key:{thread}:{n}");
+            let key = format!("key:{round}:{thread}:{n}");
             let value = n.to_string();
             let args: [&[u8]; 3] = [b"SET", key.as_bytes(), value.as_bytes()];
             (c.call(&args, timeout), None)
@@ -1009,28 +1206,45 @@ fn unread(out: &mut Check, key: &str, writes: u64, why: Unread) {
     }
 }
 
-/// Reads back every acknowledged write through `survivors`.
-fn check(logs: &[ClientLog], survivors: &[SocketAddr], timeout: Duration) -> Check {
+/// Reads back through `survivors` every SET acknowledged in `sets`, and every counter
+/// with the increments acknowledged in `counters`.
+fn check(
+    sets: &[&ClientLog],
+    counters: &[&ClientLog],
+    survivors: &[SocketAddr],
+    timeout: Duration,
+) -> Check {
     let deadline = Instant::now() + CHECK_DEADLINE;
-    // The SETs: one reader per load client.
+    // The SETs: one reader per load client (over every kill's logs of that client).
+    let mut by_thread: BTreeMap<usize, Vec<&ClientLog>> = BTreeMap::new();
+    for log in sets {
+        by_thread.entry(log.thread).or_default().push(log);
+    }
     let mut checks: Vec<Check> = std::thread::scope(|scope| {
-        let readers: Vec<_> = logs
-            .iter()
-            .enumerate()
-            .map(|(thread, log)| {
+        let readers: Vec<_> = by_thread
+            .into_iter()
+            .map(|(thread, logs)| {
                 scope.spawn(move || {
                     let mut out = Check::default();
                     let mut client = None;
                     let mut next = thread;
-                    for &n in &log.sets {
-                        let key = format!("key:{thread}:{n}");
-                        match read_back(&mut client, &mut next, survivors, &key, timeout, deadline)
-                        {
-                            Err(why) => unread(&mut out, &key, 1, why),
-                            Ok(RespValue::Bulk(v)) if v == n.to_string().as_bytes() => {}
-                            Ok(other) => {
-                                out.lost_sets += 1;
-                                out.lost(format!("{key}: acknowledged {n}, read {other:?}"));
+                    for log in logs {
+                        for &n in &log.sets {
+                            let key = format!("key:{}:{thread}:{n}", log.round);
+                            match read_back(
+                                &mut client,
+                                &mut next,
+                                survivors,
+                                &key,
+                                timeout,
+                                deadline,
+                            ) {
+                                Err(why) => unread(&mut out, &key, 1, why),
+                                Ok(RespValue::Bulk(v)) if v == n.to_string().as_bytes() => {}
+                                Ok(other) => {
+                                    out.lost_sets += 1;
+                                    out.lost(format!("{key}: acknowledged {n}, read {other:?}"));
+                                }
                             }
                         }
                     }
@@ -1048,8 +1262,12 @@ fn check(logs: &[ClientLog], survivors: &[SocketAddr], timeout: Duration) -> Che
     let mut client = None;
     let mut next = 0;
     for k in 0..COUNTERS {
-        let count: u64 = logs.iter().map(|l| l.increments[k].0).sum();
-        let largest: i64 = logs.iter().map(|l| l.increments[k].1).max().unwrap_or(0);
+        let count: u64 = counters.iter().map(|l| l.increments[k].0).sum();
+        let largest: i64 = counters
+            .iter()
+            .map(|l| l.increments[k].1)
+            .max()
+            .unwrap_or(0);
         let at_least = i64::try_from(count).unwrap_or(i64::MAX).max(largest);
         if at_least == 0 {
             continue;
@@ -1097,258 +1315,591 @@ fn check(logs: &[ClientLog], survivors: &[SocketAddr], timeout: Duration) -> Che
 }
 
 // ---------------------------------------------------------------------------------------
-// One kill.
+// The cluster under test, and one kill.
 
-fn run_one(exe: &Path, options: &FailoverOptions, kill: u32) -> anyhow::Result<RunReport> {
-    let timeout = options.request_timeout();
-    let config = Configuration::local(
-        options.nodes,
-        replicas(options.nodes),
-        THREADS_PER_NODE,
-        PARTITIONS_PER_NODE,
-        options.port_base,
-    )
-    .context("the cluster's configuration (--port-base, --nodes)")?;
-    let dir = RunDir {
-        path: std::env::temp_dir().join(format!(
-            "ferrotx-failover-{}-{kill}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0)
-        )),
-        keep: options.keep_logs,
-    };
-    std::fs::create_dir_all(&dir.path)
-        .with_context(|| format!("creating {}", dir.path.display()))?;
-    let path = dir.path.join("cluster.toml");
-    std::fs::write(&path, config.to_toml_string())
-        .with_context(|| format!("writing {}", path.display()))?;
-    let state = ferrotx_coord::default_state_path(&path);
-    let addrs: Vec<SocketAddr> = config
-        .members()
-        .iter()
-        .map(|m| m.resp_addr().context("a member without a Redis address"))
-        .collect::<anyhow::Result<_>>()?;
-    let mut nodes = Nodes {
-        children: Vec::new(),
-    };
-    for member in config.members() {
-        let child = start_node(exe, &path, &dir.path, member.node, options.lease_ms)?;
-        nodes.children.push(Some(child));
+/// A cluster of `ferrotx node` processes, from its start to its last kill.
+struct Cluster {
+    exe: PathBuf,
+    /// Its configuration file.
+    path: PathBuf,
+    /// Its coordination file.
+    state: PathBuf,
+    /// Every node, with its Redis address.
+    everyone: Vec<(u16, SocketAddr)>,
+    prober: Prober,
+    /// The load clients' logs of every kill so far.
+    logs: Vec<ClientLog>,
+    /// Each member life's recovery counters (`ferrotx status --json`) when last read.
+    counters: BTreeMap<(u16, u64), serde_json::Value>,
+    /// Kills so far.
+    kills: u32,
+    /// Stopped before `dir` is removed (fields are dropped in order).
+    nodes: Nodes,
+    dir: RunDir,
+}
+
+/// What became of a restarted node, from its restart.
+#[derive(Default)]
+struct Rejoin {
+    rejoin_ms: Option<f64>,
+    view_admitted: Option<u64>,
+    fills_admitted: Option<Vec<(u32, u16)>>,
+    rereplicated_ms: Option<f64>,
+    view_full_strength: Option<u64>,
+    full_strength: bool,
+    short_of_full_strength: Option<serde_json::Value>,
+}
+
+impl Cluster {
+    /// Starts every node and waits until they formed a cluster and every partition is
+    /// served through every node. `first_kill` names its directory.
+    fn start(exe: &Path, options: &FailoverOptions, first_kill: u32) -> anyhow::Result<Self> {
+        let config = Configuration::local(
+            options.nodes,
+            replicas(options.nodes),
+            THREADS_PER_NODE,
+            PARTITIONS_PER_NODE,
+            options.port_base,
+        )
+        .context("the cluster's configuration (--port-base, --nodes)")?;
+        let dir = RunDir {
+            path: std::env::temp_dir().join(format!(
+                "ferrotx-failover-{}-{first_kill}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+            )),
+            keep: options.keep_logs,
+        };
+        std::fs::create_dir_all(&dir.path)
+            .with_context(|| format!("creating {}", dir.path.display()))?;
+        let path = dir.path.join("cluster.toml");
+        std::fs::write(&path, config.to_toml_string())
+            .with_context(|| format!("writing {}", path.display()))?;
+        let state = ferrotx_coord::default_state_path(&path);
+        let everyone: Vec<(u16, SocketAddr)> = config
+            .members()
+            .iter()
+            .map(|m| {
+                Ok((
+                    m.node,
+                    m.resp_addr().context("a member without a Redis address")?,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mut cluster = Self {
+            exe: exe.to_path_buf(),
+            path,
+            state,
+            everyone,
+            prober: Prober {
+                keys: probe_keys(&config),
+                clients: BTreeMap::new(),
+                passes: 0,
+                last_failure: None,
+            },
+            logs: Vec::new(),
+            counters: BTreeMap::new(),
+            kills: 0,
+            nodes: Nodes {
+                children: Vec::new(),
+            },
+            dir,
+        };
+        for member in config.members() {
+            let child = start_node(
+                exe,
+                &cluster.path,
+                &cluster.dir.path,
+                member.node,
+                options.lease_ms,
+                false,
+            )?;
+            cluster.nodes.children.push(Some(child));
+        }
+
+        // Formed: every node a member, alive, at the view; then every partition served
+        // through every node.
+        let form_deadline = Instant::now() + FORM_DEADLINE;
+        loop {
+            if status_json(exe, &cluster.path).is_some_and(|s| formed(&s, options.nodes)) {
+                break;
+            }
+            let exited = cluster.nodes.exited();
+            if !exited.is_empty() {
+                cluster.keep();
+                bail!("the cluster did not form: {}", exited.join("; "));
+            }
+            if Instant::now() >= form_deadline {
+                cluster.keep();
+                bail!(
+                    "the cluster did not form in {FORM_DEADLINE:?} (status: {})",
+                    status_json(exe, &cluster.path).map_or("none".into(), |s| s.to_string())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster.serving(options.request_timeout())?;
+        Ok(cluster)
     }
-    let mut notes = Vec::new();
 
-    // Formed: every node a member, alive, at the view; then every partition served
-    // through every node.
-    let form_deadline = Instant::now() + FORM_DEADLINE;
-    loop {
-        if status_json(exe, &path).is_some_and(|s| formed(&s, options.nodes)) {
-            break;
-        }
-        let exited = nodes.exited();
-        if !exited.is_empty() {
-            bail!("the cluster did not form: {}", exited.join("; "));
-        }
-        if Instant::now() >= form_deadline {
+    /// Keeps the directory (configuration, coordination file, node logs).
+    fn keep(&mut self) {
+        self.dir.keep = true;
+    }
+
+    /// Waits until a probe pass succeeds through every node.
+    fn serving(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.prober.last_failure = None;
+        if self
+            .prober
+            .until_pass(&self.everyone, timeout, Instant::now() + FORM_DEADLINE)
+            .is_none()
+        {
+            self.keep();
             bail!(
-                "the cluster did not form in {FORM_DEADLINE:?} (status: {})",
-                status_json(exe, &path).map_or("none".into(), |s| s.to_string())
+                "the cluster did not serve every partition through every node in \
+                 {FORM_DEADLINE:?}: {}",
+                self.prober.last_failure.clone().unwrap_or_default()
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut prober = Prober {
-        keys: probe_keys(&config),
-        clients: BTreeMap::new(),
-        passes: 0,
-        last_failure: None,
-    };
-    let everyone: Vec<(u16, SocketAddr)> = config
-        .members()
-        .iter()
-        .map(|m| m.node)
-        .zip(addrs.iter().copied())
-        .collect();
-    if prober
-        .until_pass(&everyone, timeout, Instant::now() + FORM_DEADLINE)
-        .is_none()
-    {
-        bail!(
-            "the new cluster never served every partition through every node: {}",
-            prober.last_failure.unwrap_or_default()
-        );
+        Ok(())
     }
 
-    // The load.
-    let stop = Arc::new(AtomicBool::new(false));
-    let phase = Arc::new(AtomicU8::new(PHASE_BEFORE_KILL));
-    let load: Vec<_> = (0..options.clients)
-        .map(|thread| {
-            let addrs = addrs.clone();
-            let stop = stop.clone();
-            let phase = phase.clone();
-            let seed = options
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add(kill.into());
-            std::thread::spawn(move || load_client(thread, &addrs, &stop, &phase, seed, timeout))
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(options.warmup_ms));
-
-    // The kill.
-    let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ (u64::from(kill) << 32));
-    let victim = rng.random_range(0..options.nodes);
-    let before = read_view(&state).context("reading the view before the kill")?;
-    if before.members.len() != usize::from(options.nodes) {
-        notes.push(format!(
-            "before the kill the view {} had members {:?} (a reconfiguration without a kill)",
-            before.id,
-            before.members.iter().map(|m| m.node).collect::<Vec<_>>()
-        ));
-    }
-    let recovery_deadline = Duration::from_millis(options.recovery_deadline_ms);
-    phase.store(PHASE_AFTER_KILL, Ordering::Relaxed);
-    let killed_at = nodes.kill(victim)?;
-    let deadline = killed_at + recovery_deadline;
-    let detector = {
-        let state = state.clone();
-        let before = before.id;
-        std::thread::spawn(move || {
-            loop {
-                if let Some(view) = read_view(&state)
-                    && view.id > before
-                    && view.incarnation(victim).is_none()
-                {
-                    return Some((killed_at.elapsed(), view));
-                }
-                if Instant::now() >= deadline {
-                    return None;
-                }
-                std::thread::sleep(POLL);
-            }
-        })
-    };
-    let survivors: Vec<(u16, SocketAddr)> = everyone
-        .iter()
-        .copied()
-        .filter(|&(node, _)| node != victim)
-        .collect();
-    prober.clients.remove(&victim);
-    let passes_before = prober.passes;
-    prober.last_failure = None;
-    let recovered = prober.until_pass(&survivors, timeout, deadline);
-    let recovery_ms = recovered.map(|t| ms(t - killed_at));
-    let detected = detector.join().unwrap_or(None);
-    if let Some((_, view)) = &detected {
-        let lost: Vec<u16> = survivors
+    /// `Ok` if a kill of any node cannot leave a partition without a copy: every node a
+    /// member and alive, every partition with two copies or more.
+    fn can_take_a_kill(&mut self) -> Result<(), String> {
+        let exited = self.nodes.exited();
+        if !exited.is_empty() {
+            return Err(exited.join("; "));
+        }
+        let view = read_view(&self.state).ok_or("the coordination file holds no view")?;
+        let missing: Vec<u16> = self
+            .everyone
             .iter()
-            .map(|s| s.0)
+            .map(|e| e.0)
             .filter(|&n| view.incarnation(n).is_none())
             .collect();
-        if !lost.is_empty() {
-            notes.push(format!(
-                "view {} without the killed node also lacks survivors {lost:?}",
+        if !missing.is_empty() {
+            return Err(format!("view {} lacks nodes {missing:?}", view.id));
+        }
+        let thin: Vec<usize> = (0..view.copies.len())
+            .filter(|&p| view.copies[p].len() < 2)
+            .collect();
+        if !thin.is_empty() {
+            return Err(format!(
+                "in view {} partitions {thin:?} have fewer than two copies: a kill could \
+                 leave one without a copy",
                 view.id
             ));
         }
+        Ok(())
     }
 
-    // The restart: a new process of the same node, admitted as a new member.
-    phase.store(PHASE_AFTER_RESTART, Ordering::Relaxed);
-    let restarted_at = Instant::now();
-    nodes.children[usize::from(victim)] =
-        Some(start_node(exe, &path, &dir.path, victim, options.lease_ms)?);
-    let after_id = detected.as_ref().map_or(before.id, |(_, v)| v.id);
-    let rejoin_deadline = restarted_at + REJOIN_DEADLINE;
-    let rejoin_ms = loop {
-        if let Some(view) = read_view(&state)
-            && view.id > after_id
-            && view.incarnation(victim).is_some()
-        {
-            break Some(ms(restarted_at.elapsed()));
+    /// One kill: load, kill, detection and recovery, restart with `--join`, the wait for
+    /// full strength, more load, and the read-back of this kill's writes.
+    fn round(&mut self, options: &FailoverOptions, kill: u32) -> anyhow::Result<RunReport> {
+        let timeout = options.request_timeout();
+        let mut notes = Vec::new();
+        if self.kills > 0 {
+            // The restarted node too: every partition served through every node.
+            self.serving(timeout)?;
         }
-        if Instant::now() >= rejoin_deadline {
+        self.kills += 1;
+        let addrs: Vec<SocketAddr> = self.everyone.iter().map(|e| e.1).collect();
+
+        // The load.
+        let stop = Arc::new(AtomicBool::new(false));
+        let phase = Arc::new(AtomicU8::new(PHASE_BEFORE_KILL));
+        let load: Vec<_> = (0..options.clients)
+            .map(|thread| {
+                let addrs = addrs.clone();
+                let stop = stop.clone();
+                let phase = phase.clone();
+                let seed = options
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(kill.into());
+                std::thread::spawn(move || {
+                    load_client(kill, thread, &addrs, &stop, &phase, seed, timeout)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(options.warmup_ms));
+
+        // The kill.
+        let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ (u64::from(kill) << 32));
+        let victim = rng.random_range(0..options.nodes);
+        let before = read_view(&self.state).context("reading the view before the kill")?;
+        if before.members.len() != usize::from(options.nodes) {
             notes.push(format!(
-                "the restarted node {victim} was not admitted in {REJOIN_DEADLINE:?}"
+                "before the kill the view {} had members {:?}",
+                before.id,
+                before.members.iter().map(|m| m.node).collect::<Vec<_>>()
             ));
-            break None;
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    std::thread::sleep(Duration::from_millis(options.after_restart_ms));
-    stop.store(true, Ordering::Relaxed);
-    let logs: Vec<ClientLog> = load
-        .into_iter()
-        .map(|t| t.join().unwrap_or_default())
-        .collect();
+        if !full_strength(&before, options.nodes) {
+            notes.push(format!(
+                "before the kill the view {} was not at full strength: copies {:?}, filling {:?}",
+                before.id, before.copies, before.filling
+            ));
+        }
+        let recovery_deadline = Duration::from_millis(options.recovery_deadline_ms);
+        phase.store(PHASE_AFTER_KILL, Ordering::Relaxed);
+        let killed_at = self.nodes.kill(victim)?;
+        let deadline = killed_at + recovery_deadline;
+        let detector = {
+            let state = self.state.clone();
+            let before = before.id;
+            std::thread::spawn(move || {
+                loop {
+                    if let Some(view) = read_view(&state)
+                        && view.id > before
+                        && view.incarnation(victim).is_none()
+                    {
+                        return Some((killed_at.elapsed(), view));
+                    }
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::sleep(POLL);
+                }
+            })
+        };
+        let survivors: Vec<(u16, SocketAddr)> = self
+            .everyone
+            .iter()
+            .copied()
+            .filter(|&(node, _)| node != victim)
+            .collect();
+        self.prober.clients.remove(&victim);
+        let passes_before = self.prober.passes;
+        self.prober.last_failure = None;
+        let recovered = self.prober.until_pass(&survivors, timeout, deadline);
+        let recovery_ms = recovered.map(|t| ms(t - killed_at));
+        let detected = detector.join().unwrap_or(None);
+        if let Some((_, view)) = &detected {
+            let lost: Vec<u16> = survivors
+                .iter()
+                .map(|s| s.0)
+                .filter(|&n| view.incarnation(n).is_none())
+                .collect();
+            if !lost.is_empty() {
+                notes.push(format!(
+                    "view {} without the killed node also lacks survivors {lost:?}",
+                    view.id
+                ));
+            }
+        }
 
-    // The read-back, through the survivors.
-    let survivor_addrs: Vec<SocketAddr> = survivors.iter().map(|s| s.1).collect();
-    let check_started = Instant::now();
-    let checked = check(&logs, &survivor_addrs, timeout);
-    let check_ms = ms(check_started.elapsed());
-    let recovery = status_json(exe, &path).and_then(|s| s.get("recovery").cloned());
-    notes.extend(nodes.exited());
-    drop(nodes);
+        // The restart: a new process of the same node, admitted as a new member, given
+        // backups to fill; then the wait until the cluster is back at full strength.
+        phase.store(PHASE_AFTER_RESTART, Ordering::Relaxed);
+        let restarted_at = Instant::now();
+        self.nodes.children[usize::from(victim)] = Some(start_node(
+            &self.exe,
+            &self.path,
+            &self.dir.path,
+            victim,
+            options.lease_ms,
+            true,
+        )?);
+        let after_id = detected.as_ref().map_or(before.id, |(_, v)| v.id);
+        let rejoin = self.rejoin(options, victim, after_id, restarted_at, &mut notes);
+        std::thread::sleep(Duration::from_millis(options.after_restart_ms));
+        stop.store(true, Ordering::Relaxed);
+        let logs: Vec<ClientLog> = load
+            .into_iter()
+            .map(|t| t.join().unwrap_or_default())
+            .collect();
 
-    let mut errors = Errors::default();
-    let mut errors_by_phase = ErrorsByPhase::default();
-    let mut other_errors = BTreeMap::new();
-    for log in &logs {
-        errors.add(&log.errors);
-        let by_phase = log.by_phase();
-        errors_by_phase.before_kill.add(&by_phase.before_kill);
-        errors_by_phase.after_kill.add(&by_phase.after_kill);
-        errors_by_phase.after_restart.add(&by_phase.after_restart);
-        for (m, n) in &log.other_errors {
-            *other_errors.entry(m.clone()).or_default() += n;
+        // The read-back, through the survivors: this kill's SETs, and the counters with
+        // every increment acknowledged since the cluster started.
+        let survivor_addrs: Vec<SocketAddr> = survivors.iter().map(|s| s.1).collect();
+        let check_started = Instant::now();
+        let checked = {
+            let these: Vec<&ClientLog> = logs.iter().collect();
+            let all: Vec<&ClientLog> = self.logs.iter().chain(&logs).collect();
+            check(&these, &all, &survivor_addrs, timeout)
+        };
+        let check_ms = ms(check_started.elapsed());
+        let recovery = self.recovery_delta();
+        notes.extend(self.nodes.exited());
+
+        let mut errors = Errors::default();
+        let mut errors_by_phase = ErrorsByPhase::default();
+        let mut other_errors = BTreeMap::new();
+        for log in &logs {
+            errors.add(&log.errors);
+            let by_phase = log.by_phase();
+            errors_by_phase.before_kill.add(&by_phase.before_kill);
+            errors_by_phase.after_kill.add(&by_phase.after_kill);
+            errors_by_phase.after_restart.add(&by_phase.after_restart);
+            for (m, n) in &log.other_errors {
+                *other_errors.entry(m.clone()).or_default() += n;
+            }
+        }
+        let (acknowledged_sets, acknowledged_increments) = acknowledged(logs.iter());
+        let last_error = logs.iter().filter_map(|l| l.last_error).max();
+        let report = RunReport {
+            kill,
+            node_killed: victim,
+            killed_was_cm: before.cm == victim,
+            view_before: before.id,
+            view_after: detected.as_ref().map(|(_, v)| v.id),
+            members_after: detected
+                .as_ref()
+                .map(|(_, v)| v.members.iter().map(|m| m.node).collect()),
+            detect_ms: detected.as_ref().map(|(d, _)| ms(*d)),
+            recovery_ms,
+            probe_passes: self.prober.passes - passes_before,
+            last_probe_failure: self.prober.last_failure.clone(),
+            rejoin_ms: rejoin.rejoin_ms,
+            view_admitted: rejoin.view_admitted,
+            fills_admitted: rejoin.fills_admitted,
+            rereplicated_ms: rejoin.rereplicated_ms,
+            view_full_strength: rejoin.view_full_strength,
+            full_strength: rejoin.full_strength,
+            short_of_full_strength: rejoin.short_of_full_strength,
+            last_error_after_kill_ms: last_error
+                .filter(|&t| t >= killed_at)
+                .map(|t| ms(t - killed_at)),
+            requests: logs.iter().map(|l| l.requests).sum(),
+            acknowledged_sets,
+            acknowledged_increments,
+            acknowledged_writes: acknowledged_sets + acknowledged_increments,
+            lost_sets: checked.lost_sets,
+            lost_increments: checked.lost_increments,
+            lost: checked.lost_sets + checked.lost_increments,
+            unverified: checked.unverified,
+            unchecked: checked.unchecked,
+            check_ms,
+            lost_examples: checked.examples,
+            unverified_examples: checked.unverified_examples,
+            errors,
+            errors_by_phase,
+            reconnects: logs.iter().map(|l| l.reconnects).sum(),
+            other_errors,
+            recovery,
+            notes,
+        };
+        if report.recovery_ms.is_none()
+            || !report.full_strength
+            || report.lost > 0
+            || report.unverified > 0
+        {
+            self.keep();
+        }
+        self.logs.extend(logs);
+        Ok(report)
+    }
+
+    /// Waits for the node `victim` restarted at `restarted_at` to be admitted (a view
+    /// after `after_id` with it), and for a view at full strength, then for `ferrotx
+    /// status` to show that view at every member; all within the deadline.
+    fn rejoin(
+        &mut self,
+        options: &FailoverOptions,
+        victim: u16,
+        after_id: u64,
+        restarted_at: Instant,
+        notes: &mut Vec<String>,
+    ) -> Rejoin {
+        let deadline = restarted_at + Duration::from_millis(options.full_strength_deadline_ms);
+        let mut out = Rejoin::default();
+        let mut last_view = None;
+        // The coordination file, polled as detection polls it.
+        loop {
+            if let Some(view) = read_view(&self.state) {
+                if out.view_admitted.is_none()
+                    && view.id > after_id
+                    && view.incarnation(victim).is_some()
+                {
+                    out.rejoin_ms = Some(ms(restarted_at.elapsed()));
+                    out.view_admitted = Some(view.id);
+                    out.fills_admitted = Some(view.fills().collect());
+                }
+                if view.id > after_id && full_strength(&view, options.nodes) {
+                    out.rereplicated_ms = Some(ms(restarted_at.elapsed()));
+                    out.view_full_strength = Some(view.id);
+                    break;
+                }
+                last_view = Some(view);
+            }
+            let exited = self.nodes.exited();
+            if !exited.is_empty() {
+                notes.extend(exited);
+                break;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        // Then what `ferrotx status` shows.
+        let mut last_status = None;
+        if out.view_full_strength.is_some() {
+            loop {
+                match status_json(&self.exe, &self.path) {
+                    Some(s) if status_full_strength(&s, options.nodes) => {
+                        out.full_strength = true;
+                        break;
+                    }
+                    s => last_status = s.or(last_status),
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if !out.full_strength {
+            let waited = deadline.saturating_duration_since(restarted_at);
+            notes.push(match (out.view_admitted, out.view_full_strength) {
+                (None, _) => format!(
+                    "the restarted node {victim} was not admitted (no view after {after_id} \
+                     with it) in {waited:?}"
+                ),
+                (Some(v), None) => format!(
+                    "the restarted node {victim} was admitted in view {v}, but no view at full \
+                     strength came in {waited:?}"
+                ),
+                (Some(_), Some(v)) => format!(
+                    "view {v} is at full strength, but ferrotx status did not show it at every \
+                     member in {waited:?}"
+                ),
+            });
+            out.short_of_full_strength = last_status
+                .or_else(|| status_json(&self.exe, &self.path))
+                .or_else(|| last_view.and_then(|v| serde_json::to_value(v).ok()));
+        }
+        out
+    }
+
+    /// The recovery counters that grew since the last call, from `ferrotx status --json`:
+    /// for each member's life, its counters less those it had then (a new life's whole).
+    fn recovery_delta(&mut self) -> Option<serde_json::Value> {
+        let status = status_json(&self.exe, &self.path)?;
+        let mut total = serde_json::Map::new();
+        let mut seen = BTreeMap::new();
+        for m in status["members"].as_array()? {
+            let (Some(node), Some(incarnation)) = (m["node"].as_u64(), m["incarnation"].as_u64())
+            else {
+                continue;
+            };
+            let now = &m["recovery"];
+            if !now.is_object() {
+                continue;
+            }
+            let life = (node as u16, incarnation);
+            sum_into(&mut total, &less(now, self.counters.get(&life)));
+            seen.insert(life, now.clone());
+        }
+        // Lives that left (a killed node's) are forgotten.
+        let answered = seen.len();
+        self.counters = seen;
+        (answered > 0).then(|| {
+            total.insert("members".into(), answered.into());
+            serde_json::Value::Object(total)
+        })
+    }
+
+    /// Reads back every write acknowledged since the cluster started, through every node
+    /// that runs and is a member.
+    fn read_back_all(&mut self, timeout: Duration) -> ReadBack {
+        let view = read_view(&self.state);
+        let through: Vec<(u16, SocketAddr)> = self
+            .everyone
+            .iter()
+            .copied()
+            .filter(|&(n, _)| {
+                self.nodes.children[usize::from(n)].is_some()
+                    && view.as_ref().is_some_and(|v| v.incarnation(n).is_some())
+            })
+            .collect();
+        let logs: Vec<&ClientLog> = self.logs.iter().collect();
+        let (sets, increments) = acknowledged(logs.iter().copied());
+        let started = Instant::now();
+        let checked = if through.is_empty() {
+            let mut c = Check::default();
+            c.unverified(sets + increments, "no live member to read through".into());
+            c
+        } else {
+            let addrs: Vec<SocketAddr> = through.iter().map(|t| t.1).collect();
+            check(&logs, &logs, &addrs, timeout)
+        };
+        ReadBack {
+            kills: self.kills,
+            through: through.iter().map(|t| t.0).collect(),
+            acknowledged_writes: sets + increments,
+            lost_sets: checked.lost_sets,
+            lost_increments: checked.lost_increments,
+            lost: checked.lost_sets + checked.lost_increments,
+            unverified: checked.unverified,
+            unchecked: checked.unchecked,
+            check_ms: ms(started.elapsed()),
+            lost_examples: checked.examples,
+            unverified_examples: checked.unverified_examples,
         }
     }
-    let acknowledged_sets: u64 = logs.iter().map(|l| l.sets.len() as u64).sum();
-    let acknowledged_increments: u64 = logs
-        .iter()
-        .flat_map(|l| l.increments.iter().map(|c| c.0))
-        .sum();
-    let last_error = logs.iter().filter_map(|l| l.last_error).max();
-    Ok(RunReport {
-        kill,
-        node_killed: victim,
-        killed_was_cm: before.cm == victim,
-        view_before: before.id,
-        view_after: detected.as_ref().map(|(_, v)| v.id),
-        members_after: detected
-            .as_ref()
-            .map(|(_, v)| v.members.iter().map(|m| m.node).collect()),
-        detect_ms: detected.as_ref().map(|(d, _)| ms(*d)),
-        recovery_ms,
-        probe_passes: prober.passes - passes_before,
-        last_probe_failure: prober.last_failure,
-        rejoin_ms,
-        last_error_after_kill_ms: last_error
-            .filter(|&t| t >= killed_at)
-            .map(|t| ms(t - killed_at)),
-        requests: logs.iter().map(|l| l.requests).sum(),
-        acknowledged_sets,
-        acknowledged_increments,
-        acknowledged_writes: acknowledged_sets + acknowledged_increments,
-        lost_sets: checked.lost_sets,
-        lost_increments: checked.lost_increments,
-        lost: checked.lost_sets + checked.lost_increments,
-        unverified: checked.unverified,
-        unchecked: checked.unchecked,
-        check_ms,
-        lost_examples: checked.examples,
-        unverified_examples: checked.unverified_examples,
-        errors,
-        errors_by_phase,
-        reconnects: logs.iter().map(|l| l.reconnects).sum(),
-        other_errors,
-        recovery,
-        notes,
+}
+
+/// Acknowledged SETs and INCRs of `logs`.
+fn acknowledged<'l>(logs: impl Iterator<Item = &'l ClientLog>) -> (u64, u64) {
+    logs.fold((0, 0), |(sets, increments), l| {
+        (
+            sets + l.sets.len() as u64,
+            increments + l.increments.iter().map(|c| c.0).sum::<u64>(),
+        )
     })
+}
+
+/// True if `view` has every one of `nodes` nodes as a member, every partition with its
+/// configured copies, and no backup being filled.
+fn full_strength(view: &View, nodes: u16) -> bool {
+    let replicas = usize::from(replicas(nodes));
+    view.members.len() == usize::from(nodes)
+        && view.fills().next().is_none()
+        && view.copies.iter().all(|c| c.len() == replicas)
+}
+
+/// True if `status` (`ferrotx status --json`) shows the cluster formed (see [`formed`])
+/// and at full strength: every partition with its configured copies, no backup being
+/// filled, none short of copies or without one.
+fn status_full_strength(status: &serde_json::Value, nodes: u16) -> bool {
+    let replicas = u64::from(replicas(nodes));
+    formed(status, nodes)
+        && status["replicas"].as_u64() == Some(replicas)
+        && status["backups_filling"].as_u64() == Some(0)
+        && status["short_of_copies"].as_u64() == Some(0)
+        && status["without_copy"].as_u64() == Some(0)
+        && status["copies"].as_array().is_some_and(|copies| {
+            copies
+                .iter()
+                .all(|c| c.as_array().is_some_and(|c| c.len() as u64 == replicas))
+        })
+}
+
+/// `now` less `before` (objects of numbers and of such objects, as [`sum_into`] takes);
+/// what `before` lacks is kept whole.
+fn less(now: &serde_json::Value, before: Option<&serde_json::Value>) -> serde_json::Value {
+    match now {
+        serde_json::Value::Object(object) => serde_json::Value::Object(
+            object
+                .iter()
+                .map(|(k, v)| (k.clone(), less(v, before.and_then(|b| b.get(k)))))
+                .collect(),
+        ),
+        serde_json::Value::Number(n) => {
+            match (n.as_u64(), before.and_then(serde_json::Value::as_u64)) {
+                (Some(n), Some(b)) => n.saturating_sub(b).into(),
+                _ => now.clone(),
+            }
+        }
+        other => other.clone(),
+    }
 }
 
 /// Adds the numbers of `value` (an object of numbers and objects of numbers) into `total`.
@@ -1372,5 +1923,80 @@ fn sum_into(total: &mut serde_json::Map<String, serde_json::Value>, value: &serd
                 sum_into(inner, v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotx_cluster::ViewMember;
+
+    fn view(members: &[u16], copies: Vec<Vec<u16>>, filling: Vec<Vec<u16>>) -> View {
+        View {
+            id: 7,
+            cm: members[0],
+            members: members
+                .iter()
+                .map(|&node| ViewMember {
+                    node,
+                    incarnation: 1,
+                })
+                .collect(),
+            copies,
+            filling,
+        }
+    }
+
+    #[test]
+    fn full_strength_wants_every_node_every_copy_and_no_fill() {
+        let all = vec![vec![0, 1, 2], vec![1, 2, 0]];
+        assert!(full_strength(&view(&[0, 1, 2], all.clone(), vec![]), 3));
+        // A node missing, a copy short, a backup still filling.
+        assert!(!full_strength(&view(&[0, 1], all.clone(), vec![]), 3));
+        let short = vec![vec![0, 1], vec![1, 2, 0]];
+        assert!(!full_strength(&view(&[0, 1, 2], short.clone(), vec![]), 3));
+        assert!(!full_strength(
+            &view(&[0, 1, 2], short, vec![vec![2], vec![]]),
+            3
+        ));
+    }
+
+    #[test]
+    fn status_full_strength_reads_ferrotx_status_json() {
+        let member = |node: u16| serde_json::json!({"node": node, "alive": true, "same_life": true, "view": 9});
+        let status = |filling: u64, short: u64, copies: serde_json::Value| {
+            serde_json::json!({
+                "configuration": 9,
+                "members": [member(0), member(1), member(2)],
+                "replicas": 3,
+                "copies": copies,
+                "backups_filling": filling,
+                "short_of_copies": short,
+                "without_copy": 0,
+            })
+        };
+        let full = serde_json::json!([[0, 1, 2], [1, 2, 0]]);
+        assert!(status_full_strength(&status(0, 0, full.clone()), 3));
+        assert!(!status_full_strength(&status(1, 0, full.clone()), 3));
+        assert!(!status_full_strength(
+            &status(0, 1, serde_json::json!([[0, 1], [1, 2, 0]])),
+            3
+        ));
+        // A member not yet at the view.
+        let mut behind = status(0, 0, full);
+        behind["members"][2]["view"] = 8.into();
+        assert!(!status_full_strength(&behind, 3));
+    }
+
+    #[test]
+    fn less_subtracts_counters_and_keeps_a_new_lifes_whole() {
+        let before = serde_json::json!({"rounds": 3, "decisions": {"commit": 2, "abort": 1}});
+        let now =
+            serde_json::json!({"rounds": 5, "decisions": {"commit": 6, "abort": 1}, "waited": 4});
+        assert_eq!(
+            less(&now, Some(&before)),
+            serde_json::json!({"rounds": 2, "decisions": {"commit": 4, "abort": 0}, "waited": 4})
+        );
+        assert_eq!(less(&now, None), now);
     }
 }

@@ -158,10 +158,12 @@ enum Bench {
     /// Read and write (every replica) latency of 100 B to 1 MB objects, beside RAMCloud's
     /// figures and the RPC round trip of the same run.
     Latency(LatencyArgs),
-    /// Failover under Redis load: for each kill, a fresh cluster of node processes, Redis
-    /// clients (INCR and SET) on every node, one node killed with SIGKILL; reports the time
-    /// to a view without it (detect) and until every partition is read and written through
-    /// every survivor (recovery), client errors by kind, and acknowledged writes lost.
+    /// Failover under Redis load: one cluster of node processes, Redis clients (INCR and
+    /// SET) on every node, and kills in a row, each of one node with SIGKILL, which is then
+    /// restarted with --join; reports the time to a view without it (detect), until every
+    /// partition is read and written through every survivor (recovery), and from the
+    /// restart until the cluster is back at full strength (rereplicated), client errors by
+    /// kind, and acknowledged writes lost.
     Failover(FailoverArgs),
     /// RPC throughput and latency between a server and a client process on loopback.
     Rpc(RpcArgs),
@@ -330,7 +332,7 @@ struct BankArgs {
 
 #[derive(Args)]
 struct FailoverArgs {
-    /// Kills, each on a fresh cluster.
+    /// Kills, in a row on one cluster.
     #[arg(long, default_value_t = 1)]
     kills: u32,
     /// Node processes per cluster (3 replicas per partition, fewer with fewer nodes).
@@ -352,11 +354,22 @@ struct FailoverArgs {
     /// A client's timeout for one request, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     request_timeout_ms: u64,
+    /// Longest wait from the restart of a killed node until the cluster is back at full
+    /// strength (every node a member, every partition with its copies, no backup being
+    /// filled), in milliseconds; past it, the kill counts as not back to full strength.
+    #[arg(long, default_value_t = 60_000)]
+    full_strength_deadline_ms: u64,
+    /// Run each kill on a fresh cluster of its own (started for it, stopped after it)
+    /// rather than all on one.
+    #[arg(long)]
+    fresh_cluster_per_kill: bool,
     /// First port: the cluster uses nodes x 3 consecutive ports from here. Default:
     /// chosen from the process id, below the kernel's ephemeral ports.
     #[arg(long)]
     port_base: Option<u16>,
-    /// Keep each run's directory (configuration, coordination file, node logs).
+    /// Keep the run's directory (configuration, coordination file, node logs); it is kept
+    /// anyway when a kill was not recovered, did not get back to full strength or lost a
+    /// write.
     #[arg(long)]
     keep_logs: bool,
     /// Write the report as JSON here.
@@ -624,6 +637,8 @@ fn main() -> anyhow::Result<()> {
                 clients: args.clients,
                 recovery_deadline_ms: args.recovery_deadline_ms,
                 request_timeout_ms: args.request_timeout_ms,
+                full_strength_deadline_ms: args.full_strength_deadline_ms,
+                fresh_cluster_per_kill: args.fresh_cluster_per_kill,
                 keep_logs: args.keep_logs,
                 ..ferrotx_bench::failover::FailoverOptions::new(args.kills, port_base)
             };
