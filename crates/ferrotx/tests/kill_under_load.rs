@@ -6,8 +6,13 @@
 //! node is restarted (same id, a new process, a new member holding no data), and then the
 //! same again for the CM. At the end: no other node process exited, every acknowledged
 //! write reads back (money conserved and explained by the transfers, every acknowledged
-//! append in its list), and the list-append history is strictly serializable (the `adya`
-//! checker, Elle's analysis).
+//! append in its list), the list-append history is strictly serializable (the `adya`
+//! checker, Elle's analysis), and once the cluster is back at full strength (every
+//! partition with its three copies, none being filled) every copy of every partition
+//! equals its primary: `FERROTX COPIES` on every node, the digests and object counts of
+//! each partition's copies compared. That last check is what notices a data recovery
+//! that filled the restarted nodes' copies wrong: the node never killed keeps a good copy
+//! of everything, which the reads see.
 //!
 //! `KILL_TEST_SEED=N` picks another seed; `KILL_TEST_KEEP=1` keeps the run's directory
 //! (node logs, configuration, `history.jsonl`) even when the test passes. A failing run
@@ -197,6 +202,79 @@ fn wait_status(nodes: &mut Nodes, what: &str, done: impl Fn(&Value) -> bool) -> 
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The tests of this file run one at a time: each runs a cluster of node processes with
+/// short leases, and two at once would compete for the machine's cores.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed holding it leaves nothing to clean up.
+    ONE_CLUSTER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts `NODES` node processes, one worker thread each, 4 partitions per node, three
+/// copies of each (as `cluster local` and `bench failover`), on the ports of test `test`
+/// of this file, in a new run directory named after `name`; waits until they formed a
+/// cluster. Returns them and their Redis addresses, in node order.
+fn start_cluster(name: &str, test: u16) -> (Nodes, Vec<SocketAddr>) {
+    let dir = temp_path(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Configuration::local(NODES, 3, 1, 4, test_ports(test)).expect("configuration");
+    let addrs: Vec<SocketAddr> = config
+        .members()
+        .iter()
+        .map(|m| m.resp_addr().expect("a Redis address"))
+        .collect();
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(&config_path, config.to_toml_string()).unwrap();
+    let mut nodes = Nodes {
+        dir,
+        config: config_path,
+        children: (0..NODES).map(|_| None).collect(),
+        lives: vec![0; usize::from(NODES)],
+    };
+    for node in 0..NODES {
+        nodes.start(node);
+    }
+    wait_status(&mut nodes, "the cluster to form", |s| {
+        settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
+    });
+    (nodes, addrs)
+}
+
+/// True if the status shows the cluster back at full strength: every node a member,
+/// alive, in its life, at the current view, and every partition with its full count of
+/// copies (the replicas asked for, or every member if fewer) and no backup being filled.
+fn full_strength(s: &Value) -> bool {
+    let Some(members) = settled_members(s) else {
+        return false;
+    };
+    if members.len() != usize::from(NODES) {
+        return false;
+    }
+    let Some(replicas) = s["replicas"].as_u64() else {
+        return false;
+    };
+    let want = replicas.min(members.len() as u64) as usize;
+    let copies_full = s["copies"].as_array().is_some_and(|partitions| {
+        partitions
+            .iter()
+            .all(|c| c.as_array().is_some_and(|c| c.len() == want))
+    });
+    // The backups being filled, per partition, if the status reports them (a view
+    // counts a filled backup among the copies only once it is filled whole).
+    let none_filling = match &s["filling"] {
+        Value::Null => true,
+        Value::Array(partitions) => partitions
+            .iter()
+            .all(|f| f.is_null() || f.as_array().is_some_and(Vec::is_empty)),
+        _ => false,
+    };
+    copies_full && none_filling
 }
 
 // ---------------------------------------------------------------------------------------
@@ -795,40 +873,227 @@ fn reasons(history: &[Value]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
+// Every copy equal: FERROTX COPIES on every node, once back at full strength.
+
+/// Longest the copies may take to agree once the cluster is back at full strength and the
+/// load has stopped: a backup applies a coordinator's last writes a few milliseconds after
+/// the coordinator goes quiet.
+const COPIES_AGREE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// One table of a copy, as FERROTX COPIES reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TableCopy {
+    table: i64,
+    name: String,
+    digest: String,
+    objects: i64,
+}
+
+/// One copy a node reports.
+#[derive(Clone, Debug)]
+struct CopyReport {
+    node: u64,
+    partition: u64,
+    role: String,
+    view: u64,
+    tables: Vec<TableCopy>,
+}
+
+/// The value of `name` in a RESP2 map (a flat array of names and values).
+fn map_field<'a>(pairs: &'a [RespValue], name: &str) -> Result<&'a RespValue, String> {
+    pairs
+        .chunks(2)
+        .find(|pair| pair[0].as_bytes() == Some(name.as_bytes()))
+        .and_then(|pair| pair.get(1))
+        .ok_or_else(|| format!("no {name:?} in {pairs:?}"))
+}
+
+fn field_integer(pairs: &[RespValue], name: &str) -> Result<i64, String> {
+    let value = map_field(pairs, name)?;
+    value
+        .as_integer()
+        .ok_or_else(|| format!("{name} is {value:?}"))
+}
+
+fn field_text(pairs: &[RespValue], name: &str) -> Result<String, String> {
+    let value = map_field(pairs, name)?;
+    value
+        .as_bytes()
+        .map(text)
+        .ok_or_else(|| format!("{name} is {value:?}"))
+}
+
+/// FERROTX COPIES of the node at `addr`: the copies it holds.
+fn copies_of(addr: SocketAddr) -> Result<Vec<CopyReport>, String> {
+    let mut conn = Conn::open(addr).ok_or("no connection")?;
+    let reply = conn
+        .call(cmd(&[&"FERROTX", &"COPIES"]))
+        .map_err(|e| e.to_string())?;
+    let RespValue::Array(entries) = reply else {
+        return Err(format!("FERROTX COPIES answered {reply:?}"));
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let pairs = entry.as_array().ok_or(format!("an entry {entry:?}"))?;
+            let tables = map_field(pairs, "tables")?
+                .as_array()
+                .ok_or("tables is not an array")?
+                .iter()
+                .map(|t| {
+                    let t = t.as_array().ok_or(format!("a table {t:?}"))?;
+                    Ok(TableCopy {
+                        table: field_integer(t, "table")?,
+                        name: field_text(t, "name")?,
+                        digest: field_text(t, "digest")?,
+                        objects: field_integer(t, "objects")?,
+                    })
+                })
+                .collect::<Result<_, String>>()?;
+            Ok(CopyReport {
+                node: field_integer(pairs, "node")? as u64,
+                partition: field_integer(pairs, "partition")? as u64,
+                role: field_text(pairs, "role")?,
+                view: field_integer(pairs, "view")? as u64,
+                tables,
+            })
+        })
+        .collect()
+}
+
+/// What the members of status `s` (at full strength) report with FERROTX COPIES, checked
+/// against the view's copies, and the copies of each partition against each other: a
+/// summary if every copy equals its primary, else what differs.
+fn compare_copies(s: &Value, addrs: &[SocketAddr]) -> Result<String, Vec<String>> {
+    let view = s["configuration"].as_u64().expect("a view");
+    let expected: Vec<Vec<u64>> = serde_json::from_value(s["copies"].clone()).expect("copies");
+    let mut differences = Vec::new();
+    let mut held: BTreeMap<u64, Vec<CopyReport>> = BTreeMap::new();
+    for node in settled_members(s).expect("settled") {
+        match copies_of(addrs[node as usize]) {
+            Ok(copies) => {
+                for copy in copies {
+                    if copy.node != node || copy.view != view {
+                        differences.push(format!(
+                            "node {node} reports a copy of node {} in view {} (the cluster is at \
+                             view {view})",
+                            copy.node, copy.view
+                        ));
+                    }
+                    held.entry(copy.partition).or_default().push(copy);
+                }
+            }
+            Err(e) => differences.push(format!("node {node}: FERROTX COPIES: {e}")),
+        }
+    }
+    if !differences.is_empty() {
+        return Err(differences);
+    }
+    let mut objects: BTreeMap<String, i64> = BTreeMap::new();
+    for (p, nodes) in expected.iter().enumerate() {
+        let copies = held.remove(&(p as u64)).unwrap_or_default();
+        let describe = || -> String {
+            copies
+                .iter()
+                .map(|c| {
+                    let tables: Vec<String> = c
+                        .tables
+                        .iter()
+                        .map(|t| format!("{} {} ({} objects)", t.name, t.digest, t.objects))
+                        .collect();
+                    format!("node {} ({}): {}", c.node, c.role, tables.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let holders: BTreeSet<u64> = copies.iter().map(|c| c.node).collect();
+        let roles_right = copies.iter().all(|c| {
+            let primary = nodes.first() == Some(&c.node);
+            c.role == if primary { "primary" } else { "backup" }
+        });
+        if holders != nodes.iter().copied().collect() || !roles_right {
+            differences.push(format!(
+                "partition {p}: the view has its copies on {nodes:?} (primary first), the nodes \
+                 report {}",
+                describe()
+            ));
+            continue;
+        }
+        if copies.windows(2).any(|w| w[0].tables != w[1].tables) {
+            differences.push(format!("partition {p}: copies differ: {}", describe()));
+            continue;
+        }
+        if let Some(first) = copies.first() {
+            for t in &first.tables {
+                *objects.entry(t.name.clone()).or_default() += t.objects;
+            }
+        }
+    }
+    for (p, copies) in held {
+        differences.push(format!(
+            "partition {p}: reported by {:?}, not a partition of the view",
+            copies.iter().map(|c| c.node).collect::<Vec<_>>()
+        ));
+    }
+    if !differences.is_empty() {
+        return Err(differences);
+    }
+    let objects: Vec<String> = objects
+        .iter()
+        .map(|(name, n)| format!("{n} objects in {name}"))
+        .collect();
+    Ok(format!(
+        "view {view}: {} partitions, each with {} equal copies ({})",
+        expected.len(),
+        expected.first().map_or(0, Vec::len),
+        objects.join(", ")
+    ))
+}
+
+/// Waits (up to `MEMBERSHIP_DEADLINE`) until the cluster is back at full strength, then
+/// until FERROTX COPIES of every member shows every copy of every partition equal to its
+/// primary, for at most `COPIES_AGREE_DEADLINE` once at full strength; panics with what
+/// differs if they do not agree. Returns a summary.
+fn check_copies_equal(nodes: &mut Nodes, addrs: &[SocketAddr]) -> String {
+    let started = Instant::now();
+    let mut agree_by: Option<Instant> = None;
+    loop {
+        let s = wait_status(
+            nodes,
+            "full strength (every partition's copies, none filling)",
+            full_strength,
+        );
+        let agree_by = *agree_by.get_or_insert_with(|| Instant::now() + COPIES_AGREE_DEADLINE);
+        match compare_copies(&s, addrs) {
+            Ok(summary) => {
+                return format!(
+                    "{summary}; checked in {:.2} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(differences) if Instant::now() >= agree_by => panic!(
+                "the copies are not all equal {COPIES_AGREE_DEADLINE:?} after the cluster was back \
+                 at full strength:\n  {}\nstatus: {s}",
+                differences.join("\n  ")
+            ),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The test.
 
 #[test]
 fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializable() {
+    let _serial = one_cluster_at_a_time();
     let started = Instant::now();
     let seed = std::env::var("KILL_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SEED);
-    let dir = temp_path("kill-under-load");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    // One worker thread per node, 4 partitions per node, three copies of each (as
-    // `cluster local` and `bench failover`).
-    let config = Configuration::local(NODES, 3, 1, 4, test_ports(0)).expect("configuration");
-    let addrs: Vec<SocketAddr> = config
-        .members()
-        .iter()
-        .map(|m| m.resp_addr().expect("a Redis address"))
-        .collect();
-    let config_path = dir.join("cluster.toml");
-    std::fs::write(&config_path, config.to_toml_string()).unwrap();
-    let mut nodes = Nodes {
-        dir: dir.clone(),
-        config: config_path,
-        children: (0..NODES).map(|_| None).collect(),
-        lives: vec![0; usize::from(NODES)],
-    };
-    for node in 0..NODES {
-        nodes.start(node);
-    }
-    wait_status(&mut nodes, "the cluster to form", |s| {
-        settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
-    });
+    let (mut nodes, addrs) = start_cluster("kill-under-load", 0);
+    let dir = nodes.dir.clone();
     // The accounts, then every node serves them.
     let mut mset = vec![b"MSET".to_vec()];
     for i in 0..ACCOUNTS {
@@ -1116,10 +1381,8 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
     };
     let report = adya::check(&adya_history, Workload::ListAppend, &opts);
     println!(
-        "  adya (strict-serializable): {:?}, anomalies {:?}; {:.1} s in all",
-        report.valid,
-        report.anomaly_types,
-        started.elapsed().as_secs_f64()
+        "  adya (strict-serializable): {:?}, anomalies {:?}",
+        report.valid, report.anomaly_types,
     );
     if report.valid != Valid::True {
         let mut explanation = String::new();
@@ -1136,4 +1399,12 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
             history_path.display()
         );
     }
+
+    // (iv) Back at full strength (the restarted nodes' copies filled from the primaries:
+    // data recovery), every copy of every partition equal to its primary.
+    let copies = check_copies_equal(&mut nodes, &addrs);
+    println!(
+        "  copies: {copies}; {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
 }
