@@ -6,8 +6,18 @@
 //! node is restarted (same id, a new process, a new member holding no data), and then the
 //! same again for the CM. At the end: no other node process exited, every acknowledged
 //! write reads back (money conserved and explained by the transfers, every acknowledged
-//! append in its list), and the list-append history is strictly serializable (the `adya`
-//! checker, Elle's analysis).
+//! append in its list), the list-append history is strictly serializable (the `adya`
+//! checker, Elle's analysis), and once the cluster is back at full strength (every
+//! partition with its three copies, none being filled) every copy of every partition
+//! equals its primary: `FERROTX COPIES` on every node, the digests and object counts of
+//! each partition's copies compared. That last check is what notices a data recovery
+//! that filled the restarted nodes' copies wrong: the node never killed keeps a good copy
+//! of everything, which the reads see.
+//!
+//! A second test kills and restarts each of the three nodes in turn under a light load,
+//! each restart back at full strength before the next kill, so that in the end no node
+//! holds a copy it held at the start: only data recovery keeps the acknowledged writes.
+//! The tests run one at a time.
 //!
 //! `KILL_TEST_SEED=N` picks another seed; `KILL_TEST_KEEP=1` keeps the run's directory
 //! (node logs, configuration, `history.jsonl`) even when the test passes. A failing run
@@ -197,6 +207,79 @@ fn wait_status(nodes: &mut Nodes, what: &str, done: impl Fn(&Value) -> bool) -> 
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The tests of this file run one at a time: each runs a cluster of node processes with
+/// short leases, and two at once would compete for the machine's cores.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed holding it leaves nothing to clean up.
+    ONE_CLUSTER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts `NODES` node processes, one worker thread each, 4 partitions per node, three
+/// copies of each (as `cluster local` and `bench failover`), on the ports of test `test`
+/// of this file, in a new run directory named after `name`; waits until they formed a
+/// cluster. Returns them and their Redis addresses, in node order.
+fn start_cluster(name: &str, test: u16) -> (Nodes, Vec<SocketAddr>) {
+    let dir = temp_path(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Configuration::local(NODES, 3, 1, 4, test_ports(test)).expect("configuration");
+    let addrs: Vec<SocketAddr> = config
+        .members()
+        .iter()
+        .map(|m| m.resp_addr().expect("a Redis address"))
+        .collect();
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(&config_path, config.to_toml_string()).unwrap();
+    let mut nodes = Nodes {
+        dir,
+        config: config_path,
+        children: (0..NODES).map(|_| None).collect(),
+        lives: vec![0; usize::from(NODES)],
+    };
+    for node in 0..NODES {
+        nodes.start(node);
+    }
+    wait_status(&mut nodes, "the cluster to form", |s| {
+        settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
+    });
+    (nodes, addrs)
+}
+
+/// True if the status shows the cluster back at full strength: every node a member,
+/// alive, in its life, at the current view, and every partition with its full count of
+/// copies (the replicas asked for, or every member if fewer) and no backup being filled.
+fn full_strength(s: &Value) -> bool {
+    let Some(members) = settled_members(s) else {
+        return false;
+    };
+    if members.len() != usize::from(NODES) {
+        return false;
+    }
+    let Some(replicas) = s["replicas"].as_u64() else {
+        return false;
+    };
+    let want = replicas.min(members.len() as u64) as usize;
+    let copies_full = s["copies"].as_array().is_some_and(|partitions| {
+        partitions
+            .iter()
+            .all(|c| c.as_array().is_some_and(|c| c.len() == want))
+    });
+    // The backups being filled, per partition, if the status reports them (a view
+    // counts a filled backup among the copies only once it is filled whole).
+    let none_filling = match &s["filling"] {
+        Value::Null => true,
+        Value::Array(partitions) => partitions
+            .iter()
+            .all(|f| f.is_null() || f.as_array().is_some_and(Vec::is_empty)),
+        _ => false,
+    };
+    copies_full && none_filling
 }
 
 // ---------------------------------------------------------------------------------------
@@ -795,40 +878,227 @@ fn reasons(history: &[Value]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
+// Every copy equal: FERROTX COPIES on every node, once back at full strength.
+
+/// Longest the copies may take to agree once the cluster is back at full strength and the
+/// load has stopped: a backup applies a coordinator's last writes a few milliseconds after
+/// the coordinator goes quiet.
+const COPIES_AGREE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// One table of a copy, as FERROTX COPIES reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TableCopy {
+    table: i64,
+    name: String,
+    digest: String,
+    objects: i64,
+}
+
+/// One copy a node reports.
+#[derive(Clone, Debug)]
+struct CopyReport {
+    node: u64,
+    partition: u64,
+    role: String,
+    view: u64,
+    tables: Vec<TableCopy>,
+}
+
+/// The value of `name` in a RESP2 map (a flat array of names and values).
+fn map_field<'a>(pairs: &'a [RespValue], name: &str) -> Result<&'a RespValue, String> {
+    pairs
+        .chunks(2)
+        .find(|pair| pair[0].as_bytes() == Some(name.as_bytes()))
+        .and_then(|pair| pair.get(1))
+        .ok_or_else(|| format!("no {name:?} in {pairs:?}"))
+}
+
+fn field_integer(pairs: &[RespValue], name: &str) -> Result<i64, String> {
+    let value = map_field(pairs, name)?;
+    value
+        .as_integer()
+        .ok_or_else(|| format!("{name} is {value:?}"))
+}
+
+fn field_text(pairs: &[RespValue], name: &str) -> Result<String, String> {
+    let value = map_field(pairs, name)?;
+    value
+        .as_bytes()
+        .map(text)
+        .ok_or_else(|| format!("{name} is {value:?}"))
+}
+
+/// FERROTX COPIES of the node at `addr`: the copies it holds.
+fn copies_of(addr: SocketAddr) -> Result<Vec<CopyReport>, String> {
+    let mut conn = Conn::open(addr).ok_or("no connection")?;
+    let reply = conn
+        .call(cmd(&[&"FERROTX", &"COPIES"]))
+        .map_err(|e| e.to_string())?;
+    let RespValue::Array(entries) = reply else {
+        return Err(format!("FERROTX COPIES answered {reply:?}"));
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let pairs = entry.as_array().ok_or(format!("an entry {entry:?}"))?;
+            let tables = map_field(pairs, "tables")?
+                .as_array()
+                .ok_or("tables is not an array")?
+                .iter()
+                .map(|t| {
+                    let t = t.as_array().ok_or(format!("a table {t:?}"))?;
+                    Ok(TableCopy {
+                        table: field_integer(t, "table")?,
+                        name: field_text(t, "name")?,
+                        digest: field_text(t, "digest")?,
+                        objects: field_integer(t, "objects")?,
+                    })
+                })
+                .collect::<Result<_, String>>()?;
+            Ok(CopyReport {
+                node: field_integer(pairs, "node")? as u64,
+                partition: field_integer(pairs, "partition")? as u64,
+                role: field_text(pairs, "role")?,
+                view: field_integer(pairs, "view")? as u64,
+                tables,
+            })
+        })
+        .collect()
+}
+
+/// What the members of status `s` (at full strength) report with FERROTX COPIES, checked
+/// against the view's copies, and the copies of each partition against each other: a
+/// summary if every copy equals its primary, else what differs.
+fn compare_copies(s: &Value, addrs: &[SocketAddr]) -> Result<String, Vec<String>> {
+    let view = s["configuration"].as_u64().expect("a view");
+    let expected: Vec<Vec<u64>> = serde_json::from_value(s["copies"].clone()).expect("copies");
+    let mut differences = Vec::new();
+    let mut held: BTreeMap<u64, Vec<CopyReport>> = BTreeMap::new();
+    for node in settled_members(s).expect("settled") {
+        match copies_of(addrs[node as usize]) {
+            Ok(copies) => {
+                for copy in copies {
+                    if copy.node != node || copy.view != view {
+                        differences.push(format!(
+                            "node {node} reports a copy of node {} in view {} (the cluster is at \
+                             view {view})",
+                            copy.node, copy.view
+                        ));
+                    }
+                    held.entry(copy.partition).or_default().push(copy);
+                }
+            }
+            Err(e) => differences.push(format!("node {node}: FERROTX COPIES: {e}")),
+        }
+    }
+    if !differences.is_empty() {
+        return Err(differences);
+    }
+    let mut objects: BTreeMap<String, i64> = BTreeMap::new();
+    for (p, nodes) in expected.iter().enumerate() {
+        let copies = held.remove(&(p as u64)).unwrap_or_default();
+        let describe = || -> String {
+            copies
+                .iter()
+                .map(|c| {
+                    let tables: Vec<String> = c
+                        .tables
+                        .iter()
+                        .map(|t| format!("{} {} ({} objects)", t.name, t.digest, t.objects))
+                        .collect();
+                    format!("node {} ({}): {}", c.node, c.role, tables.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let holders: BTreeSet<u64> = copies.iter().map(|c| c.node).collect();
+        let roles_right = copies.iter().all(|c| {
+            let primary = nodes.first() == Some(&c.node);
+            c.role == if primary { "primary" } else { "backup" }
+        });
+        if holders != nodes.iter().copied().collect() || !roles_right {
+            differences.push(format!(
+                "partition {p}: the view has its copies on {nodes:?} (primary first), the nodes \
+                 report {}",
+                describe()
+            ));
+            continue;
+        }
+        if copies.windows(2).any(|w| w[0].tables != w[1].tables) {
+            differences.push(format!("partition {p}: copies differ: {}", describe()));
+            continue;
+        }
+        if let Some(first) = copies.first() {
+            for t in &first.tables {
+                *objects.entry(t.name.clone()).or_default() += t.objects;
+            }
+        }
+    }
+    for (p, copies) in held {
+        differences.push(format!(
+            "partition {p}: reported by {:?}, not a partition of the view",
+            copies.iter().map(|c| c.node).collect::<Vec<_>>()
+        ));
+    }
+    if !differences.is_empty() {
+        return Err(differences);
+    }
+    let objects: Vec<String> = objects
+        .iter()
+        .map(|(name, n)| format!("{n} objects in {name}"))
+        .collect();
+    Ok(format!(
+        "view {view}: {} partitions, each with {} equal copies ({})",
+        expected.len(),
+        expected.first().map_or(0, Vec::len),
+        objects.join(", ")
+    ))
+}
+
+/// Waits (up to `MEMBERSHIP_DEADLINE`) until the cluster is back at full strength, then
+/// until FERROTX COPIES of every member shows every copy of every partition equal to its
+/// primary, for at most `COPIES_AGREE_DEADLINE` once at full strength; panics with what
+/// differs if they do not agree. Returns a summary.
+fn check_copies_equal(nodes: &mut Nodes, addrs: &[SocketAddr]) -> String {
+    let started = Instant::now();
+    let mut agree_by: Option<Instant> = None;
+    loop {
+        let s = wait_status(
+            nodes,
+            "full strength (every partition's copies, none filling)",
+            full_strength,
+        );
+        let agree_by = *agree_by.get_or_insert_with(|| Instant::now() + COPIES_AGREE_DEADLINE);
+        match compare_copies(&s, addrs) {
+            Ok(summary) => {
+                return format!(
+                    "{summary}; checked in {:.2} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Err(differences) if Instant::now() >= agree_by => panic!(
+                "the copies are not all equal {COPIES_AGREE_DEADLINE:?} after the cluster was back \
+                 at full strength:\n  {}\nstatus: {s}",
+                differences.join("\n  ")
+            ),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The test.
 
 #[test]
 fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializable() {
+    let _serial = one_cluster_at_a_time();
     let started = Instant::now();
     let seed = std::env::var("KILL_TEST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SEED);
-    let dir = temp_path("kill-under-load");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    // One worker thread per node, 4 partitions per node, three copies of each (as
-    // `cluster local` and `bench failover`).
-    let config = Configuration::local(NODES, 3, 1, 4, test_ports(0)).expect("configuration");
-    let addrs: Vec<SocketAddr> = config
-        .members()
-        .iter()
-        .map(|m| m.resp_addr().expect("a Redis address"))
-        .collect();
-    let config_path = dir.join("cluster.toml");
-    std::fs::write(&config_path, config.to_toml_string()).unwrap();
-    let mut nodes = Nodes {
-        dir: dir.clone(),
-        config: config_path,
-        children: (0..NODES).map(|_| None).collect(),
-        lives: vec![0; usize::from(NODES)],
-    };
-    for node in 0..NODES {
-        nodes.start(node);
-    }
-    wait_status(&mut nodes, "the cluster to form", |s| {
-        settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
-    });
+    let (mut nodes, addrs) = start_cluster("kill-under-load", 0);
+    let dir = nodes.dir.clone();
     // The accounts, then every node serves them.
     let mut mset = vec![b"MSET".to_vec()];
     for i in 0..ACCOUNTS {
@@ -1116,10 +1386,8 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
     };
     let report = adya::check(&adya_history, Workload::ListAppend, &opts);
     println!(
-        "  adya (strict-serializable): {:?}, anomalies {:?}; {:.1} s in all",
-        report.valid,
-        report.anomaly_types,
-        started.elapsed().as_secs_f64()
+        "  adya (strict-serializable): {:?}, anomalies {:?}",
+        report.valid, report.anomaly_types,
     );
     if report.valid != Valid::True {
         let mut explanation = String::new();
@@ -1136,4 +1404,268 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
             history_path.display()
         );
     }
+
+    // (iv) Back at full strength (the restarted nodes' copies filled from the primaries:
+    // data recovery), every copy of every partition equal to its primary.
+    let copies = check_copies_equal(&mut nodes, &addrs);
+    println!(
+        "  copies: {copies}; {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Every node killed in turn: only data recovery keeps the data.
+
+/// Keys written before the first kill, and what each writer of the light load waits
+/// between its writes.
+const PRELOADED: u64 = 200;
+const WRITE_PAUSE: Duration = Duration::from_millis(2);
+/// Load before the first kill, and after each restart once back at full strength.
+const AT_FULL_STRENGTH: Duration = Duration::from_millis(500);
+const WRITERS: usize = 2;
+/// The key every writer increments too (a hot key: its increments run at its primary).
+const COUNTER: &str = "rolling:counter";
+
+/// What the light load's writers share.
+struct Rolling {
+    addrs: Vec<SocketAddr>,
+    stop: AtomicBool,
+    /// Which round of kills the cluster is in (0 before the first).
+    round: AtomicU8,
+    /// Acknowledged SETs: key, value, and the round they were acknowledged in.
+    acked: Mutex<Vec<(String, String, u8)>>,
+    /// SETs whose outcome is unknown.
+    uncertain: AtomicU64,
+    /// The largest value an acknowledged INCR of `COUNTER` returned, and how many INCRs
+    /// may have taken effect (acknowledged or of unknown outcome).
+    counter_acked: AtomicI64,
+    counter_maybe: AtomicI64,
+    problems: Mutex<Vec<String>>,
+}
+
+/// One writer of the light load: SETs of new keys `rolling:<writer>:<n>` and INCRs of
+/// `COUNTER`, alternately, through one connection, replaced (another node first) once it
+/// fails.
+fn rolling_writer(load: &Rolling, writer: usize) {
+    let mut conn: Option<Conn> = None;
+    let mut preferred = writer;
+    let mut n = 0u64;
+    while !load.stop.load(Ordering::SeqCst) {
+        let Some(c) = conn.as_mut() else {
+            let count = load.addrs.len();
+            conn = (0..count).find_map(|i| Conn::open(load.addrs[(preferred + i) % count]));
+            preferred += 1;
+            if conn.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        };
+        let increment = n % 2 == 1;
+        let (key, value) = (format!("rolling:{writer}:{n}"), n.to_string());
+        let command = if increment {
+            cmd(&[&"INCR", &COUNTER])
+        } else {
+            cmd(&[&"SET", &key, &value])
+        };
+        let round = load.round.load(Ordering::SeqCst);
+        let keep = match (increment, c.call(command)) {
+            (false, Ok(RespValue::Simple(ok))) if ok == b"OK" => {
+                load.acked.lock().unwrap().push((key, value, round));
+                true
+            }
+            (true, Ok(RespValue::Integer(value))) => {
+                load.counter_acked.fetch_max(value, Ordering::SeqCst);
+                load.counter_maybe.fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            (_, Ok(RespValue::Error(e))) if certainly_no_effect(&e) => true,
+            (_, Ok(RespValue::Error(_)) | Err(_)) => {
+                if increment {
+                    load.counter_maybe.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    load.uncertain.fetch_add(1, Ordering::SeqCst);
+                }
+                false
+            }
+            (_, Ok(other)) => {
+                load.problems.lock().unwrap().push(format!(
+                    "{} answered {other:?}",
+                    if increment { "INCR" } else { "SET" }
+                ));
+                false
+            }
+        };
+        if !keep {
+            conn = None;
+        }
+        n += 1;
+        std::thread::sleep(WRITE_PAUSE);
+    }
+}
+
+/// `command` through `addr`, retried (a new connection each time) until it gets a reply
+/// that is not an error, for at most `MEMBERSHIP_DEADLINE`.
+fn call_until_answered(addr: SocketAddr, command: &[Vec<u8>]) -> RespValue {
+    let deadline = Instant::now() + MEMBERSHIP_DEADLINE;
+    loop {
+        let reply = Conn::open(addr).map(|mut c| c.call(command.to_vec()));
+        match reply {
+            Some(Ok(value)) if !value.is_error() => return value,
+            other => assert!(
+                Instant::now() < deadline,
+                "{} through {addr}: {other:?}",
+                text(&command[0])
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills and restarts each node in turn under a light load, waiting after each restart
+/// until the cluster is back at full strength: the restarted node, a new life that held
+/// nothing, then has copies of every partition again, filled from the primaries (data
+/// recovery, FaRM 5.4). After the third kill no node holds a copy it held before the
+/// first, so without data recovery every write acknowledged before would be gone. Every
+/// acknowledged write must read back, and every copy equal its primary at the end.
+#[test]
+fn killing_each_node_in_turn_loses_no_acknowledged_write() {
+    let _serial = one_cluster_at_a_time();
+    let started = Instant::now();
+    let (mut nodes, addrs) = start_cluster("kill-each-in-turn", 1);
+    // Data before the kills, then every node serves it.
+    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(50) {
+        let mut mset = vec![b"MSET".to_vec()];
+        for &i in chunk {
+            mset.push(format!("preloaded:{i}").into_bytes());
+            mset.push(i.to_string().into_bytes());
+        }
+        assert_eq!(call_until_answered(addrs[0], &mset), RespValue::ok());
+    }
+    let last = cmd(&[&"GET", &format!("preloaded:{}", PRELOADED - 1)]);
+    for &addr in &addrs {
+        let value = call_until_answered(addr, &last);
+        assert_eq!(integer_of(&value), Some(PRELOADED as i64 - 1), "{value:?}");
+    }
+    let formed_in = started.elapsed();
+
+    let load = Arc::new(Rolling {
+        addrs: addrs.clone(),
+        stop: AtomicBool::new(false),
+        round: AtomicU8::new(0),
+        acked: Mutex::new(Vec::new()),
+        uncertain: AtomicU64::new(0),
+        counter_acked: AtomicI64::new(0),
+        counter_maybe: AtomicI64::new(0),
+        problems: Mutex::new(Vec::new()),
+    });
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let load = load.clone();
+            std::thread::spawn(move || rolling_writer(&load, writer))
+        })
+        .collect();
+    std::thread::sleep(AT_FULL_STRENGTH);
+
+    let mut timings = Vec::new();
+    for (round, victim) in (0..NODES).enumerate() {
+        let s = wait_status(&mut nodes, "full strength before the kill", full_strength);
+        let view = s["configuration"].as_u64().unwrap();
+        let role = if s["cm"].as_u64() == Some(u64::from(victim)) {
+            "the CM"
+        } else {
+            "not the CM"
+        };
+        load.round.store(round as u8 + 1, Ordering::SeqCst);
+        let killed_at = Instant::now();
+        nodes.kill(victim);
+        let removed = wait_status(&mut nodes, "the killed node's removal", |s| {
+            s["configuration"].as_u64().is_some_and(|c| c > view)
+                && settled_members(s).is_some_and(|m| !m.contains(&u64::from(victim)))
+        });
+        let detected = killed_at.elapsed();
+        let after = removed["configuration"].as_u64().unwrap();
+        let restarted_at = Instant::now();
+        nodes.start(victim);
+        wait_status(&mut nodes, "the restarted node's copies filled", |s| {
+            s["configuration"].as_u64().is_some_and(|c| c > after) && full_strength(s)
+        });
+        timings.push(format!(
+            "node {victim} ({role}) removed {:.2} s after SIGKILL, back at full strength \
+             {:.2} s after its restart",
+            detected.as_secs_f64(),
+            restarted_at.elapsed().as_secs_f64()
+        ));
+        // Some load at full strength before the next kill.
+        std::thread::sleep(AT_FULL_STRENGTH);
+    }
+    load.stop.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.join().expect("a writer panicked");
+    }
+    let exited = nodes.exited();
+    assert!(exited.is_empty(), "node processes exited: {exited:?}");
+    let problems = load.problems.lock().unwrap().clone();
+    assert!(problems.is_empty(), "while running: {problems:#?}");
+
+    // Every acknowledged write reads back, through any node: none of them holds a copy
+    // it held when the writes before the last kill were acknowledged.
+    let acked = load.acked.lock().unwrap().clone();
+    let mut expected: Vec<(String, String)> = (0..PRELOADED)
+        .map(|i| (format!("preloaded:{i}"), i.to_string()))
+        .collect();
+    expected.extend(acked.iter().map(|(k, v, _)| (k.clone(), v.clone())));
+    let mut lost = Vec::new();
+    for (i, chunk) in expected.chunks(500).enumerate() {
+        let mut mget = vec![b"MGET".to_vec()];
+        mget.extend(chunk.iter().map(|(k, _)| k.clone().into_bytes()));
+        let RespValue::Array(values) = call_until_answered(addrs[i % addrs.len()], &mget) else {
+            panic!("MGET answered no array");
+        };
+        for ((key, value), read) in chunk.iter().zip(&values) {
+            if read.as_bytes() != Some(value.as_bytes()) {
+                lost.push(format!("{key}: wrote {value}, read {read:?}"));
+            }
+        }
+    }
+    let counter = integer_of(&call_until_answered(addrs[0], &cmd(&[&"GET", &COUNTER])));
+    let per_round: Vec<usize> = (0..=NODES as u8)
+        .map(|r| acked.iter().filter(|(_, _, round)| *round == r).count())
+        .collect();
+    let (counter_acked, counter_maybe) = (
+        load.counter_acked.load(Ordering::SeqCst),
+        load.counter_maybe.load(Ordering::SeqCst),
+    );
+    println!(
+        "kill_each_in_turn: formed in {:.2} s\n  {}\n  {} keys preloaded, {} SETs acknowledged \
+         (before the kills and after each kill: {per_round:?}), {} of unknown outcome; counter \
+         {counter:?} (acknowledged up to {counter_acked}, at most {counter_maybe} increments)",
+        formed_in.as_secs_f64(),
+        timings.join("\n  "),
+        PRELOADED,
+        acked.len(),
+        load.uncertain.load(Ordering::SeqCst),
+    );
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost (every node was killed in turn), the first: {:#?}",
+        lost.len(),
+        expected.len(),
+        &lost[..lost.len().min(20)]
+    );
+    let counter = counter.expect("the counter is an integer");
+    assert!(
+        (counter_acked..=counter_maybe).contains(&counter),
+        "the counter is {counter}: an increment acknowledged it at {counter_acked}, and at \
+         most {counter_maybe} increments may have taken effect"
+    );
+    assert!(
+        per_round.iter().all(|&n| n > 0),
+        "writes were not acknowledged in every round: {per_round:?}"
+    );
+    let copies = check_copies_equal(&mut nodes, &addrs);
+    println!(
+        "  copies: {copies}; {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
 }

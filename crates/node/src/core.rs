@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
@@ -25,6 +25,7 @@ use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
 use ferrotx_txn::ship::{Executors, Procedures, Shipping};
 use ferrotx_wire::EndpointId;
 
+use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::placement::ClusterPlacement;
 use crate::worker::Worker;
 
@@ -105,7 +106,7 @@ pub struct NodeCore {
     fills: Arc<Mutex<BTreeMap<u32, Arc<Fill>>>>,
     /// The store of the last view switched to, shared by the node's threads (its
     /// recovery blocks count them): the view's id and the store.
-    view_store: Arc<Mutex<(u64, Arc<NodeStore>)>>,
+    view_store: Arc<ViewStore>,
 }
 
 impl NodeCore {
@@ -488,5 +489,19 @@ impl NodeCore {
             .iter()
             .find(|(id, r, _)| *id == partition && *r == role)
             .map(|(_, _, p)| p.clone())
+    }
+
+    /// Every copy this node holds in the last view its workers switched to, with its
+    /// role there (a backup being filled included) and a digest of each table (see
+    /// [`crate::copy_digests`]). Walks every table of every copy: for checks, not the
+    /// hot path.
+    pub fn copy_digests(&self) -> Result<CopyDigests, CopiesError> {
+        digests_of_view_store(self.node, &Arc::downgrade(&self.view_store), &self.schema)
+    }
+
+    /// The store of the last view switched to, for a handle that must not keep the
+    /// node's partitions alive once it stopped.
+    pub(crate) fn view_store_weak(&self) -> Weak<ViewStore> {
+        Arc::downgrade(&self.view_store)
     }
 }

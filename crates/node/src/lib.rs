@@ -11,6 +11,7 @@
 //! the real clock on the current thread: it busy-polls while there is work, spins briefly
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
+mod copies;
 mod core;
 mod lease;
 mod local_cluster;
@@ -20,6 +21,7 @@ mod poller;
 mod runtime;
 mod worker;
 
+pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, copy_digests};
 pub use core::{CoreOptions, CoreWorker, NodeCore};
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};

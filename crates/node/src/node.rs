@@ -21,6 +21,7 @@ use ferrotx_txn::coordinator::Coordinator;
 use ferrotx_txn::participant::{ParticipantStats, RecoveryStats, Role};
 use ferrotx_wire::EndpointId;
 
+use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
 use crate::lease::{LeaseThread, Link};
 use crate::poller::{Polled, Poller};
@@ -323,6 +324,8 @@ pub struct NodeHandle {
     /// Each worker thread's recovery counters, in thread order.
     recovery: Arc<[PublishedRecovery]>,
     ship: Arc<[PublishedShip]>,
+    /// The node's store of its current view: not kept alive by the handle.
+    view_store: std::sync::Weak<ViewStore>,
 }
 
 /// Why a coroutine could not be started.
@@ -391,6 +394,17 @@ impl NodeHandle {
             thread.add_to(&mut sum);
         }
         sum
+    }
+
+    /// Every partition copy the node holds in the last view its workers switched to,
+    /// with its role there and a digest and object count of each table
+    /// ([`NodeCore::copy_digests`]); [`CopiesError::Stopped`] once the node has stopped.
+    /// Walks every table of every copy on the calling thread, beside the workers (the
+    /// partitions are shared, and read as readers read them): call it from a thread of
+    /// its own, not a worker or an event loop, and on a quiet cluster for digests that
+    /// compare.
+    pub fn copy_digests(&self) -> Result<CopyDigests, CopiesError> {
+        digests_of_view_store(self.node, &self.view_store, self.config.tables())
     }
 
     /// Starts `body` as a coroutine on worker thread `thread`, with that thread's
@@ -696,6 +710,7 @@ impl Node {
             spawners: spawners.into(),
             recovery,
             ship,
+            view_store: core.view_store_weak(),
         };
         Self {
             core,

@@ -972,3 +972,65 @@ fn backups_apply_the_last_commits_once_the_coordinators_are_quiet() {
     }
     cluster.stop();
 }
+
+/// Every node reports each copy it holds, with its role in the configuration's map and a
+/// digest of each table: equal for every copy of a partition once they hold the same
+/// objects; a handle kept after its node stopped says so.
+#[test]
+fn copy_digests_agree_across_copies_and_name_each_role() {
+    let config = Configuration::local(3, 3, 1, 6, 51_600).unwrap();
+    let cluster = LocalCluster::start(config, schema());
+    for i in 0..50u64 {
+        assert!(
+            cluster
+                .load(ACCOUNTS, Key::from(i), &i.to_le_bytes())
+                .unwrap()
+        );
+    }
+    let config = cluster.config().clone();
+    let reports: Vec<(u16, ferrotx_node::CopyDigests)> = cluster
+        .nodes()
+        .into_iter()
+        .map(|node| (node, cluster.handle(node).copy_digests().unwrap()))
+        .collect();
+    let mut objects = 0;
+    for partition in 0..config.partitions().partition_count() {
+        let id = ferrotx_store::PartitionId(partition);
+        let replicas: Vec<u16> = config.partitions().replicas(id).nodes().collect();
+        let mut seen = Vec::new();
+        for (node, report) in &reports {
+            assert_eq!(report.view, config.id(), "the configuration's first view");
+            if let Some(copy) = report.copies.iter().find(|c| c.partition == partition) {
+                let role = if replicas[0] == *node {
+                    ferrotx_node::CopyRole::Primary
+                } else {
+                    ferrotx_node::CopyRole::Backup
+                };
+                assert_eq!(copy.role, role, "node {node}, partition {partition}");
+                assert_eq!(copy.tables.len(), schema().len());
+                seen.push((*node, copy.tables.clone()));
+            }
+        }
+        assert_eq!(
+            seen.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            {
+                let mut sorted = replicas.clone();
+                sorted.sort_unstable();
+                sorted
+            },
+            "partition {partition}'s copies"
+        );
+        assert!(
+            seen.windows(2).all(|w| w[0].1 == w[1].1),
+            "partition {partition}: {seen:?}"
+        );
+        objects += seen[0].1[0].objects;
+    }
+    assert_eq!(objects, 50, "every account once, in its partition");
+    let handle = cluster.handle(2);
+    cluster.stop();
+    assert_eq!(
+        handle.copy_digests(),
+        Err(ferrotx_node::CopiesError::Stopped(2))
+    );
+}

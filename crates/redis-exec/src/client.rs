@@ -13,14 +13,19 @@ use std::sync::Arc;
 
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::Co;
-use ferrotx_resp::{InfoStats, ParserLimits, Session, SessionConfig};
+use ferrotx_resp::{InfoStats, ParserLimits, Reply, Session, SessionConfig};
 use ferrotx_txn::coordinator::Coordinator;
 
 use crate::connection::{Counters, RespConnection, Shared, Step, Stop};
 use crate::error::KvTableError;
 use crate::kv_table::KvTable;
 use crate::resp_value::{RespValue, encode_request, parse_reply};
-use crate::work::execute;
+use crate::work::{WorkResult, execute};
+
+/// What a simulated client is answered to an administrative command (FERROTX COPIES),
+/// which only the server answers.
+const ADMIN_UNAVAILABLE: &str =
+    "ERR ferrotx: FERROTX commands are answered by a node's Redis server, not in a simulation";
 
 /// One simulated Redis client connected to a node: create it with
 /// [`RespClient::for_config`] (or [`RespClient::new`]), then, in a coroutine of one of
@@ -159,6 +164,12 @@ impl RespClient {
                     let stats = self.info(co);
                     self.connection
                         .info_reply(&request, &stats, &mut self.shared);
+                }
+                Step::Admin(_) => {
+                    // A simulated client reaches no node of its own to ask.
+                    let reply = Reply::error_static(ADMIN_UNAVAILABLE);
+                    self.connection
+                        .complete(WorkResult::Admin(reply), &mut self.shared);
                 }
                 // Its output was taken: handle the requests that waited.
                 Step::Stopped(Stop::OutputFull) => {}

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use ferrotx_resp::{
-    Action, InfoRequest, InfoStats, Outcome, Parsed, ParserLimits, Plan, Reply, RequestParser,
-    Session, SessionConfig,
+    Action, AdminRequest, InfoRequest, InfoStats, Outcome, Parsed, ParserLimits, Plan, Reply,
+    RequestParser, Session, SessionConfig,
 };
 
 use crate::execute::VERSION_UNREADABLE;
@@ -80,6 +80,11 @@ pub enum Step {
     },
     /// INFO: gather the node's numbers and call [`RespConnection::info_reply`].
     Info(InfoRequest),
+    /// An administrative command (FERROTX COPIES): answer it from the node's state (off
+    /// the event loop if it takes long) and give the reply to
+    /// [`RespConnection::complete`] as [`WorkResult::Admin`]; later requests wait
+    /// meanwhile, as for [`Step::Work`].
+    Admin(AdminRequest),
     /// Nothing more to do now, for this reason.
     Stopped(Stop),
 }
@@ -93,6 +98,8 @@ enum InFlight {
     Versions(usize),
     /// A DBSIZE, SCAN or KEYS reply.
     Keyspace,
+    /// An administrative command's reply.
+    Admin,
 }
 
 /// One client connection without its transport.
@@ -111,6 +118,8 @@ enum InFlight {
 ///      answers [`Stop::Waiting`];
 ///    - [`Step::Info`]: INFO needs the node's numbers: gather them and call
 ///      [`RespConnection::info_reply`], then `handle` again;
+///    - [`Step::Admin`]: an administrative command (FERROTX COPIES): answer it and give
+///      the reply to [`RespConnection::complete`] as [`WorkResult::Admin`];
 ///    - [`Step::Stopped`]: nothing more to do until more input ([`Stop::Incomplete`]),
 ///      a work result ([`Stop::Waiting`]), the client taking replies
 ///      ([`Stop::OutputFull`]), or ever ([`Stop::Closing`]: write the output, then
@@ -289,6 +298,8 @@ impl RespConnection {
             }
             (InFlight::Keyspace, WorkResult::Keyspace(reply)) => replies.push(reply),
             (InFlight::Keyspace, WorkResult::Dropped) => replies.push(stopping()),
+            (InFlight::Admin, WorkResult::Admin(reply)) => replies.push(reply),
+            (InFlight::Admin, WorkResult::Dropped) => replies.push(stopping()),
             (in_flight, result) => {
                 unreachable!("{result:?} does not answer {in_flight:?}")
             }
@@ -420,6 +431,11 @@ impl RespConnection {
                 return None;
             }
             Action::Info(request) => return Some(Step::Info(request)),
+            Action::Admin(request) => {
+                // Not a work item for a worker: the caller answers it.
+                self.in_flight = Some(InFlight::Admin);
+                return Some(Step::Admin(request));
+            }
             Action::Run(plan) => (Work::Plan(plan), InFlight::Plan),
             Action::ReadVersions(keys) => {
                 let count = keys.len();
@@ -593,6 +609,35 @@ mod tests {
         let text = String::from_utf8_lossy(&output);
         assert!(text.contains("total_commands_processed:41"), "{text}");
         assert!(text.ends_with("+PONG\r\n"), "{text}");
+    }
+
+    #[test]
+    fn an_admin_command_waits_for_the_callers_reply() {
+        let (mut connection, mut shared) = (connection(), Shared::default());
+        connection.feed(b"FERROTX COPIES\r\nPING\r\n");
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Admin(ferrotx_resp::AdminRequest::Copies)
+        );
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Waiting),
+            "PING waits for its reply"
+        );
+        let reply = Reply::Array(vec![Reply::Integer(7)]);
+        connection.complete(WorkResult::Admin(reply), &mut shared);
+        assert_eq!(
+            connection.handle(&mut shared),
+            Step::Stopped(Stop::Incomplete)
+        );
+        assert_eq!(take(&mut connection), b"*1\r\n:7\r\n+PONG\r\n");
+        connection.feed(b"FERROTX COPIES\r\n");
+        assert!(matches!(connection.handle(&mut shared), Step::Admin(_)));
+        connection.complete(WorkResult::Dropped, &mut shared);
+        assert_eq!(
+            take(&mut connection),
+            b"-ERR ferrotx: the node is stopping\r\n"
+        );
     }
 
     #[test]

@@ -24,7 +24,10 @@
 //!    coroutine on a worker (one at a time per client, so replies keep their order),
 //!    with the step's seed (it differs per request: the back-off's draws), and gives the
 //!    [`WorkResult`] back to [`RespConnection::complete`]. INFO stops it with a
-//!    [`Step::Info`], for the caller's numbers. The caller sends
+//!    [`Step::Info`], for the caller's numbers, and an administrative command (FERROTX
+//!    COPIES) with a [`Step::Admin`], which the caller answers from its node's state
+//!    and completes with [`WorkResult::Admin`] (a simulated [`RespClient`] answers it an
+//!    error: it has no node of its own to ask). The caller sends
 //!    [`RespConnection::output`].
 //!
 //! [`execute`] runs the three kinds of work:

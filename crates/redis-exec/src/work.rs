@@ -35,6 +35,9 @@ pub enum WorkResult {
     Versions(Result<Vec<WatchVersion>, Reply>),
     /// DBSIZE, SCAN, KEYS, FLUSHALL or FLUSHDB: the reply (an error reply if it failed).
     Keyspace(Reply),
+    /// The reply to an administrative command ([`Step::Admin`](crate::Step::Admin)),
+    /// which the caller made ([`execute`] never returns it).
+    Admin(Reply),
     /// The work was dropped unfinished: the node is stopping. The connection answers
     /// an error (and a WATCH leaves its keys watched at a version no key has).
     Dropped,

@@ -40,6 +40,19 @@ pub enum Command {
     Keyspace(KeyspaceRequest),
     /// INFO: the node gathers the numbers, the session formats them.
     Info(InfoRequest),
+    /// A ferrotx administrative command (FERROTX ...): the node answers it.
+    Admin(AdminRequest),
+}
+
+/// A ferrotx administrative command, which the node answers from its own state (not a
+/// transaction; refused inside MULTI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminRequest {
+    /// FERROTX COPIES: one entry per partition copy the node holds in its current view,
+    /// with its role and, for each table, a digest of the objects present and their
+    /// count (the node walks every table of every copy: an operator's or a test's
+    /// command, for a quiet cluster, not the hot path).
+    Copies,
 }
 
 /// A command that reads or writes keys. Keys and values are binary-safe byte strings.
@@ -598,6 +611,8 @@ pub fn parse(spec: &CommandSpec, args: Args<'_>) -> Result<Command, Reply> {
         CommandId::CommandCount => connection(ConnectionCommand::CommandCount),
         CommandId::CommandInfo => connection(ConnectionCommand::CommandInfo(args.to_vecs_from(2))),
         CommandId::CommandDocs => connection(ConnectionCommand::CommandDocs(args.to_vecs_from(2))),
+        CommandId::Ferrotx => unreachable!("FERROTX's arity needs a subcommand"),
+        CommandId::FerrotxCopies => Ok(Command::Admin(AdminRequest::Copies)),
     }
 }
 

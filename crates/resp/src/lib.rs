@@ -85,7 +85,7 @@ pub mod reply;
 pub mod semantics;
 pub mod session;
 
-pub use command::{Command, CommandSpec, DataCommand, KeyspaceRequest, ScanRequest};
+pub use command::{AdminRequest, Command, CommandSpec, DataCommand, KeyspaceRequest, ScanRequest};
 pub use info::{InfoRequest, InfoStats};
 pub use protocol::{Args, ArgsBuf, Parsed, ParserLimits, ProtocolError, RequestParser};
 pub use reply::{ProtocolVersion, Reply};

@@ -27,8 +27,9 @@
 use std::sync::Arc;
 
 use crate::command::{
-    self, Command, CommandId, ConnectionCommand, DataCommand, HelloCommand, HelloOption,
-    KeyspaceRequest, TransactionCommand, introspection, table::c_string_prefix, valid_client_name,
+    self, AdminRequest, Command, CommandId, ConnectionCommand, DataCommand, HelloCommand,
+    HelloOption, KeyspaceRequest, TransactionCommand, introspection, table::c_string_prefix,
+    valid_client_name,
 };
 use crate::info::{InfoRequest, InfoStats};
 use crate::protocol::Args;
@@ -124,6 +125,10 @@ pub enum Action {
     Keyspace(KeyspaceRequest),
     /// Gather the node's numbers and reply [`Session::info_reply`] (INFO).
     Info(InfoRequest),
+    /// Answer this administrative command from the node's state (FERROTX COPIES); the
+    /// session is not told. Like a whole-keyspace request, its reply comes before the
+    /// replies of the requests after it.
+    Admin(AdminRequest),
 }
 
 /// A key watched by WATCH, with the version it had then.
@@ -457,6 +462,7 @@ impl Session {
             Ok(Command::Transaction(command)) => self.run_transaction(command),
             Ok(Command::Keyspace(request)) => Action::Keyspace(request),
             Ok(Command::Info(request)) => Action::Info(request),
+            Ok(Command::Admin(request)) => Action::Admin(request),
         }
     }
 
@@ -567,6 +573,7 @@ impl Session {
                 | CommandId::Info
                 | CommandId::FlushAll
                 | CommandId::FlushDb
+                | CommandId::FerrotxCopies
         ) {
             // The node answers these by asking every partition, outside any
             // transaction: they cannot be part of EXEC's.

@@ -123,7 +123,8 @@ impl Connection {
     }
 
     /// Handles the buffered complete requests while nothing waits, handing work to the
-    /// workers and answering INFO; says why it stopped.
+    /// workers, answering INFO and starting administrative commands; says why it
+    /// stopped.
     fn handle_requests(&mut self, context: &mut Context) -> Stop {
         loop {
             match self.core.handle(&mut context.shared) {
@@ -138,6 +139,9 @@ impl Connection {
                         context.clients_max,
                     );
                     self.core.info_reply(&request, &stats, &mut context.shared);
+                }
+                Step::Admin(request) => {
+                    context.admin(request, self.token.0, self.core.client_id());
                 }
                 Step::Stopped(stop) => return stop,
             }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ferrotx_node::NodeHandle;
 use ferrotx_redis_exec::{KvTable, Shared, Work, execute};
-use ferrotx_resp::{ParserLimits, SessionConfig};
+use ferrotx_resp::{AdminRequest, ParserLimits, SessionConfig};
 
 use crate::inbox::{Inbox, Responder};
 use crate::stats::Stats;
@@ -83,5 +83,13 @@ impl Context {
             let result = execute(&co, &coordinator, kv, partitions, work, seed).await;
             responder.send(result);
         });
+    }
+
+    /// Answers the administrative command `request` of connection `token` (client
+    /// `client_id`) on a thread of its own ([`crate::admin`]); its reply comes back
+    /// through the inbox, as a worker's result does. Never blocks.
+    pub fn admin(&mut self, request: AdminRequest, token: usize, client_id: u64) {
+        let responder = Responder::new(self.inbox.clone(), token, client_id);
+        crate::admin::answer(&self.node, request, responder);
     }
 }

@@ -36,7 +36,13 @@
 //!
 //! DBSIZE, SCAN and KEYS ask every partition's primary (a SCAN or COUNT request of the
 //! transaction protocol) and are not transactions, as in Redis Cluster.
+//!
+//! `FERROTX COPIES`, ferrotx's own administrative command, lists the partition copies
+//! the node holds with a digest of each table (`admin` describes the reply): it walks
+//! whole tables, so the loop answers it from a short-lived thread of its own, beside the
+//! workers, and the connection waits for it as for a worker's result.
 
+mod admin;
 mod connection;
 mod dispatch;
 mod error;

@@ -642,3 +642,127 @@ fn shipped_requests_and_answers_over_the_message_limit_run_here() {
         format!(":{}\r\n", 600 << 10).into_bytes()
     );
 }
+
+/// FERROTX COPIES on every node: each copy it holds (every partition, with 3 replicas on
+/// 3 nodes) with its role, and every copy of a partition with its primary's digest and
+/// object count once the backups applied the last writes.
+#[test]
+fn ferrotx_copies_lists_each_copy_with_the_same_digests_on_every_node() {
+    use ferrotx_redis_exec::{RespValue, parse_reply};
+    let cluster = RedisCluster::start();
+    let mut writer = cluster.client(0);
+    for i in 0..40 {
+        assert_eq!(
+            writer.text(&["SET", &format!("k{i}"), &i.to_string()]),
+            "+OK\r\n"
+        );
+    }
+    // Each entry: (node, partition, role, view, [(table, name, digest, objects)]).
+    type Entry = (i64, i64, String, i64, Vec<(i64, String, String, i64)>);
+    let field = |pairs: &[RespValue], name: &str| -> RespValue {
+        let at = pairs
+            .chunks(2)
+            .position(|pair| pair[0].as_bytes() == Some(name.as_bytes()))
+            .unwrap_or_else(|| panic!("no {name} in {pairs:?}"));
+        pairs[2 * at + 1].clone()
+    };
+    let text = |value: RespValue| String::from_utf8(value.as_bytes().unwrap().to_vec()).unwrap();
+    let copies = |node: u16| -> Vec<Entry> {
+        let bytes = cluster.client(node).call(&["FERROTX", "COPIES"]);
+        let (reply, _) = parse_reply(&bytes).unwrap().unwrap();
+        let RespValue::Array(entries) = reply else {
+            panic!("FERROTX COPIES answered {reply:?}");
+        };
+        entries
+            .iter()
+            .map(|entry| {
+                let pairs = entry.as_array().unwrap();
+                let tables = field(pairs, "tables")
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        let t = t.as_array().unwrap();
+                        (
+                            field(t, "table").as_integer().unwrap(),
+                            text(field(t, "name")),
+                            text(field(t, "digest")),
+                            field(t, "objects").as_integer().unwrap(),
+                        )
+                    })
+                    .collect();
+                (
+                    field(pairs, "node").as_integer().unwrap(),
+                    field(pairs, "partition").as_integer().unwrap(),
+                    text(field(pairs, "role")),
+                    field(pairs, "view").as_integer().unwrap(),
+                    tables,
+                )
+            })
+            .collect()
+    };
+    let config = cluster.cluster.config().clone();
+    let partitions = config.partitions().partition_count();
+    // The backups apply the last records once the coordinators are quiet (a few ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let all: Vec<Vec<Entry>> = (0..3).map(copies).collect();
+        for (node, entries) in all.iter().enumerate() {
+            assert_eq!(
+                entries.len(),
+                partitions as usize,
+                "node {node}: {entries:?}"
+            );
+            for (p, (n, partition, role, view, tables)) in entries.iter().enumerate() {
+                assert_eq!((*n, *partition), (node as i64, p as i64));
+                let primary = config
+                    .partitions()
+                    .primary(ferrotx_store::PartitionId(p as u32));
+                let expected = if usize::from(primary) == node {
+                    "primary"
+                } else {
+                    "backup"
+                };
+                assert_eq!(role, expected, "node {node} partition {p}");
+                assert_eq!(*view, i64::try_from(config.id()).unwrap());
+                assert_eq!(tables.len(), 1);
+                let (table, name, digest, _) = &tables[0];
+                assert_eq!((*table, name.as_str()), (1, "kv"));
+                assert!(
+                    digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+                    "{digest}"
+                );
+            }
+        }
+        let equal =
+            (0..partitions as usize).all(|p| all.iter().all(|entries| entries[p].4 == all[0][p].4));
+        let objects: i64 = all[0].iter().map(|e| e.4[0].3).sum();
+        if equal {
+            assert_eq!(objects, 40, "every key once: {:?}", all[0]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "copies still differ: {all:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // RESP3: maps. Refused inside MULTI; a wrong arity is refused before it runs.
+    let mut client = cluster.client(2);
+    client.call(&["HELLO", "3"]);
+    let resp3 = client.text(&["FERROTX", "COPIES"]);
+    assert!(
+        resp3.starts_with(&format!("*{partitions}\r\n%5\r\n$4\r\nnode\r\n:2\r\n")),
+        "{resp3}"
+    );
+    assert_eq!(client.text(&["MULTI"]), "+OK\r\n");
+    assert_eq!(
+        client.text(&["FERROTX", "COPIES"]),
+        "-ERR Command not allowed inside a transaction\r\n"
+    );
+    assert_eq!(client.text(&["DISCARD"]), "+OK\r\n");
+    assert_eq!(
+        client.text(&["FERROTX", "COPIES", "x"]),
+        "-ERR wrong number of arguments for 'ferrotx|copies' command\r\n"
+    );
+}

@@ -5,7 +5,8 @@
 //! matches a real server byte for byte and client libraries that read the table
 //! (cluster clients, redis-cli's hints) see what they expect. Only the commands ferrotx
 //! implements are listed, and containers (CLIENT, COMMAND) list only the subcommands
-//! implemented.
+//! implemented. One container is ferrotx's own: FERROTX, for administrative commands
+//! (a name no Redis command has, so it cannot clash with one).
 
 use crate::protocol::Args;
 use crate::reply::Reply;
@@ -70,6 +71,11 @@ pub enum CommandId {
     CommandCount,
     CommandInfo,
     CommandDocs,
+    /// The FERROTX container of ferrotx's own administrative commands (no Redis command
+    /// has this name; only its subcommands run).
+    Ferrotx,
+    /// FERROTX COPIES: the partition copies the node holds, with a digest of each table.
+    FerrotxCopies,
 }
 
 /// A command's flags (Redis's `CMD_*`), as COMMAND INFO lists them.
@@ -993,7 +999,45 @@ pub static COMMANDS: &[CommandSpec] = &[
         },
         ..NO_KEYS
     },
+    CommandSpec {
+        name: "ferrotx",
+        id: CommandId::Ferrotx,
+        arity: -2,
+        flags: CommandFlags::empty(),
+        acl_categories: &["@slow"],
+        subcommands: FERROTX_SUBCOMMANDS,
+        docs: Docs {
+            summary: "A container for ferrotx's administrative commands",
+            since: FERROTX_SINCE,
+            group: "server",
+            complexity: "Depends on subcommand.",
+        },
+        ..NO_KEYS
+    },
 ];
+
+/// The ferrotx version that introduced ferrotx's own commands (COMMAND DOCS' `since`).
+const FERROTX_SINCE: &str = "0.1.0";
+
+/// FERROTX's subcommands.
+static FERROTX_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
+    name: "ferrotx|copies",
+    id: CommandId::FerrotxCopies,
+    arity: 2,
+    flags: CommandFlags::ADMIN
+        .union(CommandFlags::NOSCRIPT)
+        .union(LOADING_STALE),
+    acl_categories: &["@admin", "@slow", "@dangerous"],
+    tips: &["nondeterministic_output"],
+    docs: Docs {
+        summary: "List the partition copies this node holds, with each table's digest and \
+                  object count",
+        since: FERROTX_SINCE,
+        group: "server",
+        complexity: "O(N) where N is the number of objects in the node's copies",
+    },
+    ..NO_KEYS
+}];
 
 /// CLIENT's subcommands that ferrotx implements.
 static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[

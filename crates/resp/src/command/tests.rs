@@ -458,6 +458,10 @@ fn keyspace_and_info_commands() {
         }))
     );
     assert!(matches!(run(&[b"INFO", b"server"]), Ok(Command::Info(_))));
+    assert_eq!(
+        run(&[b"FERROTX", b"copies"]),
+        Ok(Command::Admin(AdminRequest::Copies))
+    );
 }
 
 fn hello(args: &[&[u8]]) -> Result<HelloCommand, Vec<u8>> {
@@ -621,7 +625,7 @@ fn command_listing() {
         introspection::count(),
         Reply::Integer(COMMANDS.len() as i64)
     );
-    assert_eq!(COMMANDS.len(), 48);
+    assert_eq!(COMMANDS.len(), 49);
     let Reply::Array(all) = introspection::all_commands() else {
         panic!("an array");
     };

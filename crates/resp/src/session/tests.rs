@@ -131,6 +131,7 @@ impl Node {
                 Some(session.info_reply(&request, &InfoStats::default())),
                 false,
             ),
+            Action::Admin(AdminRequest::Copies) => (Some(Reply::Array(Vec::new())), false),
         };
         let mut out = Vec::new();
         if let Some(reply) = reply {
@@ -409,6 +410,32 @@ fn errors_while_queuing_abort_exec() {
         exchange(&mut session, "MULTI\r\nDBSIZE\r\nEXEC\r\n"),
         "+OK\r\n-ERR Command not allowed inside a transaction\r\n\
          -EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(
+        exchange(&mut session, "MULTI\r\nFERROTX COPIES\r\nEXEC\r\n"),
+        "+OK\r\n-ERR Command not allowed inside a transaction\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+}
+
+#[test]
+fn ferrotx_copies_is_the_nodes_to_answer() {
+    let mut session = session();
+    let buf = ArgsBuf::new(&[&b"ferrotx"[..], b"Copies"]);
+    assert!(matches!(
+        session.handle(buf.args()),
+        Action::Admin(AdminRequest::Copies)
+    ));
+    assert!(!session.is_waiting(), "the session does not wait for it");
+    assert_eq!(exchange(&mut session, "FERROTX COPIES\r\n"), "*0\r\n");
+    assert_eq!(
+        exchange(
+            &mut session,
+            "FERROTX\r\nFERROTX COPIES x\r\nFERROTX NOPE\r\n"
+        ),
+        "-ERR wrong number of arguments for 'ferrotx' command\r\n\
+         -ERR wrong number of arguments for 'ferrotx|copies' command\r\n\
+         -ERR unknown subcommand 'NOPE'. Try FERROTX HELP.\r\n"
     );
 }
 
@@ -694,9 +721,9 @@ fn outcomes_need_a_plan() {
 #[test]
 fn command_command_through_the_session() {
     let mut session = session();
-    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":48\r\n");
-    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*48\r\n*10\r\n$4\r\nping\r\n"));
-    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*96\r\n$4\r\nping\r\n"));
+    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":49\r\n");
+    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*49\r\n*10\r\n$4\r\nping\r\n"));
+    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*98\r\n$4\r\nping\r\n"));
     assert_eq!(
         exchange(&mut session, "COMMAND INFO nosuch\r\nCOMMAND COUNT x\r\n"),
         "*1\r\n$-1\r\n-ERR wrong number of arguments for 'command|count' command\r\n"
