@@ -106,11 +106,17 @@ impl Nodes {
             .dir
             .join(format!("node-{node}-life-{}.log", self.lives[i]));
         let log = File::create(&log).expect("node log");
-        let child = ferrotx()
+        let mut command = ferrotx();
+        command
             .args(["node", "--config"])
             .arg(&self.config)
             .args(["--id", &node.to_string()])
-            .args(["--lease-ms", &LEASE_MS.to_string()])
+            .args(["--lease-ms", &LEASE_MS.to_string()]);
+        if self.lives[i] > 1 {
+            // A restart joins the running cluster, as an operator restarts a node.
+            command.arg("--join");
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
