@@ -171,7 +171,7 @@ impl NodeCore {
             fills: Arc::new(Mutex::new(BTreeMap::new())),
         };
         // The view's copies, and the backups it has this node fill.
-        let store = Arc::new(core.build_store(view));
+        let store = Arc::new(core.build_store(view, true));
         *core.view_store.lock().expect("view store lock") = (view.id, store.clone());
         core.store = store;
         core
@@ -188,10 +188,11 @@ impl NodeCore {
             // A thread late to switch to a view the node has left already: it switches
             // again at once. Its store is its own (not cached: the node's threads must
             // share the newest view's, whose blocks count them).
-            return Arc::new(self.build_store(view));
+            // It creates no fill: the node's fills follow its newest view.
+            return Arc::new(self.build_store(view, false));
         }
         let previous = cached.1.clone();
-        let mut store = self.build_store(view);
+        let mut store = self.build_store(view, true);
         // The newest view: copies it does not give this node are dropped, and so are
         // fills it no longer names.
         self.copies
@@ -223,7 +224,10 @@ impl NodeCore {
         store
     }
 
-    fn build_store(&self, view: &View) -> NodeStore {
+    /// The store of `view`; `create`: start the fills it names that this node lacks
+    /// (false for a view older than the newest, whose fills may have been counted or
+    /// dropped since).
+    fn build_store(&self, view: &View, create: bool) -> NodeStore {
         let mut store = NodeStore::new();
         let mut copies = self.copies.lock().expect("copies lock");
         for (id, _, partition) in copies.iter() {
@@ -238,18 +242,26 @@ impl NodeCore {
         // Backups to fill: hosted as backups, empty the first time (data recovery).
         let mut fills = self.fills.lock().expect("fills lock");
         for (p, _) in view.fills().filter(|&(_, n)| n == self.node) {
-            let partition = match copies.iter().find(|(id, _, _)| id.0 == p) {
-                Some((_, _, partition)) => partition.clone(),
-                None => {
-                    let partition = Arc::new(Partition::new(PartitionId(p), &self.schema));
-                    copies.push((PartitionId(p), Role::Backup, partition.clone()));
-                    partition
+            let found = copies.iter().find(|(id, _, _)| id.0 == p);
+            let (partition, fill) = match (found, fills.get(&p)) {
+                (Some((_, _, partition)), Some(fill)) => (partition.clone(), fill.clone()),
+                _ if !create => continue,
+                (found, _) => {
+                    let partition = match found {
+                        Some((_, _, partition)) => partition.clone(),
+                        None => {
+                            let partition = Arc::new(Partition::new(PartitionId(p), &self.schema));
+                            copies.push((PartitionId(p), Role::Backup, partition.clone()));
+                            partition
+                        }
+                    };
+                    let fill = fills
+                        .entry(p)
+                        .or_insert_with(|| Arc::new(Fill::new(p)))
+                        .clone();
+                    (partition, fill)
                 }
             };
-            let fill = fills
-                .entry(p)
-                .or_insert_with(|| Arc::new(Fill::new(p)))
-                .clone();
             store.host_filling(partition, fill);
         }
         store

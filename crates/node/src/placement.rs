@@ -28,12 +28,22 @@ impl ClusterPlacement {
                 (0..v.copies.len())
                     .map(|p| {
                         let mut nodes = v.copies[p].clone();
-                        nodes.extend_from_slice(v.filling(p as u32));
+                        // Fills of a partition with no copy (which a checked view never
+                        // has) would make one its primary: left out.
+                        if !nodes.is_empty() {
+                            nodes.extend_from_slice(v.filling(p as u32));
+                        }
                         nodes
                     })
                     .collect(),
                 (0..v.copies.len())
-                    .map(|p| v.filling(p as u32).len() as u8)
+                    .map(|p| {
+                        if v.copies[p].is_empty() {
+                            0
+                        } else {
+                            v.filling(p as u32).len() as u8
+                        }
+                    })
                     .collect(),
             ),
             None => (

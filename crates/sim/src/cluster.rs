@@ -959,6 +959,16 @@ impl SimCluster {
         self.sim.workers.iter().map(|w| w.coroutines_live()).sum()
     }
 
+    /// The workers with client coroutines still running, and how many each has.
+    pub fn coroutines_live_at(&self) -> Vec<(EndpointId, usize)> {
+        self.sim
+            .workers
+            .iter()
+            .filter(|w| w.coroutines_live() > 0)
+            .map(|w| (w.transport().local(), w.coroutines_live()))
+            .collect()
+    }
+
     /// Runs until simulated time `until_ns` (or until nothing is left to happen; with
     /// membership, until the step bound is reached).
     pub fn run_until(&mut self, until_ns: u64) -> u64 {

@@ -543,8 +543,9 @@ fn run_with_membership(
         } else {
             let down: Vec<u16> = (0..options.nodes).filter(|&n| !cluster.is_up(n)).collect();
             liveness = Some(format!(
-                "{live} client coroutines never finished by {:.3} simulated s ({why}; nodes down: {down:?}; within f)",
-                now as f64 / 1e9
+                "{live} client coroutines never finished by {:.3} simulated s ({why}; nodes down: {down:?}; within f; at {:?})",
+                now as f64 / 1e9,
+                cluster.coroutines_live_at()
             ));
         }
     }

@@ -5,7 +5,7 @@
 //! workload's (strict serializability, lost acknowledged writes, replicas, money,
 //! list-append), no panic, and every client answered once the faults are over.
 //!
-//! `FERROTX_SIM_SEEDS=N` (default 20 per scenario, 7 scenarios) and
+//! `FERROTX_SIM_SEEDS=N` (default 20 per scenario, 10 scenarios) and
 //! `FERROTX_SIM_SEED_BASE`; replay one seed with `FERROTX_SIM_SEED=<seed> cargo test -p
 //! ferrotx-sim --test recovery_seeds -- --nocapture`, or `ferrotx sim --workload
 //! recovery-crash-coordinator --seed S`.
@@ -75,8 +75,12 @@ fn recovery_holds_under_every_attack() {
         if !verbose {
             // The attack happens in nearly every seed (a trap whose visit never comes
             // leaves a run without fault).
+            // The data-recovery scenarios' trap is their second, at a fill's FETCH: a
+            // seed whose fills end before its visit comes has no fault there (about
+            // three seeds in four spring it).
+            let percent = if name.contains("fill") { 55 } else { 80 };
             assert!(
-                sprang * 10 >= seeds_run * 8,
+                sprang * 100 >= seeds_run * percent,
                 "{name}: the trap sprang in only {sprang} of {seeds_run} seeds"
             );
         }
@@ -124,4 +128,49 @@ const CONCURRENT_EXECUTOR_FAILURES: [(&str, u64); 6] = [
 #[test]
 fn bug_concurrent_executors_run_an_operation_twice() {
     all_pass(&CONCURRENT_EXECUTOR_FAILURES);
+}
+
+/// A commit computed its primaries and backups from one view's map and took its
+/// transaction id (its view) after waiting for log space, in the next view: its LOCK went
+/// to the old primary (no longer one) and its COMMIT-BACKUP missed the new view's backups
+/// (a promoted primary, a backup being filled), yet it committed under the new view's id.
+/// Found by a review; these seeds (5 nodes, membership, crashes and buggify, which makes
+/// log space look full) lost writes or installed one version twice. Both also failed at
+/// 1e020f7, before data recovery.
+#[test]
+fn bug_a_commit_used_the_map_of_an_older_view() {
+    use ferrotx_sim::FaultKind;
+    use ferrotx_sim::run::RunOptions;
+    let faults = vec![
+        FaultKind::Crash,
+        FaultKind::Buggify,
+        FaultKind::Loss,
+        FaultKind::Dup,
+        FaultKind::Reorder,
+    ];
+    for (workload, seed) in [
+        ("smallbank", 61),
+        ("smallbank", 2722),
+        ("bank", 2941),
+        ("bank", 3454),
+    ] {
+        let options = RunOptions {
+            nodes: 5,
+            faults: faults.clone(),
+            membership: Some(ferrotx_sim::membership::default_options()),
+            ..RunOptions::new(seed)
+        };
+        let report = run(&mut *ferrotx_sim::scenarios::scenario(workload), &options);
+        assert!(
+            report.checked.violations.is_empty(),
+            "{workload} seed {seed}: {:?}",
+            report.checked.violations
+        );
+        let membership = report.membership.as_ref().expect("membership ran");
+        assert!(
+            membership.violations.is_empty(),
+            "{workload} seed {seed}: {:?}",
+            membership.violations
+        );
+    }
 }

@@ -257,9 +257,9 @@ impl Partition {
     /// keys from `cursor` (0 starts) in the order of [`Partition::scan`] and gives
     /// `object` each one that ever had a version, with its value (`None`: deleted), and
     /// `locked` each one a transaction holds (its value cannot be read now: copy it
-    /// later). Stops after `count` keys or once `object` returns false (the caller's
-    /// byte budget, checked after the object it was given). Returns the cursor to go on
-    /// from, 0 once every key was visited.
+    /// later). Stops after `count` keys, or at an object `object` does not take (returns
+    /// false: the caller's byte budget), which the next call then starts with. Returns
+    /// the cursor to go on from, 0 once every key was visited.
     pub fn copy_out(
         &self,
         table: TableId,
@@ -271,25 +271,20 @@ impl Partition {
         let (_, index) = self.table(table)?;
         let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
         let mut value = Vec::new();
-        let mut more = true;
         let next = index.scan(start, count.max(1), |entry| {
-            if !more {
-                return false;
-            }
             match entry.object.read(&mut value) {
-                Ok(outcome) if outcome.version == 0 => {}
-                Ok(outcome) => {
-                    more = object(
-                        &entry.key,
-                        outcome.version,
-                        outcome.present.then_some(&*value),
-                    );
+                Ok(outcome) if outcome.version == 0 => true,
+                Ok(outcome) => object(
+                    &entry.key,
+                    outcome.version,
+                    outcome.present.then_some(&*value),
+                ),
+                Err(_) => {
+                    locked(&entry.key);
+                    true
                 }
-                Err(_) => locked(&entry.key),
             }
-            true
         });
-        // The object that said "no more" was counted: the next call starts after it.
         Ok(if next >= index.len() {
             0
         } else {

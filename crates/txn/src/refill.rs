@@ -29,6 +29,12 @@ pub const FETCH: u8 = 29;
 /// Most keys one FETCH names (the retries of locked keys) or answers.
 pub const FETCH_KEYS_MAX: usize = 1024;
 
+/// Bytes of objects after which a FETCH answer takes no more, whatever the request asks:
+/// with one object of the largest value (1 MiB) and the locked keys, an answer stays
+/// within the RPC layer's message limit (1 MiB and 64 KiB), which a handler's answer
+/// must not pass.
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 32 << 10;
+
 /// How a node fills its new backups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RefillOptions {
@@ -244,31 +250,34 @@ pub(crate) fn answer_fetch(
     let header = out.len();
     let mut objects = 0u32;
     locked.clear();
-    let push = |out: &mut Vec<u8>, key: &Key, version: u64, value: Option<&[u8]>| {
-        let mut w = Writer(out);
-        w.key(key).u64(version);
-        match value {
-            Some(v) => w.u8(1).bytes(v),
-            None => w.u8(0),
-        };
+    let budget = match &request.what {
+        FetchWhat::Page { bytes_max, .. } => (*bytes_max as usize).min(FETCH_RESPONSE_BYTES_MAX),
+        FetchWhat::Keys(_) => FETCH_RESPONSE_BYTES_MAX,
     };
+    // Adds one object unless the answer holds some and this one would pass the budget.
+    let push =
+        |out: &mut Vec<u8>, objects: &mut u32, key: &Key, version: u64, value: Option<&[u8]>| {
+            let len = 1 + key.as_bytes().len() + 8 + 1 + value.map_or(0, |v| 4 + v.len());
+            if *objects > 0 && out.len() - header + len > budget {
+                return false;
+            }
+            let mut w = Writer(out);
+            w.key(key).u64(version);
+            match value {
+                Some(v) => w.u8(1).bytes(v),
+                None => w.u8(0),
+            };
+            *objects += 1;
+            true
+        };
     let next = match &request.what {
-        FetchWhat::Page {
-            cursor,
-            count,
-            bytes_max,
-        } => {
+        FetchWhat::Page { cursor, count, .. } => {
             let limit = (*count as usize).clamp(1, FETCH_KEYS_MAX);
-            let bytes_max = *bytes_max as usize;
             let visited = partition.copy_out(
                 request.table,
                 *cursor,
                 limit,
-                |key, version, value| {
-                    push(out, key, version, value);
-                    objects += 1;
-                    out.len() - header < bytes_max
-                },
+                |key, version, value| push(out, &mut objects, key, version, value),
                 |key| locked.push(*key),
             );
             match visited {
@@ -285,9 +294,12 @@ pub(crate) fn answer_fetch(
             for key in keys {
                 match partition.read(request.table, key, &mut value) {
                     Ok(Ok(o)) => {
-                        // Version 0: the key never had an object; nothing to copy.
-                        push(out, key, o.version, o.present.then_some(&*value));
-                        objects += 1;
+                        // Version 0: the key never had an object; nothing to copy. A key
+                        // past the budget is answered as locked: asked for again later.
+                        let value = o.present.then_some(&*value);
+                        if !push(out, &mut objects, key, o.version, value) {
+                            locked.push(*key);
+                        }
                     }
                     Ok(Err(_)) => locked.push(*key),
                     Err(_) => {
@@ -488,6 +500,57 @@ mod tests {
             .visit(|o| got.push((o.key, o.version)), |_| panic!("not locked"))
             .unwrap();
         assert_eq!(got, vec![(Key::from(8), 1), (Key::from(1000), 0)]);
+    }
+
+    /// Large values: an answer holds one past the budget at most, never more than the
+    /// RPC layer's message limit, whatever the request asks; the rest comes next time
+    /// (a page's cursor stops before it; a named key comes back as locked).
+    #[test]
+    fn answers_stay_within_the_message_limit() {
+        let p = Partition::new(PartitionId(3), &[TableSpec::variable(1, "t", 1 << 20)]);
+        let big = vec![7u8; 700 << 10];
+        for k in 0..3u64 {
+            p.load(T, Key::from(k), &big).unwrap();
+        }
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let limit = ferrotx_wire::MAX_MESSAGE_BYTES as usize;
+        let (mut cursor, mut got) = (0, 0);
+        loop {
+            let request = FetchRequest {
+                partition: 3,
+                table: T,
+                what: FetchWhat::Page {
+                    cursor,
+                    count: 100,
+                    bytes_max: u32::MAX,
+                },
+            };
+            answer_fetch(&request, Some(&p), false, &mut scratch, &mut out);
+            assert!(out.len() <= limit, "{} bytes", out.len());
+            let page = decode_fetch_response(&out).unwrap().1.unwrap();
+            cursor = page.next_cursor;
+            page.visit(|_| got += 1, |_| panic!("nothing locked"))
+                .unwrap();
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(got, 3);
+        let request = FetchRequest {
+            partition: 3,
+            table: T,
+            what: FetchWhat::Keys((0..3).map(Key::from).collect()),
+        };
+        answer_fetch(&request, Some(&p), false, &mut scratch, &mut out);
+        assert!(out.len() <= limit, "{} bytes", out.len());
+        let (mut answered, mut again) = (0, 0);
+        decode_fetch_response(&out)
+            .unwrap()
+            .1
+            .unwrap()
+            .visit(|_| answered += 1, |_| again += 1)
+            .unwrap();
+        assert_eq!((answered, again), (1, 2));
     }
 
     #[test]

@@ -105,6 +105,9 @@ impl Txn<'_> {
         }
         let placement_now = coordinator.placement();
         let placement = &*placement_now;
+        // The view the placement belongs to: the transaction must be of this view, or its
+        // messages would go to one view's nodes under another view's id.
+        let view = coordinator.configuration.get();
         if self
             .writes
             .iter()
@@ -208,6 +211,15 @@ impl Txn<'_> {
                 .release(&commit.backups, counter);
             abort
         };
+        if tx.configuration != view {
+            // The view changed while log space was reserved: the primaries and backups
+            // computed above are the old view's, and the new one may have others (a
+            // promoted primary, a backup being filled) that would never see this commit.
+            // Nothing was sent: abort, as a view change before LOCK does. (Found by a
+            // review: smallbank --membership --nodes 5 --seed 61 with crash and buggify
+            // lost a write, its LOCK sent to no primary.)
+            return Err(abort(&commit, Abort::Unavailable));
+        }
         // Fault point: a pause between reserving log space and LOCK, so the reads may
         // go stale and the reservations are held longer.
         if ferrotx_buggify::fires("txn.commit.before_lock") {
