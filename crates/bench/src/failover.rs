@@ -540,16 +540,20 @@ fn print_run(r: &RunReport) {
     for note in &r.notes {
         println!("          note: {note}");
     }
-    for e in &r.lost_examples {
+    print_examples(&r.lost_examples, &r.unverified_examples, r.unchecked);
+}
+
+/// The writes a read-back found lost or could not verify, and those it had no time for.
+fn print_examples(lost: &[String], unverified: &[String], unchecked: u64) {
+    for e in lost {
         println!("          lost: {e}");
     }
-    for e in &r.unverified_examples {
+    for e in unverified {
         println!("          unverified: {e}");
     }
-    if r.unchecked > 0 {
+    if unchecked > 0 {
         println!(
-            "          {} acknowledged writes not read back: the read-back's {CHECK_DEADLINE:?} ran out",
-            r.unchecked
+            "          {unchecked} acknowledged writes not read back: the read-back's {CHECK_DEADLINE:?} ran out"
         );
     }
 }
@@ -560,18 +564,7 @@ fn print_read_back(r: &ReadBack) {
         "read-back after {} kills through nodes {:?}: acked {}  lost {}  unverified {}  ({:.0} ms)",
         r.kills, r.through, r.acknowledged_writes, r.lost, r.unverified, r.check_ms
     );
-    for e in &r.lost_examples {
-        println!("          lost: {e}");
-    }
-    for e in &r.unverified_examples {
-        println!("          unverified: {e}");
-    }
-    if r.unchecked > 0 {
-        println!(
-            "          {} acknowledged writes not read back: the read-back's {CHECK_DEADLINE:?} ran out",
-            r.unchecked
-        );
-    }
+    print_examples(&r.lost_examples, &r.unverified_examples, r.unchecked);
 }
 
 /// The summary table.
