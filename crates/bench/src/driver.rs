@@ -14,6 +14,12 @@
 //! - `leases`: answer with the lease thread's [`NodeLeases`] (JSON `null` when the node
 //!   runs without membership); asked before `exit`, while every node still runs, so that
 //!   nodes stopping one after the other count no expiration;
+//! - `timeline START_UNIX_NS LENGTH_MS`: count this node's committed transactions in
+//!   1 ms buckets from `START_UNIX_NS` (the machine's real-time clock) for `LENGTH_MS`
+//!   ms, and watch its lease thread for the events of a recovery ([`crate::timeline`]);
+//!   answers `ok`; once per process;
+//! - `events`: answer with the [`crate::timeline::NodeEvents`] so far;
+//! - `timeline-get`: answer with the [`crate::timeline::NodeTimeline`] so far;
 //! - `exit`: stop the workers and answer with [`NodeTotals`].
 
 use std::io::{BufRead, Write};
@@ -37,6 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::process_cpu_s;
 use crate::lossy::Lossy;
+use crate::timeline::{Monitor, NodeTimeline, Recorder, RecorderSlot};
 use crate::workload::{Runner, Workload};
 use ferrotx_workload::record::NoRecorder;
 
@@ -133,6 +140,10 @@ pub struct RunResult {
     pub aborted: u64,
     /// Transactions refused as bad input or by a participant (must be 0).
     pub errors: u64,
+    /// Transactions refused because the cluster was reconfiguring or a partition had no
+    /// copy (nothing changed): must be 0 unless the run kills a node.
+    #[serde(default)]
+    pub unavailable: u64,
     /// Latencies of transactions committed in the window: (nanoseconds, count).
     pub latency_ns: Vec<(u64, u64)>,
     /// The same for the transactions among them that waited for an RPC (the others
@@ -181,6 +192,7 @@ impl RunResult {
         self.committed += other.committed;
         self.aborted += other.aborted;
         self.errors += other.errors;
+        self.unavailable += other.unavailable;
         self.unfinished += other.unfinished;
         self.unknown += other.unknown;
         self.shipping.add(&other.shipping);
@@ -240,7 +252,19 @@ pub struct NodeTotals {
 
 fn check(node: &Node, workload: &Workload) -> CheckResult {
     let mut result = CheckResult::default();
+    // A backup still being filled (data recovery) holds part of its partition: not a
+    // copy yet, so not compared.
+    let filling: Vec<u32> = node
+        .core()
+        .fill_progress()
+        .iter()
+        .filter(|f| !f.done)
+        .map(|f| f.partition)
+        .collect();
     for (id, role, copy) in node.copies() {
+        if filling.contains(&id.0) {
+            continue;
+        }
         for table in workload.schema() {
             let (digest, objects) = copy.digest(table.id).expect("table exists");
             result.copies.push(CopyDigest {
@@ -382,6 +406,8 @@ pub fn serve(
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
+    let recorder: RecorderSlot = Arc::default();
+    let mut monitor: Option<Monitor> = None;
     let mut runs_started: u64 = 0;
     let mut running = Vec::new();
     let mut cpu_start = 0.0;
@@ -431,10 +457,14 @@ pub fn serve(
                             ^ index as u64;
                         let runner =
                             Runner::new(drive.workload.clone(), ChaCha8Rng::seed_from_u64(seed));
-                        let (measuring, stop, progress) =
-                            (measuring.clone(), stop.clone(), progress.clone());
+                        let shared = Shared {
+                            measuring: measuring.clone(),
+                            stop: stop.clone(),
+                            progress: progress.clone(),
+                            recorder: recorder.clone(),
+                        };
                         running.push(node.spawn(thread, move |co, coordinator| {
-                            coroutine(co, coordinator, runner, measuring, stop, progress)
+                            coroutine(co, coordinator, runner, shared)
                         }));
                     }
                 }
@@ -532,6 +562,28 @@ pub fn serve(
                 flush_truncation(&node)?;
                 answer(&serde_json::to_string(&run)?)?;
             }
+            "timeline" => {
+                let (start, length) = argument
+                    .and_then(|a| a.split_once(' '))
+                    .and_then(|(s, l)| Some((s.parse::<u64>().ok()?, l.parse::<usize>().ok()?)))
+                    .context("timeline START_UNIX_NS LENGTH_MS")?;
+                ensure!(
+                    recorder.set(Recorder::new(start, length)).is_ok(),
+                    "a second timeline"
+                );
+                monitor = Monitor::start(&node, &recorder);
+                answer("ok")?;
+            }
+            "events" => answer(&serde_json::to_string(
+                &monitor.as_ref().map(Monitor::events).unwrap_or_default(),
+            )?)?,
+            "timeline-get" => {
+                let timeline = NodeTimeline {
+                    buckets: recorder.get().map(Recorder::buckets).unwrap_or_default(),
+                    events: monitor.as_ref().map(Monitor::events).unwrap_or_default(),
+                };
+                answer(&serde_json::to_string(&timeline)?)?;
+            }
             // Transactions committed in the window so far, for a progress line.
             "progress" => answer(&progress.load(Ordering::Relaxed).to_string())?,
             "check" => answer(&serde_json::to_string(&check(&node, &drive.workload))?)?,
@@ -545,6 +597,7 @@ pub fn serve(
             other => bail!("unknown command {other:?}"),
         }
     }
+    drop(monitor);
     let mut totals = NodeTotals::default();
     for report in node.stop() {
         totals.rpcs += report.rpc.calls_completed;
@@ -559,7 +612,12 @@ pub fn serve(
 /// Sends every coordinator thread's truncation mark to every node, so that backups apply
 /// every finished transaction to their copies.
 fn flush_truncation(node: &Node) -> anyhow::Result<()> {
-    let nodes: Vec<u16> = node.config().members().iter().map(|m| m.node).collect();
+    // With membership, the members of the view (a killed node is not waited for).
+    let view = node.membership().and_then(|link| link.status().view);
+    let nodes: Vec<u16> = match view {
+        Some(view) => view.members.iter().map(|m| m.node).collect(),
+        None => node.config().members().iter().map(|m| m.node).collect(),
+    };
     let flushes: Vec<_> = (0..node.config().threads_per_node())
         .map(|thread| {
             let nodes = nodes.clone();
@@ -576,14 +634,30 @@ fn flush_truncation(node: &Node) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a node's workload coroutines share with its driver.
+struct Shared {
+    /// Inside the measured window.
+    measuring: Arc<AtomicBool>,
+    /// Finish the transaction and return.
+    stop: Arc<AtomicBool>,
+    /// Committed in the window, in steps, for the progress line.
+    progress: Arc<AtomicU64>,
+    /// Commits per 1 ms, once a timeline started.
+    recorder: RecorderSlot,
+}
+
 async fn coroutine(
     co: ferrotx_exec::Co,
     coordinator: Rc<ferrotx_txn::coordinator::Coordinator>,
     mut runner: Runner,
-    measuring: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    progress: Arc<AtomicU64>,
+    shared: Shared,
 ) -> CoroutineResult {
+    let Shared {
+        measuring,
+        stop,
+        progress,
+        recorder,
+    } = shared;
     let mut run = RunResult::default();
     let counts_local = runner.workload().counts_local();
     while !stop.load(Ordering::Relaxed) {
@@ -602,6 +676,9 @@ async fn coroutine(
         match done.result {
             Ok(outcome) => {
                 run.committed += 1;
+                if let Some(recorder) = recorder.get() {
+                    recorder.commit();
+                }
                 run.money += i128::from(outcome.money);
                 if window {
                     run.window_committed += 1;
@@ -646,6 +723,9 @@ async fn coroutine(
             // It may have committed: neither committed nor aborted (the end check of the
             // counters fails unless there are none, and says so).
             Err(Abort::OutcomeUnknown) => run.unknown += 1,
+            // Nothing changed: the cluster reconfigures (a node failed), or a partition
+            // has no copy.
+            Err(Abort::Unavailable) => run.unavailable += 1,
             Err(_) => run.errors += 1,
         }
         // Let the worker receive and send between transactions when a transaction

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use ferrotx_cluster::Configuration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
+use crate::timeline::{Kill, NodeTimeline, TimelineReport};
 use crate::workload::{TABLE, Workload};
 
 /// Settings of a run.
@@ -51,6 +52,18 @@ pub struct ClusterBenchOptions {
     /// 0: static nodes without membership (the benchmarks before leases).
     #[serde(default)]
     pub lease_ms: u64,
+    /// Failure domains: node `n` in domain `d{n % domains}`, and the partition map
+    /// placed for them. 0: every node its own domain (`node-N`).
+    #[serde(default)]
+    pub domains: u16,
+    /// Kill a node, a domain or the CM in the measured window, and record the timeline
+    /// of the recovery ([`crate::timeline`]). Needs `lease_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill: Option<Kill>,
+    /// With a kill: how long the run goes on after the window, at most, for the cluster
+    /// to get back to full strength (the workload runs on, and the timeline with it).
+    #[serde(default)]
+    pub rereplication_deadline_s: f64,
 }
 
 impl ClusterBenchOptions {
@@ -72,7 +85,11 @@ impl ClusterBenchOptions {
         );
         ensure!(self.duration_s > 0.0, "--duration must be positive");
         ensure!((0.0..1.0).contains(&self.loss), "--loss must be in [0, 1)");
-        let config = Configuration::local(
+        ensure!(
+            self.domains <= self.nodes,
+            "--domains must be at most --nodes"
+        );
+        let mut config = Configuration::local(
             self.nodes,
             self.replicas,
             self.threads,
@@ -80,6 +97,39 @@ impl ClusterBenchOptions {
             self.port_base,
         )?
         .with_tables(self.workload.schema())?;
+        if self.domains > 0 {
+            let domains = self.domains;
+            config = config.with_failure_domains(|n| format!("d{}", n % domains))?;
+        }
+        if let Some(kill) = &self.kill {
+            ensure!(
+                self.lease_ms > 0,
+                "a kill needs the nodes to run with leases (--lease-ms above 0)"
+            );
+            ensure!(
+                kill.at_s() < self.duration_s,
+                "the kill ({} s into the window) must come before its end ({} s)",
+                kill.at_s(),
+                self.duration_s
+            );
+            match kill {
+                Kill::Node { node, .. } => ensure!(
+                    *node < self.nodes,
+                    "--kill: there is no node {node} (nodes 0..{})",
+                    self.nodes
+                ),
+                Kill::Domain { domain, .. } => ensure!(
+                    config.members().iter().any(|m| &m.failure_domain == domain),
+                    "--kill-domain: no node is in domain {domain:?} (the domains are {:?})",
+                    config
+                        .members()
+                        .iter()
+                        .map(|m| m.failure_domain.as_str())
+                        .collect::<std::collections::BTreeSet<_>>()
+                ),
+                Kill::Cm { .. } => {}
+            }
+        }
         Ok(config)
     }
 }
@@ -109,6 +159,10 @@ pub struct Checks {
     /// this many times the writes of a transaction. Nothing fails in a benchmark: must be 0.
     #[serde(default)]
     pub unknown: u64,
+    /// Transactions refused because the cluster was reconfiguring or a partition had no
+    /// copy (nothing changed): 0 unless the run kills a node.
+    #[serde(default)]
+    pub unavailable: u64,
     /// Everything above holds.
     pub ok: bool,
 }
@@ -199,6 +253,9 @@ pub struct ClusterBenchReport {
     /// `bench kv` shipping its one-key read-modify-writes: what shipping did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shipping: Option<ShippingReport>,
+    /// With a kill (`--kill`, `--kill-domain`, `--kill-cm`): the failure timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineReport>,
 }
 
 /// `bench kv` keys of which [`NodeReport::primary_keys`] is reported: up to this many
@@ -459,10 +516,15 @@ pub fn run_points(
         "starting {} node processes and loading the data...",
         options.nodes
     );
+    ensure!(
+        options.kill.is_none() || coroutines.len() == 1,
+        "a kill ends a run: one point only"
+    );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     eprintln!("loaded in {:.1} s", started.elapsed().as_secs_f64());
     let leases_before: Vec<Option<NodeLeases>> = cluster.command_json("leases")?;
     let mut points = Vec::new();
+    let mut timeline = None;
     // Per node, everything every run did: what the checks of the data expect.
     let mut all: Vec<RunResult> = Vec::new();
     for &c in coroutines {
@@ -472,10 +534,20 @@ pub fn run_points(
         );
         cluster.command(&format!("run {c}"))?;
         std::thread::sleep(Duration::from_secs_f64(options.warmup_s));
-        cluster.command("window-start")?;
-        measure_with_progress(&mut cluster, options.duration_s)?;
-        cluster.command("window-end")?;
-        let runs: Vec<RunResult> = cluster.command_json("stop")?;
+        match &options.kill {
+            None => {
+                cluster.command("window-start")?;
+                measure_with_progress(&mut cluster, options.duration_s)?;
+                cluster.command("window-end")?;
+            }
+            Some(kill) => timeline = Some(run_kill(&mut cluster, options, &config, kill)?),
+        }
+        // Killed nodes answer nothing: their results stay empty, in node order.
+        let answers: Vec<RunResult> = cluster.command_json("stop")?;
+        let mut runs = vec![RunResult::default(); usize::from(options.nodes)];
+        for (node, run) in cluster.running().into_iter().zip(answers) {
+            runs[usize::from(node)] = run;
+        }
         all.resize(runs.len(), RunResult::default());
         for (sum, run) in all.iter_mut().zip(&runs) {
             sum.add_counts(run);
@@ -495,7 +567,7 @@ pub fn run_points(
                 coroutines: *c,
                 ..options.clone()
             };
-            report(
+            let mut report = report(
                 &options,
                 &config,
                 runs,
@@ -503,9 +575,92 @@ pub fn run_points(
                 &checks,
                 &totals,
                 leases.clone(),
-            )
+            );
+            report.timeline = timeline.clone();
+            report
         })
         .collect())
+}
+
+/// The measured window of a run with a kill: a timeline from its start, the kill at its
+/// time, then the window's end, and the workload running on after it until every
+/// survivor saw the cluster back at full strength (or `rereplication_deadline_s`).
+fn run_kill(
+    cluster: &mut ProcessCluster,
+    options: &ClusterBenchOptions,
+    config: &Configuration,
+    kill: &Kill,
+) -> anyhow::Result<TimelineReport> {
+    let length_ms = ((options.duration_s + options.rereplication_deadline_s + 5.0) * 1e3) as u64;
+    let start = crate::timeline::unix_ns();
+    cluster.command(&format!("timeline {start} {length_ms}"))?;
+    cluster.command("window-start")?;
+    let window = std::time::Instant::now();
+    measure_with_progress(cluster, kill.at_s())?;
+    let victims: Vec<u16> = match kill {
+        Kill::Node { node, .. } => vec![*node],
+        Kill::Domain { domain, .. } => config
+            .members()
+            .iter()
+            .filter(|m| &m.failure_domain == domain)
+            .map(|m| m.node)
+            .collect(),
+        Kill::Cm { .. } => {
+            let state = ferrotx_coord::default_state_path(&cluster.config_path());
+            let view = ferrotx_coord::FileCoordination::read_path(&state)?
+                .context("no view in the coordination file")?;
+            vec![view.cm]
+        }
+    };
+    let killed_at = crate::timeline::unix_ns();
+    for &node in &victims {
+        cluster.kill(node)?;
+    }
+    let kill_ms = killed_at.saturating_sub(start) as f64 / 1e6;
+    eprintln!(
+        "killed {} (nodes {victims:?}) {:.3} s into the window",
+        kill.describe(),
+        kill_ms / 1e3
+    );
+    let rest = options.duration_s - window.elapsed().as_secs_f64();
+    if rest > 0.0 {
+        measure_with_progress(cluster, rest)?;
+    }
+    cluster.command("window-end")?;
+    // The workload runs on until every survivor has seen a view at full strength after
+    // the kill.
+    let deadline = std::time::Instant::now()
+        + Duration::from_secs_f64(options.rereplication_deadline_s.max(0.0));
+    loop {
+        let events: Vec<crate::timeline::NodeEvents> = cluster.command_json("events")?;
+        let full = events.iter().all(|e| {
+            e.views.iter().any(|v| {
+                v.full_strength && v.seen_ms >= kill_ms && v.members < usize::from(options.nodes)
+            })
+        });
+        if full {
+            // A little more load after it, for the plot.
+            std::thread::sleep(Duration::from_millis(500));
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!(
+                "the cluster was not back at full strength {:.0} s after the window",
+                options.rereplication_deadline_s
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let survivors = cluster.running();
+    let timelines: Vec<NodeTimeline> = cluster.command_json("timeline-get")?;
+    Ok(crate::timeline::analyze(
+        Some(kill.clone()),
+        victims,
+        kill_ms,
+        survivors,
+        &timelines,
+    ))
 }
 
 /// Waits out the measured window, with a progress bar on stderr (hidden if that is not a
@@ -630,6 +785,10 @@ fn report(
     // A coroutine that never finished (its node stopped serving) counts as an error.
     let errors = all.iter().map(|r| r.errors + r.unfinished).sum::<u64>();
     let unknown = all.iter().map(|r| r.unknown).sum::<u64>();
+    let unavailable = all.iter().map(|r| r.unavailable).sum::<u64>();
+    // A kill makes transactions refused as unavailable while the cluster reconfigures,
+    // and commits cut off whose outcome their client never learnt: expected then.
+    let killing = options.kill.is_some();
     let shipping = match &options.workload {
         Workload::Kv(kv) if kv.ships() => {
             let mut counts = ferrotx_node::ShipStats::default();
@@ -657,7 +816,13 @@ fn report(
         }
     };
     // Each node's own window (they differ by the time a command takes to reach them).
-    let duration_s = runs.iter().map(|r| r.window_s).sum::<f64>() / runs.len().max(1) as f64;
+    // Nodes killed in the window have none.
+    let windows: Vec<f64> = runs
+        .iter()
+        .map(|r| r.window_s)
+        .filter(|&w| w > 0.0)
+        .collect();
+    let duration_s = windows.iter().sum::<f64>() / windows.len().max(1) as f64;
     let throughput_per_s: f64 = runs
         .iter()
         .filter(|r| r.window_s > 0.0)
@@ -694,7 +859,8 @@ fn report(
     };
     let max_allowed = match &options.workload {
         Workload::Bank(bank) => bank.accounts.saturating_mul(bank.initial_balance),
-        Workload::Kv(_) => committed_total,
+        Workload::Kv(_) if !killing => committed_total,
+        Workload::Kv(_) => u64::MAX,
         // Balances may go negative (an overdraft), read as huge unsigned numbers.
         Workload::SmallBank(_) | Workload::Tatp(_) | Workload::Latency(_) => u64::MAX,
     };
@@ -726,12 +892,21 @@ fn report(
             }
         })
         .collect();
+    // With a kill, the killed nodes' clients' commits are not counted, and each
+    // transaction of unknown outcome may have committed: a kv sum must be at least what
+    // the survivors counted (a lost acknowledged write shows), SmallBank's is not
+    // checked. Bank transfers conserve money whatever their outcome.
+    let sum_ok = match &options.workload {
+        Workload::Kv(_) if killing => primary_sum >= primary_sum_expected,
+        Workload::SmallBank(_) if killing => true,
+        _ => primary_sum == primary_sum_expected,
+    };
     let ok = replicas_differing == 0
-        && primary_sum == primary_sum_expected
+        && sum_ok
         && primary_max <= max_allowed
         && primary_missing == 0
         && errors == 0
-        && unknown == 0;
+        && (killing || (unknown == 0 && unavailable == 0));
     ClusterBenchReport {
         options: options.clone(),
         committed,
@@ -761,11 +936,13 @@ fn report(
             primary_missing,
             errors,
             unknown,
+            unavailable,
             ok,
         },
         leases,
         nodes: node_reports(options, config, runs),
         shipping,
+        timeline: None,
     }
 }
 
@@ -934,6 +1111,9 @@ mod tests {
             client_nodes,
             loss: 0.0,
             lease_ms: 0,
+            domains: 0,
+            kill: None,
+            rereplication_deadline_s: 0.0,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod plot;
 pub mod processes;
 pub mod rpc;
 pub mod sweep;
+pub mod timeline;
 
 // The workloads live in their own crate (used by the simulator and tests too); these
 // paths stay for the binary and the reports.

@@ -204,16 +204,22 @@ pub const TIMELINE_AVERAGE_MS: usize = 10;
 /// Writes `<stem>.svg` and `<stem>.png`: committed transactions per 1 ms bucket over time
 /// (`buckets_ms[i]`: the commits in `[i, i + 1)` ms), an area, with their moving average
 /// over the last [`TIMELINE_AVERAGE_MS`] ms as a line, and a vertical line at each marker
-/// (ms since the start, and its label), labelled above the chart.
+/// (ms since the first bucket, and its label), labelled above the chart. The x axis
+/// reads `origin_ms` at the first bucket (-1000 for a plot that starts a second before
+/// the time its axis counts from), and is described as `x_label`.
 pub fn timeline(
     path_stem: &Path,
     title: &str,
     buckets_ms: &[u64],
+    origin_ms: f64,
+    x_label: &str,
     markers: &[(f64, &str)],
 ) -> anyhow::Result<()> {
     let figure = Timeline {
         title,
         buckets_ms,
+        origin_ms,
+        x_label,
         markers,
     };
     write(&figure, path_stem)?;
@@ -223,6 +229,8 @@ pub fn timeline(
 struct Timeline<'a> {
     title: &'a str,
     buckets_ms: &'a [u64],
+    origin_ms: f64,
+    x_label: &'a str,
     markers: &'a [(f64, &'a str)],
 }
 
@@ -284,12 +292,13 @@ impl Figure for Timeline<'_> {
         let mut chart = chart(&area)
             .margin_top(band + 4)
             .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+        let origin = self.origin_ms;
         mesh(
             &mut chart.configure_mesh(),
-            "time since the start (ms)",
+            self.x_label,
             "committed transactions per ms",
         )
-        .x_label_formatter(&number)
+        .x_label_formatter(&|x| number(&(x + origin)))
         .y_label_formatter(&number)
         .draw()?;
         let raw = SERIES[0].mix(0.35);
@@ -357,7 +366,7 @@ impl Figure for Timeline<'_> {
 }
 
 /// The mean of each bucket and the `window - 1` before it (fewer at the start).
-fn moving_average(buckets: &[u64], window: usize) -> Vec<f64> {
+pub(crate) fn moving_average(buckets: &[u64], window: usize) -> Vec<f64> {
     let mut sum = 0;
     (0..buckets.len())
         .map(|i| {
@@ -432,6 +441,8 @@ mod tests {
             &dir.join("timeline"),
             "failover <node 2>",
             &buckets,
+            0.0,
+            "time since the start (ms)",
             &markers,
         )
         .unwrap();
@@ -468,6 +479,8 @@ mod tests {
             stem,
             "bench failover: kill -9 of node 2",
             &buckets,
+            -1000.0,
+            "time since the kill (ms)",
             &markers,
         )
         .unwrap();

@@ -49,6 +49,8 @@ struct NodeProcess {
     /// Lines of its stdout, read by a thread of their own so that a silent node cannot
     /// block the benchmark past [`ANSWER_TIMEOUT`].
     lines: mpsc::Receiver<String>,
+    /// Killed on purpose ([`ProcessCluster::kill`]): spoken to no more.
+    killed: bool,
 }
 
 /// Reads `stdout` line by line into a channel until it closes.
@@ -118,6 +120,7 @@ impl ProcessCluster {
                 child,
                 stdin,
                 lines,
+                killed: false,
             });
         }
         // Each node reports its loading, then `ready`; the first node's progress is shown.
@@ -151,9 +154,40 @@ impl ProcessCluster {
         Ok(cluster)
     }
 
-    /// Sends `command` to every node, then reads one answer line from each, in node order.
+    /// The configuration file the nodes run.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("cluster.toml")
+    }
+
+    /// Sends SIGKILL to node `node` at once; from then on, commands go to the others only.
+    pub fn kill(&mut self, node: u16) -> anyhow::Result<()> {
+        let process = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.node == node && !n.killed)
+            .with_context(|| format!("no running node {node} to kill"))?;
+        process.killed = true;
+        process
+            .child
+            .kill()
+            .with_context(|| format!("killing node {node}"))?;
+        let _ = process.child.wait();
+        Ok(())
+    }
+
+    /// The nodes not killed, in node order: the nodes [`Self::command`] answers are from.
+    pub fn running(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| !n.killed)
+            .map(|n| n.node)
+            .collect()
+    }
+
+    /// Sends `command` to every node not killed, then reads one answer line from each, in
+    /// node order.
     pub fn command(&mut self, command: &str) -> anyhow::Result<Vec<String>> {
-        for node in &mut self.nodes {
+        for node in self.nodes.iter_mut().filter(|n| !n.killed) {
             writeln!(node.stdin, "{command}")
                 .and_then(|()| node.stdin.flush())
                 .with_context(|| format!("node {} is gone (sending {command:?})", node.node))?;
@@ -176,7 +210,10 @@ impl ProcessCluster {
     }
 
     fn read_all(&mut self) -> anyhow::Result<Vec<String>> {
-        (0..self.nodes.len()).map(|i| self.read_one(i)).collect()
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].killed)
+            .collect();
+        running.into_iter().map(|i| self.read_one(i)).collect()
     }
 
     /// The next line from node number `i` (in node order).
@@ -198,7 +235,7 @@ impl ProcessCluster {
     pub fn exit<T: serde::de::DeserializeOwned>(mut self) -> anyhow::Result<Vec<T>> {
         let totals = self.command_json("exit")?;
         let deadline = Instant::now() + ANSWER_TIMEOUT;
-        for node in &mut self.nodes {
+        for node in self.nodes.iter_mut().filter(|n| !n.killed) {
             let status = loop {
                 if let Some(status) = node.child.try_wait()? {
                     break status;

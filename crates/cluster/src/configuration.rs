@@ -171,6 +171,29 @@ impl Configuration {
         Ok(self)
     }
 
+    /// The same configuration with each member's failure domain set to what `domain`
+    /// gives for its node id, and the partition map placed anew for those domains
+    /// ([`PartitionMap::place`]: a partition's copies in distinct domains where there are
+    /// enough).
+    pub fn with_failure_domains(self, domain: impl Fn(u16) -> String) -> Result<Self, ConfigError> {
+        let mut members = self.members;
+        for member in &mut members {
+            member.failure_domain = domain(member.node);
+        }
+        let placed = Self::new(
+            self.id,
+            self.threads_per_node,
+            self.partitions.replicas_per_partition(),
+            members,
+            self.partitions.partition_count(),
+        )?;
+        Ok(Self {
+            tables: self.tables,
+            resp: self.resp,
+            ..placed
+        })
+    }
+
     /// The schema: the tables of every partition.
     pub fn tables(&self) -> &[TableSpec] {
         &self.tables

@@ -285,6 +285,29 @@ struct ClusterRunArgs {
     /// Coroutines per thread of each point of --sweep.
     #[arg(long, value_delimiter = ',')]
     sweep_coroutines: Option<Vec<usize>>,
+    /// Failure domains: node N in domain dK with K = N modulo this, the partition map
+    /// placed for them. 0: every node its own domain (node-N).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    domains: u16,
+    /// Send SIGKILL to node NODE SECS into the measured window, and record the failure
+    /// timeline: commits per ms, suspicion, the new view's commit, transactions
+    /// recovered, data re-replicated; `time_to_80pct_ms` and `rereplicated_s` in the
+    /// JSON's `timeline`. Needs leases (--lease-ms; FaRM's are 10).
+    #[arg(long, value_name = "NODE@SECS", conflicts_with_all = ["kill_domain", "kill_cm", "sweep"])]
+    kill: Option<String>,
+    /// The same, killing every node of failure domain DOMAIN at once (see --domains).
+    #[arg(long, value_name = "DOMAIN@SECS", conflicts_with_all = ["kill_cm", "sweep"])]
+    kill_domain: Option<String>,
+    /// The same, killing the configuration manager of the moment.
+    #[arg(long, value_name = "SECS", conflicts_with = "sweep")]
+    kill_cm: Option<f64>,
+    /// With a kill: the timeline's plot goes to STEM.svg and STEM.png.
+    #[arg(long, value_name = "STEM", default_value = "timeline")]
+    timeline: PathBuf,
+    /// With a kill: how long the workload may run on after the window for the cluster to
+    /// get back to full strength, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    rereplication_deadline: f64,
 }
 
 #[derive(Args)]
@@ -472,8 +495,15 @@ struct SmallBankArgs {
 }
 
 impl ClusterRunArgs {
-    fn options(&self, workload: Workload) -> ClusterBenchOptions {
-        ClusterBenchOptions {
+    fn options(&self, workload: Workload) -> anyhow::Result<ClusterBenchOptions> {
+        use ferrotx_bench::timeline::Kill;
+        let kill = match (&self.kill, &self.kill_domain, self.kill_cm) {
+            (Some(spec), _, _) => Some(Kill::node(spec)?),
+            (_, Some(spec), _) => Some(Kill::domain(spec)?),
+            (_, _, Some(at)) => Some(Kill::cm(at)?),
+            _ => None,
+        };
+        Ok(ClusterBenchOptions {
             workload,
             nodes: self.nodes,
             replicas: self.replicas,
@@ -489,7 +519,10 @@ impl ClusterRunArgs {
             client_nodes: self.client_nodes.unwrap_or(self.nodes),
             loss: self.loss,
             lease_ms: self.lease_ms,
-        }
+            domains: self.domains,
+            kill,
+            rereplication_deadline_s: self.rereplication_deadline,
+        })
     }
 }
 
@@ -513,6 +546,24 @@ fn run_cluster_bench(options: &ClusterBenchOptions, run: &ClusterRunArgs) -> any
     let report = ferrotx_bench::kv::run(options)?;
     ferrotx_bench::kv::print_table(&report);
     write_json(json, &report)?;
+    if let Some(timeline) = &report.timeline {
+        println!();
+        ferrotx_bench::timeline::print(timeline);
+        let title = format!(
+            "{}: {} killed at {:.1} s ({} nodes, {} replicas, {} ms leases)",
+            options.workload.name(),
+            timeline
+                .kill
+                .as_ref()
+                .map_or_else(String::new, |k| k.describe()),
+            timeline.kill_ms / 1e3,
+            options.nodes,
+            options.replicas,
+            options.lease_ms
+        );
+        ferrotx_bench::timeline::plot(timeline, &title, &run.timeline)?;
+        println!("  timeline plot: {}.svg and .png", run.timeline.display());
+    }
     anyhow::ensure!(
         report.checks.ok,
         "the data is wrong at the end: {:?}",
@@ -610,7 +661,7 @@ fn main() -> anyhow::Result<()> {
                 zipf: args.zipf,
                 ship: !args.no_ship,
             });
-            run_cluster_bench(&args.run.options(workload), &args.run)?;
+            run_cluster_bench(&args.run.options(workload)?, &args.run)?;
         }
         Command::Bench(Bench::Latency(args)) => {
             let report =
@@ -652,7 +703,7 @@ fn main() -> anyhow::Result<()> {
                     .subscribers_per_node
                     .saturating_mul(u64::from(args.run.nodes)),
             });
-            run_cluster_bench(&args.run.options(workload), &args.run)?;
+            run_cluster_bench(&args.run.options(workload)?, &args.run)?;
         }
         Command::Bench(Bench::Leases(args)) => {
             anyhow::ensure!(args.lease_ms >= 1, "--lease-ms must be at least 1");
@@ -676,6 +727,9 @@ fn main() -> anyhow::Result<()> {
                 client_nodes: args.nodes,
                 loss: 0.0,
                 lease_ms: args.lease_ms,
+                domains: 0,
+                kill: None,
+                rereplication_deadline_s: 0.0,
             };
             let tatp = ferrotx_bench::kv::run(&options)?;
             ferrotx_bench::kv::print_table(&tatp);
@@ -720,12 +774,12 @@ fn main() -> anyhow::Result<()> {
                 hot_percent: args.hot_percent,
                 initial_balance: args.initial_balance,
             });
-            run_cluster_bench(&args.run.options(workload), &args.run)?;
+            run_cluster_bench(&args.run.options(workload)?, &args.run)?;
         }
         Command::Bench(Bench::Bank(args)) => {
             let workload =
                 Workload::Bank(BankWorkload::transfers(args.accounts, args.initial_balance));
-            run_cluster_bench(&args.run.options(workload), &args.run)?;
+            run_cluster_bench(&args.run.options(workload)?, &args.run)?;
         }
         Command::Bench(Bench::Rpc(args)) => {
             let options = RpcBenchOptions {

@@ -503,6 +503,15 @@ impl NodeCore {
             .map(|(_, _, p)| p.clone())
     }
 
+    /// The view the node's threads last switched to, and how many partitions this node
+    /// became primary of in it are still blocked by transaction-state recovery (0: every
+    /// transaction that wrote them is decided here). Takes the view store's lock: for
+    /// status and benchmarks, not the hot path.
+    pub fn recovery_blocked(&self) -> (u64, usize) {
+        let cached = self.view_store.lock().expect("view store lock");
+        (cached.0, cached.1.blocked_now())
+    }
+
     /// Every copy this node holds in the last view its workers switched to, with its
     /// role there (a backup being filled included) and a digest of each table (see
     /// [`crate::copy_digests`]). Walks every table of every copy: for checks, not the

@@ -142,6 +142,15 @@ impl NodeStore {
         }
     }
 
+    /// How many of the partitions blocked by recovery when this store was built are
+    /// blocked still (some worker thread has not finished recovering it).
+    pub fn blocked_now(&self) -> usize {
+        self.recovering
+            .values()
+            .filter(|n| n.load(Ordering::Acquire) > 0)
+            .count()
+    }
+
     /// The partitions blocked by recovery when this store was built.
     pub fn blocked(&self) -> impl Iterator<Item = u32> + '_ {
         self.recovering.keys().copied()
