@@ -66,13 +66,6 @@ fn contention_alone_fails_no_client() {
     assert!(ok > 0, "nothing acknowledged");
 }
 
-/// A known liveness bug, open (issue 15): a node cut off while it fills a new backup
-/// (data recovery), with the cluster's shipped Redis commands on partitions it was primary
-/// of: one caller waits past the end of the run for its shipped command's outcome (its
-/// wait is bounded, 2 s, not infinite). Such a seed's liveness report is printed, not
-/// failed; anything else it finds (a safety violation) still fails.
-const KNOWN_LIVENESS: [(&str, u64); 1] = [("recovery-isolate-filler", 1)];
-
 #[test]
 fn hot_counters_survive_every_recovery_attack() {
     let mut failed = Vec::new();
@@ -96,10 +89,6 @@ fn hot_counters_survive_every_recovery_attack() {
             failures += report.checked.aborted;
             unknown += report.checked.indeterminate;
             if let Some(why) = failure(&report) {
-                if KNOWN_LIVENESS.contains(&(name, seed)) && why.starts_with("liveness:") {
-                    eprintln!("{name} seed {seed} with {workload}: known liveness bug: {why}");
-                    continue;
-                }
                 eprintln!(
                     "{name} seed {seed} with {workload} FAILED: {why}\n  attack: {:?}",
                     report.attack
@@ -196,4 +185,46 @@ fn transactions_over_two_primaries_are_linearizable_under_the_default_faults() {
         "resp-counter-spread: seeds failed: {failed:?}"
     );
     assert!(ok > 0, "nothing acknowledged");
+}
+
+/// A shipped plan whose keys lay in two partitions of one primary was cut off by a view
+/// change, and asked again in a view that gave the two partitions different primaries
+/// (their primary was removed): the new primary of the plan's partition answered "retry"
+/// (not every key is its own) each time, and the caller asked again every millisecond
+/// until its command's deadline (5 s), far past the end of the run. In both seeds the
+/// node cut off was filling a new backup and was the primary of the plan's two
+/// partitions (issue 15).
+#[test]
+fn bug_a_shipped_plan_whose_keys_changed_primaries_is_asked_again_until_its_deadline() {
+    use ferrotx_sim::cluster::TrapAction;
+    let name = "recovery-isolate-filler";
+    let mut failed = Vec::new();
+    // Seed 1 with the counters spread (node 3, primary of a two-key pipeline's two
+    // partitions, is cut off while it fills).
+    let report = run(
+        &mut *scenario("resp-counter-spread"),
+        &recovery_scenarios::options(name, 1),
+    );
+    if let Some(why) = failure(&report) {
+        failed.push(format!("seed 1 with resp-counter-spread: {why}"));
+    }
+    // Seed 97 (resp-list-append) with the fill trap at its 2nd visit (the scenario draws
+    // it from 1 to 12): node 0, primary of a list-append plan's two partitions, is cut
+    // off while it fills (node 3, restarted, fills too).
+    let mut options = recovery_scenarios::options(name, 97);
+    let fill = options
+        .attack
+        .as_mut()
+        .and_then(|a| a.then.as_mut())
+        .expect("a second trap, at the fill");
+    fill.visit = 2;
+    fill.action = TrapAction::Isolate {
+        heal_after_ns: 51_741_495,
+    };
+    let report = run(&mut *recovery_scenarios::scenario(name, 97), &options);
+    if let Some(why) = failure(&report) {
+        failed.push(format!("seed 97, fill trap at visit 2: {why}"));
+    }
+    assert!(sprung(&report), "seed 97: the fill trap did not spring");
+    assert!(failed.is_empty(), "{failed:#?}");
 }

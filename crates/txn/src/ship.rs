@@ -22,8 +22,11 @@
 //! Every request carries an [`Origin`] chosen by the caller. The primary remembers the
 //! results of the origins it ran ([`ShipResults`], bounded), so a caller whose call was cut
 //! by a configuration change asks the same primary again with the same origin and gets
-//! the first run's result, or its "outcome unknown", never a second run. If the primary
-//! changed, the caller answers "outcome unknown".
+//! the first run's result, or its "outcome unknown", never a second run. A new primary
+//! learns the results from the batches' records. If the new configuration gave the
+//! operation's keys several primaries, the one asked answers from what it remembers or
+//! that it cannot run it ([`ShipStatus::Split`]), and the caller, if an earlier request
+//! may have run, answers "outcome unknown".
 //!
 //! Procedures are synchronous: they see the values read through a [`BatchView`] and
 //! write into it; the executor does the reading and the commit. The code takes its time
@@ -218,6 +221,11 @@ pub enum ShipStatus {
     Conflict = 4,
     /// It does not fit one commit: nothing changed.
     TooLarge = 5,
+    /// Its keys have several primaries in this configuration (the caller chose this
+    /// primary in an earlier one, where they had one): it did not run here, this node
+    /// knows no earlier run of it, and asked again it would not run in this
+    /// configuration. Nothing changed by this request.
+    Split = 6,
 }
 
 impl ShipStatus {
@@ -229,6 +237,7 @@ impl ShipStatus {
             3 => Self::Failed,
             4 => Self::Conflict,
             5 => Self::TooLarge,
+            6 => Self::Split,
             _ => return None,
         })
     }
@@ -755,12 +764,14 @@ impl Shipping {
                     .map(|(table, key)| coordinator.partition_of(*table, key))
                     .chain(std::iter::once(partition))
             };
-            if partitions_of_keys().any(|p| coordinator.primary_of_partition(p) != local) {
-                keys.truncate(first);
-                self.count(|s| s.ship_retries_asked += 1);
-                Self::answer(co, &shipped.token, ShipStatus::Retry, &[]);
-                continue;
-            }
+            // Some of its keys have another primary in this configuration (the caller,
+            // in the same one, chose this primary in an earlier one: the request was cut
+            // off by a configuration change and is asked again). It cannot run here, nor
+            // anywhere as one operation while this configuration lasts, so asking again
+            // would never end: once this node knows it did not run here, the answer says
+            // so (below), and the caller runs it another way or, if an earlier request
+            // may have run, reports its outcome unknown.
+            let split = partitions_of_keys().any(|p| coordinator.primary_of_partition(p) != local);
             if partitions_of_keys().any(|p| store.is_recovering(p)) {
                 // An earlier run of it may be among the transactions recovery decides:
                 // its result is known only once they are.
@@ -788,6 +799,18 @@ impl Shipping {
                 continue;
             }
             drop(participant);
+            if split {
+                keys.truncate(first);
+                if busy_origins.contains(&origin) {
+                    // Its first request runs here, in a batch of an older configuration:
+                    // answered from its result once it ends.
+                    waiting.push_back(shipped);
+                } else {
+                    self.count(|s| s.ship_split += 1);
+                    Self::answer(co, &shipped.token, ShipStatus::Split, &[]);
+                }
+                continue;
+            }
             if busy_origins.contains(&origin)
                 || keys[first..]
                     .iter()
@@ -1013,7 +1036,9 @@ impl ShipStatus {
             Some(ShipStatus::Unknown) => Err(Abort::OutcomeUnknown),
             Some(ShipStatus::Conflict) => Err(Abort::Conflict),
             Some(ShipStatus::TooLarge) => Err(Abort::TooLarge),
-            Some(ShipStatus::Failed) | None => Err(Abort::Protocol),
+            // Nothing ran: the caller runs it another way (or, if an earlier request may
+            // have run, reports its outcome unknown).
+            Some(ShipStatus::Split | ShipStatus::Failed) | None => Err(Abort::Protocol),
         })
     }
 }
@@ -1039,6 +1064,23 @@ mod tests {
         for len in 0..REQUEST_HEADER_BYTES {
             assert_eq!(decode_ship(&bytes[..len]), None);
         }
+    }
+
+    #[test]
+    fn answers_read_as_the_caller_takes_them() {
+        assert_eq!(ShipStatus::outcome(&[0, 7]), Some(Ok(vec![7])));
+        assert_eq!(ShipStatus::outcome(&[ShipStatus::Retry as u8]), None);
+        assert_eq!(
+            ShipStatus::outcome(&[ShipStatus::Unknown as u8]),
+            Some(Err(Abort::OutcomeUnknown))
+        );
+        // Not run, and never at one primary in this configuration: the caller stops asking.
+        assert_eq!(
+            ShipStatus::outcome(&[ShipStatus::Split as u8]),
+            Some(Err(Abort::Protocol))
+        );
+        assert_eq!(ShipStatus::outcome(&[99]), Some(Err(Abort::Protocol)));
+        assert_eq!(ShipStatus::outcome(&[]), None);
     }
 
     #[test]

@@ -55,8 +55,7 @@ impl Coordinator {
     }
 
     /// Runs procedure `procedure` once per operation `(partition, args)` at the primary of
-    /// its partition (every key of an operation must be in partitions with that primary;
-    /// the primary answers "retry" to the others until the caller's placement agrees),
+    /// its partition (every key of an operation must be in partitions with that primary),
     /// all sent together, and returns their results in order. The operations are
     /// independent: each commits or not on its own, in any order.
     ///
@@ -67,6 +66,12 @@ impl Coordinator {
     ///   applied by truncation or by recovery's commit, before it runs anything on the
     ///   partitions recovery blocks. An operation it never heard of never committed,
     ///   and runs now. Forgotten ones (long ago) answer [`Abort::OutcomeUnknown`].
+    /// - An operation whose keys the new configuration gave several primaries (theirs
+    ///   failed) cannot run at one any more: the primary asked answers from its first
+    ///   run if it knows it, else that it did not run there (`ShipStatus::Split`), and
+    ///   the operation ends with [`Abort::Protocol`] (nothing changed: the caller runs
+    ///   it another way), or [`Abort::OutcomeUnknown`] if an earlier request of it may
+    ///   have run. Asked again, it would never run within the configuration.
     /// - Nothing sent yet, or a "retry" answer: nothing changed, asked again up to
     ///   `deadline_ns`, then [`Abort::Unavailable`] ([`Abort::OutcomeUnknown`] if an
     ///   earlier request of it may have run).

@@ -36,4 +36,7 @@ pub struct CoordinatorStats {
     /// As the primary: requests answered "retry" (not the primary, or aborted by a
     /// configuration change).
     pub ship_retries_asked: u64,
+    /// As the primary: requests asked again in a configuration that gave their keys
+    /// several primaries, unknown here, answered that they cannot run at one primary.
+    pub ship_split: u64,
 }
