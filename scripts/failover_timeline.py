@@ -10,7 +10,8 @@ events. Each run's JSON and plot go to a work directory; this script then writes
 
   OUT.json   every run's figures (without their buckets), their median and maximum;
   OUT.md     a table of them, and the plot of the median run;
-  OUT.svg, OUT.png   the timeline of the median run (by time back to 80%).
+  OUT.svg, OUT.png   the timeline of the median run (by time back to 80%), and
+  OUT-zoom.svg, OUT-zoom.png   the same from 200 ms before the kill to 500 ms after.
 
 It fails (exit 1) if any run lost data (the bench's checks: every replica equal) or never
 got back to 80%, or never back to full strength.
@@ -157,8 +158,10 @@ def main():
     ranked = sorted(runs, key=lambda r: (r["time_to_80pct_ms"] is None,
                                          r["time_to_80pct_ms"] or 0))
     median_run = ranked[(len(ranked) - 1) // 2]
-    for ext in ("svg", "png"):
-        shutil.copyfile(f"{median_run['stem']}.{ext}", f"{args.out}.{ext}")
+    for suffix in ("", "-zoom"):
+        for ext in ("svg", "png"):
+            shutil.copyfile(f"{median_run['stem']}{suffix}.{ext}",
+                            f"{args.out}{suffix}.{ext}")
     failed = [r["run"] for r in runs
               if not r["checks_ok"] or r["time_to_80pct_ms"] is None
               or r["rereplicated_s"] is None]
@@ -188,6 +191,8 @@ def main():
         "Times are from the kill.",
         "",
         f"![timeline of the median run]({name}.svg)",
+        "",
+        f"![the kill, closer]({name}-zoom.svg)",
         "",
         f"The plot is run {median_run['run']} (the median by time back to 80%).",
         "",

@@ -561,27 +561,48 @@ pub fn print(t: &TimelineReport) {
     );
 }
 
-/// Writes the timeline's plot to `<stem>.svg` and `<stem>.png`, from a second before the
-/// kill to a second after full strength (or the end).
+/// Writes the timeline's plots: `<stem>.svg` and `<stem>.png` from a second before the
+/// kill to a second after full strength (or the end), and `<stem>-zoom.svg` and `.png`
+/// from 200 ms before the kill to 500 ms after it (FaRM's Figure 9 has the two too).
 pub fn plot(t: &TimelineReport, title: &str, stem: &Path) -> anyhow::Result<()> {
-    // From the start of the second before the kill's bucket, so that the axis reads 0
-    // at the kill's bucket.
-    let kill_bucket = t.kill_ms.floor().max(0.0);
-    let from = (kill_bucket - 1000.0).max(0.0);
     let end = t
         .rereplicated_ms
-        .map_or(t.buckets.len() as f64, |r| r + 1000.0)
-        .min(t.buckets.len() as f64);
-    let buckets = &t.buckets[from as usize..(end as usize).max(from as usize)];
+        .map_or(t.buckets.len() as f64, |r| r + 1000.0);
+    plot_span(t, title, stem, 1000.0, end)?;
+    let mut zoom = stem.as_os_str().to_owned();
+    zoom.push("-zoom");
+    plot_span(
+        t,
+        &format!("{title}, the kill"),
+        Path::new(&zoom),
+        200.0,
+        t.kill_ms + 500.0,
+    )
+}
+
+/// The plot from `before_ms` before the kill's bucket to `end_ms` (since the start).
+fn plot_span(
+    t: &TimelineReport,
+    title: &str,
+    stem: &Path,
+    before_ms: f64,
+    end_ms: f64,
+) -> anyhow::Result<()> {
+    // From `before_ms` before the kill's bucket, so that the axis reads 0 at that bucket.
+    let kill_bucket = t.kill_ms.floor().max(0.0);
+    let from = (kill_bucket - before_ms).max(0.0);
+    let end = end_ms.min(t.buckets.len() as f64).max(from);
+    let buckets = &t.buckets[from as usize..end as usize];
     let mut markers = vec![(t.kill_ms - from, "kill")];
     let mut add = |at: Option<f64>, label: &'static str| {
-        if let Some(at) = at {
+        if let Some(at) = at.filter(|&at| at <= end) {
             markers.push((at - from, label));
         }
     };
     add(t.suspected_ms, "suspected");
     add(t.new_view_committed_ms, "new view");
     add(t.recovered_ms, "recovered");
+    add(t.time_to_80pct_ms.map(|back| t.kill_ms + back), "80%");
     add(t.rereplicated_ms, "re-replicated");
     crate::plot::timeline(
         stem,

@@ -562,7 +562,10 @@ fn run_cluster_bench(options: &ClusterBenchOptions, run: &ClusterRunArgs) -> any
             options.lease_ms
         );
         ferrotx_bench::timeline::plot(timeline, &title, &run.timeline)?;
-        println!("  timeline plot: {}.svg and .png", run.timeline.display());
+        println!(
+            "  timeline plots: {0}.svg and .png, {0}-zoom.svg and .png",
+            run.timeline.display()
+        );
     }
     anyhow::ensure!(
         report.checks.ok,

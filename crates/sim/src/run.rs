@@ -298,6 +298,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             objects_per_fetch: 5,
             bytes_per_fetch: 256,
             interval_ns: 200_000,
+            pace: 1,
             last_copy_speedup: 4,
         },
     };

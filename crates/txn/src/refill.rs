@@ -46,7 +46,12 @@ pub struct RefillOptions {
     /// Time between two FETCHes of one worker thread: the pace that keeps foreground
     /// transactions going. A random part of it delays the first one.
     pub interval_ns: u64,
-    /// The interval is divided by this for a partition left with one copy (its data is
+    /// After a FETCH, the wait is at least this many times as long as the FETCH took
+    /// (its round trip, with the primary's work and queue, and applying its answer): a
+    /// thread spends at most about `1 / (1 + pace)` of its time copying, and a loaded
+    /// cluster, whose round trips grow, copies slower.
+    pub pace: u64,
+    /// The waits are divided by this for a partition left with one copy (its data is
     /// one failure away from being lost).
     pub last_copy_speedup: u64,
 }
@@ -57,6 +62,7 @@ impl Default for RefillOptions {
             objects_per_fetch: 512,
             bytes_per_fetch: 32 << 10,
             interval_ns: 500_000,
+            pace: 8,
             last_copy_speedup: 4,
         }
     }

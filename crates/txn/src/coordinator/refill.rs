@@ -1,5 +1,6 @@
 //! The driver of data recovery ([`crate::refill`]): each worker thread fills the new
-//! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time.
+//! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time,
+//! taking its fills in turn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,14 +30,18 @@ struct Progress {
 
 impl Coordinator {
     /// Fills this thread's share of the node's new backups, forever (a background
-    /// coroutine of every worker): one FETCH every `options.interval_ns` (a quarter of it,
-    /// or what `last_copy_speedup` says, for a partition left with one copy), after a
-    /// first delay drawn from `seed`.
+    /// coroutine of every worker), one FETCH at a time, its fills in turn, after a first
+    /// delay drawn from `seed`. After each FETCH it waits `options.interval_ns`, or
+    /// `options.pace` times as long as the FETCH took (its round trip and applying its
+    /// answer) if that is longer, so that copying takes a bounded share of the threads'
+    /// time however slow the machine; both divided by `last_copy_speedup` for a partition
+    /// left with one copy.
     pub async fn run_refill(&self, co: Co, options: RefillOptions, seed: u64) {
         let threads = u64::from(self.ship_threads.get().max(1));
         let thread = u64::from(self.local.thread());
         let mut progress: BTreeMap<u32, Progress> = BTreeMap::new();
         let mut started = false;
+        let mut turn = 0usize;
         loop {
             let store = self.store();
             let mine: Vec<Arc<Fill>> = store
@@ -58,15 +63,17 @@ impl Coordinator {
                 co.sleep_until(co.now_ns() + delay).await;
                 continue;
             }
-            let mut last_copy = false;
-            for fill in &mine {
-                last_copy |= self.fill_step(&co, fill, &mut progress, &options).await;
-            }
-            let pause = if last_copy {
-                options.interval_ns / options.last_copy_speedup.max(1)
+            turn = turn.wrapping_add(1);
+            let fill = &mine[turn % mine.len()];
+            let began = co.now_ns();
+            let last_copy = self.fill_step(&co, fill, &mut progress, &options).await;
+            let took = co.now_ns().saturating_sub(began);
+            let speedup = if last_copy {
+                options.last_copy_speedup.max(1)
             } else {
-                options.interval_ns
+                1
             };
+            let pause = options.interval_ns.max(took.saturating_mul(options.pace)) / speedup;
             co.sleep_until(co.now_ns() + pause).await;
         }
     }
