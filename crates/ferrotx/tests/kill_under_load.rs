@@ -38,7 +38,9 @@ use serde_json::{Value, json};
 
 use common::client::{Conn, certainly_no_effect, cmd, integer_of, text};
 use common::copies::check_copies_equal;
-use common::nodes::{MEMBERSHIP_DEADLINE, Nodes, full_strength, settled_members};
+use common::nodes::{
+    MEMBERSHIP_DEADLINE, Nodes, full_strength, one_cluster_at_a_time, settled_members,
+};
 use common::rolling::Rolling;
 use common::test_ports;
 
@@ -80,17 +82,6 @@ const PHASES: [&str; 5] = [
 
 // ---------------------------------------------------------------------------------------
 // Node processes.
-
-/// The tests of this file run one at a time: each runs a cluster of node processes with
-/// short leases, and two at once would compete for the machine's cores.
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    // A test that failed holding it leaves nothing to clean up.
-    ONE_CLUSTER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Starts `NODES` node processes, one worker thread each, 4 partitions per node, three
 /// copies of each (as `cluster local` and `bench failover`), on the ports of test `test`

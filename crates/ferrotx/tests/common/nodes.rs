@@ -6,12 +6,24 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use ferrotx_cluster::Configuration;
 use serde_json::Value;
 
 use super::{ferrotx, temp_path};
+
+/// The tests of a file that run clusters of node processes take turns: each runs node
+/// processes with short leases, and two clusters at once would compete for the machine's
+/// cores. (Test binaries run one after the other.)
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+/// Holds the turn of the calling test until dropped.
+pub fn one_cluster_at_a_time() -> MutexGuard<'static, ()> {
+    // A test that failed holding it leaves nothing to clean up.
+    ONE_CLUSTER.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Longest wait for the cluster to form, a kill to be detected, a restart admitted, the
 /// cluster back at full strength.
