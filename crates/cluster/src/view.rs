@@ -16,6 +16,9 @@ use crate::configuration::Configuration;
 /// Marks a partition with no copy left in [`View::primary`]: no node serves it.
 pub const NO_NODE: u16 = u16::MAX;
 
+/// Most backup CMs a view names ([`View::backup_cms`]).
+pub const BACKUP_CMS_MAX: usize = 8;
+
 /// One member: a node id and the life (incarnation) of the process admitted as it. A new
 /// life of a node is a new member: the earlier one failed, and its data went with it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
@@ -169,31 +172,59 @@ impl View {
         (short, lost)
     }
 
-    /// The backup CMs: the members after the CM in node order (wrapping), `count` of them.
-    /// When the CM fails, the first of them that can reach a majority takes over.
-    pub fn backup_cms(&self, count: usize) -> Vec<u16> {
-        let Some(at) = self.members.iter().position(|m| m.node == self.cm) else {
-            return self.members.iter().take(count).map(|m| m.node).collect();
-        };
-        let n = self.members.len();
-        (1..n)
-            .map(|i| self.members[(at + i) % n].node)
-            .take(count)
-            .collect()
+    /// The backup CMs, `count` of them (at most [`BACKUP_CMS_MAX`]): taken one by one from
+    /// the members after the CM in node order (wrapping), each the first not yet taken
+    /// whose failure domain holds neither the CM nor a backup CM taken before it, or, when
+    /// every member left is in such a domain, the first not yet taken. When the CM fails,
+    /// the first of them that can reach a majority takes over: so a whole failure domain
+    /// that fails with the CM does not take every backup CM with it (with each member its
+    /// own domain, as `Configuration::local` makes them, they are simply the members after
+    /// the CM).
+    pub fn backup_cms(&self, config: &Configuration, count: usize) -> Vec<u16> {
+        let mut out = [NO_NODE; BACKUP_CMS_MAX];
+        let len = self.backup_cms_into(config, count, &mut out);
+        out[..len].to_vec()
     }
 
     /// The rank of `node` among the first `count` backup CMs ([`View::backup_cms`]), if it
     /// is one; without allocating (the lease thread asks on every iteration).
-    pub fn backup_cm_rank(&self, node: u16, count: usize) -> Option<usize> {
+    pub fn backup_cm_rank(&self, config: &Configuration, node: u16, count: usize) -> Option<usize> {
+        let mut out = [NO_NODE; BACKUP_CMS_MAX];
+        let len = self.backup_cms_into(config, count, &mut out);
+        out[..len].iter().position(|&n| n == node)
+    }
+
+    /// [`View::backup_cms`] into `out`; returns how many.
+    fn backup_cms_into(
+        &self,
+        config: &Configuration,
+        count: usize,
+        out: &mut [u16; BACKUP_CMS_MAX],
+    ) -> usize {
         let n = self.members.len();
         let at = self.members.iter().position(|m| m.node == self.cm);
-        (0..count.min(n.saturating_sub(usize::from(at.is_some())))).find(|&i| {
-            let index = match at {
-                Some(at) => (at + 1 + i) % n,
-                None => i,
+        // The members after the CM, in node order, wrapping (all of them without a CM).
+        let others = n - usize::from(at.is_some());
+        let ring = |i: usize| match at {
+            Some(at) => self.members[(at + 1 + i) % n].node,
+            None => self.members[i].node,
+        };
+        let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
+        let cm_domain = at.and_then(|_| domain(self.cm));
+        let count = count.min(BACKUP_CMS_MAX).min(others);
+        for len in 0..count {
+            let taken = &out[..len];
+            let used = |d: Option<&str>| {
+                d.is_some() && (d == cm_domain || taken.iter().any(|&t| domain(t) == d))
             };
-            self.members[index].node == node
-        })
+            let next = (0..others)
+                .map(ring)
+                .filter(|node| !taken.contains(node))
+                .find(|&node| !used(domain(node)))
+                .or_else(|| (0..others).map(ring).find(|node| !taken.contains(node)));
+            out[len] = next.expect("fewer backup CMs than members besides the CM");
+        }
+        count
     }
 
     /// The next view: id + 1, with `members` (the survivors and any admitted lives) and
@@ -541,6 +572,42 @@ mod tests {
     }
 
     #[test]
+    fn backup_cms_are_in_other_failure_domains_than_the_cm_first() {
+        let backups = |domains: &[&str], cm: u16| {
+            let config = domained(domains);
+            let mut v = View::initial(1, &config, lives(&config));
+            v.cm = cm;
+            let backups = v.backup_cms(&config, 2);
+            for node in 0..domains.len() as u16 {
+                assert_eq!(
+                    v.backup_cm_rank(&config, node, 2),
+                    backups.iter().position(|&n| n == node)
+                );
+            }
+            backups
+        };
+        // Racks of two: the CM's rack-mate is passed over, and so is the first backup's.
+        assert_eq!(backups(&["a", "a", "b", "b", "c", "c"], 0), vec![2, 4]);
+        assert_eq!(backups(&["a", "a", "b", "b", "c", "c"], 3), vec![4, 0]);
+        // Racks of three: before, CM 0's backups were 1 and 2, its own rack, so that rack
+        // failing left no one to take over.
+        let racks3 = ["a", "a", "a", "b", "b", "b", "c", "c", "c"];
+        assert_eq!(backups(&racks3, 0), vec![3, 6]);
+        assert_eq!(backups(&racks3, 7), vec![0, 3]);
+        // Two racks: the other rack first, then the next member of the CM's.
+        assert_eq!(backups(&["a", "a", "a", "b", "b", "b"], 0), vec![3, 1]);
+        // One rack: the members after the CM, as with each node its own domain.
+        assert_eq!(backups(&["a", "a", "a"], 1), vec![2, 0]);
+        assert_eq!(backups(&["a", "b", "c", "d"], 2), vec![3, 0]);
+        // Never more than the members besides the CM.
+        assert_eq!(backups(&["a", "b", "c"], 0), vec![1, 2]);
+        let config = domained(&["a", "b", "c"]);
+        let v = View::initial(1, &config, lives(&config)[..2].to_vec());
+        assert_eq!(v.backup_cms(&config, 2), vec![1]);
+        assert_eq!(v.backup_cms(&config, 0), Vec::<u16>::new());
+    }
+
+    #[test]
     fn a_new_life_fills_what_its_last_life_held_and_fills_never_promote() {
         let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
         let v = View::initial(1, &config, lives(&config));
@@ -591,11 +658,11 @@ mod tests {
         let mut bad = v.clone();
         bad.cm = 9;
         assert!(bad.check(&config).is_err());
-        assert_eq!(v.backup_cms(2), vec![1, 2]);
+        assert_eq!(v.backup_cms(&config, 2), vec![1, 2]);
         for node in 0..4 {
             assert_eq!(
-                v.backup_cm_rank(node, 2),
-                v.backup_cms(2).iter().position(|&n| n == node)
+                v.backup_cm_rank(&config, node, 2),
+                v.backup_cms(&config, 2).iter().position(|&n| n == node)
             );
         }
     }

@@ -26,21 +26,23 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use adya::{History, Opts, Valid, Workload};
 use ferrotx_cluster::Configuration;
-use ferrotx_redis_exec::{RespValue, encode_request, parse_reply};
+use ferrotx_redis_exec::RespValue;
 use serde_json::{Value, json};
 
-use common::{ferrotx, temp_path, test_ports};
+use common::client::{Conn, certainly_no_effect, cmd, integer_of, text};
+use common::copies::check_copies_equal;
+use common::nodes::{
+    MEMBERSHIP_DEADLINE, Nodes, full_strength, one_cluster_at_a_time, settled_members,
+};
+use common::rolling::Rolling;
+use common::test_ports;
 
 /// The nodes' lease: a killed node is removed within about two of them.
 const LEASE_MS: u64 = 300;
@@ -64,14 +66,10 @@ const APPENDS_PER_SHIFT: u64 = 100;
 const BANK_CLIENTS: usize = 3;
 const LIST_CLIENTS: usize = 3;
 
-/// Longest a client waits for a reply (the server answers every command within 5 s).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Load before the first kill, after each detection, and after each restart.
 const WARMUP: Duration = Duration::from_secs(2);
 const AFTER_DETECTION: Duration = Duration::from_secs(2);
 const AFTER_RESTART: Duration = Duration::from_secs(2);
-/// Longest wait for the cluster to form, a kill to be detected, a restart admitted.
-const MEMBERSHIP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Phases, as recorded with each completion.
 const PHASES: [&str; 5] = [
@@ -85,320 +83,13 @@ const PHASES: [&str; 5] = [
 // ---------------------------------------------------------------------------------------
 // Node processes.
 
-/// The cluster's node processes, killed when dropped. The run's directory (configuration,
-/// coordination file, node logs, history) is removed then, unless the test failed or
-/// `KILL_TEST_KEEP` is set.
-struct Nodes {
-    dir: PathBuf,
-    config: PathBuf,
-    /// Each node's current process (`None` while killed).
-    children: Vec<Option<Child>>,
-    /// Processes started per node, naming their log files.
-    lives: Vec<u32>,
-}
-
-impl Nodes {
-    fn start(&mut self, node: u16) {
-        let i = usize::from(node);
-        assert!(self.children[i].is_none(), "node {node} already runs");
-        self.lives[i] += 1;
-        let log = self
-            .dir
-            .join(format!("node-{node}-life-{}.log", self.lives[i]));
-        let log = File::create(&log).expect("node log");
-        let mut command = ferrotx();
-        command
-            .args(["node", "--config"])
-            .arg(&self.config)
-            .args(["--id", &node.to_string()])
-            .args(["--lease-ms", &LEASE_MS.to_string()]);
-        if self.lives[i] > 1 {
-            // A restart joins the running cluster, as an operator restarts a node.
-            command.arg("--join");
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start ferrotx node");
-        self.children[i] = Some(child);
-    }
-
-    /// SIGKILL of `node`'s process (a child of this test), and its reaping.
-    fn kill(&mut self, node: u16) {
-        let mut child = self.children[usize::from(node)]
-            .take()
-            .unwrap_or_else(|| panic!("node {node} does not run"));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "node {node} had exited before its kill"
-        );
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap the killed node");
-    }
-
-    /// The nodes whose current process has exited (none was killed by this test).
-    fn exited(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (node, child) in self.children.iter_mut().enumerate() {
-            if let Some(child) = child
-                && let Some(status) = child.try_wait().unwrap()
-            {
-                out.push(format!("node {node} (pid {}) exited: {status}", child.id()));
-            }
-        }
-        out
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() || std::env::var_os("KILL_TEST_KEEP").is_some() {
-            eprintln!(
-                "kill_under_load: the run's directory is kept: {}",
-                self.dir.display()
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// `ferrotx status --json` of the cluster, or `None` if it failed.
-fn status(config: &Path) -> Option<Value> {
-    let out = ferrotx()
-        .args(["status", "--json", "--config"])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-/// The members of the current view, in node order, if every one is alive, in its life
-/// and at that view.
-fn settled_members(s: &Value) -> Option<Vec<u64>> {
-    let members = s["members"].as_array()?;
-    let settled = members
-        .iter()
-        .all(|m| m["alive"] == true && m["same_life"] == true && m["view"] == s["configuration"]);
-    settled.then(|| members.iter().filter_map(|m| m["node"].as_u64()).collect())
-}
-
-/// Polls the cluster's status until `done` holds for it; returns that status. Panics
-/// after `MEMBERSHIP_DEADLINE`, or as soon as a node process other than `killed` exits.
-fn wait_status(nodes: &mut Nodes, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + MEMBERSHIP_DEADLINE;
-    loop {
-        let s = status(&nodes.config);
-        if let Some(s) = &s
-            && done(s)
-        {
-            return s.clone();
-        }
-        let exited = nodes.exited();
-        assert!(exited.is_empty(), "waiting for {what}: {exited:?}");
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {MEMBERSHIP_DEADLINE:?}; last status {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The tests of this file run one at a time: each runs a cluster of node processes with
-/// short leases, and two at once would compete for the machine's cores.
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    // A test that failed holding it leaves nothing to clean up.
-    ONE_CLUSTER
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Starts `NODES` node processes, one worker thread each, 4 partitions per node, three
 /// copies of each (as `cluster local` and `bench failover`), on the ports of test `test`
 /// of this file, in a new run directory named after `name`; waits until they formed a
-/// cluster. Returns them and their Redis addresses, in node order.
-fn start_cluster(name: &str, test: u16) -> (Nodes, Vec<SocketAddr>) {
-    let dir = temp_path(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// cluster.
+fn start_cluster(name: &str, test: u16) -> Nodes {
     let config = Configuration::local(NODES, 3, 1, 4, test_ports(test)).expect("configuration");
-    let addrs: Vec<SocketAddr> = config
-        .members()
-        .iter()
-        .map(|m| m.resp_addr().expect("a Redis address"))
-        .collect();
-    let config_path = dir.join("cluster.toml");
-    std::fs::write(&config_path, config.to_toml_string()).unwrap();
-    let mut nodes = Nodes {
-        dir,
-        config: config_path,
-        children: (0..NODES).map(|_| None).collect(),
-        lives: vec![0; usize::from(NODES)],
-    };
-    for node in 0..NODES {
-        nodes.start(node);
-    }
-    wait_status(&mut nodes, "the cluster to form", |s| {
-        settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
-    });
-    (nodes, addrs)
-}
-
-/// True if the status shows the cluster back at full strength: every node a member,
-/// alive, in its life, at the current view, and every partition with its full count of
-/// copies (the replicas asked for, or every member if fewer) and no backup being filled.
-fn full_strength(s: &Value) -> bool {
-    let Some(members) = settled_members(s) else {
-        return false;
-    };
-    if members.len() != usize::from(NODES) {
-        return false;
-    }
-    let Some(replicas) = s["replicas"].as_u64() else {
-        return false;
-    };
-    let want = replicas.min(members.len() as u64) as usize;
-    let copies_full = s["copies"].as_array().is_some_and(|partitions| {
-        partitions
-            .iter()
-            .all(|c| c.as_array().is_some_and(|c| c.len() == want))
-    });
-    // The backups being filled, per partition, if the status reports them (a view
-    // counts a filled backup among the copies only once it is filled whole).
-    let none_filling = match &s["filling"] {
-        Value::Null => true,
-        Value::Array(partitions) => partitions
-            .iter()
-            .all(|f| f.is_null() || f.as_array().is_some_and(Vec::is_empty)),
-        _ => false,
-    };
-    copies_full && none_filling
-}
-
-// ---------------------------------------------------------------------------------------
-// A Redis client.
-
-/// Why a request got no reply: its effect is unknown.
-#[derive(Debug)]
-enum NoReply {
-    Timeout,
-    Lost(String),
-}
-
-impl std::fmt::Display for NoReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Timeout => write!(f, "no reply in {REPLY_TIMEOUT:?}"),
-            Self::Lost(why) => write!(f, "connection lost: {why}"),
-        }
-    }
-}
-
-struct Conn {
-    stream: TcpStream,
-    received: Vec<u8>,
-}
-
-impl Conn {
-    fn open(addr: SocketAddr) -> Option<Self> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-        stream.set_nodelay(true).ok()?;
-        stream.set_write_timeout(Some(REPLY_TIMEOUT)).ok()?;
-        Some(Self {
-            stream,
-            received: Vec::new(),
-        })
-    }
-
-    /// Sends `commands` in one write (a pipeline).
-    fn send(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<(), NoReply> {
-        let mut bytes = Vec::new();
-        for command in commands {
-            encode_request(command, &mut bytes);
-        }
-        self.stream
-            .write_all(&bytes)
-            .map_err(|e| NoReply::Lost(e.to_string()))
-    }
-
-    /// The next reply.
-    fn reply(&mut self) -> Result<RespValue, NoReply> {
-        let deadline = Instant::now() + REPLY_TIMEOUT;
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match parse_reply(&self.received) {
-                Ok(Some((value, used))) => {
-                    self.received.drain(..used);
-                    return Ok(value);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(NoReply::Lost(format!("malformed reply: {e}"))),
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(NoReply::Timeout);
-            }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| NoReply::Lost(e.to_string()))?;
-            match self.stream.read(&mut buf) {
-                Ok(0) => return Err(NoReply::Lost("closed by the server".into())),
-                Ok(n) => self.received.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(NoReply::Timeout);
-                }
-                Err(e) => return Err(NoReply::Lost(e.to_string())),
-            }
-        }
-    }
-
-    /// `commands` pipelined, and one reply per command (stopping at the first failure).
-    fn pipeline(&mut self, commands: &[Vec<Vec<u8>>]) -> Result<Vec<RespValue>, NoReply> {
-        self.send(commands)?;
-        commands.iter().map(|_| self.reply()).collect()
-    }
-
-    fn call(&mut self, command: Vec<Vec<u8>>) -> Result<RespValue, NoReply> {
-        Ok(self.pipeline(&[command])?.remove(0))
-    }
-}
-
-fn cmd(parts: &[&dyn AsRef<[u8]>]) -> Vec<Vec<u8>> {
-    parts.iter().map(|p| (*p).as_ref().to_vec()).collect()
-}
-
-/// True for an error after which the command certainly took no effect (docs/redis.md).
-fn certainly_no_effect(message: &[u8]) -> bool {
-    [&b"EXECABORT"[..], b"TRYAGAIN", b"CLUSTERDOWN"]
-        .iter()
-        .any(|code| message.starts_with(code))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn integer_of(value: &RespValue) -> Option<i64> {
-    std::str::from_utf8(value.as_bytes()?).ok()?.parse().ok()
+    Nodes::start_cluster(name, &config, LEASE_MS)
 }
 
 fn account(i: u64) -> String {
@@ -882,216 +573,6 @@ fn reasons(history: &[Value]) -> String {
         .collect::<Vec<_>>()
         .join("\n    ")
 }
-
-// ---------------------------------------------------------------------------------------
-// Every copy equal: FERROTX COPIES on every node, once back at full strength.
-
-/// Longest the copies may take to agree once the cluster is back at full strength and the
-/// load has stopped: a backup applies a coordinator's last writes a few milliseconds after
-/// the coordinator goes quiet.
-const COPIES_AGREE_DEADLINE: Duration = Duration::from_secs(5);
-
-/// One table of a copy, as FERROTX COPIES reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct TableCopy {
-    table: i64,
-    name: String,
-    digest: String,
-    objects: i64,
-}
-
-/// One copy a node reports.
-#[derive(Clone, Debug)]
-struct CopyReport {
-    node: u64,
-    partition: u64,
-    role: String,
-    view: u64,
-    tables: Vec<TableCopy>,
-}
-
-/// The value of `name` in a RESP2 map (a flat array of names and values).
-fn map_field<'a>(pairs: &'a [RespValue], name: &str) -> Result<&'a RespValue, String> {
-    pairs
-        .chunks(2)
-        .find(|pair| pair[0].as_bytes() == Some(name.as_bytes()))
-        .and_then(|pair| pair.get(1))
-        .ok_or_else(|| format!("no {name:?} in {pairs:?}"))
-}
-
-fn field_integer(pairs: &[RespValue], name: &str) -> Result<i64, String> {
-    let value = map_field(pairs, name)?;
-    value
-        .as_integer()
-        .ok_or_else(|| format!("{name} is {value:?}"))
-}
-
-fn field_text(pairs: &[RespValue], name: &str) -> Result<String, String> {
-    let value = map_field(pairs, name)?;
-    value
-        .as_bytes()
-        .map(text)
-        .ok_or_else(|| format!("{name} is {value:?}"))
-}
-
-/// FERROTX COPIES of the node at `addr`: the copies it holds.
-fn copies_of(addr: SocketAddr) -> Result<Vec<CopyReport>, String> {
-    let mut conn = Conn::open(addr).ok_or("no connection")?;
-    let reply = conn
-        .call(cmd(&[&"FERROTX", &"COPIES"]))
-        .map_err(|e| e.to_string())?;
-    let RespValue::Array(entries) = reply else {
-        return Err(format!("FERROTX COPIES answered {reply:?}"));
-    };
-    entries
-        .iter()
-        .map(|entry| {
-            let pairs = entry.as_array().ok_or(format!("an entry {entry:?}"))?;
-            let tables = map_field(pairs, "tables")?
-                .as_array()
-                .ok_or("tables is not an array")?
-                .iter()
-                .map(|t| {
-                    let t = t.as_array().ok_or(format!("a table {t:?}"))?;
-                    Ok(TableCopy {
-                        table: field_integer(t, "table")?,
-                        name: field_text(t, "name")?,
-                        digest: field_text(t, "digest")?,
-                        objects: field_integer(t, "objects")?,
-                    })
-                })
-                .collect::<Result<_, String>>()?;
-            Ok(CopyReport {
-                node: field_integer(pairs, "node")? as u64,
-                partition: field_integer(pairs, "partition")? as u64,
-                role: field_text(pairs, "role")?,
-                view: field_integer(pairs, "view")? as u64,
-                tables,
-            })
-        })
-        .collect()
-}
-
-/// What the members of status `s` (at full strength) report with FERROTX COPIES, checked
-/// against the view's copies, and the copies of each partition against each other: a
-/// summary if every copy equals its primary, else what differs.
-fn compare_copies(s: &Value, addrs: &[SocketAddr]) -> Result<String, Vec<String>> {
-    let view = s["configuration"].as_u64().expect("a view");
-    let expected: Vec<Vec<u64>> = serde_json::from_value(s["copies"].clone()).expect("copies");
-    let mut differences = Vec::new();
-    let mut held: BTreeMap<u64, Vec<CopyReport>> = BTreeMap::new();
-    for node in settled_members(s).expect("settled") {
-        match copies_of(addrs[node as usize]) {
-            Ok(copies) => {
-                for copy in copies {
-                    if copy.node != node || copy.view != view {
-                        differences.push(format!(
-                            "node {node} reports a copy of node {} in view {} (the cluster is at \
-                             view {view})",
-                            copy.node, copy.view
-                        ));
-                    }
-                    held.entry(copy.partition).or_default().push(copy);
-                }
-            }
-            Err(e) => differences.push(format!("node {node}: FERROTX COPIES: {e}")),
-        }
-    }
-    if !differences.is_empty() {
-        return Err(differences);
-    }
-    let mut objects: BTreeMap<String, i64> = BTreeMap::new();
-    for (p, nodes) in expected.iter().enumerate() {
-        let copies = held.remove(&(p as u64)).unwrap_or_default();
-        let describe = || -> String {
-            copies
-                .iter()
-                .map(|c| {
-                    let tables: Vec<String> = c
-                        .tables
-                        .iter()
-                        .map(|t| format!("{} {} ({} objects)", t.name, t.digest, t.objects))
-                        .collect();
-                    format!("node {} ({}): {}", c.node, c.role, tables.join(", "))
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
-        let holders: BTreeSet<u64> = copies.iter().map(|c| c.node).collect();
-        let roles_right = copies.iter().all(|c| {
-            let primary = nodes.first() == Some(&c.node);
-            c.role == if primary { "primary" } else { "backup" }
-        });
-        if holders != nodes.iter().copied().collect() || !roles_right {
-            differences.push(format!(
-                "partition {p}: the view has its copies on {nodes:?} (primary first), the nodes \
-                 report {}",
-                describe()
-            ));
-            continue;
-        }
-        if copies.windows(2).any(|w| w[0].tables != w[1].tables) {
-            differences.push(format!("partition {p}: copies differ: {}", describe()));
-            continue;
-        }
-        if let Some(first) = copies.first() {
-            for t in &first.tables {
-                *objects.entry(t.name.clone()).or_default() += t.objects;
-            }
-        }
-    }
-    for (p, copies) in held {
-        differences.push(format!(
-            "partition {p}: reported by {:?}, not a partition of the view",
-            copies.iter().map(|c| c.node).collect::<Vec<_>>()
-        ));
-    }
-    if !differences.is_empty() {
-        return Err(differences);
-    }
-    let objects: Vec<String> = objects
-        .iter()
-        .map(|(name, n)| format!("{n} objects in {name}"))
-        .collect();
-    Ok(format!(
-        "view {view}: {} partitions, each with {} equal copies ({})",
-        expected.len(),
-        expected.first().map_or(0, Vec::len),
-        objects.join(", ")
-    ))
-}
-
-/// Waits (up to `MEMBERSHIP_DEADLINE`) until the cluster is back at full strength, then
-/// until FERROTX COPIES of every member shows every copy of every partition equal to its
-/// primary, for at most `COPIES_AGREE_DEADLINE` once at full strength; panics with what
-/// differs if they do not agree. Returns a summary.
-fn check_copies_equal(nodes: &mut Nodes, addrs: &[SocketAddr]) -> String {
-    let started = Instant::now();
-    let mut agree_by: Option<Instant> = None;
-    loop {
-        let s = wait_status(
-            nodes,
-            "full strength (every partition's copies, none filling)",
-            full_strength,
-        );
-        let agree_by = *agree_by.get_or_insert_with(|| Instant::now() + COPIES_AGREE_DEADLINE);
-        match compare_copies(&s, addrs) {
-            Ok(summary) => {
-                return format!(
-                    "{summary}; checked in {:.2} s",
-                    started.elapsed().as_secs_f64()
-                );
-            }
-            Err(differences) if Instant::now() >= agree_by => panic!(
-                "the copies are not all equal {COPIES_AGREE_DEADLINE:?} after the cluster was back \
-                 at full strength:\n  {}\nstatus: {s}",
-                differences.join("\n  ")
-            ),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The test.
 
@@ -1103,7 +584,8 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(SEED);
-    let (mut nodes, addrs) = start_cluster("kill-under-load", 0);
+    let mut nodes = start_cluster("kill-under-load", 0);
+    let addrs = nodes.addrs.clone();
     let dir = nodes.dir.clone();
     // The accounts, then every node serves them.
     let mut mset = vec![b"MSET".to_vec()];
@@ -1164,7 +646,7 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
     let mut killed = Vec::new();
     let mut timings = Vec::new();
     for round in 0..2u8 {
-        let s = wait_status(&mut nodes, "a settled view before the kill", |s| {
+        let s = nodes.wait_status("a settled view before the kill", |s| {
             settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
         });
         let cm = s["cm"].as_u64().expect("a CM") as u16;
@@ -1180,7 +662,7 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
         let killed_at = Instant::now();
         shared.phase.store(2 * round + 1, Ordering::SeqCst);
         nodes.kill(victim);
-        let removed = wait_status(&mut nodes, "the killed node's removal", |s| {
+        let removed = nodes.wait_status("the killed node's removal", |s| {
             s["configuration"].as_u64().is_some_and(|c| c > view)
                 && settled_members(s).is_some_and(|m| !m.contains(&u64::from(victim)))
         });
@@ -1191,7 +673,7 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
         shared.phase.store(2 * round + 2, Ordering::SeqCst);
         nodes.start(victim);
         let after = removed["configuration"].as_u64().unwrap();
-        wait_status(&mut nodes, "the restarted node's admission", |s| {
+        nodes.wait_status("the restarted node's admission", |s| {
             s["configuration"].as_u64().is_some_and(|c| c > after)
                 && settled_members(s).is_some_and(|m| m.len() == usize::from(NODES))
         });
@@ -1413,7 +895,7 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
 
     // (iv) Back at full strength (the restarted nodes' copies filled from the primaries:
     // data recovery), every copy of every partition equal to its primary.
-    let copies = check_copies_equal(&mut nodes, &addrs);
+    let copies = check_copies_equal(&mut nodes, usize::from(NODES));
     println!(
         "  copies: {copies}; {:.1} s in all",
         started.elapsed().as_secs_f64()
@@ -1423,110 +905,11 @@ fn sigkill_under_load_loses_no_acknowledged_write_and_stays_strictly_serializabl
 // ---------------------------------------------------------------------------------------
 // Every node killed in turn: only data recovery keeps the data.
 
-/// Keys written before the first kill, and what each writer of the light load waits
-/// between its writes.
+/// Keys written before the first kill.
 const PRELOADED: u64 = 200;
-const WRITE_PAUSE: Duration = Duration::from_millis(2);
 /// Load before the first kill, and after each restart once back at full strength.
 const AT_FULL_STRENGTH: Duration = Duration::from_millis(500);
 const WRITERS: usize = 2;
-/// The key every writer increments too (a hot key: its increments run at its primary).
-const COUNTER: &str = "rolling:counter";
-
-/// What the light load's writers share.
-struct Rolling {
-    addrs: Vec<SocketAddr>,
-    stop: AtomicBool,
-    /// Which round of kills the cluster is in (0 before the first).
-    round: AtomicU8,
-    /// Acknowledged SETs: key, value, and the round they were acknowledged in.
-    acked: Mutex<Vec<(String, String, u8)>>,
-    /// SETs whose outcome is unknown.
-    uncertain: AtomicU64,
-    /// The largest value an acknowledged INCR of `COUNTER` returned, and how many INCRs
-    /// may have taken effect (acknowledged or of unknown outcome).
-    counter_acked: AtomicI64,
-    counter_maybe: AtomicI64,
-    problems: Mutex<Vec<String>>,
-}
-
-/// One writer of the light load: SETs of new keys `rolling:<writer>:<n>` and INCRs of
-/// `COUNTER`, alternately, through one connection, replaced (another node first) once it
-/// fails.
-fn rolling_writer(load: &Rolling, writer: usize) {
-    let mut conn: Option<Conn> = None;
-    let mut preferred = writer;
-    let mut n = 0u64;
-    while !load.stop.load(Ordering::SeqCst) {
-        let Some(c) = conn.as_mut() else {
-            let count = load.addrs.len();
-            conn = (0..count).find_map(|i| Conn::open(load.addrs[(preferred + i) % count]));
-            preferred += 1;
-            if conn.is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            continue;
-        };
-        let increment = n % 2 == 1;
-        let (key, value) = (format!("rolling:{writer}:{n}"), n.to_string());
-        let command = if increment {
-            cmd(&[&"INCR", &COUNTER])
-        } else {
-            cmd(&[&"SET", &key, &value])
-        };
-        let round = load.round.load(Ordering::SeqCst);
-        let keep = match (increment, c.call(command)) {
-            (false, Ok(RespValue::Simple(ok))) if ok == b"OK" => {
-                load.acked.lock().unwrap().push((key, value, round));
-                true
-            }
-            (true, Ok(RespValue::Integer(value))) => {
-                load.counter_acked.fetch_max(value, Ordering::SeqCst);
-                load.counter_maybe.fetch_add(1, Ordering::SeqCst);
-                true
-            }
-            (_, Ok(RespValue::Error(e))) if certainly_no_effect(&e) => true,
-            (_, Ok(RespValue::Error(_)) | Err(_)) => {
-                if increment {
-                    load.counter_maybe.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    load.uncertain.fetch_add(1, Ordering::SeqCst);
-                }
-                false
-            }
-            (_, Ok(other)) => {
-                load.problems.lock().unwrap().push(format!(
-                    "{} answered {other:?}",
-                    if increment { "INCR" } else { "SET" }
-                ));
-                false
-            }
-        };
-        if !keep {
-            conn = None;
-        }
-        n += 1;
-        std::thread::sleep(WRITE_PAUSE);
-    }
-}
-
-/// `command` through `addr`, retried (a new connection each time) until it gets a reply
-/// that is not an error, for at most `MEMBERSHIP_DEADLINE`.
-fn call_until_answered(addr: SocketAddr, command: &[Vec<u8>]) -> RespValue {
-    let deadline = Instant::now() + MEMBERSHIP_DEADLINE;
-    loop {
-        let reply = Conn::open(addr).map(|mut c| c.call(command.to_vec()));
-        match reply {
-            Some(Ok(value)) if !value.is_error() => return value,
-            other => assert!(
-                Instant::now() < deadline,
-                "{} through {addr}: {other:?}",
-                text(&command[0])
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Kills and restarts each node in turn under a light load, waiting after each restart
 /// until the cluster is back at full strength: the restarted node, a new life that held
@@ -1538,44 +921,19 @@ fn call_until_answered(addr: SocketAddr, command: &[Vec<u8>]) -> RespValue {
 fn killing_each_node_in_turn_loses_no_acknowledged_write() {
     let _serial = one_cluster_at_a_time();
     let started = Instant::now();
-    let (mut nodes, addrs) = start_cluster("kill-each-in-turn", 1);
+    let mut nodes = start_cluster("kill-each-in-turn", 1);
+    let addrs = nodes.addrs.clone();
     // Data before the kills, then every node serves it.
-    for chunk in (0..PRELOADED).collect::<Vec<_>>().chunks(50) {
-        let mut mset = vec![b"MSET".to_vec()];
-        for &i in chunk {
-            mset.push(format!("preloaded:{i}").into_bytes());
-            mset.push(i.to_string().into_bytes());
-        }
-        assert_eq!(call_until_answered(addrs[0], &mset), RespValue::ok());
-    }
-    let last = cmd(&[&"GET", &format!("preloaded:{}", PRELOADED - 1)]);
-    for &addr in &addrs {
-        let value = call_until_answered(addr, &last);
-        assert_eq!(integer_of(&value), Some(PRELOADED as i64 - 1), "{value:?}");
-    }
+    let load = Rolling::preload(&addrs, PRELOADED);
     let formed_in = started.elapsed();
-
-    let load = Arc::new(Rolling {
-        addrs: addrs.clone(),
-        stop: AtomicBool::new(false),
-        round: AtomicU8::new(0),
-        acked: Mutex::new(Vec::new()),
-        uncertain: AtomicU64::new(0),
-        counter_acked: AtomicI64::new(0),
-        counter_maybe: AtomicI64::new(0),
-        problems: Mutex::new(Vec::new()),
-    });
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|writer| {
-            let load = load.clone();
-            std::thread::spawn(move || rolling_writer(&load, writer))
-        })
-        .collect();
+    let writers = load.start(0..WRITERS);
     std::thread::sleep(AT_FULL_STRENGTH);
 
     let mut timings = Vec::new();
     for (round, victim) in (0..NODES).enumerate() {
-        let s = wait_status(&mut nodes, "full strength before the kill", full_strength);
+        let s = nodes.wait_status("full strength before the kill", |s| {
+            full_strength(s, usize::from(NODES))
+        });
         let view = s["configuration"].as_u64().unwrap();
         let role = if s["cm"].as_u64() == Some(u64::from(victim)) {
             "the CM"
@@ -1585,7 +943,7 @@ fn killing_each_node_in_turn_loses_no_acknowledged_write() {
         load.round.store(round as u8 + 1, Ordering::SeqCst);
         let killed_at = Instant::now();
         nodes.kill(victim);
-        let removed = wait_status(&mut nodes, "the killed node's removal", |s| {
+        let removed = nodes.wait_status("the killed node's removal", |s| {
             s["configuration"].as_u64().is_some_and(|c| c > view)
                 && settled_members(s).is_some_and(|m| !m.contains(&u64::from(victim)))
         });
@@ -1593,8 +951,9 @@ fn killing_each_node_in_turn_loses_no_acknowledged_write() {
         let after = removed["configuration"].as_u64().unwrap();
         let restarted_at = Instant::now();
         nodes.start(victim);
-        wait_status(&mut nodes, "the restarted node's copies filled", |s| {
-            s["configuration"].as_u64().is_some_and(|c| c > after) && full_strength(s)
+        nodes.wait_status("the restarted node's copies filled", |s| {
+            s["configuration"].as_u64().is_some_and(|c| c > after)
+                && full_strength(s, usize::from(NODES))
         });
         timings.push(format!(
             "node {victim} ({role}) removed {:.2} s after SIGKILL, back at full strength \
@@ -1605,71 +964,26 @@ fn killing_each_node_in_turn_loses_no_acknowledged_write() {
         // Some load at full strength before the next kill.
         std::thread::sleep(AT_FULL_STRENGTH);
     }
-    load.stop.store(true, Ordering::SeqCst);
-    for writer in writers {
-        writer.join().expect("a writer panicked");
-    }
+    load.stop(writers);
     let exited = nodes.exited();
     assert!(exited.is_empty(), "node processes exited: {exited:?}");
-    let problems = load.problems.lock().unwrap().clone();
-    assert!(problems.is_empty(), "while running: {problems:#?}");
 
     // Every acknowledged write reads back, through any node: none of them holds a copy
     // it held when the writes before the last kill were acknowledged.
-    let acked = load.acked.lock().unwrap().clone();
-    let mut expected: Vec<(String, String)> = (0..PRELOADED)
-        .map(|i| (format!("preloaded:{i}"), i.to_string()))
-        .collect();
-    expected.extend(acked.iter().map(|(k, v, _)| (k.clone(), v.clone())));
-    let mut lost = Vec::new();
-    for (i, chunk) in expected.chunks(500).enumerate() {
-        let mut mget = vec![b"MGET".to_vec()];
-        mget.extend(chunk.iter().map(|(k, _)| k.clone().into_bytes()));
-        let RespValue::Array(values) = call_until_answered(addrs[i % addrs.len()], &mget) else {
-            panic!("MGET answered no array");
-        };
-        for ((key, value), read) in chunk.iter().zip(&values) {
-            if read.as_bytes() != Some(value.as_bytes()) {
-                lost.push(format!("{key}: wrote {value}, read {read:?}"));
-            }
-        }
-    }
-    let counter = integer_of(&call_until_answered(addrs[0], &cmd(&[&"GET", &COUNTER])));
-    let per_round: Vec<usize> = (0..=NODES as u8)
-        .map(|r| acked.iter().filter(|(_, _, round)| *round == r).count())
-        .collect();
-    let (counter_acked, counter_maybe) = (
-        load.counter_acked.load(Ordering::SeqCst),
-        load.counter_maybe.load(Ordering::SeqCst),
-    );
+    let per_round = load.acknowledged_per_round(NODES as u8 + 1);
     println!(
-        "kill_each_in_turn: formed in {:.2} s\n  {}\n  {} keys preloaded, {} SETs acknowledged \
-         (before the kills and after each kill: {per_round:?}), {} of unknown outcome; counter \
-         {counter:?} (acknowledged up to {counter_acked}, at most {counter_maybe} increments)",
+        "kill_each_in_turn: formed in {:.2} s\n  {}\n  SETs acknowledged before the kills and \
+         after each kill: {per_round:?}",
         formed_in.as_secs_f64(),
         timings.join("\n  "),
-        PRELOADED,
-        acked.len(),
-        load.uncertain.load(Ordering::SeqCst),
     );
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost (every node was killed in turn), the first: {:#?}",
-        lost.len(),
-        expected.len(),
-        &lost[..lost.len().min(20)]
-    );
-    let counter = counter.expect("the counter is an integer");
-    assert!(
-        (counter_acked..=counter_maybe).contains(&counter),
-        "the counter is {counter}: an increment acknowledged it at {counter_acked}, and at \
-         most {counter_maybe} increments may have taken effect"
-    );
+    let read_back = load.check_read_back(&addrs, "every node was killed in turn");
+    println!("  {read_back}");
     assert!(
         per_round.iter().all(|&n| n > 0),
         "writes were not acknowledged in every round: {per_round:?}"
     );
-    let copies = check_copies_equal(&mut nodes, &addrs);
+    let copies = check_copies_equal(&mut nodes, usize::from(NODES));
     println!(
         "  copies: {copies}; {:.1} s in all",
         started.elapsed().as_secs_f64()

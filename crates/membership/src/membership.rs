@@ -19,7 +19,9 @@ pub struct Options {
     /// Bound on how much faster or slower one node's clock runs than another's, in parts
     /// per million. Leases are shortened, and waits lengthened, by twice it.
     pub drift_ppm: u64,
-    /// Backup CMs: the members after the CM (in node order) that take over when it fails.
+    /// How many backup CMs take over when the CM fails ([`View::backup_cms`]: the members
+    /// after the CM in node order, in failure domains other than the CM's and each
+    /// other's first); at most [`ferrotx_cluster::BACKUP_CMS_MAX`].
     pub backup_cms: usize,
     /// Least time the CM waits for every member to switch to a new view (NEW-CONFIG-ACK)
     /// before leaving out those that did not: at least a lease, and never less than this,
@@ -459,7 +461,7 @@ impl Membership {
                 let rank = self
                     .view
                     .as_ref()
-                    .and_then(|v| v.backup_cm_rank(self.me, self.options.backup_cms));
+                    .and_then(|v| v.backup_cm_rank(&self.config, self.me, self.options.backup_cms));
                 if let Some(rank) = rank {
                     let rank = rank as u64 * self.options.probe_timeout_ns();
                     consider(self.last_heard_cm_ns + self.options.lease_ns + rank);
@@ -606,7 +608,7 @@ impl Membership {
         // A CM that does not commit within its wait for acks plus two leases failed: a
         // backup CM takes over. (The CM waits for the slowest member's ack, up to the ack
         // timeout; a member that switched fast must not take that wait for a failure.)
-        let backups = view.backup_cms(self.options.backup_cms);
+        let backups = view.backup_cms(&self.config, self.options.backup_cms);
         if let Some(rank) = backups.iter().position(|&n| n == self.me) {
             let start = self.installed_at_ns
                 + self.options.ack_timeout_ns()
@@ -624,7 +626,7 @@ impl Membership {
         // an allocation may wait on the process's memory map while other threads fault.
         let view = self.view.as_ref().expect("a member has a view");
         let (cm, view_id) = (view.cm, view.id);
-        let rank = view.backup_cm_rank(self.me, self.options.backup_cms);
+        let rank = view.backup_cm_rank(&self.config, self.me, self.options.backup_cms);
         if cm == self.me {
             if now_ns >= self.next_renew_ns {
                 self.next_renew_ns = now_ns + self.options.renew_ns();

@@ -2,6 +2,11 @@
 
 #![allow(dead_code)] // Each test binary uses its own part.
 
+pub mod client;
+pub mod copies;
+pub mod nodes;
+pub mod rolling;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
