@@ -4,7 +4,7 @@
 //!
 //! - the transactions every node's clients commit, in 1 ms buckets of a clock common
 //!   to the node processes (the machine's real-time clock: they run on one machine);
-//! - the events of the recovery, as each surviving node sees them (polled every 250 us
+//! - the events of the recovery, as each surviving node sees them (polled every 500 us
 //!   by a thread of the node process): a suspicion raised, each view committed, the
 //!   partitions it was made primary of unblocked by transaction-state recovery, and the
 //!   view that is back at full strength (no backup being filled, every partition with
@@ -31,7 +31,7 @@ pub const BACK_TO: f64 = 0.8;
 /// Suspicions a node's monitor keeps (the times it saw the count grow).
 const SUSPICIONS_KEPT: usize = 64;
 /// How often a node's monitor looks at its lease thread and store.
-const MONITOR_EVERY: Duration = Duration::from_micros(250);
+const MONITOR_EVERY: Duration = Duration::from_micros(500);
 
 /// What to kill, and when (seconds after the measured window starts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

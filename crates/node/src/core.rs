@@ -289,6 +289,25 @@ impl NodeCore {
             .count()
     }
 
+    /// [`Self::fills_done`], or `None` at once if another thread holds the fills (the
+    /// lease thread, at real-time priority, never waits for a lock a worker may hold
+    /// while it is preempted).
+    pub fn try_fills_done(&self) -> Option<usize> {
+        let fills = self.fills.try_lock().ok()?;
+        Some(fills.values().filter(|f| f.is_done()).count())
+    }
+
+    /// [`Self::fill_progress`] into `out` (cleared first; no allocation once it has the
+    /// room), or false at once if another thread holds the fills.
+    pub fn try_fill_progress_into(&self, out: &mut Vec<FillProgress>) -> bool {
+        let Ok(fills) = self.fills.try_lock() else {
+            return false;
+        };
+        out.clear();
+        out.extend(fills.values().map(|f| f.progress()));
+        true
+    }
+
     /// The progress of every backup this node is filling.
     pub fn fill_progress(&self) -> Vec<FillProgress> {
         self.fills

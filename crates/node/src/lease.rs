@@ -203,6 +203,7 @@ impl LeaseThread {
                     realtime,
                     late_us: 0,
                     fills_reported: (0, 0),
+                    status_due: false,
                 };
                 lease.run();
             })
@@ -292,6 +293,8 @@ struct LeaseLoop {
     late_us: u64,
     /// The fills last reported to the membership: view id and fills done then.
     fills_reported: (u64, usize),
+    /// A status to publish that a reader kept from being published.
+    status_due: bool,
 }
 
 impl LeaseLoop {
@@ -323,9 +326,9 @@ impl LeaseLoop {
             self.link
                 .serving_until
                 .store(self.membership.serving_until(), Ordering::Relaxed);
-            if now - last_status > 50_000_000 {
+            if (now - last_status > 50_000_000 || self.status_due) && self.publish_status() {
                 last_status = now;
-                self.publish_status();
+                self.status_due = false;
             }
             // Wait for a datagram until the next timeout (at most 1 ms while workers
             // switch, so their acks are noticed soon; at most 20 ms otherwise).
@@ -352,7 +355,10 @@ impl LeaseLoop {
             }
             self.reply_to = None;
         }
-        self.publish_status();
+        // The last status, for whoever asks after the thread ended.
+        while !self.publish_status() {
+            std::thread::yield_now();
+        }
     }
 
     /// Waits up to `timeout_ns` for the socket to be readable; false on timeout.
@@ -377,12 +383,20 @@ impl LeaseLoop {
         let Some(view) = self.membership.view() else {
             return;
         };
+        // Never waiting for a lock another thread holds: a worker preempted while it
+        // holds one would hold this real-time thread back past its lease. Busy: the
+        // next iteration asks again.
         let link = self.link.clone();
-        let core = link.core.lock().expect("core lock");
+        let Ok(core) = link.core.try_lock() else {
+            return;
+        };
         let Some(core) = core.as_ref() else {
             return;
         };
-        let seen = (view.id, core.fills_done());
+        let Some(done) = core.try_fills_done() else {
+            return;
+        };
+        let seen = (view.id, done);
         if seen == self.fills_reported {
             return;
         }
@@ -400,8 +414,12 @@ impl LeaseLoop {
         self.perform(now);
     }
 
-    fn publish_status(&self) {
-        let mut status = self.link.status.lock().expect("status lock");
+    /// Publishes the status for readers ([`Link::status`]); false if a reader held it
+    /// (then nothing is published: this real-time thread never waits for a reader).
+    fn publish_status(&self) -> bool {
+        let Ok(mut status) = self.link.status.try_lock() else {
+            return false;
+        };
         status.stats = self.membership.stats();
         // The view is copied only when it changed (no allocation in the steady state).
         let id = self.membership.view().map(|v| v.id);
@@ -411,9 +429,13 @@ impl LeaseLoop {
         status.phase = Some(self.membership.phase());
         status.realtime = self.realtime;
         status.max_wake_late_us = self.late_us;
-        if let Some(core) = self.link.core.lock().expect("core lock").as_ref() {
-            status.fills = core.fill_progress();
+        if let Ok(core) = self.link.core.try_lock()
+            && let Some(core) = core.as_ref()
+        {
+            // Left as it was if a worker holds the fills.
+            let _ = core.try_fill_progress_into(&mut status.fills);
         }
+        true
     }
 
     fn perform(&mut self, now: u64) {
@@ -451,12 +473,12 @@ impl LeaseLoop {
                     for bell in self.link.doorbells.lock().expect("doorbells lock").iter() {
                         bell.ring();
                     }
-                    self.publish_status();
+                    self.status_due = !self.publish_status();
                 }
                 Action::Removed { .. } => {
                     self.link.removed.store(true, Ordering::Relaxed);
                     self.link.serving_until.store(0, Ordering::Relaxed);
-                    self.publish_status();
+                    self.status_due = !self.publish_status();
                 }
             }
         }
