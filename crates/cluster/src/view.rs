@@ -19,6 +19,15 @@ pub const NO_NODE: u16 = u16::MAX;
 /// Most backup CMs a view names ([`View::backup_cms`]).
 pub const BACKUP_CMS_MAX: usize = 8;
 
+/// Most backups a member fills at a time to move a copy out of a crowded failure domain
+/// ([`View::rereplicate`], step 4). Each fill is paced like any (one FETCH in flight per
+/// worker thread, which takes its fills in turn), so this does not bound the copying
+/// rate; it bounds how many partitions are held at one copy more than needed (each such
+/// commit goes to one more backup) and how many one view change counts, while letting
+/// a returning domain fill a few at once (a view change per partition would interrupt
+/// the transactions in flight once per partition moved).
+pub const MOVE_FILLS_PER_NODE: usize = 4;
+
 /// One member: a node id and the life (incarnation) of the process admitted as it. A new
 /// life of a node is a new member: the earlier one failed, and its data went with it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
@@ -266,11 +275,22 @@ impl View {
         next
     }
 
-    /// Data recovery's changes to a view made by [`View::next`] (FaRM 5.4): each backup in
-    /// `filled` (partition, node) that is still filling becomes a copy (the last backup),
-    /// then every partition with fewer than `replicas` copies and fills, and a copy left,
-    /// gets new backups to fill, from [`View::choose_backup`], as long as a member can
-    /// take one.
+    /// Data recovery's changes to a view made by [`View::next`] (FaRM 5.4), in order:
+    ///
+    /// 1. each backup in `filled` (partition, node) that is still filling becomes a copy
+    ///    (the last backup);
+    /// 2. a partition that then has more than `replicas` copies (a move's fill was counted)
+    ///    drops backups until it has `replicas`: first one in a failure domain holding two
+    ///    of its copies, then on the member hosting the most copies and fills, then of
+    ///    highest id; never the primary;
+    /// 3. every partition with fewer than `replicas` copies and fills, and a copy left,
+    ///    gets new backups to fill, from [`View::choose_backup`], as long as a member can
+    ///    take one;
+    /// 4. moves, only when no partition is left with fewer than `replicas` copies: a
+    ///    partition with `replicas` copies, none filling, two of them in one failure
+    ///    domain, gets one more backup to fill on a member in a domain holding none of
+    ///    its copies ([`View::choose_move`]), at most [`MOVE_FILLS_PER_NODE`] on each
+    ///    member at a time. Once counted (1), step 2 drops the crowded copy.
     pub fn rereplicate(
         &mut self,
         config: &Configuration,
@@ -289,6 +309,12 @@ impl View {
             });
         }
         for p in 0..self.copies.len() {
+            while self.copies[p].len() > replicas.max(1) {
+                let drop = self.choose_drop(config, p as u32);
+                self.copies[p].retain(|&n| n != drop);
+            }
+        }
+        for p in 0..self.copies.len() {
             if self.copies[p].is_empty() {
                 continue;
             }
@@ -297,6 +323,16 @@ impl View {
                     break;
                 };
                 self.filling[p].push(node);
+            }
+        }
+        if self.short_and_lost(replicas).0 == 0 {
+            for p in 0..self.copies.len() {
+                if self.copies[p].len() == replicas
+                    && self.filling[p].is_empty()
+                    && let Some(node) = self.choose_move(config, p as u32)
+                {
+                    self.filling[p].push(node);
+                }
             }
         }
         self.trim_filling();
@@ -308,23 +344,86 @@ impl View {
     /// partition (balance), then of lowest node id.
     pub fn choose_backup(&self, config: &Configuration, partition: u32) -> Option<u16> {
         let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
-        let taken: BTreeSet<Option<&str>> = self.copies[partition as usize]
-            .iter()
-            .chain(self.filling(partition))
-            .map(|&n| domain(n))
-            .collect();
-        let hosted = |node: u16| {
-            self.copies
-                .iter()
-                .chain(&self.filling)
-                .filter(|c| c.contains(&node))
-                .count()
-        };
+        let taken = self.domains_of(config, partition);
         self.members
             .iter()
             .map(|m| m.node)
             .filter(|&n| !self.holds(partition, n))
-            .min_by_key(|&n| (taken.contains(&domain(n)), hosted(n), n))
+            .min_by_key(|&n| (taken.contains(&domain(n)), self.hosted(n), n))
+    }
+
+    /// The member to move a copy of `partition` to, if it should move ([`View::rereplicate`]
+    /// step 4): when two of its copies share a failure domain, [`View::choose_backup`]'s
+    /// choice among the members in a domain holding none of its copies or fills that fill
+    /// fewer than [`MOVE_FILLS_PER_NODE`] backups; `None` when its copies are in distinct
+    /// domains or no such member exists (so with each node its own domain, never).
+    pub fn choose_move(&self, config: &Configuration, partition: u32) -> Option<u16> {
+        let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
+        let copies = &self.copies[partition as usize];
+        let crowded = copies
+            .iter()
+            .enumerate()
+            .any(|(i, &a)| copies[..i].iter().any(|&b| domain(a) == domain(b)));
+        if !crowded {
+            return None;
+        }
+        let taken = self.domains_of(config, partition);
+        let filling = |node: u16| self.fills().filter(|&(_, n)| n == node).count();
+        self.members
+            .iter()
+            .map(|m| m.node)
+            .filter(|&n| {
+                !self.holds(partition, n)
+                    && !taken.contains(&domain(n))
+                    && filling(n) < MOVE_FILLS_PER_NODE
+            })
+            .min_by_key(|&n| (self.hosted(n), n))
+    }
+
+    /// The backup of `partition` to drop when it has copies to spare ([`View::rereplicate`]
+    /// step 2): one in a failure domain holding two or more of its copies if there is one,
+    /// then on the member hosting the most copies and fills, then of highest id. Never the
+    /// primary.
+    ///
+    /// # Panics
+    ///
+    /// If the partition has no backup.
+    fn choose_drop(&self, config: &Configuration, partition: u32) -> u16 {
+        let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
+        let copies = &self.copies[partition as usize];
+        let sharing = |node: u16| {
+            copies
+                .iter()
+                .filter(|&&c| domain(c) == domain(node))
+                .count()
+        };
+        copies[1..]
+            .iter()
+            .copied()
+            .max_by_key(|&n| (sharing(n) > 1, self.hosted(n), n))
+            .expect("a backup to drop")
+    }
+
+    /// The failure domains holding a copy or a fill of `partition`.
+    fn domains_of<'c>(
+        &self,
+        config: &'c Configuration,
+        partition: u32,
+    ) -> BTreeSet<Option<&'c str>> {
+        self.copies[partition as usize]
+            .iter()
+            .chain(self.filling(partition))
+            .map(|&n| config.member(n).map(|m| m.failure_domain.as_str()))
+            .collect()
+    }
+
+    /// How many copies and fills of any partition `node` hosts.
+    fn hosted(&self, node: u16) -> usize {
+        self.copies
+            .iter()
+            .chain(&self.filling)
+            .filter(|c| c.contains(&node))
+            .count()
     }
 
     /// Drops the filling list when nothing is being filled, so that views without data
@@ -569,6 +668,177 @@ mod tests {
         assert_eq!(after.copies[p as usize].len(), 3);
         assert_eq!(after.fills().count(), next.fills().count() - 1);
         after.check(&config).unwrap();
+    }
+
+    /// Views from `v` until nothing is filling, each counting every fill of the one before
+    /// (the CM's reconfigurations as fills report), checked; the last one.
+    fn fill_all(config: &Configuration, v: &View, each: &mut dyn FnMut(&View, &View)) -> View {
+        let mut v = v.clone();
+        for _ in 0..100 {
+            if v.filling.is_empty() {
+                return v;
+            }
+            let filled: BTreeSet<(u32, u16)> = v.fills().collect();
+            let mut next = v.next(v.cm, v.members.clone());
+            next.rereplicate(config, 3, &filled);
+            next.check(config).unwrap();
+            each(&v, &next);
+            v = next;
+        }
+        panic!("still filling after 100 views: {v:?}");
+    }
+
+    /// The number of distinct failure domains of each partition's copies.
+    fn spread(config: &Configuration, v: &View) -> Vec<usize> {
+        v.copies
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .map(|&n| config.member(n).unwrap().failure_domain.clone())
+                    .collect::<BTreeSet<_>>()
+                    .len()
+            })
+            .collect()
+    }
+
+    /// `v`'s members without `gone`, and with `back` as new lives.
+    fn without_and_back(v: &View, gone: &[u16], back: &[u16]) -> Vec<ViewMember> {
+        let mut members: Vec<ViewMember> = v
+            .members
+            .iter()
+            .copied()
+            .filter(|m| !gone.contains(&m.node))
+            .collect();
+        members.extend(back.iter().map(|&node| ViewMember {
+            node,
+            incarnation: 2,
+        }));
+        members
+    }
+
+    #[test]
+    fn copies_move_back_onto_a_returning_domain_one_per_partition() {
+        // Racks: a = {0, 1}, b = {2, 3}, c = {4, 5}. Rack c fails, every partition it held
+        // is re-replicated onto a and b; then c's nodes come back holding nothing.
+        let config = domained(&["a", "a", "b", "b", "c", "c"]);
+        let v = View::initial(1, &config, lives(&config));
+        assert!(spread(&config, &v).iter().all(|&d| d == 3));
+        let mut down = v.next(0, without_and_back(&v, &[4, 5], &[]));
+        down.rereplicate(&config, 3, &BTreeSet::new());
+        let down = fill_all(&config, &down, &mut |_, _| {});
+        assert_eq!(down.short_and_lost(3), (0, 0));
+        assert!(spread(&config, &down).iter().all(|&d| d == 2));
+        let mut back = down.next(0, without_and_back(&down, &[], &[4, 5]));
+        back.rereplicate(&config, 3, &BTreeSet::new());
+        back.check(&config).unwrap();
+        // Every partition at full strength with two copies in one rack: one fill each on
+        // rack c, as many as the per-node bound allows.
+        let partitions = back.copies.len();
+        assert_eq!(
+            back.fills().count(),
+            partitions.min(2 * MOVE_FILLS_PER_NODE)
+        );
+        for (p, n) in back.fills() {
+            assert!(n == 4 || n == 5, "partition {p} filling on {n}");
+            assert_eq!(back.filling(p).len(), 1);
+            assert_eq!(back.copies[p as usize].len(), 3);
+        }
+        for n in [4, 5] {
+            assert!(back.fills().filter(|&(_, f)| f == n).count() <= MOVE_FILLS_PER_NODE);
+        }
+        // Counted fills drop a crowded backup, never the primary: back to 3 copies.
+        let primaries: Vec<u16> = (0..partitions as u32).map(|p| back.primary(p)).collect();
+        let done = fill_all(&config, &back, &mut |before, after| {
+            for (p, c) in after.copies.iter().enumerate() {
+                assert_eq!(c.len(), 3, "partition {p}: {c:?}");
+                assert_eq!(c[0], primaries[p], "partition {p}'s primary moved");
+                for n in after.filling(p as u32) {
+                    assert!(!before.copies[p].is_empty() && *n >= 4);
+                }
+            }
+            for n in [4, 5] {
+                assert!(after.fills().filter(|&(_, f)| f == n).count() <= MOVE_FILLS_PER_NODE);
+            }
+        });
+        assert!(spread(&config, &done).iter().all(|&d| d == 3), "{done:?}");
+        assert_eq!(done.short_and_lost(3), (0, 0));
+        // Balanced again: each node hosts its share.
+        let hosted: Vec<usize> = (0..6).map(|n| done.hosted(n)).collect();
+        let (most, least) = (hosted.iter().max().unwrap(), hosted.iter().min().unwrap());
+        assert!(most - least <= 1, "{hosted:?}");
+        // And nothing moves once placed.
+        let mut again = done.next(0, done.members.clone());
+        again.rereplicate(&config, 3, &BTreeSet::new());
+        assert!(again.filling.is_empty());
+        assert_eq!(again.copies, done.copies);
+    }
+
+    #[test]
+    fn nothing_moves_with_each_node_its_own_domain() {
+        let config = domained(&["a", "b", "c", "d", "e", "f"]);
+        let v = View::initial(1, &config, lives(&config));
+        let mut same = v.next(0, v.members.clone());
+        same.rereplicate(&config, 3, &BTreeSet::new());
+        assert!(same.filling.is_empty());
+        assert_eq!(same.copies, v.copies);
+        // A node lost and re-replicated, then back as a new life: it is given nothing
+        // (every partition has its copies in distinct domains).
+        let mut down = v.next(0, without_and_back(&v, &[5], &[]));
+        down.rereplicate(&config, 3, &BTreeSet::new());
+        let down = fill_all(&config, &down, &mut |_, _| {});
+        let mut back = down.next(0, without_and_back(&down, &[], &[5]));
+        back.rereplicate(&config, 3, &BTreeSet::new());
+        assert!(back.filling.is_empty());
+        assert!(back.copies.iter().all(|c| !c.contains(&5)));
+    }
+
+    #[test]
+    fn nothing_moves_while_a_partition_is_short_of_copies() {
+        let config = domained(&["a", "a", "b", "b", "c", "c"]);
+        let v = View::initial(1, &config, lives(&config));
+        // Rack c fails, and comes back before its partitions are filled elsewhere.
+        let mut down = v.next(0, without_and_back(&v, &[4, 5], &[]));
+        down.rereplicate(&config, 3, &BTreeSet::new());
+        let short = down.short_and_lost(3).0;
+        assert!(short > 0);
+        let mut back = down.next(0, without_and_back(&down, &[], &[4, 5]));
+        back.rereplicate(&config, 3, &BTreeSet::new());
+        // The fills under way stay; no move starts, on rack c or elsewhere.
+        assert_eq!(back.filling, down.filling);
+        // Some fills counted, some not: still short, still no move.
+        let (p, n) = back.fills().next().unwrap();
+        let mut part = back.next(0, back.members.clone());
+        part.rereplicate(&config, 3, &[(p, n)].into_iter().collect());
+        assert_eq!(part.short_and_lost(3).0, short - 1);
+        assert_eq!(part.fills().count(), back.fills().count() - 1);
+        assert!(part.fills().all(|(p, _)| part.copies[p as usize].len() < 3));
+        // Once every partition has its copies, the moves start, on rack c.
+        let filled: BTreeSet<(u32, u16)> = part.fills().collect();
+        let mut full = part.next(0, part.members.clone());
+        full.rereplicate(&config, 3, &filled);
+        assert_eq!(full.short_and_lost(3), (0, 0));
+        assert!(full.fills().count() > 0);
+        assert!(full.fills().all(|(_, n)| n == 4 || n == 5));
+    }
+
+    #[test]
+    fn a_counted_move_drops_a_crowded_backup_not_the_primary() {
+        let config = domained(&["a", "a", "b", "b", "c", "c"]);
+        let mut v = View::initial(1, &config, lives(&config));
+        // Partition 0 on 0 and 1 (rack a) and 2, filling on 4: counted, 1 goes.
+        v.copies[0] = vec![0, 1, 2];
+        v.filling = vec![vec![4]];
+        let mut next = v.next(0, v.members.clone());
+        next.rereplicate(&config, 3, &[(0, 4)].into_iter().collect());
+        assert_eq!(next.copies[0], vec![0, 2, 4]);
+        // The primary's rack-mate is a backup in the crowded rack b instead.
+        v.copies[0] = vec![1, 2, 3];
+        let mut next = v.next(0, v.members.clone());
+        next.rereplicate(&config, 3, &[(0, 4)].into_iter().collect());
+        assert_eq!(next.copies[0][0], 1);
+        assert_eq!(next.copies[0].len(), 3);
+        assert!(next.copies[0].contains(&4));
+        assert_eq!(spread(&config, &next)[0], 3);
     }
 
     #[test]

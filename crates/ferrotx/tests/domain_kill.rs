@@ -10,18 +10,19 @@
 //! serving, and re-replicate to full strength (every partition three copies, none being
 //! filled), each partition with copies in both surviving domains; then every acknowledged
 //! write must read back through the survivors and every copy of every partition equal its
-//! primary (`FERROTX COPIES`). Then the domain's nodes restart with `--join`, and once the
-//! whole cluster is at full strength again, the same read-back and copy checks, before
-//! the next domain is killed.
+//! primary (`FERROTX COPIES`). Then the domain's nodes restart with `--join`; every
+//! partition then has its three copies in the two surviving domains, and the CM must move
+//! one copy of each back onto the returning domain (docs/recovery.md, "Moves"): the test
+//! waits until the whole cluster is at full strength with every partition's copies in
+//! three domains (within the status deadline), then the same read-back and copy checks,
+//! before the next domain is killed. So no kill may leave a partition with a single copy:
+//! checked on the placement before each kill and on the view that removes the domain.
 //!
 //! Every partition has a copy in the first domain killed, so every partition is filled
-//! after that kill. A restarted node is given only what is short of copies, and nothing
-//! is: copies are not moved back onto a returning domain, so partitions then keep two
-//! copies in one domain and a later domain kill leaves some with one copy to fill from.
-//! After the third kill no node holds a copy it held at the start: only data recovery kept
-//! the writes acknowledged before, and the read-back sees it, while after the first two
-//! kills only the copy check can notice a wrong fill (a copy from the start survives each
-//! of them and serves the reads).
+//! after that kill, and moved after the restart. After the third kill no node holds a copy
+//! it held at the start: only data recovery kept the writes acknowledged before, and the
+//! read-back sees it, while after the first two kills only the copy check can notice a
+//! wrong fill (a copy from the start survives each of them and serves the reads).
 //!
 //! A second test kills only the CM's domain, with three nodes per domain: the CM and the
 //! two members after it in node order are then all in it, and the backup CMs must be
@@ -192,16 +193,22 @@ fn kill_domains(name: &str, test: u16, layout: Layout, kills: &[Kill]) {
         };
         killed.push(domain);
         let victims = layout.nodes_of(domain);
-        // Partitions the kill leaves with a single copy (two of theirs in the domain).
-        let single = copies(&s)
+        // Partitions the kill would leave with a single copy (two of theirs in the
+        // domain): none, once the moves after each restart are done.
+        let placed = copies(&s);
+        let single: Vec<&Vec<u64>> = placed
             .iter()
             .filter(|c| {
                 c.iter()
                     .filter(|&&n| !victims.contains(&(n as u16)))
                     .count()
-                    == 1
+                    < 2
             })
-            .count();
+            .collect();
+        assert!(
+            single.is_empty(),
+            "killing {domain} would leave partitions with one copy: {single:?}"
+        );
         let role = if domain == cm_domain {
             format!("the CM's, node {cm}")
         } else {
@@ -221,6 +228,15 @@ fn kill_domains(name: &str, test: u16, layout: Layout, kills: &[Kill]) {
         };
         let removed = nodes.wait_status("the killed domain's removal", gone);
         let detected = killed_at.elapsed();
+        let thin: Vec<(usize, Vec<u64>)> = copies(&removed)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, c)| c.len() < 2)
+            .collect();
+        assert!(
+            thin.is_empty(),
+            "after {domain} was killed, partitions with fewer than two copies: {thin:?}"
+        );
         let new_cm = removed["cm"].as_u64().expect("a CM");
         assert!(
             !victims.contains(&(new_cm as u16)),
@@ -248,7 +264,7 @@ fn kill_domains(name: &str, test: u16, layout: Layout, kills: &[Kill]) {
         let equal = check_copies_equal(&mut nodes, left);
         report.push(format!(
             "kill {}: {domain} ({role}) nodes {victims:?} SIGKILLed at once at view {view}, \
-             leaving {single} partitions with one copy; removed in {:.2} s (view {}, CM node \
+             leaving every partition two copies or more; removed in {:.2} s (view {}, CM node \
              {new_cm}), back to {REPLICAS} copies of all {partitions} partitions on the {left} \
              survivors {:.2} s after the kill\n    {read_back}\n    copies: {equal}",
             round + 1,
@@ -265,23 +281,42 @@ fn kill_domains(name: &str, test: u16, layout: Layout, kills: &[Kill]) {
         for &v in &victims {
             nodes.start(v);
         }
-        let s = nodes.wait_status("the restarted domain back at full strength", |s| {
-            s["configuration"].as_u64().is_some_and(|c| c > after) && full_strength(s, all)
+        let admitted = nodes.wait_status("the restarted domain admitted", |s| {
+            s["configuration"].as_u64().is_some_and(|c| c > after)
+                && settled_members(s).is_some_and(|m| m.len() == all)
         });
-        let admitted = restarted_at.elapsed();
+        let admitted_in = restarted_at.elapsed();
+        // A returning node holds nothing, and every partition has its copies already:
+        // the CM moves one copy of each partition with two in one domain onto the
+        // returning domain, a few at a time. Full strength (no fill left) with every
+        // partition in three domains.
+        let s = nodes.wait_status(
+            "the restarted domain back at full strength, every partition in three domains",
+            |s| full_strength(s, all) && layout.badly_placed(s, DOMAINS.len()).is_empty(),
+        );
+        let placed_in = restarted_at.elapsed();
+        let bad = layout.badly_placed(&s, DOMAINS.len());
+        assert!(
+            bad.is_empty(),
+            "after {domain} came back, partitions with two copies in one domain: {bad:#?}"
+        );
+        let moved: usize = copies(&s)
+            .iter()
+            .map(|c| c.iter().filter(|&&n| victims.contains(&(n as u16))).count())
+            .sum();
         std::thread::sleep(AT_FULL_STRENGTH);
         load.stop(running);
-        // A returning node holds nothing and is given only what is short of copies: no
-        // partition moves back onto it, so some keep two copies in one domain.
-        let crowded = layout.badly_placed(&s, DOMAINS.len()).len();
         let read_back = load.check_read_back(&addrs, &format!("{domain} killed and restarted"));
         let equal = check_copies_equal(&mut nodes, all);
         report.push(format!(
-            "restart {}: {domain} admitted and the cluster of {all} at full strength in {:.2} s \
-             (view {}); {crowded} of {partitions} partitions with two copies in one domain\n    \
-             {read_back}\n    copies: {equal}",
+            "restart {}: {domain} admitted in {:.2} s (view {}); {moved} copies moved onto it \
+             and the cluster of {all} at full strength, every partition in {} domains, in \
+             {:.2} s (view {})\n    {read_back}\n    copies: {equal}",
             round + 1,
-            admitted.as_secs_f64(),
+            admitted_in.as_secs_f64(),
+            admitted["configuration"],
+            DOMAINS.len(),
+            placed_in.as_secs_f64(),
             s["configuration"],
         ));
     }
