@@ -129,6 +129,23 @@ impl ClusterBenchOptions {
                 ),
                 Kill::Cm { .. } => {}
             }
+            // Membership reconfigures only with a majority of the view's members.
+            let killed = match kill {
+                Kill::Domain { domain, .. } => config
+                    .members()
+                    .iter()
+                    .filter(|m| &m.failure_domain == domain)
+                    .count(),
+                Kill::Node { .. } | Kill::Cm { .. } => 1,
+            };
+            let nodes = usize::from(self.nodes);
+            ensure!(
+                2 * (nodes - killed) > nodes,
+                "killing {} leaves {} of {nodes} nodes, not a majority: the survivors could \
+                 not make a new view (use more nodes or domains)",
+                kill.describe(),
+                nodes - killed
+            );
         }
         Ok(config)
     }
