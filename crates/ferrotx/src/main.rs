@@ -602,7 +602,28 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::
     Ok(())
 }
 
+/// With `FERROTX_THP=0`, turns transparent huge pages off for this process and the node
+/// processes it starts (`prctl` is inherited across `fork` and `exec`); returns whether
+/// they stay on.
+///
+/// mimalloc asks for huge pages, and they pay: TATP ran 18% slower without them (median
+/// of 7 runs each; docs/operations.md, "Tuning"). But a huge page is zeroed whole at its
+/// first touch, and on the VMs measured that took about 5 ms per 2 MiB page: a node
+/// filling a backup touches dozens in a row, and its one worker (with every transaction
+/// on the node) stops for 30 to 80 ms at a time. Without them the copy ran smoothly (the
+/// lowest 100 ms while re-replicating at 57-68% of the rate before the kill, against
+/// 12-18%). Redis and MongoDB advise turning them off for the same latency reason.
+fn transparent_huge_pages() -> bool {
+    if std::env::var_os("FERROTX_THP").is_none_or(|v| v != "0") {
+        return true;
+    }
+    // SAFETY: PR_SET_THP_DISABLE takes an integer argument and touches no memory of ours.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    false
+}
+
 fn main() -> anyhow::Result<()> {
+    let thp = transparent_huge_pages();
     let cli = Cli::parse();
     // Membership events (suspicion, probes, configuration changes) at info for a node and
     // a local cluster, warnings only elsewhere (benchmark nodes), none in the simulator
@@ -621,6 +642,9 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if !thp {
+        tracing::debug!("transparent huge pages off for this process (FERROTX_THP=0)");
+    }
     match cli.command {
         Command::Node(args) => processes::node(
             &args.config,
