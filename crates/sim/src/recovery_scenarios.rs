@@ -19,13 +19,13 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::{Attack, SimCluster, TrapAction};
-use crate::faults::{FaultKind, FaultPlan};
+use crate::faults::{FaultEvent, FaultKind, FaultPlan};
 use crate::membership::default_options;
 use crate::run::{Checked, RunOptions, RunReport, Scenario};
 use crate::scenarios;
 
 /// Every recovery scenario, in the order `--workload recovery` runs them.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "recovery-crash-coordinator",
     "recovery-crash-primary",
     "recovery-crash-backup",
@@ -36,6 +36,7 @@ pub const NAMES: [&str; 10] = [
     "recovery-crash-filler",
     "recovery-crash-during-fill",
     "recovery-isolate-filler",
+    "recovery-domain",
 ];
 
 /// The fault point of data recovery: a node filling a new backup applied a FETCH.
@@ -135,6 +136,9 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     let membership = default_options();
     let lease = membership.lease_ns;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7ec0_7e57);
+    if name == "recovery-domain" {
+        return domain_options(seed);
+    }
     let nodes: u16 = match name {
         "recovery-crash-during-recovery"
         | "recovery-two-crashes"
@@ -307,6 +311,54 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     }
 }
 
+/// `recovery-domain`: 6 nodes in 3 failure domains of 2 (node n in `d{n % 3}`), 3
+/// replicas, so every partition has a copy in each domain. A whole domain fails at once
+/// (both its nodes crash) while the clients run: the survivors fill the lost copies, two
+/// to a domain, there being no third. Both nodes restart and join after 2 to 6 leases,
+/// often while those fills run; then a copy of every partition must move back into the
+/// returned domain (a fill there, the crowded copy dropped once it counts), which the
+/// end check asks for (`full_strength`: copies in as many domains as the members allow).
+fn domain_options(seed: u64) -> RunOptions {
+    let membership = default_options();
+    let lease = membership.lease_ns;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xd0_3a17);
+    let (nodes, domains) = (6u16, 3u16);
+    let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
+    let mut plan = FaultPlan::draw(seed, &light, nodes, 1);
+    plan.network.loss /= 2.5;
+    plan.network.duplicate /= 2.5;
+    let domain = rng.random_range(0..domains);
+    let failed: Vec<u16> = (0..nodes).filter(|n| n % domains == domain).collect();
+    let at = rng.random_range(lease / 2..=3 * lease);
+    let back = at + rng.random_range(2 * lease..=6 * lease);
+    // The second node a little after the first, or at once.
+    let apart = rng.random_range(0..=lease / 4);
+    for (i, &node) in failed.iter().enumerate() {
+        let offset = if i == 0 { 0 } else { apart };
+        plan.schedule
+            .push((at + offset, FaultEvent::Crash { node }));
+        plan.schedule
+            .push((back + offset, FaultEvent::Restart { node }));
+    }
+    plan.schedule.sort_by_key(|(t, _)| *t);
+    RunOptions {
+        nodes,
+        domains: Some(domains),
+        faults: light.to_vec(),
+        deadline_ns: 30 * lease,
+        detail: Some(format!(
+            "workload {}; domain d{domain} (nodes {failed:?}) crashes at {:.1} ms, {:.3} ms apart, back at {:.1} ms",
+            workload_of(seed),
+            at as f64 / 1e6,
+            apart as f64 / 1e6,
+            back as f64 / 1e6
+        )),
+        plan: Some(plan),
+        membership: Some(membership),
+        ..RunOptions::new(seed)
+    }
+}
+
 /// A recovery run's failure, if any: every membership violation, a panic, a liveness
 /// report, any workload finding; and a run that went beyond f (a partition with no copy
 /// left, or half the view down), which these scenarios never should.
@@ -341,6 +393,11 @@ pub fn failure(report: &RunReport) -> Option<String> {
 
 /// Whether the run's trap sprang (the attack happened).
 pub fn sprung(report: &RunReport) -> bool {
+    if report.workload == "recovery-domain" {
+        // No trap: its attack is the domain's failure and return, and it happened if
+        // copies moved back into the domain.
+        return report.membership.as_ref().is_some_and(|m| m.moves > 0);
+    }
     // The data-recovery scenarios' attack is their second trap, at the fill.
     let point = if report.workload.contains("fill") {
         REFILL_POINT

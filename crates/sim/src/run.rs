@@ -112,6 +112,9 @@ pub struct RunOptions {
     /// What the run's clients run, when the scenario name does not say (a `recovery-*`
     /// scenario's workload, drawn from the seed); shown in reports.
     pub detail: Option<String>,
+    /// Failure domains: node n in domain `d{n % domains}`, the partition map placed for
+    /// them. `None`: each node its own domain.
+    pub domains: Option<u16>,
 }
 
 impl RunOptions {
@@ -135,6 +138,7 @@ impl RunOptions {
             install_delay_max_ns: Vec::new(),
             attack: None,
             detail: None,
+            domains: None,
         }
     }
 }
@@ -228,6 +232,9 @@ pub struct MembershipReport {
     pub fills_assigned: u64,
     /// See `fills_assigned`.
     pub fills_counted: u64,
+    /// Fills given to a partition that was not short of copies: a copy moving into a
+    /// failure domain that held none of the partition's (a domain back after it failed).
+    pub moves: u64,
 }
 
 impl RunReport {
@@ -270,6 +277,10 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         PORT_BASE_UNUSED,
     )
     .and_then(|c| c.with_tables(scenario.schema()))
+    .and_then(|c| match options.domains {
+        Some(domains) => c.with_failure_domains(|n| format!("d{}", n % domains.max(1))),
+        None => Ok(c),
+    })
     .expect("a valid simulated configuration");
     let core = CoreOptions {
         coroutines: options.coroutines,
@@ -525,7 +536,10 @@ fn run_with_membership(
     report.lost_partitions = state.lost_partitions();
     for w in history.windows(2) {
         for (p, n) in w[1].fills() {
-            report.fills_assigned += u64::from(!w[0].filling(p).contains(&n));
+            let new = !w[0].filling(p).contains(&n);
+            report.fills_assigned += u64::from(new);
+            let want = usize::from(cluster.config().replicas()).min(w[1].members.len());
+            report.moves += u64::from(new && w[1].copies[p as usize].len() >= want);
         }
         for (p, n) in w[0].fills() {
             report.fills_counted += u64::from(w[1].copies[p as usize].contains(&n));
@@ -588,8 +602,8 @@ fn run_with_membership(
 pub const SETTLE_LEASES: u64 = 100;
 
 /// Whether every partition has its full count of copies (the replicas asked for, or every
-/// member if fewer), none being filled, and every copy equal (the digest of each table);
-/// else what is short.
+/// member if fewer), none being filled, its copies in as many failure domains as the
+/// members allow, and every copy equal (the digest of each table); else what is short.
 pub fn full_strength(cluster: &SimCluster) -> Result<(), String> {
     let state = cluster.membership.as_ref().expect("membership runs");
     let Some(view) = state.coordination.current() else {
@@ -597,12 +611,24 @@ pub fn full_strength(cluster: &SimCluster) -> Result<(), String> {
     };
     let config = cluster.config();
     let want = usize::from(config.replicas()).min(view.members.len());
+    let domain = |n: u16| config.member(n).map(|m| m.failure_domain.as_str());
+    let domains: std::collections::BTreeSet<_> =
+        view.members.iter().map(|m| domain(m.node)).collect();
     for (p, copies) in view.copies.iter().enumerate() {
         let p = p as u32;
         if copies.len() < want || !view.filling(p).is_empty() {
             return Err(format!(
                 "partition {p} has copies on {copies:?} and fills {:?} in view {}, {want} wanted",
                 view.filling(p),
+                view.id
+            ));
+        }
+        let spread: std::collections::BTreeSet<_> = copies.iter().map(|&n| domain(n)).collect();
+        if spread.len() < copies.len().min(domains.len()) {
+            return Err(format!(
+                "partition {p} has copies on {copies:?} in {} failure domains of the {} with members, in view {}",
+                spread.len(),
+                domains.len(),
                 view.id
             ));
         }
