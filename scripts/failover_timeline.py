@@ -191,7 +191,10 @@ def main():
               if not r["checks_ok"] or r["time_to_80pct_ms"] is None
               or r["rereplicated_s"] is None]
     result = {
-        "command": " ".join(sys.argv),
+        # The environment ferrotx reads (FERROTX_THP=0: no transparent huge pages).
+        "command": " ".join(
+            [f"FERROTX_THP={os.environ['FERROTX_THP']}"] * ("FERROTX_THP" in os.environ)
+            + sys.argv),
         "commit": version,
         "nodes": args.nodes,
         "replicas": args.replicas,
