@@ -17,10 +17,10 @@
 //!   lookups, locks and writes of existing keys take none).
 //! - Growing is incremental, as in Redis: it publishes an empty table twice the size, and
 //!   each insert after it moves a few slots of the previous table into it, so no insert
-//!   rebuilds a whole table (which stalled a worker for over 100 ms when a backup being
-//!   filled grew a table of a few hundred thousand keys: the new table's pages are first
-//!   touched there, and on a VM that is slow). Meanwhile a lookup that misses in the new
-//!   table looks in the previous one, which holds every key inserted before the growth.
+//!   rebuilds a whole table under the mutex on a worker (tens of milliseconds at a few
+//!   hundred thousand keys, a backup being filled among them; seconds at tens of
+//!   millions). Meanwhile a lookup that misses in the new table looks in the previous
+//!   one, which holds every key inserted before the growth.
 //!   The move ends long before the next growth. Old tables stay allocated until the index
 //!   drops (readers may still probe them; together they are smaller than the current one).
 //! - The entries' insertion order is kept, which gives scans a cursor that survives
