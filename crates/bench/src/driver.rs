@@ -170,6 +170,13 @@ pub struct RunResult {
     /// Shipping's counters of this node's coordinator threads over the run.
     #[serde(default)]
     pub shipping: ShipStats,
+    /// The most memory this node process had resident so far, in bytes.
+    #[serde(default)]
+    pub rss_peak_bytes: u64,
+    /// Objects in the copies this node holds at the end of the run, over every table (one
+    /// per key that ever had a value; deleted keys keep theirs).
+    #[serde(default)]
+    pub objects: u64,
 }
 
 /// One transaction type's results inside the window.
@@ -557,6 +564,12 @@ pub fn serve(
                 }
                 run.shipping = shipping.since(&shipping_before);
                 shipping_before = shipping;
+                run.rss_peak_bytes = crate::cpu::process_peak_rss_bytes();
+                run.objects = node
+                    .copies()
+                    .iter()
+                    .flat_map(|(_, _, copy)| copy.tables().map(|t| copy.objects(t).unwrap_or(0)))
+                    .sum::<usize>() as u64;
                 run.cpu_s = cpu_s;
                 run.window_s = window_s;
                 flush_truncation(&node)?;

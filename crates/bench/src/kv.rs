@@ -273,6 +273,21 @@ pub struct ClusterBenchReport {
     /// With a kill (`--kill`, `--kill-domain`, `--kill-cm`): the failure timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<TimelineReport>,
+    /// What the nodes' data costs in memory.
+    #[serde(default)]
+    pub memory: MemoryReport,
+}
+
+/// Memory of the node processes at the end of a run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MemoryReport {
+    /// Each node process's peak resident memory, summed over the nodes (clients and
+    /// their buffers included: the workload runs inside the nodes).
+    pub rss_bytes: u64,
+    /// Object copies the nodes hold, over every table and replica.
+    pub objects: u64,
+    /// `rss_bytes / objects`: what one stored copy of a row costs, all overheads in.
+    pub bytes_per_object: f64,
 }
 
 /// `bench kv` keys of which [`NodeReport::primary_keys`] is reported: up to this many
@@ -960,6 +975,15 @@ fn report(
         nodes: node_reports(options, config, runs),
         shipping,
         timeline: None,
+        memory: {
+            let rss_bytes = sum(|r| r.rss_peak_bytes);
+            let objects = sum(|r| r.objects);
+            MemoryReport {
+                rss_bytes,
+                objects,
+                bytes_per_object: rss_bytes as f64 / objects.max(1) as f64,
+            }
+        },
     }
 }
 
@@ -1042,6 +1066,15 @@ pub fn print_table(report: &ClusterBenchReport) {
         "  cpu {:.2} s (all nodes) = {:.0} txn per cpu-s",
         report.cpu_s, report.throughput_per_cpu_s
     );
+    let memory = &report.memory;
+    if memory.objects > 0 {
+        println!(
+            "  memory {:.1} MB resident at peak (all nodes), {} object copies, {:.0} bytes per object",
+            memory.rss_bytes as f64 / 1e6,
+            memory.objects,
+            memory.bytes_per_object
+        );
+    }
     println!(
         "  latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
         report.latency_us.p50, report.latency_us.p99, report.latency_us.p999

@@ -248,6 +248,13 @@ impl Partition {
         Ok(count)
     }
 
+    /// Number of objects `table` holds: one per key that ever had one (a deleted key
+    /// keeps its object). Takes the table index's lock once: for statistics.
+    pub fn objects(&self, table: TableId) -> Result<usize, StoreError> {
+        let (_, index) = self.table(table)?;
+        Ok(index.len())
+    }
+
     /// The tables of this partition, in schema order.
     pub fn tables(&self) -> impl Iterator<Item = TableId> + '_ {
         self.tables.iter().map(|(spec, _)| spec.id)
@@ -433,6 +440,12 @@ mod tests {
             )) == *k)
         );
         assert_eq!(p.count_present(ACCOUNTS), Ok(99));
+        // Objects: the deleted key and the placeholder keep theirs.
+        assert_eq!(p.objects(ACCOUNTS), Ok(101));
+        assert_eq!(
+            p.objects(TableId(9)),
+            Err(StoreError::UnknownTable(TableId(9)))
+        );
         assert_eq!(
             p.scan(TableId(9), 0, 1, &mut out),
             Err(StoreError::UnknownTable(TableId(9)))
