@@ -149,10 +149,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         "recovery-isolate-filler" => 4,
         _ => 3,
     };
-    let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
-    let mut plan = FaultPlan::draw(seed, &light, nodes, 1);
-    plan.network.loss /= 2.5;
-    plan.network.duplicate /= 2.5;
+    let plan = light_plan(seed, nodes);
     let restart = |rng: &mut ChaCha8Rng| {
         rng.random_bool(0.5)
             .then(|| rng.random_range(lease..=6 * lease))
@@ -288,7 +285,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     };
     RunOptions {
         nodes,
-        faults: light.to_vec(),
+        faults: LIGHT.to_vec(),
         deadline_ns: 30 * lease,
         plan: Some(plan),
         membership: Some(membership),
@@ -314,6 +311,17 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     }
 }
 
+/// The network faults of every recovery scenario: light loss, duplication, reordering.
+const LIGHT: [FaultKind; 3] = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
+
+/// The plan of [`LIGHT`] faults for `seed`, loss and duplication at 40% of their draw.
+fn light_plan(seed: u64, nodes: u16) -> FaultPlan {
+    let mut plan = FaultPlan::draw(seed, &LIGHT, nodes, 1);
+    plan.network.loss /= 2.5;
+    plan.network.duplicate /= 2.5;
+    plan
+}
+
 /// `recovery-domain`: 6 nodes in 3 failure domains of 2 (node n in `d{n % 3}`), 3
 /// replicas, so every partition has a copy in each domain. A whole domain fails at once
 /// (both its nodes crash) while the clients run: the survivors fill the lost copies, two
@@ -327,10 +335,7 @@ fn domain_options(seed: u64) -> RunOptions {
     let lease = membership.lease_ns;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xd0_3a17);
     let (nodes, domains) = (6u16, 3u16);
-    let light = [FaultKind::Loss, FaultKind::Dup, FaultKind::Reorder];
-    let mut plan = FaultPlan::draw(seed, &light, nodes, 1);
-    plan.network.loss /= 2.5;
-    plan.network.duplicate /= 2.5;
+    let mut plan = light_plan(seed, nodes);
     let domain = rng.random_range(0..domains);
     let failed: Vec<u16> = (0..nodes).filter(|n| n % domains == domain).collect();
     let at = rng.random_range(lease / 2..=3 * lease);
@@ -348,7 +353,7 @@ fn domain_options(seed: u64) -> RunOptions {
     RunOptions {
         nodes,
         domains: Some(domains),
-        faults: light.to_vec(),
+        faults: LIGHT.to_vec(),
         // Twice the nodes of the others, and four times their time: 48 clients of hot
         // counters (resp-counter-spread) need more than 30 leases on 6 nodes even with no
         // crash (23 of 40 seeds did not finish in 30; all did in 120).
