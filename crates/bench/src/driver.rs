@@ -177,6 +177,10 @@ pub struct RunResult {
     /// per key that ever had a value; deleted keys keep theirs).
     #[serde(default)]
     pub objects: u64,
+    /// Bytes those copies' records and index slots take, as allocated
+    /// (`Partition::bytes`): the store's share of `rss_peak_bytes`.
+    #[serde(default)]
+    pub store_bytes: u64,
 }
 
 /// One transaction type's results inside the window.
@@ -569,6 +573,11 @@ pub fn serve(
                     .copies()
                     .iter()
                     .flat_map(|(_, _, copy)| copy.tables().map(|t| copy.objects(t).unwrap_or(0)))
+                    .sum::<usize>() as u64;
+                run.store_bytes = node
+                    .copies()
+                    .iter()
+                    .flat_map(|(_, _, copy)| copy.tables().map(|t| copy.bytes(t).unwrap_or(0)))
                     .sum::<usize>() as u64;
                 run.cpu_s = cpu_s;
                 run.window_s = window_s;

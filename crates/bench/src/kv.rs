@@ -288,6 +288,11 @@ pub struct MemoryReport {
     pub objects: u64,
     /// `rss_bytes / objects`: what one stored copy of a row costs, all overheads in.
     pub bytes_per_object: f64,
+    /// Bytes the copies' records and index slots take, as allocated, summed over the
+    /// nodes: what of `rss_bytes` is the store's (the rest is the processes' buffers,
+    /// the allocator's slack and the clients).
+    #[serde(default)]
+    pub store_bytes: u64,
 }
 
 /// `bench kv` keys of which [`NodeReport::primary_keys`] is reported: up to this many
@@ -982,6 +987,7 @@ fn report(
                 rss_bytes,
                 objects,
                 bytes_per_object: rss_bytes as f64 / objects.max(1) as f64,
+                store_bytes: sum(|r| r.store_bytes),
             }
         },
     }
@@ -1073,6 +1079,11 @@ pub fn print_table(report: &ClusterBenchReport) {
             memory.rss_bytes as f64 / 1e6,
             memory.objects,
             memory.bytes_per_object
+        );
+        println!(
+            "  store {:.1} MB in records and index slots = {:.0} bytes per object",
+            memory.store_bytes as f64 / 1e6,
+            memory.store_bytes as f64 / memory.objects as f64
         );
     }
     println!(

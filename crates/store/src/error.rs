@@ -40,6 +40,14 @@ pub enum StoreError {
         /// The table's value size.
         expected: usize,
     },
+    /// A version past the largest a header holds (`VERSION_MAX`).
+    #[error("version {version} is past the largest, {max}")]
+    VersionTooLarge {
+        /// The version given.
+        version: u64,
+        /// The largest.
+        max: u64,
+    },
 }
 
 /// Why a lock-free read returned no value.

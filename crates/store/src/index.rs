@@ -3,15 +3,16 @@
 //! Objects are never removed while the partition lives (a deleted key keeps an object that
 //! orders the delete against later inserts), and that makes a simple design safe:
 //!
-//! - Each key's entry (key and object) is allocated once and never moves or is freed
-//!   before the index, so a lookup hands out a plain reference that lives as long as the
-//!   index, with no guard or epoch.
-//! - The table is open addressing with linear probing over 16-byte slots (the key's full
-//!   hash and its entry's address), kept at most half full. A lookup is one cache miss for
-//!   the slot (a probe rarely leaves its cache line) and one for the entry, where `papaya`'s
-//!   separate metadata, pointer and entry arrays cost three (measured in TATP at 1 M
-//!   subscribers per node: the three loads took 86% of `Partition::read`'s samples,
-//!   and the index a quarter of all CPU).
+//! - Objects are records in the table's own memory (see `object`): header, key and value
+//!   together, in buckets of records that double in size and never move, so a lookup
+//!   hands out a view that lives as long as the index, with no guard. A record is
+//!   numbered in insertion order, and that number is its place: no allocation per key.
+//! - The table is open addressing with linear probing over 8-byte slots: the top 32 bits
+//!   of the key's hash (the tag), then the record's number plus one (0: empty), stored
+//!   in one word. The tag's low bits are the home slot, so a growth moves a slot without
+//!   reading its key; its high bits spare most probes a look at a record. Kept at most
+//!   three quarters full. A lookup is one cache miss for the slot (a probe rarely leaves
+//!   its cache line) and one for the record.
 //! - Slots are only ever filled, never emptied, so an empty slot ends a probe.
 //! - Inserting a new key takes the index's mutex (an object is created once per key;
 //!   lookups, locks and writes of existing keys take none).
@@ -21,46 +22,46 @@
 //!   hundred thousand keys, a backup being filled among them; seconds at tens of
 //!   millions). Meanwhile a lookup that misses in the new table looks in the previous
 //!   one, which holds every key inserted before the growth.
-//!   The move ends long before the next growth. Old tables stay allocated until the index
-//!   drops (readers may still probe them; together they are smaller than the current one).
-//! - The entries' insertion order is kept, which gives scans a cursor that survives
+//!   Once the move ends, the previous table is freed through epoch-based reclamation
+//!   (`crossbeam-epoch`): a lookup probes tables while pinned, so none is freed under it.
+//! - Records are numbered in insertion order, which gives scans a cursor that survives
 //!   growth.
 
+use std::alloc::Layout;
 use std::hash::BuildHasher;
+use std::ptr::NonNull;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use crossbeam_epoch as epoch;
 use foldhash::fast::FixedState;
 
 use crate::key::Key;
-use crate::object::Object;
+use crate::object::{ObjectRef, RecordLayout};
+use crate::table::ValueSize;
 
 /// Slots of a new index.
 const INITIAL_SLOTS: usize = 16;
 
 /// Slots of the previous table moved into the new one per insert while growing. A table
-/// of S slots grows at S/2 entries and its successor at S: S/2 inserts later, by when
-/// the S slots moved at 2 per insert. 8 leaves a margin (and growing finishes the move
-/// if one is left).
+/// of S slots grows at 3S/4 entries and its successor at 3S/2: 3S/4 inserts later, by
+/// when the S slots moved at 4/3 per insert. 8 leaves a margin (and growing finishes the
+/// move if one is left).
 const MOVE_PER_INSERT: usize = 8;
 
-/// One key's object.
-pub(crate) struct Entry {
-    pub(crate) key: Key,
-    pub(crate) object: Object,
-}
+/// Bytes of a table's first bucket of records, about (later ones double).
+const FIRST_BUCKET_BYTES: usize = 4096;
 
-/// A slot: the hash of its key, then its entry's address (0: empty). The hash is written
-/// before the address is published, and read after the address is seen.
-struct Slot {
-    hash: AtomicU64,
-    entry: AtomicUsize,
-}
+/// Buckets of records: enough for 2^32 records from a first bucket of one.
+const BUCKETS: usize = 33;
+
+/// Records a table holds at most: numbers fit the 32 bits of a slot, with 0 for empty.
+const RECORDS_MAX: usize = u32::MAX as usize - 1;
 
 /// One table of slots, a power of two of them.
 struct Slots {
     mask: usize,
-    slots: Box<[Slot]>,
+    slots: Box<[AtomicU64]>,
 }
 
 impl Slots {
@@ -69,82 +70,158 @@ impl Slots {
         // Zeroed by the allocator, not written slot by slot: a large table comes from
         // fresh pages, already zero, whose first touches are then spread over the inserts
         // that fill them.
-        let layout = std::alloc::Layout::array::<Slot>(len).expect("a table's size fits");
+        let layout = Layout::array::<AtomicU64>(len).expect("a table's size fits");
         // SAFETY: the layout has a nonzero size (a table has at least INITIAL_SLOTS).
-        let first = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Slot>();
+        let first = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU64>();
         if first.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
         Self {
             mask: len - 1,
-            // SAFETY: `len` slots allocated with the global allocator in `Slot`'s array
-            // layout, as a box of them is; a slot of zeros is a valid slot (empty).
+            // SAFETY: `len` atomics allocated with the global allocator in their array
+            // layout, as a box of them is; zero is a valid (empty) slot.
             slots: unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(first, len)) },
         }
     }
 
-    /// Puts `entry` (of a key not in the table) in the first empty slot from `hash`'s.
-    /// Only under the index's mutex.
-    fn place(&self, hash: u64, entry: *const Entry) {
-        let mut i = hash as usize & self.mask;
+    /// Puts a slot word (of a key not in the table) in the first empty slot from its
+    /// home. Only under the index's mutex.
+    fn place(&self, word: u64) {
+        let mut i = home(word >> 32) & self.mask;
         loop {
             let slot = &self.slots[i];
-            if slot.entry.load(Ordering::Relaxed) == 0 {
-                slot.hash.store(hash, Ordering::Relaxed);
-                slot.entry.store(entry as usize, Ordering::Release);
+            if slot.load(Ordering::Relaxed) == 0 {
+                slot.store(word, Ordering::Release);
                 return;
             }
             i = (i + 1) & self.mask;
         }
     }
+
+    fn bytes(&self) -> usize {
+        self.slots.len() * size_of::<AtomicU64>()
+    }
+}
+
+/// A key's home slot, before masking: its tag.
+#[inline]
+fn home(tag: u64) -> usize {
+    tag as usize
+}
+
+/// The records of one table: bucket `b` holds `first << b` of them, so record `n` is in
+/// bucket `log2(n / first + 1)`; a bucket is allocated when its first record is made and
+/// never moves.
+struct Records {
+    layout: RecordLayout,
+    /// log2 of the first bucket's records.
+    first_shift: u32,
+    buckets: [AtomicPtr<u8>; BUCKETS],
+}
+
+impl Records {
+    fn new(layout: RecordLayout) -> Self {
+        let first = (FIRST_BUCKET_BYTES / layout.stride())
+            .max(1)
+            .next_power_of_two();
+        Self {
+            layout,
+            first_shift: first.trailing_zeros(),
+            buckets: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+        }
+    }
+
+    /// Record `n`'s bucket and place in it.
+    #[inline]
+    fn locate(&self, n: usize) -> (usize, usize) {
+        let shifted = n + (1 << self.first_shift);
+        let bucket = (usize::BITS - 1 - shifted.leading_zeros() - self.first_shift) as usize;
+        (bucket, shifted - (1 << (bucket as u32 + self.first_shift)))
+    }
+
+    fn bucket_layout(&self, bucket: usize) -> Layout {
+        Layout::from_size_align(
+            self.layout.stride() << (bucket as u32 + self.first_shift),
+            RecordLayout::ALIGN,
+        )
+        .expect("a bucket's size fits")
+    }
+
+    /// The address of record `n`, whose bucket exists.
+    #[inline]
+    fn at(&self, n: usize) -> NonNull<u8> {
+        let (bucket, place) = self.locate(n);
+        let start = self.buckets[bucket].load(Ordering::Acquire);
+        debug_assert!(!start.is_null());
+        // SAFETY: record `n` was made, so its bucket is allocated, and `place` is within
+        // it.
+        unsafe { NonNull::new_unchecked(start.add(place * self.layout.stride())) }
+    }
+
+    /// The address for a new record `n`, allocating its bucket if it is the first.
+    /// Only under the index's mutex.
+    fn make_room(&self, n: usize) -> NonNull<u8> {
+        let (bucket, _) = self.locate(n);
+        if self.buckets[bucket].load(Ordering::Relaxed).is_null() {
+            let layout = self.bucket_layout(bucket);
+            // Zeroed as the slots are: fresh pages, first touched by the records.
+            // SAFETY: a bucket is never of size 0.
+            let start = unsafe { std::alloc::alloc_zeroed(layout) };
+            if start.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            self.buckets[bucket].store(start, Ordering::Release);
+        }
+        self.at(n)
+    }
+
+    /// Bytes of the buckets allocated.
+    fn bytes(&self) -> usize {
+        (0..BUCKETS)
+            .filter(|&b| !self.buckets[b].load(Ordering::Relaxed).is_null())
+            .map(|b| self.bucket_layout(b).size())
+            .sum()
+    }
 }
 
 /// What only the mutex holder touches.
 struct Inner {
-    /// Every table so far; the last one is current, the others stay for readers that
-    /// may still probe them. Boxed: `current` holds a table's address, which must not
-    /// move when this vector grows.
-    #[allow(clippy::vec_box)]
-    tables: Vec<Box<Slots>>,
-    /// Every entry, in insertion order; owned by the index (freed when it drops).
-    entries: Vec<*const Entry>,
+    /// Records made.
+    len: usize,
     /// While growing: the next slot of the previous table to move into the current one.
     moved: usize,
 }
 
-/// The index of one table of one partition.
+/// The index of one table of one partition, and its objects.
 pub(crate) struct Index {
     hasher: FixedState,
-    /// The current table (a `*const Slots` owned by `inner.tables`).
-    current: AtomicUsize,
+    records: Records,
+    /// The current table (owned by the index: freed when it drops, or retired through
+    /// the epoch once it is no longer current and its move has ended).
+    current: AtomicPtr<Slots>,
     /// While growing, the previous table (whose slots are being moved into the current
-    /// one); 0 once every one of them is there.
-    previous: AtomicUsize,
+    /// one); null once every one of them is there.
+    previous: AtomicPtr<Slots>,
     inner: Mutex<Inner>,
 }
 
-// SAFETY: the raw pointers are to entries and tables the index owns and frees only when
-// it drops; entries are shared read-only apart from their objects, which synchronize
-// through their own atomics (`Object` is `Sync`), and keys are plain bytes.
+// SAFETY: the raw pointers are to records and tables the index owns; records are shared
+// through their own atomics (the header's protocol), and tables are atomics, replaced
+// only under the mutex and freed only after every reader pinned before is done.
 unsafe impl Send for Index {}
-// SAFETY: as above; every mutation outside the objects happens under `inner`'s mutex, and
-// readers see published slots through release/acquire on the slot's address.
+// SAFETY: as above.
 unsafe impl Sync for Index {}
 
 impl Index {
-    /// An empty index hashing with `seed`.
-    pub(crate) fn new(seed: u64) -> Self {
-        let first = Box::new(Slots::new(INITIAL_SLOTS));
-        let current = &*first as *const Slots as usize;
+    /// An empty index of a table whose values are of `size`, hashing with `seed`.
+    pub(crate) fn new(seed: u64, size: ValueSize) -> Self {
+        let first = Box::into_raw(Box::new(Slots::new(INITIAL_SLOTS)));
         Self {
             hasher: FixedState::with_seed(seed),
-            current: AtomicUsize::new(current),
-            previous: AtomicUsize::new(0),
-            inner: Mutex::new(Inner {
-                tables: vec![first],
-                entries: Vec::new(),
-                moved: 0,
-            }),
+            records: Records::new(RecordLayout::of(size)),
+            current: AtomicPtr::new(first),
+            previous: AtomicPtr::new(std::ptr::null_mut()),
+            inner: Mutex::new(Inner { len: 0, moved: 0 }),
         }
     }
 
@@ -155,132 +232,158 @@ impl Index {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The entry of `key`, if it has one. Takes no lock.
+    /// Record `n`'s object.
     #[inline]
-    pub(crate) fn get(&self, key: &Key) -> Option<&Entry> {
-        self.find(self.hasher.hash_one(key), key)
+    fn object(&self, n: usize) -> ObjectRef<'_> {
+        // SAFETY: record `n` was made (its number was published in a slot, or is below
+        // `len`), and records live as long as the index.
+        unsafe { ObjectRef::new(self.records.at(n), &self.records.layout) }
+    }
+
+    /// The object of `key`, if it has one. Takes no lock.
+    #[inline]
+    pub(crate) fn get(&self, key: &Key) -> Option<ObjectRef<'_>> {
+        self.find(self.hasher.hash_one(key) >> 32, key)
     }
 
     #[inline]
-    fn find(&self, hash: u64, key: &Key) -> Option<&Entry> {
+    fn find(&self, tag: u64, key: &Key) -> Option<ObjectRef<'_>> {
+        let (len, words) = key.to_words();
+        // Pinned while probing: a table that stops being current is freed only after
+        // every lookup that might have loaded it is done.
+        let _pinned = epoch::pin();
         // The current table, then (on a miss) the previous one. Growing publishes
         // `previous` before `current` and clears it only after the move, so a reader that
-        // loads `current` and then `previous` gets either the table behind it, or 0 (or a
-        // later table) with the move into `current` visible. Both are loaded before
+        // loads `current` and then `previous` gets either the table behind it, or null
+        // (or a later table) with the move into `current` visible. Both are loaded before
         // probing: a move that ends during the probe of `current` is still covered.
         let current = self.current.load(Ordering::Acquire);
         let previous = self.previous.load(Ordering::Acquire);
-        // SAFETY: `current` and `previous` hold 0 or the address of a table owned by
-        // `inner.tables`, which keeps every table until the index drops.
-        if let Some(entry) = Self::probe(unsafe { &*(current as *const Slots) }, hash, key) {
-            return Some(entry);
+        // SAFETY: `current` is a live table (freed only through the epoch, after this
+        // pin).
+        if let Some(n) = self.probe(unsafe { &*current }, tag, len, words) {
+            return Some(self.object(n));
         }
-        if previous == 0 || previous == current {
+        if previous.is_null() || previous == current {
             return None;
         }
         // SAFETY: as above.
-        Self::probe(unsafe { &*(previous as *const Slots) }, hash, key)
+        self.probe(unsafe { &*previous }, tag, len, words)
+            .map(|n| self.object(n))
     }
 
     #[inline]
-    fn probe<'a>(table: &'a Slots, hash: u64, key: &Key) -> Option<&'a Entry> {
-        let mut i = hash as usize & table.mask;
+    fn probe(&self, table: &Slots, tag: u64, len: usize, words: [u64; 2]) -> Option<usize> {
+        let mut i = home(tag) & table.mask;
         loop {
-            let slot = &table.slots[i];
-            let entry = slot.entry.load(Ordering::Acquire);
-            if entry == 0 {
+            let word = table.slots[i].load(Ordering::Acquire);
+            if word == 0 {
                 return None;
             }
-            if slot.hash.load(Ordering::Relaxed) == hash {
-                // SAFETY: a published address is of an entry the index owns until it
-                // drops, fully written before its release store.
-                let entry = unsafe { &*(entry as *const Entry) };
-                if entry.key == *key {
-                    return Some(entry);
+            if word >> 32 == tag {
+                let n = (word as u32 - 1) as usize;
+                if self.object(n).has_key(len, words) {
+                    return Some(n);
                 }
             }
             i = (i + 1) & table.mask;
         }
     }
 
-    /// The entry of `key`, inserted with `make()`'s object if there is none; `Err` with
-    /// the existing entry if there was one (then `make` is not called).
-    pub(crate) fn insert(&self, key: Key, make: impl FnOnce() -> Object) -> Result<&Entry, &Entry> {
-        let hash = self.hasher.hash_one(key);
-        if let Some(entry) = self.find(hash, &key) {
-            return Err(entry);
+    /// The object of `key`, made at `version` with `value` (`None`: absent or deleted)
+    /// if there is none; `Err` with the existing object if there was one.
+    pub(crate) fn insert(
+        &self,
+        key: Key,
+        version: u64,
+        value: Option<&[u8]>,
+    ) -> Result<ObjectRef<'_>, ObjectRef<'_>> {
+        let tag = self.hasher.hash_one(key) >> 32;
+        if let Some(object) = self.find(tag, &key) {
+            return Err(object);
         }
         let mut inner = self.lock();
         // Another thread may have inserted it since.
-        if let Some(entry) = self.find(hash, &key) {
-            return Err(entry);
+        if let Some(object) = self.find(tag, &key) {
+            return Err(object);
         }
-        let len = inner.tables.last().expect("a table").slots.len();
-        if (inner.entries.len() + 1) * 2 > len {
+        let n = inner.len;
+        assert!(
+            n < RECORDS_MAX,
+            "a table of one partition holds at most 2^32 - 2 keys"
+        );
+        // SAFETY: only the mutex holder replaces `current`, and frees a table only after
+        // it stopped being current.
+        let current = unsafe { &*self.current.load(Ordering::Relaxed) };
+        if (n + 1) * 4 > current.slots.len() * 3 {
             // A move still under way ends first (it never is, at MOVE_PER_INSERT).
             self.move_slots(&mut inner, usize::MAX);
-            let grown = Box::new(Slots::new(len * 2));
-            let previous = self.current.load(Ordering::Relaxed);
+            let grown = Box::into_raw(Box::new(Slots::new(current.slots.len() * 2)));
             // `previous` before `current`: whoever sees the new table sees the old one
             // behind it.
-            self.previous.store(previous, Ordering::Release);
-            self.current
-                .store(&*grown as *const Slots as usize, Ordering::Release);
-            inner.tables.push(grown);
+            self.previous
+                .store(self.current.load(Ordering::Relaxed), Ordering::Release);
+            self.current.store(grown, Ordering::Release);
             inner.moved = 0;
         }
-        let entry: *const Entry = Box::into_raw(Box::new(Entry {
-            key,
-            object: make(),
-        }));
-        inner.entries.push(entry);
-        inner.tables.last().expect("a table").place(hash, entry);
+        let at = self.records.make_room(n);
+        // SAFETY: room for record `n`, which nothing holds yet.
+        unsafe { self.records.layout.init(at, &key, version, value) };
+        inner.len = n + 1;
+        // SAFETY: as above.
+        let current = unsafe { &*self.current.load(Ordering::Relaxed) };
+        current.place(tag << 32 | (n as u64 + 1));
         self.move_slots(&mut inner, MOVE_PER_INSERT);
-        // SAFETY: just allocated; freed only when the index drops.
-        Ok(unsafe { &*entry })
+        Ok(self.object(n))
     }
 
     /// Moves up to `count` slots of the previous table into the current one; once all
-    /// are, clears `previous` (lookups then stop looking there).
+    /// are, clears `previous` (lookups then stop looking there) and retires it.
     fn move_slots(&self, inner: &mut Inner, count: usize) {
-        if self.previous.load(Ordering::Relaxed) == 0 {
+        let previous = self.previous.load(Ordering::Relaxed);
+        if previous.is_null() {
             return;
         }
-        let [.., from, to] = &inner.tables[..] else {
-            unreachable!("a previous table while there is only one");
-        };
+        // SAFETY: tables are freed only by the mutex holder, after they stop being
+        // current or previous.
+        let (from, to) = unsafe { (&*previous, &*self.current.load(Ordering::Relaxed)) };
         let end = inner.moved.saturating_add(count).min(from.slots.len());
         for slot in &from.slots[inner.moved..end] {
-            let entry = slot.entry.load(Ordering::Relaxed);
-            if entry != 0 {
-                // The hash is the slot's: no key is read (the entries are scattered in
-                // memory; the slots are read in order).
-                to.place(slot.hash.load(Ordering::Relaxed), entry as *const Entry);
+            let word = slot.load(Ordering::Relaxed);
+            if word != 0 {
+                to.place(word);
             }
         }
         inner.moved = end;
         if end == from.slots.len() {
-            // After every move: a reader that sees 0 sees all of them in `current`.
-            self.previous.store(0, Ordering::Release);
+            // After every move: a reader that sees null sees all of them in `current`.
+            self.previous.store(std::ptr::null_mut(), Ordering::Release);
+            let retired = previous as usize;
+            let guard = epoch::pin();
+            // SAFETY: no longer reachable from the index; lookups that may still probe it
+            // were pinned before this, and the epoch frees it only after they unpin.
+            unsafe {
+                guard.defer_unchecked(move || drop(Box::from_raw(retired as *mut Slots)));
+            }
+            guard.flush();
         }
     }
 
-    /// Calls `visit` on up to `count` entries in insertion order from number `cursor`,
-    /// stopping early (before the entry) when it returns false; returns the number of the
-    /// next entry to visit. Holds the mutex meanwhile (new keys wait): for scans and
+    /// Calls `visit` on up to `count` objects in insertion order from number `cursor`,
+    /// stopping early (before the object) when it returns false; returns the number of
+    /// the next object to visit. Holds the mutex meanwhile (new keys wait): for scans and
     /// checks, not the hot path.
     pub(crate) fn scan(
         &self,
         cursor: usize,
         count: usize,
-        mut visit: impl FnMut(&Entry) -> bool,
+        mut visit: impl FnMut(ObjectRef<'_>) -> bool,
     ) -> usize {
         let inner = self.lock();
-        let end = cursor.saturating_add(count).min(inner.entries.len());
+        let end = cursor.saturating_add(count).min(inner.len);
         let mut next = cursor;
-        for &entry in inner.entries.get(cursor..end).unwrap_or(&[]) {
-            // SAFETY: entries are owned by the index and live until it drops.
-            if !visit(unsafe { &*entry }) {
+        for n in cursor..end {
+            if !visit(self.object(n)) {
                 break;
             }
             next += 1;
@@ -288,22 +391,55 @@ impl Index {
         next
     }
 
-    /// Number of entries (keys that ever had an object).
+    /// Number of objects (keys that ever had an object).
     pub(crate) fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().len
+    }
+
+    /// Bytes the index holds: its records' buckets and its tables of slots.
+    pub(crate) fn bytes(&self) -> usize {
+        let _inner = self.lock();
+        let _pinned = epoch::pin();
+        // SAFETY: under the mutex, no table is retired.
+        let tables = unsafe {
+            (*self.current.load(Ordering::Relaxed)).bytes()
+                + self
+                    .previous
+                    .load(Ordering::Relaxed)
+                    .as_ref()
+                    .map_or(0, Slots::bytes)
+        };
+        self.records.bytes() + tables
     }
 }
 
 impl Drop for Index {
     fn drop(&mut self) {
-        let inner = self
+        let len = self
             .inner
             .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for &entry in &inner.entries {
-            // SAFETY: each came from `Box::into_raw` once and is freed once, here, when
-            // no reference to it can remain (they borrow the index).
-            drop(unsafe { Box::from_raw(entry.cast_mut()) });
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len;
+        for n in 0..len {
+            // SAFETY: records 0..len were made, and nothing borrows the index any more.
+            unsafe { self.records.layout.drop_in_place(self.records.at(n)) };
+        }
+        for bucket in 0..BUCKETS {
+            let start = *self.records.buckets[bucket].get_mut();
+            if !start.is_null() {
+                // SAFETY: allocated in `make_room` with this layout, freed once.
+                unsafe { std::alloc::dealloc(start, self.records.bucket_layout(bucket)) };
+            }
+        }
+        let current = *self.current.get_mut();
+        let previous = *self.previous.get_mut();
+        // SAFETY: the index's own tables (a retired one is the epoch's, and neither of
+        // these); no reader remains.
+        unsafe {
+            drop(Box::from_raw(current));
+            if !previous.is_null() && previous != current {
+                drop(Box::from_raw(previous));
+            }
         }
     }
 }
@@ -312,21 +448,25 @@ impl Drop for Index {
 #[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
-    use crate::table::ValueSize;
 
-    fn object(version: u64) -> Object {
-        Object::new(version, &version.to_le_bytes(), ValueSize::Fixed(8))
+    fn index(seed: u64) -> Index {
+        Index::new(seed, ValueSize::Fixed(8))
     }
 
-    fn version(entry: &Entry) -> u64 {
-        entry.object.header().version()
+    /// Inserts `key` at `version`, holding the version as its value.
+    fn insert(index: &Index, key: u64, version: u64) -> Result<ObjectRef<'_>, ObjectRef<'_>> {
+        index.insert(Key::from(key), version, Some(&version.to_le_bytes()))
+    }
+
+    fn version(object: ObjectRef<'_>) -> u64 {
+        object.header().version()
     }
 
     #[test]
     fn finds_what_it_holds_through_growth() {
-        let index = Index::new(7);
+        let index = index(7);
         for i in 0..10_000u64 {
-            assert!(index.insert(Key::from(i), || object(i + 1)).is_ok());
+            assert!(insert(&index, i, i + 1).is_ok());
             // Everything inserted so far, still there after each growth.
             if i.is_power_of_two() {
                 for j in 0..=i {
@@ -337,7 +477,7 @@ mod tests {
         assert_eq!(index.len(), 10_000);
         assert!(index.get(&Key::from(10_000)).is_none());
         // A second insert of a key returns the first entry and makes nothing.
-        let Err(existing) = index.insert(Key::from(5), || panic!("not called")) else {
+        let Err(existing) = index.insert(Key::from(5), 99, None) else {
             panic!("a second entry for one key");
         };
         assert_eq!(version(existing), 6);
@@ -346,11 +486,52 @@ mod tests {
     }
 
     #[test]
+    fn records_of_every_shape_keep_their_keys_and_values() {
+        // Fixed values of odd sizes, inline and in a cell; variable ones in and out of
+        // the record; keys of every length.
+        for size in [
+            ValueSize::Fixed(0),
+            ValueSize::Fixed(3),
+            ValueSize::Fixed(32),
+            ValueSize::Fixed(2000),
+            ValueSize::Variable(1 << 20),
+        ] {
+            let index = Index::new(9, size);
+            let value = |i: usize| -> Vec<u8> {
+                let len = match size {
+                    ValueSize::Fixed(n) => n,
+                    ValueSize::Variable(_) => i % 100,
+                };
+                (0..len).map(|b| (b + i) as u8).collect()
+            };
+            let key = |i: usize| Key::from_bytes(&i.to_le_bytes()[..i % 9]).unwrap();
+            // Distinct keys only: a key of n bytes per i below 256 * n.
+            let keys: Vec<usize> = (0..600).filter(|i| i % 9 == 0 || *i < 256).collect();
+            let mut made = Vec::new();
+            for &i in &keys {
+                if index.insert(key(i), i as u64 + 1, Some(&value(i))).is_ok() {
+                    made.push(i);
+                }
+            }
+            let mut out = Vec::new();
+            for &i in &made {
+                let object = index.get(&key(i)).expect("made");
+                assert_eq!(object.key(), key(i));
+                let read = object.read(&mut out).unwrap();
+                assert_eq!((read.version, read.present), (i as u64 + 1, true));
+                assert_eq!(out, value(i), "{size:?} key {i}");
+            }
+            assert_eq!(index.len(), made.len());
+            assert!(index.bytes() >= made.len() * index.records.layout.stride());
+        }
+    }
+
+    #[test]
     fn finds_every_key_after_every_insert_while_a_growth_moves_slots() {
-        let index = Index::new(11);
+        let index = index(11);
         for i in 0..3_000u64 {
-            assert!(index.insert(Key::from(i), || object(i + 1)).is_ok());
-            let moving = index.previous.load(Ordering::Relaxed) != 0;
+            assert!(insert(&index, i, i + 1).is_ok());
+            let moving = !index.previous.load(Ordering::Relaxed).is_null();
             for j in 0..=i {
                 let found = index.get(&Key::from(j));
                 assert_eq!(
@@ -363,16 +544,22 @@ mod tests {
         }
         // Each growth ended its move before the next: the last table holds every key.
         let inner = index.lock();
-        let last = inner.tables.last().unwrap();
+        // SAFETY: under the mutex, the current table stays.
+        let last = unsafe { &*index.current.load(Ordering::Relaxed) };
         let held = last
             .slots
             .iter()
-            .filter(|s| s.entry.load(Ordering::Relaxed) != 0)
+            .filter(|s| s.load(Ordering::Relaxed) != 0)
             .count();
-        assert!(index.previous.load(Ordering::Relaxed) == 0 || inner.moved < last.slots.len() / 2);
-        if index.previous.load(Ordering::Relaxed) == 0 {
+        let moving = !index.previous.load(Ordering::Relaxed).is_null();
+        assert!(!moving || inner.moved < last.slots.len() / 2);
+        if !moving {
             assert_eq!(held, 3_000);
         }
+        assert!(
+            held * 4 <= last.slots.len() * 3,
+            "at most three quarters full"
+        );
     }
 
     #[test]
@@ -384,7 +571,7 @@ mod tests {
         use std::sync::Arc;
         use std::sync::atomic::AtomicBool;
         const KEYS: u64 = 200_000;
-        let index = Arc::new(Index::new(5));
+        let index = Arc::new(index(5));
         let inserted = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let readers: Vec<_> = (0..3u64)
@@ -414,7 +601,7 @@ mod tests {
             })
             .collect();
         for i in 0..KEYS {
-            assert!(index.insert(Key::from(i), || object(i + 1)).is_ok());
+            assert!(insert(&index, i, i + 1).is_ok());
             inserted.store(i + 1, Ordering::Release);
         }
         done.store(true, Ordering::Relaxed);
@@ -425,15 +612,15 @@ mod tests {
 
     #[test]
     fn scans_in_insertion_order_whatever_grows_in_between() {
-        let index = Index::new(1);
+        let index = index(1);
         let mut seen = Vec::new();
         let mut cursor = 0;
         let mut stopped_once = false;
         for i in 0..1_000u64 {
-            assert!(index.insert(Key::from(i * 7919), || object(1)).is_ok());
+            assert!(insert(&index, i * 7919, 1).is_ok());
             if i % 10 == 9 {
                 cursor = index.scan(cursor, 3, |e| {
-                    seen.push(e.key);
+                    seen.push(e.key());
                     true
                 });
             }
@@ -442,11 +629,11 @@ mod tests {
             // Stops once before key 500 (as a scan does at a locked object), then goes on.
             let mut stopped = false;
             let next = index.scan(cursor, 64, |e| {
-                if e.key == Key::from(500 * 7919) && !stopped_once {
+                if e.key() == Key::from(500 * 7919) && !stopped_once {
                     stopped = true;
                     return false;
                 }
-                seen.push(e.key);
+                seen.push(e.key());
                 true
             });
             stopped_once |= stopped;
@@ -460,7 +647,7 @@ mod tests {
         assert_eq!(seen, expected);
         assert_eq!(index.scan(5_000, 10, |_| panic!("past the end")), 5_000);
         // Stopping visits nothing more and resumes at the entry it stopped before.
-        assert_eq!(index.scan(10, 5, |e| e.key != Key::from(12 * 7919)), 12);
+        assert_eq!(index.scan(10, 5, |e| e.key() != Key::from(12 * 7919)), 12);
     }
 
     #[test]
@@ -470,7 +657,7 @@ mod tests {
     )]
     fn concurrent_inserts_and_lookups_agree() {
         use std::sync::Arc;
-        let index = Arc::new(Index::new(3));
+        let index = Arc::new(index(3));
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 let index = index.clone();
@@ -479,12 +666,13 @@ mod tests {
                     // gets one entry, whoever made it, and lookups always find it after.
                     for n in 0..20_000u64 {
                         let i = (n * (2 * t + 1)) % 20_000;
-                        let entry = match index.insert(Key::from(i), || object(i + 1)) {
+                        let entry = match insert(&index, i, i + 1) {
                             Ok(e) | Err(e) => e,
                         };
                         assert_eq!(version(entry), i + 1);
                         let found = index.get(&Key::from(i)).expect("inserted");
-                        assert!(std::ptr::eq(found, entry));
+                        assert_eq!(found.key(), entry.key());
+                        assert!(std::ptr::eq(found.header_cell(), entry.header_cell()));
                     }
                 })
             })

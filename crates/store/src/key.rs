@@ -37,6 +37,30 @@ impl Key {
 }
 
 impl Key {
+    /// The key as a record stores it: its length, and its bytes (zero past the length) in
+    /// two words.
+    pub(crate) fn to_words(self) -> (usize, [u64; 2]) {
+        let (first, second) = self.bytes.split_at(8);
+        (
+            usize::from(self.len),
+            [
+                u64::from_le_bytes(first.try_into().expect("8 bytes")),
+                u64::from_le_bytes(second.try_into().expect("8 bytes")),
+            ],
+        )
+    }
+
+    /// The key a record stores as [`Key::to_words`] gave them (`len` at most 16).
+    pub(crate) fn from_words(len: usize, words: [u64; 2]) -> Self {
+        let mut bytes = [0; KEY_BYTES_MAX];
+        bytes[..8].copy_from_slice(&words[0].to_le_bytes());
+        bytes[8..].copy_from_slice(&words[1].to_le_bytes());
+        Self {
+            len: len.min(KEY_BYTES_MAX) as u8,
+            bytes,
+        }
+    }
+
     /// The 16 big-endian bytes of `partition` then `row`: with a table whose partition key
     /// is 8 bytes (`TableSpec::with_partition_key(8)`), the rows of one `partition` share
     /// a partition.
@@ -90,5 +114,14 @@ mod tests {
         let pair = Key::from_pair(3, 4);
         assert_eq!(&pair.as_bytes()[..8], &3u64.to_be_bytes());
         assert_eq!(&pair.as_bytes()[8..], &4u64.to_be_bytes());
+        for key in [
+            pair,
+            Key::from(9),
+            Key::from_bytes(b"").unwrap(),
+            Key::from_bytes(b"abc").unwrap(),
+        ] {
+            let (len, words) = key.to_words();
+            assert_eq!(Key::from_words(len, words), key);
+        }
     }
 }

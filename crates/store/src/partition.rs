@@ -1,9 +1,10 @@
 //! A partition: one hash index per table, shared by a node's worker threads.
 
 use crate::error::{LockError, ReadError, StoreError};
+use crate::header::VERSION_MAX;
 use crate::index::Index;
 use crate::key::Key;
-use crate::object::{Object, ReadOutcome};
+use crate::object::{ObjectRef, ReadOutcome};
 use crate::table::{TableId, TableSpec};
 
 /// A partition's number within the cluster's partition map.
@@ -11,13 +12,25 @@ use crate::table::{TableId, TableSpec};
 pub struct PartitionId(pub u32);
 
 /// The object of `key`, inserting an absent placeholder if there is none.
-fn object_or_absent<'i>(index: &'i Index, key: &Key, spec: &TableSpec) -> &'i Object {
+fn object_or_absent<'i>(index: &'i Index, key: &Key) -> ObjectRef<'i> {
     match index.get(key) {
-        Some(entry) => &entry.object,
-        None => match index.insert(*key, || Object::absent(spec.value_size)) {
-            Ok(entry) | Err(entry) => &entry.object,
+        Some(object) => object,
+        None => match index.insert(*key, 0, None) {
+            Ok(object) | Err(object) => object,
         },
     }
+}
+
+/// Checks a version that came from elsewhere (a backup's apply) before any header holds
+/// it.
+fn check_version(version: u64) -> Result<(), StoreError> {
+    if version > VERSION_MAX {
+        return Err(StoreError::VersionTooLarge {
+            version,
+            max: VERSION_MAX,
+        });
+    }
+    Ok(())
 }
 
 fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
@@ -47,7 +60,7 @@ impl Partition {
     pub fn new(id: PartitionId, schema: &[TableSpec]) -> Self {
         let tables = schema
             .iter()
-            .map(|spec| (spec.clone(), Index::new(u64::from(id.0))))
+            .map(|spec| (spec.clone(), Index::new(u64::from(id.0), spec.value_size)))
             .collect();
         Self { id, tables }
     }
@@ -74,7 +87,7 @@ impl Partition {
     ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
         let (_, index) = self.table(table)?;
         Ok(match index.get(key) {
-            Some(entry) => entry.object.read(out),
+            Some(object) => object.read(out),
             None => {
                 out.clear();
                 Ok(ReadOutcome {
@@ -89,7 +102,7 @@ impl Partition {
     pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
         let (_, index) = self.table(table)?;
         Ok(match index.get(key) {
-            Some(entry) => entry.object.validate(version),
+            Some(object) => object.validate(version),
             None => version == 0,
         })
     }
@@ -102,10 +115,10 @@ impl Partition {
         key: &Key,
         version: u64,
     ) -> Result<Result<(), LockError>, StoreError> {
-        let (spec, index) = self.table(table)?;
+        let (_, index) = self.table(table)?;
         let object = match index.get(key) {
-            Some(entry) => &entry.object,
-            None if version == 0 => object_or_absent(index, key, spec),
+            Some(object) => object,
+            None if version == 0 => object_or_absent(index, key),
             None => return Ok(Err(LockError::VersionChanged { current: 0 })),
         };
         Ok(object.try_lock(version))
@@ -121,7 +134,7 @@ impl Partition {
     ) -> Result<Result<u64, LockError>, StoreError> {
         let (spec, index) = self.table(table)?;
         spec.check_key(key)?;
-        Ok(object_or_absent(index, key, spec).try_lock_any())
+        Ok(object_or_absent(index, key).try_lock_any())
     }
 
     /// Whether this partition has `table`.
@@ -148,10 +161,10 @@ impl Partition {
         if let Some(value) = value {
             spec.check_value(value)?;
         }
-        let entry = index
+        let object = index
             .get(key)
             .expect("install into a key that was never locked");
-        Ok(entry.object.install(value))
+        Ok(object.install(value))
     }
 
     /// Unlocks the locked `key` without a change. Panics if it is not locked.
@@ -160,7 +173,6 @@ impl Partition {
         index
             .get(key)
             .expect("unlock of a key that was never locked")
-            .object
             .unlock();
         Ok(())
     }
@@ -175,10 +187,11 @@ impl Partition {
         value: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
         let (spec, index) = self.table(table)?;
+        check_version(version)?;
         if let Some(value) = value {
             spec.check_value(value)?;
         }
-        Ok(object_or_absent(index, key, spec).apply(version, value))
+        Ok(object_or_absent(index, key).apply(version, value))
     }
 
     /// [`Partition::apply`] that leaves a locked object alone (`Ok(None)`): for a copy
@@ -191,10 +204,11 @@ impl Partition {
         value: Option<&[u8]>,
     ) -> Result<Option<bool>, StoreError> {
         let (spec, index) = self.table(table)?;
+        check_version(version)?;
         if let Some(value) = value {
             spec.check_value(value)?;
         }
-        Ok(object_or_absent(index, key, spec).apply_unless_locked(version, value))
+        Ok(object_or_absent(index, key).apply_unless_locked(version, value))
     }
 
     /// Stores `value` at version 1 if `key` has no object: for loading data before any
@@ -203,9 +217,7 @@ impl Partition {
         let (spec, index) = self.table(table)?;
         spec.check_key(&key)?;
         spec.check_value(value)?;
-        Ok(index
-            .insert(key, || Object::new(1, value, spec.value_size))
-            .is_ok())
+        Ok(index.insert(key, 1, Some(value)).is_ok())
     }
 
     /// A digest of every present object of `table` (key, version, value), the same for
@@ -219,11 +231,11 @@ impl Partition {
         let (_, index) = self.table(table)?;
         let mut value = Vec::new();
         let (mut sum, mut count) = (0u64, 0);
-        index.scan(0, usize::MAX, |entry| {
-            let hash = match entry.object.read(&mut value) {
+        index.scan(0, usize::MAX, |object| {
+            let hash = match object.read(&mut value) {
                 Ok(outcome) if !outcome.present => return true,
                 Ok(outcome) => {
-                    let mut h = fnv(0xcbf2_9ce4_8422_2325, entry.key.as_bytes());
+                    let mut h = fnv(0xcbf2_9ce4_8422_2325, object.key().as_bytes());
                     h = fnv(h, &outcome.version.to_le_bytes());
                     fnv(h, &value)
                 }
@@ -241,8 +253,8 @@ impl Partition {
     pub fn count_present(&self, table: TableId) -> Result<usize, StoreError> {
         let (_, index) = self.table(table)?;
         let mut count = 0;
-        index.scan(0, usize::MAX, |entry| {
-            count += usize::from(entry.object.header().allocated());
+        index.scan(0, usize::MAX, |object| {
+            count += usize::from(object.header().allocated());
             true
         });
         Ok(count)
@@ -253,6 +265,14 @@ impl Partition {
     pub fn objects(&self, table: TableId) -> Result<usize, StoreError> {
         let (_, index) = self.table(table)?;
         Ok(index.len())
+    }
+
+    /// Bytes the objects of `table` and its index take (records and slots, as
+    /// allocated; not what the allocator keeps around them). Takes the table index's
+    /// lock once: for statistics and the memory limit.
+    pub fn bytes(&self, table: TableId) -> Result<usize, StoreError> {
+        let (_, index) = self.table(table)?;
+        Ok(index.bytes())
     }
 
     /// The tables of this partition, in schema order.
@@ -278,16 +298,16 @@ impl Partition {
         let (_, index) = self.table(table)?;
         let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
         let mut value = Vec::new();
-        let next = index.scan(start, count.max(1), |entry| {
-            match entry.object.read(&mut value) {
+        let next = index.scan(start, count.max(1), |record| {
+            match record.read(&mut value) {
                 Ok(outcome) if outcome.version == 0 => true,
                 Ok(outcome) => object(
-                    &entry.key,
+                    &record.key(),
                     outcome.version,
                     outcome.present.then_some(&*value),
                 ),
                 Err(_) => {
-                    locked(&entry.key);
+                    locked(&record.key());
                     true
                 }
             }
@@ -322,11 +342,11 @@ impl Partition {
         let (_, index) = self.table(table)?;
         let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
         let mut value = Vec::new();
-        let next = index.scan(start, count.max(1), |entry| {
-            match entry.object.read(&mut value) {
+        let next = index.scan(start, count.max(1), |object| {
+            match object.read(&mut value) {
                 Ok(outcome) => {
                     if outcome.present {
-                        out.push((entry.key, value.clone()));
+                        out.push((object.key(), value.clone()));
                     }
                     true
                 }

@@ -96,7 +96,7 @@ impl ValueCell {
 
 /// Copies the first `len` bytes of `data` into `out`. The length and the words are read
 /// racily; `len` is clamped to the words there are, so the copy stays in bounds.
-fn copy_words(len: usize, data: &[AtomicU64], out: &mut Vec<u8>) {
+pub(crate) fn copy_words(len: usize, data: &[AtomicU64], out: &mut Vec<u8>) {
     let len = len.min(data.len() * 8);
     out.clear();
     out.reserve(len);
@@ -112,7 +112,7 @@ fn copy_words(len: usize, data: &[AtomicU64], out: &mut Vec<u8>) {
 }
 
 /// Writes `value` into the first words of `data` (which must have room).
-fn store_words(data: &[AtomicU64], value: &[u8]) {
+pub(crate) fn store_words(data: &[AtomicU64], value: &[u8]) {
     debug_assert!(value.len() <= data.len() * 8);
     for (word, chunk) in data.iter().zip(value.chunks(8)) {
         let mut bytes = [0u8; 8];

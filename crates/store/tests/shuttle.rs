@@ -58,9 +58,8 @@ fn a_reader_never_accepts_a_torn_value_of(size: ValueSize, words: fn(u64) -> usi
 
 #[test]
 fn a_reader_never_accepts_a_torn_value() {
-    // 3 words: inside the object.
+    // 3 and 8 words: inside the record (fixed-size values up to 1 KiB are).
     a_reader_never_accepts_a_torn_value_of(ValueSize::Fixed(24), |_| 3);
-    // 8 words: in a buffer of its own.
     a_reader_never_accepts_a_torn_value_of(ValueSize::Fixed(64), |_| 8);
 }
 
