@@ -57,6 +57,12 @@ impl HeaderWord {
     pub(crate) fn key_len(self) -> usize {
         ((self.0 & KEY_LEN_MASK) >> KEY_LEN_SHIFT) as usize
     }
+
+    /// True for a reclaimed record: locked for good, and its key length one no key has,
+    /// so no lookup matches it any more.
+    pub(crate) fn dead(self) -> bool {
+        self.0 & KEY_LEN_MASK == KEY_LEN_MASK
+    }
 }
 
 /// The header word of one object.
@@ -156,6 +162,21 @@ impl Header {
         assert!(current.locked(), "publish without the lock");
         assert!(version > current.version(), "versions must grow");
         let word = HeaderWord::new(version, allocated).with_key_len(current.key_len());
+        self.0.store(word.0, Ordering::Release);
+    }
+
+    /// Marks the locked object reclaimed ([`HeaderWord::dead`]): it stays locked, at its
+    /// version, until its record is made again for another key. Only the lock holder.
+    pub(crate) fn mark_dead(&self) {
+        let current = self.load();
+        assert!(current.locked(), "a record is reclaimed under its lock");
+        self.0.store(current.0 | KEY_LEN_MASK, Ordering::Release);
+    }
+
+    /// Sets the word of a record made again (for another key) once every other field is
+    /// written: a lookup that reads this word (acquire) then reads the new key.
+    pub(crate) fn reset(&self, word: HeaderWord) {
+        debug_assert!(!word.locked());
         self.0.store(word.0, Ordering::Release);
     }
 

@@ -1,19 +1,15 @@
 //! The hash index of one table of one partition: key to object, read without locks.
 //!
-//! Objects are never removed while the partition lives (a deleted key keeps an object that
-//! orders the delete against later inserts), and that makes a simple design safe:
-//!
 //! - Objects are records in the table's own memory (see `object`): header, key and value
-//!   together, in buckets of records that double in size and never move, so a lookup
-//!   hands out a view that lives as long as the index, with no guard. A record is
-//!   numbered in insertion order, and that number is its place: no allocation per key.
+//!   together, in buckets of records that double in size and never move: no allocation
+//!   per key. A record is numbered in the order it was made, and that number is its
+//!   place.
 //! - The table is open addressing with linear probing over 8-byte slots: the top 32 bits
 //!   of the key's hash (the tag), then the record's number plus one (0: empty), stored
 //!   in one word. The tag's low bits are the home slot, so a growth moves a slot without
 //!   reading its key; its high bits spare most probes a look at a record. Kept at most
-//!   three quarters full. A lookup is one cache miss for the slot (a probe rarely leaves
-//!   its cache line) and one for the record.
-//! - Slots are only ever filled, never emptied, so an empty slot ends a probe.
+//!   three quarters full, tombstones included. A lookup is one cache miss for the slot
+//!   (a probe rarely leaves its cache line) and one for the record.
 //! - Inserting a new key takes the index's mutex (an object is created once per key;
 //!   lookups, locks and writes of existing keys take none).
 //! - Growing is incremental, as in Redis: it publishes an empty table twice the size, and
@@ -21,19 +17,29 @@
 //!   rebuilds a whole table under the mutex on a worker (tens of milliseconds at a few
 //!   hundred thousand keys, a backup being filled among them; seconds at tens of
 //!   millions). Meanwhile a lookup that misses in the new table looks in the previous
-//!   one, which holds every key inserted before the growth.
-//!   Once the move ends, the previous table is freed through epoch-based reclamation
-//!   (`crossbeam-epoch`): a lookup probes tables while pinned, so none is freed under it.
-//! - Records are numbered in insertion order, which gives scans a cursor that survives
-//!   growth.
+//!   one, which holds every key inserted before the growth. Once the move ends, the
+//!   previous table is freed through epoch-based reclamation (`crossbeam-epoch`).
+//! - Reclaiming a deleted (or never written) key's object ([`Index::reclaim`]) locks it
+//!   for good, marks its record dead (no lookup matches it any more) and its slot a
+//!   tombstone (a probe goes on past it; the next table leaves it behind), and raises
+//!   the index's floor to its version: a key with no object reads at the floor, and a
+//!   new object starts there, so versions never go back. The record is made again for
+//!   another key only after the epoch's grace period: every caller holds a pin while
+//!   it uses an object (the guard [`Index::get`] takes), so none still reads it. A
+//!   lookup that reaches it later, through a slot of a table being moved from, reads its
+//!   header first, and a record made again writes its header last.
+//! - Record numbers give scans a cursor that survives growth.
 
 use std::alloc::Layout;
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crossbeam_epoch as epoch;
+use crate::sync::Mutex;
+
+use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_queue::SegQueue;
 use foldhash::fast::FixedState;
 
 use crate::key::Key;
@@ -186,10 +192,24 @@ impl Records {
 
 /// What only the mutex holder touches.
 struct Inner {
-    /// Records made.
-    len: usize,
+    /// Records made (numbers handed out); some may be dead, waiting to be made again.
+    made: usize,
+    /// Keys with a slot (each has a live record).
+    live: usize,
+    /// Slots of the current table holding a key or a tombstone.
+    occupied: usize,
     /// While growing: the next slot of the previous table to move into the current one.
     moved: usize,
+}
+
+/// A slot whose key was reclaimed: a probe goes on past it; only a new table drops it.
+const TOMBSTONE: u64 = u64::MAX;
+
+/// The record number a slot word holds, or `None` for a tombstone.
+#[inline]
+fn record_of(word: u64) -> Option<usize> {
+    let low = word as u32;
+    (low != u32::MAX).then(|| (low - 1) as usize)
 }
 
 /// The index of one table of one partition, and its objects.
@@ -202,6 +222,12 @@ pub(crate) struct Index {
     /// While growing, the previous table (whose slots are being moved into the current
     /// one); null once every one of them is there.
     previous: AtomicPtr<Slots>,
+    /// At least the version of every object reclaimed so far: the version a key with no
+    /// object reads at, and a new object starts from, so that a key's versions never go
+    /// back when its object is reclaimed and made again.
+    floor: AtomicU64,
+    /// Numbers of reclaimed records no lookup can still be reading, to make again.
+    free: Arc<SegQueue<u32>>,
     inner: Mutex<Inner>,
 }
 
@@ -212,6 +238,9 @@ unsafe impl Send for Index {}
 // SAFETY: as above.
 unsafe impl Sync for Index {}
 
+/// Where a key's slot is, under the mutex: the table, the slot and the record.
+type Found<'a> = (&'a Slots, usize, usize);
+
 impl Index {
     /// An empty index of a table whose values are of `size`, hashing with `seed`.
     pub(crate) fn new(seed: u64, size: ValueSize) -> Self {
@@ -221,11 +250,18 @@ impl Index {
             records: Records::new(RecordLayout::of(size)),
             current: AtomicPtr::new(first),
             previous: AtomicPtr::new(std::ptr::null_mut()),
-            inner: Mutex::new(Inner { len: 0, moved: 0 }),
+            floor: AtomicU64::new(0),
+            free: Arc::new(SegQueue::new()),
+            inner: Mutex::new(Inner {
+                made: 0,
+                live: 0,
+                occupied: 0,
+                moved: 0,
+            }),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> impl std::ops::DerefMut<Target = Inner> + '_ {
         // The index is consistent at every step a panic could interrupt.
         self.inner
             .lock()
@@ -236,22 +272,33 @@ impl Index {
     #[inline]
     fn object(&self, n: usize) -> ObjectRef<'_> {
         // SAFETY: record `n` was made (its number was published in a slot, or is below
-        // `len`), and records live as long as the index.
+        // `made`), and records live as long as the index.
         unsafe { ObjectRef::new(self.records.at(n), &self.records.layout) }
     }
 
-    /// The object of `key`, if it has one. Takes no lock.
+    /// The version a key with no object reads at (see [`Index::floor`]'s field).
     #[inline]
-    pub(crate) fn get(&self, key: &Key) -> Option<ObjectRef<'_>> {
-        self.find(self.hasher.hash_one(key) >> 32, key)
+    pub(crate) fn floor(&self) -> u64 {
+        self.floor.load(Ordering::Acquire)
+    }
+
+    /// Raises the floor to at least `version` (a backup, told by its primary before the
+    /// primary reclaims objects up to it). Under the mutex, as new objects read it.
+    pub(crate) fn raise_floor(&self, version: u64) {
+        let _inner = self.lock();
+        self.floor.fetch_max(version, Ordering::SeqCst);
+    }
+
+    /// The object of `key`, if it has one. Takes no lock; `guard` keeps the object's
+    /// record from being made again for another key while it is used.
+    #[inline]
+    pub(crate) fn get<'g>(&'g self, key: &Key, guard: &'g Guard) -> Option<ObjectRef<'g>> {
+        self.find(self.hasher.hash_one(key) >> 32, key, guard)
     }
 
     #[inline]
-    fn find(&self, tag: u64, key: &Key) -> Option<ObjectRef<'_>> {
+    fn find<'g>(&'g self, tag: u64, key: &Key, _guard: &'g Guard) -> Option<ObjectRef<'g>> {
         let (len, words) = key.to_words();
-        // Pinned while probing: a table that stops being current is freed only after
-        // every lookup that might have loaded it is done.
-        let _pinned = epoch::pin();
         // The current table, then (on a miss) the previous one. Growing publishes
         // `previous` before `current` and clears it only after the move, so a reader that
         // loads `current` and then `previous` gets either the table behind it, or null
@@ -259,9 +306,9 @@ impl Index {
         // probing: a move that ends during the probe of `current` is still covered.
         let current = self.current.load(Ordering::Acquire);
         let previous = self.previous.load(Ordering::Acquire);
-        // SAFETY: `current` is a live table (freed only through the epoch, after this
-        // pin).
-        if let Some(n) = self.probe(unsafe { &*current }, tag, len, words) {
+        // SAFETY: `current` is a live table (freed only through the epoch, after the
+        // caller's pin).
+        if let Some((_, n)) = self.probe(unsafe { &*current }, tag, len, words) {
             return Some(self.object(n));
         }
         if previous.is_null() || previous == current {
@@ -269,72 +316,154 @@ impl Index {
         }
         // SAFETY: as above.
         self.probe(unsafe { &*previous }, tag, len, words)
-            .map(|n| self.object(n))
+            .map(|(_, n)| self.object(n))
     }
 
+    /// The slot and record of the key in `table`, if it has one there.
     #[inline]
-    fn probe(&self, table: &Slots, tag: u64, len: usize, words: [u64; 2]) -> Option<usize> {
+    fn probe(
+        &self,
+        table: &Slots,
+        tag: u64,
+        len: usize,
+        words: [u64; 2],
+    ) -> Option<(usize, usize)> {
         let mut i = home(tag) & table.mask;
         loop {
             let word = table.slots[i].load(Ordering::Acquire);
             if word == 0 {
                 return None;
             }
-            if word >> 32 == tag {
-                let n = (word as u32 - 1) as usize;
-                if self.object(n).has_key(len, words) {
-                    return Some(n);
-                }
+            if word >> 32 == tag
+                && let Some(n) = record_of(word)
+                && self.object(n).has_key(len, words)
+            {
+                return Some((i, n));
             }
             i = (i + 1) & table.mask;
         }
     }
 
-    /// The object of `key`, made at `version` with `value` (`None`: absent or deleted)
+    /// Under the mutex: where `key`'s slot is, in the current table or, while a move is
+    /// under way, in the previous one.
+    fn locate(&self, tag: u64, key: &Key) -> Option<Found<'_>> {
+        let (len, words) = key.to_words();
+        // SAFETY: under the mutex no table is retired.
+        let current = unsafe { &*self.current.load(Ordering::Relaxed) };
+        if let Some((i, n)) = self.probe(current, tag, len, words) {
+            return Some((current, i, n));
+        }
+        // SAFETY: as above.
+        let previous = unsafe { self.previous.load(Ordering::Relaxed).as_ref()? };
+        self.probe(previous, tag, len, words)
+            .map(|(i, n)| (previous, i, n))
+    }
+
+    /// The object of `key`, made at `version` (`None`: the floor, read under the mutex,
+    /// so that no reclaim raises it in between) with `value` (`None`: absent or deleted)
     /// if there is none; `Err` with the existing object if there was one.
-    pub(crate) fn insert(
-        &self,
+    pub(crate) fn insert<'g>(
+        &'g self,
         key: Key,
-        version: u64,
+        version: Option<u64>,
         value: Option<&[u8]>,
-    ) -> Result<ObjectRef<'_>, ObjectRef<'_>> {
+        guard: &'g Guard,
+    ) -> Result<ObjectRef<'g>, ObjectRef<'g>> {
         let tag = self.hasher.hash_one(key) >> 32;
-        if let Some(object) = self.find(tag, &key) {
+        if let Some(object) = self.find(tag, &key, guard) {
             return Err(object);
         }
         let mut inner = self.lock();
         // Another thread may have inserted it since.
-        if let Some(object) = self.find(tag, &key) {
+        if let Some(object) = self.find(tag, &key, guard) {
             return Err(object);
         }
-        let n = inner.len;
-        assert!(
-            n < RECORDS_MAX,
-            "a table of one partition holds at most 2^32 - 2 keys"
-        );
         // SAFETY: only the mutex holder replaces `current`, and frees a table only after
         // it stopped being current.
-        let current = unsafe { &*self.current.load(Ordering::Relaxed) };
-        if (n + 1) * 4 > current.slots.len() * 3 {
+        let len = unsafe { &*self.current.load(Ordering::Relaxed) }
+            .slots
+            .len();
+        if (inner.occupied + 1) * 4 > len * 3 {
+            // A new table, twice the size when every slot holds a key, the same or half
+            // when many hold tombstones; moved into a few slots per insert.
+            let want = ((inner.live + 1) * 8 / 3)
+                .next_power_of_two()
+                .max(len / 2)
+                .max(INITIAL_SLOTS);
             // A move still under way ends first (it never is, at MOVE_PER_INSERT).
             self.move_slots(&mut inner, usize::MAX);
-            let grown = Box::into_raw(Box::new(Slots::new(current.slots.len() * 2)));
+            let grown = Box::into_raw(Box::new(Slots::new(want)));
             // `previous` before `current`: whoever sees the new table sees the old one
             // behind it.
             self.previous
                 .store(self.current.load(Ordering::Relaxed), Ordering::Release);
             self.current.store(grown, Ordering::Release);
             inner.moved = 0;
+            inner.occupied = 0;
         }
-        let at = self.records.make_room(n);
-        // SAFETY: room for record `n`, which nothing holds yet.
-        unsafe { self.records.layout.init(at, &key, version, value) };
-        inner.len = n + 1;
+        let version = version.unwrap_or_else(|| self.floor.load(Ordering::Relaxed));
+        let n = match self.free.pop() {
+            Some(n) => {
+                let n = n as usize;
+                // SAFETY: a dead record whose reclaim's grace period is over: no lookup
+                // that could have seen it alive is still reading it.
+                unsafe {
+                    self.records
+                        .layout
+                        .reinit(self.records.at(n), &key, version, value);
+                }
+                n
+            }
+            None => {
+                let n = inner.made;
+                assert!(
+                    n < RECORDS_MAX,
+                    "a table of one partition holds at most 2^32 - 2 keys"
+                );
+                let at = self.records.make_room(n);
+                // SAFETY: room for record `n`, which nothing holds yet.
+                unsafe { self.records.layout.init(at, &key, version, value) };
+                inner.made = n + 1;
+                n
+            }
+        };
         // SAFETY: as above.
         let current = unsafe { &*self.current.load(Ordering::Relaxed) };
         current.place(tag << 32 | (n as u64 + 1));
+        inner.occupied += 1;
+        inner.live += 1;
         self.move_slots(&mut inner, MOVE_PER_INSERT);
         Ok(self.object(n))
+    }
+
+    /// Reclaims `key`'s object if it is an unlocked absent or deleted object at
+    /// `version`: raises the floor to `version`, marks the record dead and its slot a
+    /// tombstone, and hands the record back for another key once no lookup can still be
+    /// reading it. Returns false, changing nothing but perhaps the floor, otherwise.
+    pub(crate) fn reclaim(&self, key: &Key, version: u64) -> bool {
+        let tag = self.hasher.hash_one(key) >> 32;
+        let mut inner = self.lock();
+        let Some((table, i, n)) = self.locate(tag, key) else {
+            return false;
+        };
+        let object = self.object(n);
+        let word = object.header();
+        if word.allocated() || word.locked() || word.version() != version {
+            return false;
+        }
+        // The floor first: a lookup that no longer finds the key reads a version at least
+        // its last.
+        self.floor.fetch_max(version, Ordering::SeqCst);
+        if !object.reclaim(version) {
+            return false;
+        }
+        table.slots[i].store(TOMBSTONE, Ordering::Release);
+        inner.live -= 1;
+        let free = Arc::clone(&self.free);
+        let guard = epoch::pin();
+        guard.defer(move || free.push(n as u32));
+        guard.flush();
+        true
     }
 
     /// Moves up to `count` slots of the previous table into the current one; once all
@@ -350,8 +479,10 @@ impl Index {
         let end = inner.moved.saturating_add(count).min(from.slots.len());
         for slot in &from.slots[inner.moved..end] {
             let word = slot.load(Ordering::Relaxed);
-            if word != 0 {
+            // Tombstones stay behind.
+            if word != 0 && word != TOMBSTONE {
                 to.place(word);
+                inner.occupied += 1;
             }
         }
         inner.moved = end;
@@ -369,9 +500,10 @@ impl Index {
         }
     }
 
-    /// Calls `visit` on up to `count` objects in insertion order from number `cursor`,
-    /// stopping early (before the object) when it returns false; returns the number of
-    /// the next object to visit. Holds the mutex meanwhile (new keys wait): for scans and
+    /// Calls `visit` on up to `count` records in the order of their numbers from number
+    /// `cursor` (dead ones included: `visit` skips them), stopping early (before the
+    /// record) when it returns false; returns the number of the next one to visit. Holds
+    /// the mutex meanwhile (new keys wait, and no record is made again): for scans and
     /// checks, not the hot path.
     pub(crate) fn scan(
         &self,
@@ -380,7 +512,7 @@ impl Index {
         mut visit: impl FnMut(ObjectRef<'_>) -> bool,
     ) -> usize {
         let inner = self.lock();
-        let end = cursor.saturating_add(count).min(inner.len);
+        let end = cursor.saturating_add(count).min(inner.made);
         let mut next = cursor;
         for n in cursor..end {
             if !visit(self.object(n)) {
@@ -391,15 +523,20 @@ impl Index {
         next
     }
 
-    /// Number of objects (keys that ever had an object).
+    /// Records a scan visits (see [`Index::scan`]).
+    pub(crate) fn records(&self) -> usize {
+        self.lock().made
+    }
+
+    /// Number of objects: keys that have one (present, deleted, or absent placeholders
+    /// not reclaimed yet).
     pub(crate) fn len(&self) -> usize {
-        self.lock().len
+        self.lock().live
     }
 
     /// Bytes the index holds: its records' buckets and its tables of slots.
     pub(crate) fn bytes(&self) -> usize {
         let _inner = self.lock();
-        let _pinned = epoch::pin();
         // SAFETY: under the mutex, no table is retired.
         let tables = unsafe {
             (*self.current.load(Ordering::Relaxed)).bytes()
@@ -415,12 +552,12 @@ impl Index {
 
 impl Drop for Index {
     fn drop(&mut self) {
-        let len = self
+        let made = self
             .inner
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len;
-        for n in 0..len {
+            .made;
+        for n in 0..made {
             // SAFETY: records 0..len were made, and nothing borrows the index any more.
             unsafe { self.records.layout.drop_in_place(self.records.at(n)) };
         }
@@ -454,8 +591,18 @@ mod tests {
     }
 
     /// Inserts `key` at `version`, holding the version as its value.
-    fn insert(index: &Index, key: u64, version: u64) -> Result<ObjectRef<'_>, ObjectRef<'_>> {
-        index.insert(Key::from(key), version, Some(&version.to_le_bytes()))
+    fn insert<'g>(
+        index: &'g Index,
+        key: u64,
+        version: u64,
+        guard: &'g Guard,
+    ) -> Result<ObjectRef<'g>, ObjectRef<'g>> {
+        index.insert(
+            Key::from(key),
+            Some(version),
+            Some(&version.to_le_bytes()),
+            guard,
+        )
     }
 
     fn version(object: ObjectRef<'_>) -> u64 {
@@ -466,23 +613,31 @@ mod tests {
     fn finds_what_it_holds_through_growth() {
         let index = index(7);
         for i in 0..10_000u64 {
-            assert!(insert(&index, i, i + 1).is_ok());
+            assert!(insert(&index, i, i + 1, &epoch::pin()).is_ok());
             // Everything inserted so far, still there after each growth.
             if i.is_power_of_two() {
                 for j in 0..=i {
-                    assert_eq!(version(index.get(&Key::from(j)).unwrap()), j + 1);
+                    assert_eq!(
+                        version(index.get(&Key::from(j), &epoch::pin()).unwrap()),
+                        j + 1
+                    );
                 }
             }
         }
         assert_eq!(index.len(), 10_000);
-        assert!(index.get(&Key::from(10_000)).is_none());
+        assert!(index.get(&Key::from(10_000), &epoch::pin()).is_none());
         // A second insert of a key returns the first entry and makes nothing.
-        let Err(existing) = index.insert(Key::from(5), 99, None) else {
+        let guard = epoch::pin();
+        let Err(existing) = index.insert(Key::from(5), Some(99), None, &guard) else {
             panic!("a second entry for one key");
         };
         assert_eq!(version(existing), 6);
         // Keys that differ only in length are different keys.
-        assert!(index.get(&Key::from_bytes(&[0; 7]).unwrap()).is_none());
+        assert!(
+            index
+                .get(&Key::from_bytes(&[0; 7]).unwrap(), &epoch::pin())
+                .is_none()
+        );
     }
 
     #[test]
@@ -509,13 +664,17 @@ mod tests {
             let keys: Vec<usize> = (0..600).filter(|i| i % 9 == 0 || *i < 256).collect();
             let mut made = Vec::new();
             for &i in &keys {
-                if index.insert(key(i), i as u64 + 1, Some(&value(i))).is_ok() {
+                if index
+                    .insert(key(i), Some(i as u64 + 1), Some(&value(i)), &epoch::pin())
+                    .is_ok()
+                {
                     made.push(i);
                 }
             }
             let mut out = Vec::new();
             for &i in &made {
-                let object = index.get(&key(i)).expect("made");
+                let guard = epoch::pin();
+                let object = index.get(&key(i), &guard).expect("made");
                 assert_eq!(object.key(), key(i));
                 let read = object.read(&mut out).unwrap();
                 assert_eq!((read.version, read.present), (i as u64 + 1, true));
@@ -526,21 +685,138 @@ mod tests {
         }
     }
 
+    /// Deletes `key` (lock, install nothing) and returns the tombstone's version.
+    fn delete(index: &Index, key: u64) -> u64 {
+        let guard = epoch::pin();
+        let object = index.get(&Key::from(key), &guard).expect("a key to delete");
+        let version = object.try_lock_any().unwrap();
+        object.install(None);
+        version + 1
+    }
+
+    /// Lets the epoch run deferred work until `done` (bounded: other tests may hold pins
+    /// for a while).
+    fn until(mut done: impl FnMut() -> bool) {
+        for _ in 0..100_000 {
+            if done() {
+                return;
+            }
+            epoch::pin().flush();
+            std::thread::yield_now();
+        }
+        panic!("the epoch never advanced");
+    }
+
+    #[test]
+    fn reclaimed_keys_are_gone_their_records_made_again_and_versions_never_go_back() {
+        let index = index(13);
+        for i in 0..100 {
+            insert(&index, i, 5, &epoch::pin()).unwrap();
+        }
+        // Only an unlocked absent or deleted object at the version given.
+        assert!(!index.reclaim(&Key::from(1), 5), "present");
+        let tombstone = delete(&index, 1);
+        assert_eq!(tombstone, 6);
+        assert!(!index.reclaim(&Key::from(1), 5), "another version");
+        assert!(!index.reclaim(&Key::from(1000), 6), "no such key");
+        assert_eq!(index.floor(), 0);
+        {
+            let guard = epoch::pin();
+            let object = index.get(&Key::from(1), &guard).unwrap();
+            object.try_lock(6).unwrap();
+            assert!(!index.reclaim(&Key::from(1), 6), "locked");
+            object.unlock();
+        }
+        assert!(index.reclaim(&Key::from(1), 6));
+        assert!(index.get(&Key::from(1), &epoch::pin()).is_none());
+        assert_eq!(index.floor(), 6);
+        assert_eq!(index.len(), 99);
+        assert!(!index.reclaim(&Key::from(1), 6), "twice");
+        // Its record comes back, for another key, once the epoch says so.
+        until(|| !index.free.is_empty());
+        let guard = epoch::pin();
+        let made = index.insert(Key::from(500), None, None, &guard).unwrap();
+        assert_eq!(made.key(), Key::from(500));
+        assert_eq!(
+            made.header().version(),
+            6,
+            "a new object starts at the floor"
+        );
+        assert_eq!(index.records(), 100, "record 1 made again, not a new one");
+        // The old key is still gone; the new one and every other are found.
+        assert!(index.get(&Key::from(1), &guard).is_none());
+        assert_eq!(
+            index.get(&Key::from(500), &guard).unwrap().key(),
+            Key::from(500)
+        );
+        for i in (0..100).filter(|&i| i != 1) {
+            assert_eq!(
+                index.get(&Key::from(i), &guard).unwrap().key(),
+                Key::from(i)
+            );
+        }
+        // A scan skips nothing live and shows the dead as dead.
+        let mut keys = Vec::new();
+        index.scan(0, usize::MAX, |o| {
+            if !o.header().dead() {
+                keys.push(o.key());
+            }
+            true
+        });
+        assert_eq!(keys.len(), 100);
+    }
+
+    #[test]
+    fn distinct_keys_set_and_reclaimed_leave_the_index_its_size() {
+        // Sessions, caches, queues: every key set once, then deleted. The live keys stay
+        // at about 1,000; the index must not grow with the 200,000 keys that passed.
+        let index = index(17);
+        let mut bytes_after_warmup = 0;
+        for i in 0..200_000u64 {
+            insert(&index, i, index.floor(), &epoch::pin()).unwrap();
+            if i >= 1_000 {
+                let old = i - 1_000;
+                let version = delete(&index, old);
+                assert!(index.reclaim(&Key::from(old), version));
+            }
+            if i == 20_000 {
+                bytes_after_warmup = index.bytes();
+            }
+            if i % 1_000 == 0 {
+                epoch::pin().flush();
+            }
+        }
+        assert_eq!(index.len(), 1_000);
+        for i in 199_000..200_000 {
+            assert!(index.get(&Key::from(i), &epoch::pin()).is_some());
+        }
+        assert!(index.get(&Key::from(198_999), &epoch::pin()).is_none());
+        assert!(
+            index.bytes() <= bytes_after_warmup * 2,
+            "{} bytes after 200,000 keys, {} after 20,000",
+            index.bytes(),
+            bytes_after_warmup
+        );
+        // Records are made again rather than new ones made (a few wait for the epoch).
+        assert!(index.records() < 20_000, "{} records made", index.records());
+    }
+
     #[test]
     fn finds_every_key_after_every_insert_while_a_growth_moves_slots() {
         let index = index(11);
         for i in 0..3_000u64 {
-            assert!(insert(&index, i, i + 1).is_ok());
+            assert!(insert(&index, i, i + 1, &epoch::pin()).is_ok());
             let moving = !index.previous.load(Ordering::Relaxed).is_null();
             for j in 0..=i {
-                let found = index.get(&Key::from(j));
+                let guard = epoch::pin();
+                let found = index.get(&Key::from(j), &guard);
                 assert_eq!(
                     found.map(version),
                     Some(j + 1),
                     "key {j} after {i} (moving: {moving})"
                 );
             }
-            assert!(index.get(&Key::from(i + 1)).is_none());
+            assert!(index.get(&Key::from(i + 1), &epoch::pin()).is_none());
         }
         // Each growth ended its move before the next: the last table holds every key.
         let inner = index.lock();
@@ -591,7 +867,8 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         for k in [n - 1, n.saturating_sub(1 + x % 64), x % n] {
-                            let found = index.get(&Key::from(k));
+                            let guard = epoch::pin();
+                            let found = index.get(&Key::from(k), &guard);
                             assert_eq!(found.map(version), Some(k + 1), "key {k} of {n}");
                             lookups += 1;
                         }
@@ -601,7 +878,7 @@ mod tests {
             })
             .collect();
         for i in 0..KEYS {
-            assert!(insert(&index, i, i + 1).is_ok());
+            assert!(insert(&index, i, i + 1, &epoch::pin()).is_ok());
             inserted.store(i + 1, Ordering::Release);
         }
         done.store(true, Ordering::Relaxed);
@@ -617,7 +894,7 @@ mod tests {
         let mut cursor = 0;
         let mut stopped_once = false;
         for i in 0..1_000u64 {
-            assert!(insert(&index, i * 7919, 1).is_ok());
+            assert!(insert(&index, i * 7919, 1, &epoch::pin()).is_ok());
             if i % 10 == 9 {
                 cursor = index.scan(cursor, 3, |e| {
                     seen.push(e.key());
@@ -666,11 +943,13 @@ mod tests {
                     // gets one entry, whoever made it, and lookups always find it after.
                     for n in 0..20_000u64 {
                         let i = (n * (2 * t + 1)) % 20_000;
-                        let entry = match insert(&index, i, i + 1) {
+                        let guard = epoch::pin();
+                        let entry = match insert(&index, i, i + 1, &guard) {
                             Ok(e) | Err(e) => e,
                         };
                         assert_eq!(version(entry), i + 1);
-                        let found = index.get(&Key::from(i)).expect("inserted");
+                        let guard = epoch::pin();
+                        let found = index.get(&Key::from(i), &guard).expect("inserted");
                         assert_eq!(found.key(), entry.key());
                         assert!(std::ptr::eq(found.header_cell(), entry.header_cell()));
                     }

@@ -130,6 +130,35 @@ impl RecordLayout {
         }
     }
 
+    /// Makes the reclaimed record at `at` again, for `key`, as [`RecordLayout::init`]
+    /// would, with atomic stores: lookups may still reach it through a slot of a table
+    /// being moved from, and they must read it either dead or whole. The header comes
+    /// last.
+    ///
+    /// # Safety
+    /// `at` holds a dead record of this layout (see [`ObjectRef::reclaim`]) that no one
+    /// else writes.
+    pub(crate) unsafe fn reinit(
+        &self,
+        at: NonNull<u8>,
+        key: &Key,
+        version: u64,
+        value: Option<&[u8]>,
+    ) {
+        // SAFETY: a record of this layout.
+        let object = unsafe { ObjectRef::new(at, self) };
+        debug_assert!(object.header().dead());
+        let (key_len, key_words) = key.to_words();
+        let words = object.key_words();
+        words[0].store(key_words[0], Ordering::Relaxed);
+        words[1].store(key_words[1], Ordering::Relaxed);
+        if let Some(value) = value {
+            object.value_write(value);
+        }
+        let word = HeaderWord::new(version, value.is_some()).with_key_len(key_len);
+        object.header_cell().reset(word);
+    }
+
     /// Drops the record at `at` (a value cell's buffer, and shuttle's atomics).
     ///
     /// # Safety
@@ -162,6 +191,15 @@ impl RecordLayout {
 pub(crate) struct ObjectRef<'a> {
     at: NonNull<u8>,
     layout: &'a RecordLayout,
+}
+
+impl std::fmt::Debug for ObjectRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectRef")
+            .field("key", &self.key())
+            .field("header", &self.header())
+            .finish()
+    }
 }
 
 impl<'a> ObjectRef<'a> {
@@ -197,13 +235,31 @@ impl<'a> ObjectRef<'a> {
     }
 
     /// True if this is the object of the key `len` bytes long made of `words` (as
-    /// [`Key::to_words`] gives them).
+    /// [`Key::to_words`] gives them). A dead record has no key. The header is read
+    /// first: a record made again for another key writes its header last.
     #[inline]
     pub(crate) fn has_key(&self, len: usize, words: [u64; 2]) -> bool {
+        if self.header().key_len() != len {
+            return false;
+        }
         let mine = self.key_words();
-        mine[0].load(Ordering::Relaxed) == words[0]
-            && mine[1].load(Ordering::Relaxed) == words[1]
-            && self.header().key_len() == len
+        mine[0].load(Ordering::Relaxed) == words[0] && mine[1].load(Ordering::Relaxed) == words[1]
+    }
+
+    /// Reclaims the object if it is an unlocked absent or deleted object at `version`:
+    /// locks it for good and marks it dead (a lookup no longer matches it), and lets go
+    /// of its value's buffer. Returns false, changing nothing, otherwise.
+    pub(crate) fn reclaim(&self, version: u64) -> bool {
+        let word = self.header();
+        if word.allocated() || word.dead() || self.try_lock(version).is_err() {
+            return false;
+        }
+        // Locked at `version`: still not allocated (a write needs the lock).
+        if let ValueKind::Cell { .. } = self.layout.kind {
+            self.cell().release_buffer();
+        }
+        self.header_cell().mark_dead();
+        true
     }
 
     fn inline_words(&self, len: usize) -> &'a [AtomicU64] {

@@ -1,5 +1,7 @@
 //! A partition: one hash index per table, shared by a node's worker threads.
 
+use crossbeam_epoch::{self as epoch, Guard};
+
 use crate::error::{LockError, ReadError, StoreError};
 use crate::header::VERSION_MAX;
 use crate::index::Index;
@@ -11,11 +13,18 @@ use crate::table::{TableId, TableSpec};
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct PartitionId(pub u32);
 
-/// The object of `key`, inserting an absent placeholder if there is none.
-fn object_or_absent<'i>(index: &'i Index, key: &Key) -> ObjectRef<'i> {
-    match index.get(key) {
+/// The object of `key`, inserting an absent placeholder if there is none: at `version`,
+/// or at the index's floor for `None` (a primary's, whose readers saw the key absent at
+/// the floor).
+fn object_or_absent<'g>(
+    index: &'g Index,
+    key: &Key,
+    version: Option<u64>,
+    guard: &'g Guard,
+) -> ObjectRef<'g> {
+    match index.get(key, guard) {
         Some(object) => object,
-        None => match index.insert(*key, 0, None) {
+        None => match index.insert(*key, version, None, guard) {
             Ok(object) | Err(object) => object,
         },
     }
@@ -77,8 +86,9 @@ impl Partition {
             .ok_or(StoreError::UnknownTable(table))
     }
 
-    /// Lock-free read of `key` into `out`. A key with no object reads as absent at
-    /// version 0.
+    /// Lock-free read of `key` into `out`. A key with no object reads as absent at the
+    /// table's floor: 0 until an object of the table is reclaimed, then at least the
+    /// version of every object reclaimed (so a key's versions never go back).
     pub fn read(
         &self,
         table: TableId,
@@ -86,29 +96,31 @@ impl Partition {
         out: &mut Vec<u8>,
     ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
         let (_, index) = self.table(table)?;
-        Ok(match index.get(key) {
+        let guard = epoch::pin();
+        Ok(match index.get(key, &guard) {
             Some(object) => object.read(out),
             None => {
                 out.clear();
                 Ok(ReadOutcome {
-                    version: 0,
+                    version: index.floor(),
                     present: false,
                 })
             }
         })
     }
 
-    /// True if `key` is unlocked at `version` (0: never had an object).
+    /// True if `key` is unlocked at `version` (a key with no object: at the floor).
     pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
         let (_, index) = self.table(table)?;
-        Ok(match index.get(key) {
+        let guard = epoch::pin();
+        Ok(match index.get(key, &guard) {
             Some(object) => object.validate(version),
-            None => version == 0,
+            None => version == index.floor(),
         })
     }
 
-    /// Locks `key` at `version`, creating its placeholder if the key never had an object
-    /// (for an insert at version 0).
+    /// Locks `key` at `version`, creating its placeholder if the key has no object (for
+    /// an insert, at the version it was read absent at: the floor).
     pub fn lock(
         &self,
         table: TableId,
@@ -116,10 +128,15 @@ impl Partition {
         version: u64,
     ) -> Result<Result<(), LockError>, StoreError> {
         let (_, index) = self.table(table)?;
-        let object = match index.get(key) {
+        let guard = epoch::pin();
+        let object = match index.get(key, &guard) {
             Some(object) => object,
-            None if version == 0 => object_or_absent(index, key),
-            None => return Ok(Err(LockError::VersionChanged { current: 0 })),
+            None if version == index.floor() => object_or_absent(index, key, None, &guard),
+            None => {
+                return Ok(Err(LockError::VersionChanged {
+                    current: index.floor(),
+                }));
+            }
         };
         Ok(object.try_lock(version))
     }
@@ -134,7 +151,8 @@ impl Partition {
     ) -> Result<Result<u64, LockError>, StoreError> {
         let (spec, index) = self.table(table)?;
         spec.check_key(key)?;
-        Ok(object_or_absent(index, key).try_lock_any())
+        let guard = epoch::pin();
+        Ok(object_or_absent(index, key, None, &guard).try_lock_any())
     }
 
     /// Whether this partition has `table`.
@@ -161,8 +179,9 @@ impl Partition {
         if let Some(value) = value {
             spec.check_value(value)?;
         }
+        let guard = epoch::pin();
         let object = index
-            .get(key)
+            .get(key, &guard)
             .expect("install into a key that was never locked");
         Ok(object.install(value))
     }
@@ -170,8 +189,9 @@ impl Partition {
     /// Unlocks the locked `key` without a change. Panics if it is not locked.
     pub fn unlock(&self, table: TableId, key: &Key) -> Result<(), StoreError> {
         let (_, index) = self.table(table)?;
+        let guard = epoch::pin();
         index
-            .get(key)
+            .get(key, &guard)
             .expect("unlock of a key that was never locked")
             .unlock();
         Ok(())
@@ -191,7 +211,10 @@ impl Partition {
         if let Some(value) = value {
             spec.check_value(value)?;
         }
-        Ok(object_or_absent(index, key).apply(version, value))
+        // At version 0, not the floor: a backup applies its primary's versions, and a
+        // new key's first one may be below this copy's floor (see `Partition::reclaim`).
+        let guard = epoch::pin();
+        Ok(object_or_absent(index, key, Some(0), &guard).apply(version, value))
     }
 
     /// [`Partition::apply`] that leaves a locked object alone (`Ok(None)`): for a copy
@@ -208,7 +231,8 @@ impl Partition {
         if let Some(value) = value {
             spec.check_value(value)?;
         }
-        Ok(object_or_absent(index, key).apply_unless_locked(version, value))
+        let guard = epoch::pin();
+        Ok(object_or_absent(index, key, Some(0), &guard).apply_unless_locked(version, value))
     }
 
     /// Stores `value` at version 1 if `key` has no object: for loading data before any
@@ -217,7 +241,8 @@ impl Partition {
         let (spec, index) = self.table(table)?;
         spec.check_key(&key)?;
         spec.check_value(value)?;
-        Ok(index.insert(key, 1, Some(value)).is_ok())
+        let guard = epoch::pin();
+        Ok(index.insert(key, Some(1), Some(value), &guard).is_ok())
     }
 
     /// A digest of every present object of `table` (key, version, value), the same for
@@ -232,6 +257,9 @@ impl Partition {
         let mut value = Vec::new();
         let (mut sum, mut count) = (0u64, 0);
         index.scan(0, usize::MAX, |object| {
+            if object.header().dead() {
+                return true;
+            }
             let hash = match object.read(&mut value) {
                 Ok(outcome) if !outcome.present => return true,
                 Ok(outcome) => {
@@ -254,14 +282,15 @@ impl Partition {
         let (_, index) = self.table(table)?;
         let mut count = 0;
         index.scan(0, usize::MAX, |object| {
-            count += usize::from(object.header().allocated());
+            let word = object.header();
+            count += usize::from(word.allocated() && !word.dead());
             true
         });
         Ok(count)
     }
 
-    /// Number of objects `table` holds: one per key that ever had one (a deleted key
-    /// keeps its object). Takes the table index's lock once: for statistics.
+    /// Number of objects `table` holds: one per key that has one (present, or deleted
+    /// and not reclaimed yet). Takes the table index's lock once: for statistics.
     pub fn objects(&self, table: TableId) -> Result<usize, StoreError> {
         let (_, index) = self.table(table)?;
         Ok(index.len())
@@ -273,6 +302,58 @@ impl Partition {
     pub fn bytes(&self, table: TableId) -> Result<usize, StoreError> {
         let (_, index) = self.table(table)?;
         Ok(index.bytes())
+    }
+
+    /// The version `table`'s keys with no object read at (see [`Partition::read`]).
+    pub fn floor(&self, table: TableId) -> Result<u64, StoreError> {
+        Ok(self.table(table)?.1.floor())
+    }
+
+    /// Raises `table`'s floor to at least `version`: a backup does before its primary
+    /// reclaims objects up to that version, so that promoted, it never reads a key at a
+    /// lower version than its primary did.
+    pub fn raise_floor(&self, table: TableId, version: u64) -> Result<(), StoreError> {
+        check_version(version)?;
+        self.table(table)?.1.raise_floor(version);
+        Ok(())
+    }
+
+    /// Frees `key`'s object if it is an unlocked absent or deleted object at `version`
+    /// (its record is made again for another key once no reader can still see it), and
+    /// raises the floor to `version`; returns whether it did. Only once no older write
+    /// of the key can still be applied to this copy: the caller's protocol makes sure of
+    /// that (a backup applies writes in any order, by version, and a key with no object
+    /// takes any version).
+    pub fn reclaim(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
+        let (_, index) = self.table(table)?;
+        Ok(index.reclaim(key, version))
+    }
+
+    /// Visits up to `count` records of `table` from `cursor` (0 starts) and pushes the
+    /// key and version of each unlocked absent or deleted object onto `out`: what
+    /// [`Partition::reclaim`] may free. Returns the cursor to go on from, 0 once every
+    /// record was visited. Holds the table index's mutex meanwhile.
+    pub fn tombstones(
+        &self,
+        table: TableId,
+        cursor: u64,
+        count: usize,
+        out: &mut Vec<(Key, u64)>,
+    ) -> Result<u64, StoreError> {
+        let (_, index) = self.table(table)?;
+        let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
+        let next = index.scan(start, count.max(1), |object| {
+            let word = object.header();
+            if !word.allocated() && !word.locked() && !word.dead() {
+                out.push((object.key(), word.version()));
+            }
+            true
+        });
+        Ok(if next >= index.records() {
+            0
+        } else {
+            next as u64 + 1
+        })
     }
 
     /// The tables of this partition, in schema order.
@@ -300,6 +381,7 @@ impl Partition {
         let mut value = Vec::new();
         let next = index.scan(start, count.max(1), |record| {
             match record.read(&mut value) {
+                _ if record.header().dead() => true,
                 Ok(outcome) if outcome.version == 0 => true,
                 Ok(outcome) => object(
                     &record.key(),
@@ -312,7 +394,7 @@ impl Partition {
                 }
             }
         });
-        Ok(if next >= index.len() {
+        Ok(if next >= index.records() {
             0
         } else {
             next as u64 + 1
@@ -344,6 +426,7 @@ impl Partition {
         let mut value = Vec::new();
         let next = index.scan(start, count.max(1), |object| {
             match object.read(&mut value) {
+                _ if object.header().dead() => true,
                 Ok(outcome) => {
                     if outcome.present {
                         out.push((object.key(), value.clone()));
@@ -353,7 +436,7 @@ impl Partition {
                 Err(_) => false,
             }
         });
-        Ok(if next >= index.len() {
+        Ok(if next >= index.records() {
             0
         } else {
             next as u64 + 1

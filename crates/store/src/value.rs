@@ -72,6 +72,14 @@ impl ValueCell {
         }
     }
 
+    /// Lets go of the buffer of large values, if any (readers still copying from it keep
+    /// it until they are done). For a reclaimed object, whose value no one reads again.
+    pub(crate) fn release_buffer(&self) {
+        if self.large.load().is_some() {
+            self.large.store(None);
+        }
+    }
+
     /// Writes `value`. Only the holder of the object's lock may call this.
     pub(crate) fn write(&self, value: &[u8]) {
         if value.len() <= SMALL_BYTES {

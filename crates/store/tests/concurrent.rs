@@ -139,3 +139,91 @@ fn concurrent_increments_through_locks_lose_nothing() {
     );
     assert_eq!(outcome.version, 1 + THREADS * INCREMENTS);
 }
+
+/// Keys set and deleted nonstop, their objects reclaimed and their records made again for
+/// newer keys, while readers read keys old and new: a reader must only ever see a key's
+/// own value (never that of the key its record was made again for), and each key's
+/// versions must never go back (a key with no object reads at the floor, which covers
+/// every reclaimed version).
+#[test]
+fn readers_never_see_a_reclaimed_record_as_another_key_nor_a_version_go_back() {
+    const KEYS: u64 = 60_000;
+    const WINDOW: u64 = 500;
+    let partition = Arc::new(Partition::new(
+        PartitionId(0),
+        &[TableSpec::variable(1, "kv", 64)],
+    ));
+    let table = TableId(1);
+    // The value of key k: its number, then (for some keys) more bytes, so values move
+    // between the record and a buffer of their own.
+    let value = |k: u64| -> Vec<u8> {
+        let mut v = k.to_le_bytes().to_vec();
+        v.resize(if k.is_multiple_of(3) { 48 } else { 8 }, (k % 251) as u8);
+        v
+    };
+    let written = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (partition, written, done) = (partition.clone(), written.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut last_seen = std::collections::BTreeMap::new();
+                let (mut x, mut present) = (t + 7, 0u64);
+                while !done.load(Ordering::Relaxed) {
+                    let n = written.load(Ordering::Acquire);
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Keys live, just deleted, long gone, and not yet written.
+                    let k = (n + WINDOW).saturating_sub(x % (3 * WINDOW));
+                    let key = Key::from(k);
+                    let Ok(read) = partition.read(table, &key, &mut out).unwrap() else {
+                        continue;
+                    };
+                    if read.present {
+                        assert_eq!(out, value(k), "key {k} read another key's value");
+                        present += 1;
+                    }
+                    let last = last_seen.entry(k).or_insert(0);
+                    assert!(
+                        read.version >= *last,
+                        "key {k} went back from {last} to {}",
+                        read.version
+                    );
+                    *last = read.version;
+                }
+                present
+            })
+        })
+        .collect();
+    let mut reclaimed = 0;
+    for k in 0..KEYS {
+        let key = Key::from(k);
+        let version = partition.lock_any(table, &key).unwrap().unwrap();
+        let mut check = Vec::new();
+        assert!(
+            version
+                >= partition
+                    .read(table, &Key::from(u64::MAX), &mut check)
+                    .unwrap()
+                    .unwrap()
+                    .version
+        );
+        partition.install(table, &key, Some(&value(k))).unwrap();
+        written.store(k, Ordering::Release);
+        if k >= WINDOW {
+            let old = Key::from(k - WINDOW);
+            partition.lock_any(table, &old).unwrap().unwrap();
+            let tombstone = partition.install(table, &old, None).unwrap();
+            reclaimed += usize::from(partition.reclaim(table, &old, tombstone).unwrap());
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0, "the readers saw keys present");
+    }
+    assert_eq!(reclaimed as u64, KEYS - WINDOW);
+    assert_eq!(partition.objects(table).unwrap() as u64, WINDOW);
+    assert!(partition.floor(table).unwrap() > 0);
+}

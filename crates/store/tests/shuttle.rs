@@ -111,3 +111,88 @@ fn a_lock_is_held_by_one_writer_at_a_time() {
         20_000,
     );
 }
+
+/// A deleted key's object reclaimed while a writer inserts the key again and a reader
+/// reads it, in every interleaving shuttle tries: the writer's insert lands either on
+/// the old object (and the reclaim gives up) or on a new one at the floor, never on a
+/// dead one; the reader sees the key's versions only go forward, and a present value only
+/// as the writer wrote it.
+#[test]
+fn a_reclaim_races_an_insert_and_a_read_of_the_same_key() {
+    use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
+    shuttle::check_random(
+        || {
+            let table = TableId(1);
+            let key = Key::from(7);
+            let partition = Arc::new(Partition::new(
+                PartitionId(0),
+                &[TableSpec::fixed(1, "t", 8)],
+            ));
+            partition.load(table, key, &1u64.to_le_bytes()).unwrap();
+            partition.lock(table, &key, 1).unwrap().unwrap();
+            assert_eq!(partition.install(table, &key, None), Ok(2));
+            let reclaimer = {
+                let partition = partition.clone();
+                shuttle::thread::spawn(move || partition.reclaim(table, &key, 2).unwrap())
+            };
+            let writer = {
+                let partition = partition.clone();
+                shuttle::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    for _ in 0..3 {
+                        let Ok(read) = partition.read(table, &key, &mut out).unwrap() else {
+                            continue;
+                        };
+                        if !read.present
+                            && partition.lock(table, &key, read.version).unwrap().is_ok()
+                        {
+                            return Some(
+                                partition
+                                    .install(table, &key, Some(&99u64.to_le_bytes()))
+                                    .unwrap(),
+                            );
+                        }
+                    }
+                    None
+                })
+            };
+            let mut out = Vec::new();
+            let mut last = 0;
+            for _ in 0..3 {
+                if let Ok(read) = partition.read(table, &key, &mut out).unwrap() {
+                    assert!(
+                        read.version >= last,
+                        "went back from {last} to {}",
+                        read.version
+                    );
+                    last = read.version;
+                    if read.present {
+                        assert_eq!(out, 99u64.to_le_bytes());
+                    }
+                }
+            }
+            let reclaimed = reclaimer.join().unwrap();
+            let installed = writer.join().unwrap();
+            let read = partition.read(table, &key, &mut out).unwrap().unwrap();
+            match installed {
+                // On the old object (at 2) or a new one at the floor (2): version 3.
+                Some(version) => {
+                    assert_eq!(version, 3);
+                    assert!(read.present && read.version == 3);
+                    assert_eq!(partition.objects(table).unwrap(), 1);
+                }
+                None => {
+                    assert!(!read.present);
+                    assert_eq!(
+                        read.version, 2,
+                        "absent, at its tombstone's version or the floor"
+                    );
+                }
+            }
+            if reclaimed {
+                assert_eq!(partition.floor(table).unwrap(), 2);
+            }
+        },
+        20_000,
+    );
+}
