@@ -1157,6 +1157,7 @@ mod tests {
                 value_bytes: 32,
                 zipf: 0.0,
                 ship: false,
+                delete_share: 0.0,
             }),
             nodes: 3,
             replicas: 3,

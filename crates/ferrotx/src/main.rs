@@ -687,6 +687,7 @@ fn main() -> anyhow::Result<()> {
                 value_bytes: args.value_bytes,
                 zipf: args.zipf,
                 ship: !args.no_ship,
+                delete_share: 0.0,
             });
             run_cluster_bench(&args.run.options(workload)?, &args.run)?;
         }

@@ -21,6 +21,7 @@ use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec}
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
+use ferrotx_txn::reclaim::ReclaimOptions;
 use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
 use ferrotx_txn::ship::{Executors, Procedures, Shipping};
 use ferrotx_wire::EndpointId;
@@ -48,6 +49,8 @@ pub struct CoreOptions {
     pub ship_executors: Executors,
     /// How new backups are filled (data recovery).
     pub refill: RefillOptions,
+    /// How deleted objects are reclaimed ([`ferrotx_txn::reclaim`]).
+    pub reclaim: ReclaimOptions,
 }
 
 impl Default for CoreOptions {
@@ -59,6 +62,7 @@ impl Default for CoreOptions {
             procedures: Procedures::default(),
             ship_executors: Executors::default(),
             refill: RefillOptions::default(),
+            reclaim: ReclaimOptions::default(),
         }
     }
 }
@@ -412,9 +416,9 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                // More in the background: recovery, data recovery, and the executors of
-                // shipped operations.
-                callers: options.coroutines + 2 + options.ship_executors.count,
+                // More in the background: recovery, data recovery, reclamation, and the
+                // executors of shipped operations.
+                callers: options.coroutines + 3 + options.ship_executors.count,
                 ..options.rpc.clone()
             },
         );
@@ -447,6 +451,11 @@ impl NodeCore {
         );
         worker.executor().spawn_background(move |co| async move {
             refill.run_refill(co, refill_options, seed).await
+        });
+        let reclaim = coordinator.clone();
+        let reclaim_options = options.reclaim;
+        worker.executor().spawn_background(move |co| async move {
+            reclaim.run_reclaim(co, reclaim_options).await
         });
         let shipping = Shipping::new(options.procedures.clone(), callers, options.ship_executors);
         coordinator.set_shipping(shipping.clone());

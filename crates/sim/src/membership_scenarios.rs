@@ -74,6 +74,7 @@ pub fn scenario(name: &str) -> Box<dyn Scenario> {
             value_bytes: 8,
             zipf: 0.0,
             ship: false,
+            delete_share: 0.0,
         }),
         1,
         TRANSACTIONS,

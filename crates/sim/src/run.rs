@@ -312,6 +312,12 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             pace: 1,
             last_copy_speedup: 4,
         },
+        // Small steps, often: rounds land between commits, failures and view changes.
+        reclaim: ferrotx_txn::reclaim::ReclaimOptions {
+            records_per_step: 16,
+            interval_ns: 2_000_000,
+            busy_interval_ns: 500_000,
+        },
     };
     if let Some(membership) = options.membership {
         return run_with_membership(scenario, options, plan, config, core, membership);

@@ -24,9 +24,10 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "bank",
     "kv",
+    "kv-churn",
     "tatp",
     "smallbank",
     "list-append",
@@ -54,10 +55,9 @@ const EXPIRY_REQUESTS_PER_CLIENT: usize = 24;
 /// If `name` is not one of [`NAMES`].
 pub fn scenario(name: &str) -> Box<dyn Scenario> {
     match name {
-        "bank" | "kv" | "tatp" | "smallbank" => Box::new(workloads::WorkloadScenario::new(
-            name,
-            TRANSACTIONS_PER_CLIENT,
-        )),
+        "bank" | "kv" | "kv-churn" | "tatp" | "smallbank" => Box::new(
+            workloads::WorkloadScenario::new(name, TRANSACTIONS_PER_CLIENT),
+        ),
         "list-append" => Box::new(list_append::ListAppend::new(TRANSACTIONS_PER_CLIENT)),
         "resp-bank" => Box::new(resp::RespBank::new(TRANSACTIONS_PER_CLIENT)),
         "resp-list-append" => Box::new(resp::RespListAppend::new(TRANSACTIONS_PER_CLIENT)),

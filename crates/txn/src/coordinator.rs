@@ -14,6 +14,7 @@ mod keyspace;
 mod log_space;
 mod placement;
 mod read;
+mod reclaim;
 mod recovery;
 mod refill;
 mod round;

@@ -8,6 +8,7 @@
 pub mod coordinator;
 pub mod messages;
 pub mod participant;
+pub mod reclaim;
 pub mod recovery;
 pub mod refill;
 pub mod reservation;

@@ -323,7 +323,7 @@ impl Participant {
 
     /// Registers this participant's handlers on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 19] = [
+        let handlers: [(u8, ParticipantHandler); 21] = [
             (request_type::TRUNCATE, Self::truncate_message),
             (request_type::READ, Self::read),
             (request_type::LOCK, Self::lock),
@@ -336,6 +336,8 @@ impl Participant {
             (request_type::SCAN, Self::scan),
             (request_type::COUNT, Self::count),
             (crate::refill::FETCH, Self::fetch),
+            (crate::reclaim::RECLAIM_CHECK, Self::reclaim_check),
+            (crate::reclaim::RECLAIM, Self::reclaim),
             (rt::NEED_RECOVERY, Self::need_recovery),
             (rt::REPLICATE_TX_STATE, Self::replicate_tx_state),
             (rt::RECOVERY_VOTE, Self::recovery_vote),
@@ -368,6 +370,49 @@ impl Participant {
             &mut self.fetch_locked,
             response,
         );
+        Ok(())
+    }
+
+    /// RECLAIM-CHECK ([`crate::reclaim`]): for each tombstone named, whether this node's
+    /// copy applied it and no record of this thread's logs (waiting to be applied, or
+    /// replicated by recovery) writes its key.
+    pub fn reclaim_check(
+        &mut self,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
+        let copy = self.store.get_any(request.partition);
+        let mut waiting = std::collections::BTreeSet::new();
+        if copy.is_some() {
+            for log in self.logs.values() {
+                for bytes in log.records.values().chain(log.replicated.values()) {
+                    let Ok(record) = RecordView::parse(bytes) else {
+                        continue;
+                    };
+                    for write in record.writes() {
+                        if write.partition == request.partition && write.table == request.table {
+                            waiting.insert(write.key);
+                        }
+                    }
+                }
+            }
+        }
+        crate::reclaim::answer_check(&request, copy, |key| waiting.contains(key), response);
+        Ok(())
+    }
+
+    /// RECLAIM ([`crate::reclaim`]): raise the table's floor, then free the tombstones
+    /// named that are still at their versions.
+    pub fn reclaim(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
+        let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
+        match self.store.get_any(request.partition) {
+            Some(copy) => {
+                crate::reclaim::apply_reclaim(&request, copy);
+                response.push(1);
+            }
+            None => response.push(0),
+        }
         Ok(())
     }
 

@@ -251,8 +251,8 @@ pub(crate) fn answer_fetch(
         out.push(FetchStatus::Refused as u8);
         return;
     };
-    // Status, next cursor and object count, filled in at the end.
-    Writer(out).u8(FetchStatus::Ok as u8).u64(0).u32(0);
+    // Status, next cursor, object count and the table's floor, filled in at the end.
+    Writer(out).u8(FetchStatus::Ok as u8).u64(0).u32(0).u64(0);
     let header = out.len();
     let mut objects = 0u32;
     locked.clear();
@@ -320,6 +320,10 @@ pub(crate) fn answer_fetch(
     };
     out[1..9].copy_from_slice(&next.to_le_bytes());
     out[9..13].copy_from_slice(&objects.to_le_bytes());
+    // Read after the objects: at least the version of every object reclaimed before
+    // this page was read, which the copy then lacks (crate::reclaim).
+    let floor = partition.floor(request.table).unwrap_or(0);
+    out[13..21].copy_from_slice(&floor.to_le_bytes());
     let mut w = Writer(out);
     w.u32(locked.len() as u32);
     for key in locked.iter() {
@@ -331,6 +335,10 @@ pub(crate) fn answer_fetch(
 pub struct FetchPage<'a> {
     /// The cursor to go on from (0: the table was visited whole; always 0 for keys).
     pub next_cursor: u64,
+    /// The table's floor at the primary once the page was read: the copy raises its own
+    /// to it, so that keys reclaimed at the primary before the copy saw them read, on
+    /// the copy, at no lower version than they did there.
+    pub floor: u64,
     objects: u32,
     body: Reader<'a>,
 }
@@ -363,10 +371,12 @@ pub fn decode_fetch_response(
     }
     let next_cursor = r.u64()?;
     let objects = r.u32()?;
+    let floor = r.u64()?;
     Ok((
         status,
         Some(FetchPage {
             next_cursor,
+            floor,
             objects,
             body: r,
         }),

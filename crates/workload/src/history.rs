@@ -50,6 +50,12 @@ pub struct TxnRecord<K> {
     /// Versions installed by its writes (for an indeterminate record, those it would
     /// install; [`VERSION_UNKNOWN`] for a blind write).
     pub writes: Vec<(K, u64)>,
+    /// The reads of `reads` that found no value (a key absent or deleted). A key with no
+    /// object reads at its table's floor, a version that may be no write of this key (see
+    /// `Partition::reclaim`): the checker takes it as the key's last version up to it.
+    pub absent: Vec<(K, u64)>,
+    /// The writes of `writes` that deleted their key.
+    pub deletes: Vec<(K, u64)>,
 }
 
 impl<K> TxnRecord<K> {
@@ -62,6 +68,8 @@ impl<K> TxnRecord<K> {
             committed: false,
             reads: Vec::new(),
             writes: Vec::new(),
+            absent: Vec::new(),
+            deletes: Vec::new(),
         }
     }
 

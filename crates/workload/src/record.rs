@@ -136,6 +136,19 @@ pub async fn finish<T, R: Recorder>(
             .iter()
             .map(|r| ((r.table, r.key), r.version))
             .collect();
+        record.absent = txn
+            .reads()
+            .iter()
+            .zip(txn.read_values())
+            .filter(|(_, value)| value.is_none())
+            .map(|(r, _)| ((r.table, r.key), r.version))
+            .collect();
+        record.deletes = txn
+            .writes()
+            .iter()
+            .filter(|w| w.value.is_none() && w.version != VERSION_UNKNOWN)
+            .map(|w| ((w.table, w.key), w.version + 1))
+            .collect();
         record.writes = txn
             .writes()
             .iter()
@@ -189,7 +202,12 @@ pub async fn read_one<R: Recorder>(
     if recorder.enabled() {
         match &read {
             Ok(seen) => {
-                recorder.update(index, |r| r.reads = vec![((table, key), seen.version)]);
+                recorder.update(index, |r| {
+                    r.reads = vec![((table, key), seen.version)];
+                    if !seen.present {
+                        r.absent = r.reads.clone();
+                    }
+                });
                 recorder.close(index, Outcome::Committed);
             }
             Err(abort) => recorder.close(index, outcome_of_abort(abort)),

@@ -60,6 +60,11 @@ pub struct KvWorkload {
     /// coordinated by its caller (`bench kv --no-ship`, and every report before shipping).
     #[serde(default)]
     pub ship: bool,
+    /// Share of read-modify-writes of a present key that delete it instead, in [0, 1]
+    /// (the next one of that key inserts it again): churn, so that deleted objects are
+    /// reclaimed and their keys come back ([`ferrotx_txn::reclaim`]).
+    #[serde(default)]
+    pub delete_share: f64,
 }
 
 impl KvWorkload {
@@ -570,6 +575,13 @@ impl Runner {
             let values = txn.read_many(TABLE, &self.keys).await?;
             for (i, (&id, value)) in self.ids.iter().zip(values).enumerate() {
                 if i < writes {
+                    if value.is_some()
+                        && kv.delete_share > 0.0
+                        && self.rng.random_bool(kv.delete_share.min(1.0))
+                    {
+                        txn.write(TABLE, Key::from(id), None).await?;
+                        continue;
+                    }
                     // Read-modify-write: bump the counter in the value's first 8 bytes.
                     self.value.clear();
                     self.value

@@ -132,6 +132,7 @@ fn kv_read_modify_writes_pass_their_checks() {
             value_bytes: 16,
             zipf: 0.0,
             ship: false,
+            delete_share: 0.0,
         }),
         3,
     );
@@ -264,6 +265,7 @@ fn one_key_read_modify_writes(ship: bool) -> (u64, u64) {
         value_bytes: 16,
         zipf: 0.0,
         ship,
+        delete_share: 0.0,
     });
     let config = Configuration::local(3, 3, THREADS, 2, 42_000).expect("configuration");
     let options = ferrotx_node::NodeOptions {

@@ -46,6 +46,22 @@ impl WorkloadScenario {
                     value_bytes: 16,
                     zipf: 0.0,
                     ship: false,
+                    delete_share: 0.0,
+                }),
+            ),
+            // Few keys, deleted half the time they are written and inserted again: every
+            // delete's object is reclaimed on every copy while writes of its key and
+            // others' travel, and the key comes back (crate::reclaim of ferrotx-txn).
+            "kv-churn" => (
+                "kv-churn",
+                Workload::Kv(KvWorkload {
+                    keys_per_txn: 2,
+                    write_share: 1.0,
+                    key_count: 8,
+                    value_bytes: 16,
+                    zipf: 0.0,
+                    ship: false,
+                    delete_share: 0.5,
                 }),
             ),
             "tatp" => ("tatp", Workload::Tatp(TatpWorkload { subscribers: 12 })),

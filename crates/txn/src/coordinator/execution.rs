@@ -99,6 +99,12 @@ impl Txn<'_> {
         &self.reads
     }
 
+    /// The values those reads found, in the same order (`None`: the key was absent or
+    /// deleted).
+    pub fn read_values(&self) -> &[Option<Vec<u8>>] {
+        &self.values
+    }
+
     /// Writes buffered so far.
     pub fn writes(&self) -> &[Write] {
         &self.writes

@@ -1,6 +1,9 @@
 //! No acknowledged write lost: each key's final version at its primary is the highest
 //! version a committed transaction installed (or its initial version if none did), or a
-//! higher version that an indeterminate transaction may have installed.
+//! higher version that an indeterminate transaction may have installed. A key absent at
+//! its primary with no object reads at its table's floor, which may be past every version
+//! the key had (ferrotx-txn's `reclaim`): that is fine if its last committed write
+//! deleted it (or it never existed).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,7 +33,11 @@ pub fn check(
     let proved = committed_or_proved(history);
     let mut highest: BTreeMap<Row, u64> = BTreeMap::new();
     let mut maybe: BTreeSet<(Row, u64)> = BTreeSet::new();
+    let mut deleted: BTreeSet<(Row, u64)> = BTreeSet::new();
     for (record, &proved) in history.iter().zip(&proved) {
+        if proved {
+            deleted.extend(record.deletes.iter().copied());
+        }
         for &(row, version) in &record.writes {
             if proved && version != VERSION_UNKNOWN {
                 let entry = highest.entry(row).or_insert(0);
@@ -50,13 +57,19 @@ pub fn check(
             .copied()
             .unwrap_or(0)
             .max(initial_version(&row));
-        let primary_version = state.primary(row.0, &row.1).map(|c| c.version);
+        let primary = state.primary(row.0, &row.1);
+        let primary_version = primary.as_ref().map(|c| c.version);
+        let absent = primary.as_ref().is_some_and(|c| c.value.is_none());
+        let gone = deleted.contains(&(row, highest_committed))
+            || (!highest.contains_key(&row) && initial_version(&row) == 0);
         let fine = match primary_version {
             None => false,
             Some(v) if v == highest_committed => true,
             Some(v) => {
                 v > highest_committed
-                    && (maybe.contains(&(row, v)) || maybe.contains(&(row, VERSION_UNKNOWN)))
+                    && ((absent && gone)
+                        || maybe.contains(&(row, v))
+                        || maybe.contains(&(row, VERSION_UNKNOWN)))
             }
         };
         if !fine {
@@ -90,6 +103,8 @@ mod tests {
             committed: end_ns != END_UNKNOWN,
             reads: Vec::new(),
             writes: writes.to_vec(),
+            absent: Vec::new(),
+            deletes: Vec::new(),
         }
     }
 

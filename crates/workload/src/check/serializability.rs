@@ -61,6 +61,16 @@ pub enum Violation {
         /// The version read.
         version: u64,
     },
+    /// A committed transaction read a key absent at a version no write installed (its
+    /// table's floor) while the key's last version up to there was present.
+    AbsentReadOfPresentKey {
+        /// The reader.
+        reader: u64,
+        /// The key, formatted.
+        key: String,
+        /// The version read.
+        version: u64,
+    },
     /// Two committed transactions installed the same version of a key.
     DuplicateVersion {
         /// The key, formatted.
@@ -150,6 +160,11 @@ pub fn check<K: Ord + Clone + Debug>(
             add(&mut edges, w, next, Edge::Ww);
         }
     }
+    // Versions installed by deletes, of committed transactions.
+    let deleted: BTreeSet<(&K, u64)> = committed
+        .iter()
+        .flat_map(|t| t.deletes.iter().map(|(key, version)| (key, *version)))
+        .collect();
     // wr and rw.
     for (i, t) in committed.iter().enumerate() {
         for (key, version) in &t.reads {
@@ -158,6 +173,31 @@ pub fn check<K: Ord + Clone + Debug>(
                 None if *version == 0 || initial(key, *version) => {}
                 None if maybe.contains(&(key, *version))
                     || maybe.contains(&(key, VERSION_UNKNOWN)) => {}
+                // Absent at a version no write of the key installed: a key with no object
+                // reads at its table's floor, which covers every version the key had. It
+                // read the key's last version up to there, which must have deleted it (or
+                // there is none, and the key was not loaded).
+                None if t.absent.contains(&(key.clone(), *version)) => {
+                    let last = versions
+                        .get(key)
+                        .and_then(|set| set.range(..*version).next_back())
+                        .copied();
+                    let unsure = maybe.iter().any(|(k, v)| *k == key && *v <= *version);
+                    match last {
+                        _ if unsure => {}
+                        Some(last) if deleted.contains(&(key, last)) => {
+                            if let Some(&w) = writer.get(&(key, last)) {
+                                add(&mut edges, w, i, Edge::Wr);
+                            }
+                        }
+                        None if !initial(key, 1) => {}
+                        _ => violations.push(Violation::AbsentReadOfPresentKey {
+                            reader: t.id,
+                            key: format!("{key:?}"),
+                            version: *version,
+                        }),
+                    }
+                }
                 None => violations.push(Violation::ReadOfUnwrittenVersion {
                     reader: t.id,
                     key: format!("{key:?}"),
@@ -340,6 +380,8 @@ mod tests {
             committed: true,
             reads: reads.to_vec(),
             writes: writes.to_vec(),
+            absent: Vec::new(),
+            deletes: Vec::new(),
         }
     }
 
@@ -355,6 +397,45 @@ mod tests {
                 other => format!("{other:?}"),
             })
             .collect()
+    }
+
+    #[test]
+    fn an_absent_read_at_the_floor_reads_the_last_delete_before_it() {
+        // x loaded at 1, deleted at 2 by T1; its object reclaimed, the floor at 5 (another
+        // key's delete). T2 reads x absent at 5: after T1. T3 inserts x at 6 (its object
+        // made at the floor), after T2's read: T2 -> T3 (rw).
+        let mut t1 = txn(1, (0, 10), &[("x", 1)], &[("x", 2)]);
+        t1.deletes = vec![("x", 2)];
+        let mut t2 = txn(2, (20, 30), &[("x", 5)], &[]);
+        t2.absent = vec![("x", 5)];
+        let mut t3 = txn(3, (40, 50), &[("x", 5)], &[("x", 6)]);
+        t3.absent = vec![("x", 5)];
+        assert!(check(&[t1.clone(), t2.clone(), t3.clone()], initial).is_empty());
+        // Read absent before the delete in real time: a cycle (T2 -> ... T1 ends before
+        // T2 starts is needed for wr; here T2 ends before T1 starts).
+        let mut early = t2.clone();
+        (early.start_ns, early.end_ns) = (0, 1);
+        let mut late_delete = t1.clone();
+        (late_delete.start_ns, late_delete.end_ns) = (5, 10);
+        assert!(!check(&[late_delete, early], initial).is_empty());
+        // Absent at 5 while x's last write up to 5 put a value: a violation.
+        let mut put = txn(1, (0, 10), &[("x", 1)], &[("x", 2)]);
+        put.deletes.clear();
+        assert_eq!(
+            check(&[put, t2.clone()], initial),
+            vec![Violation::AbsentReadOfPresentKey {
+                reader: 2,
+                key: "\"x\"".into(),
+                version: 5
+            }]
+        );
+        // And a read at 5 that found a value is still a read of an unwritten version.
+        let mut present = t2;
+        present.absent.clear();
+        assert!(matches!(
+            check(&[t1, present], initial)[..],
+            [Violation::ReadOfUnwrittenVersion { .. }]
+        ));
     }
 
     #[test]
@@ -469,6 +550,8 @@ mod tests {
                 committed: true,
                 reads: vec![("x", i + 1)],
                 writes: vec![("x", i + 2)],
+                absent: Vec::new(),
+                deletes: Vec::new(),
             })
             .collect();
         assert!(check(&h, initial).is_empty());

@@ -1,0 +1,230 @@
+//! Reclaiming deleted objects: a delete's tombstone is freed on every copy of its
+//! partition once no older write of its key can still reach any of them.
+//!
+//! A delete leaves an object that orders it against later inserts (a tombstone, at the
+//! delete's version); an aborted insert leaves an absent placeholder. The store frees
+//! either with `Partition::reclaim`, raising its table's floor (the version keys with no
+//! object read at) so that the key's versions never go back. What the store cannot know
+//! is when that is safe on a backup: backups apply logged writes at truncation, in any
+//! order, by version, and a key with no object takes any version. An older write of the
+//! key applied after its tombstone was freed would bring the key back.
+//!
+//! So each partition's primary drives reclamation, in rounds over batches of its
+//! tombstones (`Coordinator::run_reclaim`):
+//!
+//! 1. **RECLAIM-CHECK** to every worker thread of every copy's node, the primary's own
+//!    included (a thread's backup logs are its own). A thread answers, per key, whether
+//!    it is *clear*: the node's copy holds the key at the tombstone's version or later
+//!    (the delete was applied), and no record in this thread's logs writes the key (none
+//!    is waiting to be applied). Once the tombstone exists, every older write of the key
+//!    is already logged at every backup (it committed before the delete could lock the
+//!    key, and a commit waits for every backup's COMMIT-BACKUP answer), so a key clear
+//!    now stays clear: none can arrive later.
+//! 2. **RECLAIM** to every backup, with the batch's highest version as the new floor:
+//!    the backup raises its floor, then frees each tombstone still at its version. Only
+//!    if the view did not change since the check (a backup named since was not asked).
+//! 3. Once every backup answered, the primary frees its own: its floor rises only after
+//!    every backup's did, so a backup promoted later never reads a key at a lower version
+//!    than its primary did.
+//!
+//! A key found unclear, a lost answer or a view change leaves the tombstone for a later
+//! round. docs/transactions.md, "Reclaiming deleted objects", has the argument.
+
+use ferrotx_store::{Key, Partition, TableId};
+
+use crate::messages::{DecodeError, ITEMS_MAX, Reader, Writer};
+
+/// The request type of RECLAIM-CHECK: is each key's delete applied here, with no older
+/// write of it waiting in this thread's logs?
+pub const RECLAIM_CHECK: u8 = 30;
+
+/// The request type of RECLAIM: raise the floor, then free these tombstones.
+pub const RECLAIM: u8 = 31;
+
+/// Most keys one round names.
+pub const RECLAIM_KEYS_MAX: usize = 256;
+
+/// How a node reclaims its partitions' tombstones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimOptions {
+    /// Records of a table one step looks through for tombstones.
+    pub records_per_step: usize,
+    /// Time between two steps of one worker thread with nothing found.
+    pub interval_ns: u64,
+    /// Time between two steps while tombstones keep being found (a churning workload).
+    pub busy_interval_ns: u64,
+}
+
+impl Default for ReclaimOptions {
+    fn default() -> Self {
+        Self {
+            records_per_step: 4096,
+            interval_ns: 20_000_000,
+            busy_interval_ns: 1_000_000,
+        }
+    }
+}
+
+/// A RECLAIM-CHECK or RECLAIM request: a partition's table, the floor (RECLAIM only;
+/// 0 in a check) and tombstones by key and version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReclaimRequest {
+    /// The partition.
+    pub partition: u32,
+    /// Its table.
+    pub table: TableId,
+    /// The floor to raise the table to first (RECLAIM).
+    pub floor: u64,
+    /// Tombstones: key and version.
+    pub keys: Vec<(Key, u64)>,
+}
+
+/// Encodes a RECLAIM-CHECK or RECLAIM request.
+pub fn encode_reclaim(request: &ReclaimRequest, out: &mut Vec<u8>) {
+    let mut w = Writer(out);
+    w.u32(request.partition)
+        .u16(request.table.0)
+        .u64(request.floor)
+        .u16(request.keys.len() as u16);
+    for (key, version) in &request.keys {
+        w.key(key).u64(*version);
+    }
+}
+
+/// Decodes a RECLAIM-CHECK or RECLAIM request.
+pub fn decode_reclaim(bytes: &[u8]) -> Result<ReclaimRequest, DecodeError> {
+    let mut r = Reader(bytes);
+    let partition = r.u32()?;
+    let table = TableId(r.u16()?);
+    let floor = r.u64()?;
+    let n = usize::from(r.u16()?);
+    if n > ITEMS_MAX {
+        return Err(DecodeError::Invalid);
+    }
+    let mut keys = Vec::with_capacity(n);
+    for _ in 0..n {
+        keys.push((r.key()?, r.u64()?));
+    }
+    r.finish()?;
+    Ok(ReclaimRequest {
+        partition,
+        table,
+        floor,
+        keys,
+    })
+}
+
+/// RECLAIM-CHECK's answer for the keys of `request` on `copy` (`None`: this node has no
+/// copy of the partition, refused), with `pending(key)` true if a record of this
+/// thread's logs writes the key: 1 then one byte per key, 1 if clear.
+pub fn answer_check(
+    request: &ReclaimRequest,
+    copy: Option<&Partition>,
+    mut pending: impl FnMut(&Key) -> bool,
+    response: &mut Vec<u8>,
+) {
+    let Some(copy) = copy else {
+        response.push(0);
+        return;
+    };
+    response.push(1);
+    let mut value = Vec::new();
+    for (key, version) in &request.keys {
+        let applied = matches!(
+            copy.read(request.table, key, &mut value),
+            Ok(Ok(read)) if read.version >= *version
+        );
+        response.push(u8::from(applied && !pending(key)));
+    }
+}
+
+/// Carries out RECLAIM on `copy`: raises the floor, frees each tombstone still at its
+/// version. Returns how many it freed.
+pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> usize {
+    if copy.raise_floor(request.table, request.floor).is_err() {
+        return 0;
+    }
+    request
+        .keys
+        .iter()
+        .filter(|(key, version)| copy.reclaim(request.table, key, *version) == Ok(true))
+        .count()
+}
+
+/// Decodes RECLAIM-CHECK's answer for `keys` keys: which are clear, or `None` if refused
+/// or malformed.
+pub fn decode_check_response(bytes: &[u8], keys: usize) -> Option<Vec<bool>> {
+    let (&status, clear) = bytes.split_first()?;
+    (status == 1 && clear.len() == keys).then(|| clear.iter().map(|&b| b == 1).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotx_store::{PartitionId, TableSpec};
+
+    #[test]
+    fn requests_round_trip_and_forged_counts_are_refused() {
+        let request = ReclaimRequest {
+            partition: 9,
+            table: TableId(2),
+            floor: 77,
+            keys: vec![(Key::from(1), 5), (Key::from_bytes(b"").unwrap(), 0)],
+        };
+        let mut bytes = Vec::new();
+        encode_reclaim(&request, &mut bytes);
+        assert_eq!(decode_reclaim(&bytes), Ok(request.clone()));
+        assert!(decode_reclaim(&bytes[..bytes.len() - 1]).is_err());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode_reclaim(&longer).is_err());
+        let mut forged = bytes[..14].to_vec();
+        forged.extend_from_slice(&u16::MAX.to_le_bytes());
+        assert!(decode_reclaim(&forged).is_err());
+    }
+
+    #[test]
+    fn a_key_is_clear_once_its_delete_is_applied_and_nothing_of_it_waits() {
+        let table = TableId(1);
+        let copy = Partition::new(PartitionId(0), &[TableSpec::fixed(1, "t", 8)]);
+        for k in 0..3u64 {
+            copy.apply(table, &Key::from(k), 4, None).unwrap();
+        }
+        let request = ReclaimRequest {
+            partition: 0,
+            table,
+            floor: 0,
+            keys: vec![
+                (Key::from(0), 4),
+                (Key::from(1), 4),
+                (Key::from(2), 5),
+                (Key::from(3), 4),
+            ],
+        };
+        let mut response = Vec::new();
+        answer_check(&request, Some(&copy), |k| *k == Key::from(1), &mut response);
+        // Applied and not waiting; waiting; not applied yet; never here (the floor, 0,
+        // is below the delete).
+        assert_eq!(
+            decode_check_response(&response, 4),
+            Some(vec![true, false, false, false])
+        );
+        response.clear();
+        answer_check(&request, None, |_| false, &mut response);
+        assert_eq!(decode_check_response(&response, 4), None);
+        // RECLAIM raises the floor, then frees what is still at its version.
+        let reclaim = ReclaimRequest {
+            floor: 5,
+            keys: vec![(Key::from(0), 4), (Key::from(2), 5)],
+            ..request
+        };
+        assert_eq!(apply_reclaim(&reclaim, &copy), 1);
+        assert_eq!(copy.floor(table), Ok(5));
+        assert_eq!(copy.objects(table), Ok(2));
+        // Key 0 now reads at the floor, and a later write of it applies.
+        let mut out = Vec::new();
+        let read = copy.read(table, &Key::from(0), &mut out).unwrap().unwrap();
+        assert_eq!((read.version, read.present), (5, false));
+        assert_eq!(copy.apply(table, &Key::from(0), 6, Some(&[1; 8])), Ok(true));
+    }
+}
