@@ -34,7 +34,7 @@ use std::alloc::Layout;
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::sync::Mutex;
 
@@ -226,6 +226,10 @@ pub(crate) struct Index {
     /// object reads at, and a new object starts from, so that a key's versions never go
     /// back when its object is reclaimed and made again.
     floor: AtomicU64,
+    /// Set when an absent or deleted object may have appeared (an absent placeholder
+    /// made, a delete installed or applied), cleared when a walk for them starts: the
+    /// reclaimer walks only tables that may have some.
+    tombstones_maybe: AtomicBool,
     /// Numbers of reclaimed records no lookup can still be reading, to make again.
     free: Arc<SegQueue<u32>>,
     inner: Mutex<Inner>,
@@ -251,6 +255,7 @@ impl Index {
             current: AtomicPtr::new(first),
             previous: AtomicPtr::new(std::ptr::null_mut()),
             floor: AtomicU64::new(0),
+            tombstones_maybe: AtomicBool::new(false),
             free: Arc::new(SegQueue::new()),
             inner: Mutex::new(Inner {
                 made: 0,
@@ -287,6 +292,21 @@ impl Index {
     pub(crate) fn raise_floor(&self, version: u64) {
         let _inner = self.lock();
         self.floor.fetch_max(version, Ordering::SeqCst);
+    }
+
+    /// Notes that an absent or deleted object may have appeared (see
+    /// [`Index::take_tombstones_maybe`]). A load first: no write while it is set.
+    #[inline]
+    pub(crate) fn note_tombstone(&self) {
+        if !self.tombstones_maybe.load(Ordering::Relaxed) {
+            self.tombstones_maybe.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether an absent or deleted object may have appeared since the last call, which
+    /// starts a walk for them: one appearing during the walk sets it again.
+    pub(crate) fn take_tombstones_maybe(&self) -> bool {
+        self.tombstones_maybe.swap(false, Ordering::AcqRel)
     }
 
     /// The object of `key`, if it has one. Takes no lock; `guard` keeps the object's
@@ -403,6 +423,9 @@ impl Index {
             inner.occupied = 0;
         }
         let version = version.unwrap_or_else(|| self.floor.load(Ordering::Relaxed));
+        if value.is_none() {
+            self.note_tombstone();
+        }
         let n = match self.free.pop() {
             Some(n) => {
                 let n = n as usize;

@@ -179,6 +179,9 @@ impl Partition {
         if let Some(value) = value {
             spec.check_value(value)?;
         }
+        if value.is_none() {
+            index.note_tombstone();
+        }
         let guard = epoch::pin();
         let object = index
             .get(key, &guard)
@@ -213,6 +216,9 @@ impl Partition {
         }
         // At version 0, not the floor: a backup applies its primary's versions, and a
         // new key's first one may be below this copy's floor (see `Partition::reclaim`).
+        if value.is_none() {
+            index.note_tombstone();
+        }
         let guard = epoch::pin();
         Ok(object_or_absent(index, key, Some(0), &guard).apply(version, value))
     }
@@ -230,6 +236,9 @@ impl Partition {
         check_version(version)?;
         if let Some(value) = value {
             spec.check_value(value)?;
+        }
+        if value.is_none() {
+            index.note_tombstone();
         }
         let guard = epoch::pin();
         Ok(object_or_absent(index, key, Some(0), &guard).apply_unless_locked(version, value))
@@ -332,7 +341,9 @@ impl Partition {
     /// Visits up to `count` records of `table` from `cursor` (0 starts) and pushes the
     /// key and version of each unlocked absent or deleted object onto `out`: what
     /// [`Partition::reclaim`] may free. Returns the cursor to go on from, 0 once every
-    /// record was visited. Holds the table index's mutex meanwhile.
+    /// record was visited. Holds the table index's mutex meanwhile. A walk (cursor 0)
+    /// starts only if a delete, an applied delete or an absent placeholder came since
+    /// the last one started; otherwise it visits nothing and returns 0.
     pub fn tombstones(
         &self,
         table: TableId,
@@ -341,6 +352,11 @@ impl Partition {
         out: &mut Vec<(Key, u64)>,
     ) -> Result<u64, StoreError> {
         let (_, index) = self.table(table)?;
+        // A walk starts only where some may have appeared since the last one started
+        // (a delete or an absent placeholder since sets the mark again).
+        if cursor == 0 && !index.take_tombstones_maybe() {
+            return Ok(0);
+        }
         let start = usize::try_from(cursor.saturating_sub(1)).unwrap_or(usize::MAX);
         let next = index.scan(start, count.max(1), |object| {
             let word = object.header();

@@ -59,7 +59,7 @@ impl Default for ReclaimOptions {
     fn default() -> Self {
         Self {
             records_per_step: 4096,
-            interval_ns: 20_000_000,
+            interval_ns: 50_000_000,
             busy_interval_ns: 1_000_000,
         }
     }
