@@ -30,21 +30,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "redis"))
 import harness  # noqa: E402
 
 
-def node_rss(cluster_pid):
-    """Summed VmRSS of the cluster process's children (the nodes), and their number."""
-    children = []
-    for task in os.listdir(f"/proc/{cluster_pid}/task"):
-        with open(f"/proc/{cluster_pid}/task/{task}/children", encoding="ascii") as file:
-            children.extend(int(pid) for pid in file.read().split())
-    total = 0
-    for pid in children:
-        with open(f"/proc/{pid}/status", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-    return total, len(children)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ferrotx", default=os.path.join(ROOT, "target", "release", "ferrotx"))
@@ -77,7 +62,7 @@ def main():
         lock = threading.Lock()
 
         def sample(label):
-            rss, nodes = node_rss(pid)
+            rss, nodes = harness.node_rss_bytes(pid)
             with lock:
                 samples.append({"after_keys": sum(done), "label": label, "rss_bytes": rss,
                                 "nodes": nodes, "at_s": round(time.monotonic() - started, 1)})

@@ -263,6 +263,24 @@ class Servers:
 # A raw RESP client
 
 
+
+def node_rss_bytes(cluster_pid):
+    """Resident memory (VmRSS) of the node processes `ferrotx cluster local` started,
+    summed, and how many there are."""
+    total = 0
+    children = []
+    task_dir = f"/proc/{cluster_pid}/task"
+    for task in os.listdir(task_dir):
+        with open(f"{task_dir}/{task}/children", encoding="ascii") as file:
+            children.extend(int(pid) for pid in file.read().split())
+    for pid in children:
+        with open(f"/proc/{pid}/status", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total, len(children)
+
+
 def encode_command(args):
     """A command as a RESP array of bulk strings (str arguments are UTF-8)."""
     parts = [b"*%d\r\n" % len(args)]

@@ -5,13 +5,14 @@ Each client thread talks to one node (thread t to node t mod 3), so every node
 coordinates transactions over keys of partitions whose primaries are on all three.
 """
 
-import os
 import random
 import threading
 import time
 import unittest
 
 import redis
+
+import harness
 
 THREADS = 6
 DURATION_S = 3.0
@@ -271,22 +272,6 @@ class ScanUnderWrites(ClusterClients):
                 thread.join()
 
 
-def node_rss_bytes(cluster_pid):
-    """Resident memory of the node processes `ferrotx cluster local` started, summed."""
-    total = 0
-    children = []
-    task_dir = f"/proc/{cluster_pid}/task"
-    for task in os.listdir(task_dir):
-        with open(f"{task_dir}/{task}/children", encoding="ascii") as file:
-            children.extend(int(pid) for pid in file.read().split())
-    for pid in children:
-        with open(f"/proc/{pid}/status", encoding="ascii") as file:
-            for line in file:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-    return total, len(children)
-
-
 class Churn(ClusterClients):
     """Distinct keys set and deleted, as sessions and caches do: the nodes reclaim the
     deleted keys' objects, so their memory stops growing."""
@@ -296,7 +281,7 @@ class Churn(ClusterClients):
 
     def test_memory_stops_growing_while_distinct_keys_are_set_and_deleted(self):
         pid = self.servers.cluster.proc.pid
-        _, nodes = node_rss_bytes(pid)
+        _, nodes = harness.node_rss_bytes(pid)
         self.assertEqual(nodes, len(self.servers.ferrotx_ports), "the node processes")
         samples = {}
 
@@ -311,13 +296,13 @@ class Churn(ClusterClients):
                 replies = pipe.execute()
                 self.assertEqual(replies, [True, 1] * self.BATCH)
                 if index == 0 and start in (self.KEYS_PER_THREAD // 5, self.KEYS_PER_THREAD - self.BATCH):
-                    samples[start] = node_rss_bytes(pid)[0]
+                    samples[start] = harness.node_rss_bytes(pid)[0]
 
         self.run_threads(churn, count=len(self.servers.ferrotx_ports))
         # Reclamation runs behind the deletes: give it a moment, then look again.
         time.sleep(1.0)
         warm = samples[self.KEYS_PER_THREAD // 5]
-        end = node_rss_bytes(pid)[0]
+        end = harness.node_rss_bytes(pid)[0]
         keys = self.KEYS_PER_THREAD * len(self.servers.ferrotx_ports)
         print(f"\nchurn: {keys} keys set and deleted; node memory {warm / 1e6:.1f} MB after "
               f"a fifth, {end / 1e6:.1f} MB at the end", flush=True)
