@@ -372,6 +372,13 @@ impl Partition {
         })
     }
 
+    /// Marks `table` as holding absent or deleted objects, so that the next walk of
+    /// [`Partition::tombstones`] from 0 visits it: for a reclaimer that left some behind.
+    pub fn mark_tombstones(&self, table: TableId) -> Result<(), StoreError> {
+        self.table(table)?.1.note_tombstone();
+        Ok(())
+    }
+
     /// The tables of this partition, in schema order.
     pub fn tables(&self) -> impl Iterator<Item = TableId> + '_ {
         self.tables.iter().map(|(spec, _)| spec.id)

@@ -61,8 +61,18 @@ impl Coordinator {
                         .unwrap_or(0);
                     *cursor = next;
                     drop(store);
+                    let mut freed = 0;
                     for batch in found.chunks(RECLAIM_KEYS_MAX) {
-                        busy |= self.reclaim_batch(&co, p, table, batch).await > 0;
+                        freed += self.reclaim_batch(&co, p, table, batch).await;
+                    }
+                    busy = freed > 0;
+                    if freed < found.len() {
+                        // Some stay (a delete not applied everywhere yet, a lost answer, a
+                        // view change): the table is walked again, even if no new delete
+                        // comes to mark it.
+                        if let Some(copy) = self.store().get(p, Role::Primary) {
+                            let _ = copy.mark_tombstones(table);
+                        }
                     }
                 }
             }
