@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
-use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId, TableSpec};
+use ferrotx_store::{Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
@@ -111,6 +111,8 @@ pub struct NodeCore {
     /// The store of the last view switched to, shared by the node's threads (its
     /// recovery blocks count them): the view's id and the store.
     view_store: Arc<ViewStore>,
+    /// The node's memory figures and limit (`maxmemory`), refreshed from its copies.
+    memory: Arc<Memory>,
 }
 
 impl NodeCore {
@@ -173,6 +175,7 @@ impl NodeCore {
             store: empty,
             copies: Arc::new(Mutex::new(copies)),
             fills: Arc::new(Mutex::new(BTreeMap::new())),
+            memory: Arc::new(Memory::unlimited()),
         };
         // The view's copies, and the backups it has this node fill.
         let store = Arc::new(core.build_store(view, true));
@@ -546,6 +549,26 @@ impl NodeCore {
     /// hot path.
     pub fn copy_digests(&self) -> Result<CopyDigests, CopiesError> {
         digests_of_view_store(self.node, &Arc::downgrade(&self.view_store), &self.schema)
+    }
+
+    /// The node's memory figures and limit (`maxmemory`), shared with its threads.
+    pub fn memory(&self) -> &Arc<Memory> {
+        &self.memory
+    }
+
+    /// Bytes the node's copies use now (see [`Partition::used_bytes`]), backups being
+    /// filled included (they are copies from their first view); records them in [`NodeCore::memory`]. Takes the copies' lock and
+    /// loads a few atomics per table: a few times a second, not per request.
+    pub fn refresh_memory(&self) -> u64 {
+        let bytes: u64 = self
+            .copies
+            .lock()
+            .expect("copies lock")
+            .iter()
+            .map(|(_, _, copy)| copy.used_bytes() as u64)
+            .sum();
+        self.memory.set_store(bytes);
+        bytes
     }
 
     /// The store of the last view switched to, for a handle that must not keep the

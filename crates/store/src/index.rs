@@ -232,6 +232,9 @@ pub(crate) struct Index {
     tombstones_maybe: AtomicBool,
     /// Numbers of reclaimed records no lookup can still be reading, to make again.
     free: Arc<SegQueue<u32>>,
+    /// Bytes of live records and of tables of slots (see [`Index::used_bytes`]); changed
+    /// under the mutex, read by anyone.
+    used: std::sync::atomic::AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -248,7 +251,9 @@ type Found<'a> = (&'a Slots, usize, usize);
 impl Index {
     /// An empty index of a table whose values are of `size`, hashing with `seed`.
     pub(crate) fn new(seed: u64, size: ValueSize) -> Self {
-        let first = Box::into_raw(Box::new(Slots::new(INITIAL_SLOTS)));
+        let first = Box::new(Slots::new(INITIAL_SLOTS));
+        let used = std::sync::atomic::AtomicUsize::new(first.bytes());
+        let first = Box::into_raw(first);
         Self {
             hasher: FixedState::with_seed(seed),
             records: Records::new(RecordLayout::of(size)),
@@ -257,6 +262,7 @@ impl Index {
             floor: AtomicU64::new(0),
             tombstones_maybe: AtomicBool::new(false),
             free: Arc::new(SegQueue::new()),
+            used,
             inner: Mutex::new(Inner {
                 made: 0,
                 live: 0,
@@ -413,7 +419,9 @@ impl Index {
                 .max(INITIAL_SLOTS);
             // A move still under way ends first (it never is, at MOVE_PER_INSERT).
             self.move_slots(&mut inner, usize::MAX);
-            let grown = Box::into_raw(Box::new(Slots::new(want)));
+            let grown = Box::new(Slots::new(want));
+            self.add_used(grown.bytes() as isize);
+            let grown = Box::into_raw(grown);
             // `previous` before `current`: whoever sees the new table sees the old one
             // behind it.
             self.previous
@@ -456,6 +464,7 @@ impl Index {
         current.place(tag << 32 | (n as u64 + 1));
         inner.occupied += 1;
         inner.live += 1;
+        self.add_used(self.records.layout.stride() as isize);
         self.move_slots(&mut inner, MOVE_PER_INSERT);
         Ok(self.object(n))
     }
@@ -483,6 +492,7 @@ impl Index {
         }
         table.slots[i].store(TOMBSTONE, Ordering::Release);
         inner.live -= 1;
+        self.add_used(-(self.records.layout.stride() as isize));
         let free = Arc::clone(&self.free);
         let guard = epoch::pin();
         guard.defer(move || free.push(n as u32));
@@ -513,6 +523,7 @@ impl Index {
         if end == from.slots.len() {
             // After every move: a reader that sees null sees all of them in `current`.
             self.previous.store(std::ptr::null_mut(), Ordering::Release);
+            self.add_used(-(from.bytes() as isize));
             let retired = previous as usize;
             let guard = epoch::pin();
             // SAFETY: no longer reachable from the index; lookups that may still probe it
@@ -556,6 +567,24 @@ impl Index {
     /// not reclaimed yet).
     pub(crate) fn len(&self) -> usize {
         self.lock().live
+    }
+
+    /// Bytes in use: live records (a reclaimed one is free for the next key, although its
+    /// bucket stays allocated), tables of slots, and values kept out of line. Atomic
+    /// loads, no lock: for the memory limit.
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Relaxed) + self.records.layout.buffer_bytes()
+    }
+
+    /// Under the mutex.
+    fn add_used(&self, bytes: isize) {
+        if bytes >= 0 {
+            self.used
+                .fetch_add(bytes as usize, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.used
+                .fetch_sub(bytes.unsigned_abs(), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Bytes the index holds: its records' buckets and its tables of slots.
@@ -823,6 +852,53 @@ mod tests {
         );
         // Records are made again rather than new ones made (a few wait for the epoch).
         assert!(index.records() < 20_000, "{} records made", index.records());
+    }
+
+    #[test]
+    fn used_bytes_follow_live_records_tables_and_large_values() {
+        let index = index(23);
+        let stride = index.records.layout.stride();
+        let empty = index.used_bytes();
+        assert_eq!(empty, INITIAL_SLOTS * 8);
+        for i in 0..10_000u64 {
+            insert(&index, i, 1, &epoch::pin()).unwrap();
+        }
+        // The tables grown to, settled: every slot moved.
+        let slots = index.used_bytes() - 10_000 * stride;
+        assert!(
+            slots.is_power_of_two() && slots >= 10_000 * 8,
+            "{slots} bytes of slots"
+        );
+        for i in 0..10_000u64 {
+            let version = delete(&index, i);
+            assert!(index.reclaim(&Key::from(i), version));
+        }
+        // Records reclaimed are no longer used, although their buckets stay.
+        assert_eq!(index.used_bytes(), slots);
+        assert!(index.bytes() >= 10_000 * stride);
+
+        // Values out of line count for what their buffers hold.
+        let large = Index::new(5, ValueSize::Variable(1 << 20));
+        let base = large.used_bytes();
+        let stride = large.records.layout.stride();
+        let guard = epoch::pin();
+        let object = large
+            .insert(Key::from(1u64), Some(1), Some(&[7; 1000]), &guard)
+            .unwrap();
+        assert_eq!(large.used_bytes(), base + stride + 1000);
+        object.try_lock_any().unwrap();
+        object.install(Some(&[8; 4000]));
+        assert_eq!(large.used_bytes(), base + stride + 4000);
+        assert!(object.has_room(4000) && !object.has_room(4001));
+        object.try_lock_any().unwrap();
+        object.install(Some(&[9; 10]));
+        // A value that shrinks back into the record keeps its buffer for the next one.
+        assert_eq!(large.used_bytes(), base + stride + 4000);
+        object.try_lock_any().unwrap();
+        let version = object.install(None);
+        drop(guard);
+        assert!(large.reclaim(&Key::from(1u64), version));
+        assert_eq!(large.used_bytes(), base);
     }
 
     #[test]

@@ -10,13 +10,15 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+// Counters outside the protocol: std's, whatever the `shuttle` feature.
+use std::sync::atomic::{AtomicIsize, Ordering as Counter};
 
 use crate::error::{LockError, ReadError};
 use crate::header::{Header, HeaderWord};
 use crate::key::Key;
 use crate::sync::{AtomicU64, Ordering};
 use crate::table::ValueSize;
-use crate::value::{ValueCell, copy_words, store_words};
+use crate::value::{SMALL_BYTES, ValueCell, copy_words, store_words};
 
 /// Attempts of a lock-free read before it reports contention. Each attempt fails only if
 /// a writer published during the copy; 64 in a row means the object is written nonstop,
@@ -51,11 +53,14 @@ enum ValueKind {
     Cell { capacity: usize },
 }
 
-/// The shape of one table's records.
-#[derive(Clone, Copy, Debug)]
+/// The shape of one table's records, and the bytes of their values kept out of line.
+#[derive(Debug)]
 pub(crate) struct RecordLayout {
     kind: ValueKind,
     stride: usize,
+    /// Bytes of the value cells' buffers (values too large for their record): changed
+    /// only when a buffer is made, grows or is let go, not per write.
+    buffers: AtomicIsize,
 }
 
 impl RecordLayout {
@@ -71,7 +76,22 @@ impl RecordLayout {
             ValueKind::Cell { .. } => size_of::<ValueCell>(),
         };
         let stride = (VALUE_AT + value).next_multiple_of(Self::ALIGN);
-        Self { kind, stride }
+        Self {
+            kind,
+            stride,
+            buffers: AtomicIsize::new(0),
+        }
+    }
+
+    /// Bytes of the values kept out of line, in their cells' buffers.
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.buffers.load(Counter::Relaxed).max(0) as usize
+    }
+
+    fn note_buffers(&self, bytes: isize) {
+        if bytes != 0 {
+            self.buffers.fetch_add(bytes, Counter::Relaxed);
+        }
     }
 
     /// The alignment of every record.
@@ -118,9 +138,9 @@ impl RecordLayout {
                 }
                 ValueKind::Cell { capacity } => {
                     let capacity = capacity.max(value.map_or(0, <[u8]>::len));
-                    at.add(VALUE_AT)
-                        .cast::<ValueCell>()
-                        .write(ValueCell::new(capacity));
+                    let cell = ValueCell::new(capacity);
+                    self.note_buffers(cell.buffer_bytes() as isize);
+                    at.add(VALUE_AT).cast::<ValueCell>().write(cell);
                 }
             }
         }
@@ -256,7 +276,8 @@ impl<'a> ObjectRef<'a> {
         }
         // Locked at `version`: still not allocated (a write needs the lock).
         if let ValueKind::Cell { .. } = self.layout.kind {
-            self.cell().release_buffer();
+            self.layout
+                .note_buffers(-(self.cell().release_buffer() as isize));
         }
         self.header_cell().mark_dead();
         true
@@ -294,7 +315,7 @@ impl<'a> ObjectRef<'a> {
             ValueKind::Inline { len } => {
                 store_words(self.inline_words(len), &value[..value.len().min(len)]);
             }
-            ValueKind::Cell { .. } => self.cell().write(value),
+            ValueKind::Cell { .. } => self.layout.note_buffers(self.cell().write(value)),
         }
     }
 
@@ -396,6 +417,15 @@ impl<'a> ObjectRef<'a> {
     /// Releases the lock without a change (abort).
     pub(crate) fn unlock(&self) {
         self.header_cell().unlock();
+    }
+
+    /// True if a value of `len` bytes fits where the object keeps its value now (an
+    /// inline value always does: its table's values all have one size).
+    pub(crate) fn has_room(&self, len: usize) -> bool {
+        match self.layout.kind {
+            ValueKind::Inline { .. } => true,
+            ValueKind::Cell { .. } => len <= SMALL_BYTES || len <= self.cell().buffer_bytes(),
+        }
     }
 }
 

@@ -313,6 +313,37 @@ impl Partition {
         Ok(index.bytes())
     }
 
+    /// Bytes the partition uses: its live objects' records, its tables of slots, and the
+    /// values kept out of line (not the records reclaimed and waiting for new keys, nor
+    /// what the allocator keeps around them). A few atomic loads per table, no lock: for
+    /// the memory limit ([`crate::Memory`]).
+    pub fn used_bytes(&self) -> usize {
+        self.tables
+            .iter()
+            .map(|(_, index)| index.used_bytes())
+            .sum()
+    }
+
+    /// True if writing `value` (`None`: deleting) to `key` would make the store larger:
+    /// a value for a key with no object or a deleted one, or one larger than the room
+    /// the object has for it. A node past its memory limit refuses those.
+    pub fn grows(
+        &self,
+        table: TableId,
+        key: &Key,
+        value: Option<&[u8]>,
+    ) -> Result<bool, StoreError> {
+        let (_, index) = self.table(table)?;
+        let Some(value) = value else {
+            return Ok(false);
+        };
+        let guard = epoch::pin();
+        Ok(match index.get(key, &guard) {
+            Some(object) => !object.header().allocated() || !object.has_room(value.len()),
+            None => true,
+        })
+    }
+
     /// The version `table`'s keys with no object read at (see [`Partition::read`]).
     pub fn floor(&self, table: TableId) -> Result<u64, StoreError> {
         Ok(self.table(table)?.1.floor())

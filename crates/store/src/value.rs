@@ -72,16 +72,29 @@ impl ValueCell {
         }
     }
 
-    /// Lets go of the buffer of large values, if any (readers still copying from it keep
-    /// it until they are done). For a reclaimed object, whose value no one reads again.
-    pub(crate) fn release_buffer(&self) {
-        if self.large.load().is_some() {
-            self.large.store(None);
-        }
+    /// Bytes of the buffer of large values, if any.
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.large
+            .load()
+            .as_ref()
+            .map_or(0, |words| words.capacity())
     }
 
-    /// Writes `value`. Only the holder of the object's lock may call this.
-    pub(crate) fn write(&self, value: &[u8]) {
+    /// Lets go of the buffer of large values, if any (readers still copying from it keep
+    /// it until they are done), returning its bytes. For a reclaimed object, whose value
+    /// no one reads again.
+    pub(crate) fn release_buffer(&self) -> usize {
+        let bytes = self.buffer_bytes();
+        if bytes > 0 {
+            self.large.store(None);
+        }
+        bytes
+    }
+
+    /// Writes `value`, returning the bytes its buffer grew by (a larger one replaced it).
+    /// Only the holder of the object's lock may call this.
+    pub(crate) fn write(&self, value: &[u8]) -> isize {
+        let mut grown = 0;
         if value.len() <= SMALL_BYTES {
             store_words(&self.small, value);
         } else {
@@ -91,14 +104,17 @@ impl ValueCell {
                     store_words(&words.data, value);
                 }
                 _ => {
+                    let before = words.as_ref().map_or(0, |words| words.capacity());
                     drop(words);
-                    let grown = Words::with_capacity(value.len());
-                    store_words(&grown.data, value);
-                    self.large.store(Some(Arc::new(grown)));
+                    let larger = Words::with_capacity(value.len());
+                    store_words(&larger.data, value);
+                    grown = larger.capacity() as isize - before as isize;
+                    self.large.store(Some(Arc::new(larger)));
                 }
             }
         }
         self.len.store(value.len(), Ordering::Relaxed);
+        grown
     }
 }
 

@@ -1,0 +1,110 @@
+//! A node's memory budget: what its store uses, its peak, and the limit (`maxmemory`)
+//! past which writes that would grow the store are refused.
+//!
+//! The figure is the store's own account, not the allocator's: the bytes of live objects'
+//! records, of index slots and of values kept out of line (see [`crate::Partition::used_bytes`]),
+//! plus a fixed part the node sets once (its resident memory before data: logs, buffers,
+//! code). It goes down when deleted objects are reclaimed, although their records stay
+//! allocated for the next keys, so a node that refused writes takes them again after
+//! deletes. Whoever owns the node's copies refreshes it ([`Memory::set_store`]) a few
+//! times a second; readers (the participant at LOCK, the Redis front end per command,
+//! the lease thread) only load atomics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A node's memory figures and limit. Shared by the node's threads.
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// The limit in bytes; 0: none.
+    limit: AtomicU64,
+    /// Bytes the node holds besides its store.
+    fixed: AtomicU64,
+    /// The store's bytes at the last refresh.
+    store: AtomicU64,
+    /// The highest `fixed + store` seen.
+    peak: AtomicU64,
+}
+
+impl Memory {
+    /// A budget with no limit.
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
+
+    /// A budget of `limit` bytes (0: none).
+    pub fn with_limit(limit: u64) -> Self {
+        let memory = Self::default();
+        memory.set_limit(limit);
+        memory
+    }
+
+    /// Sets the limit (0: none).
+    pub fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The limit, if there is one.
+    pub fn limit(&self) -> Option<u64> {
+        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l > 0)
+    }
+
+    /// Sets the bytes the node holds besides its store.
+    pub fn set_fixed(&self, bytes: u64) {
+        self.fixed.store(bytes, Ordering::Relaxed);
+        self.note_peak();
+    }
+
+    /// Records the store's bytes now (the sum of its copies' [`crate::Partition::used_bytes`]).
+    pub fn set_store(&self, bytes: u64) {
+        self.store.store(bytes, Ordering::Relaxed);
+        self.note_peak();
+    }
+
+    fn note_peak(&self) {
+        self.peak.fetch_max(self.used(), Ordering::Relaxed);
+    }
+
+    /// Bytes used: the store's at the last refresh, and the fixed part.
+    pub fn used(&self) -> u64 {
+        self.fixed.load(Ordering::Relaxed) + self.store.load(Ordering::Relaxed)
+    }
+
+    /// The store's bytes at the last refresh.
+    pub fn store(&self) -> u64 {
+        self.store.load(Ordering::Relaxed)
+    }
+
+    /// The highest [`Memory::used`] seen.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// True if there is a limit and the node uses at least that much: writes that would
+    /// grow the store are refused.
+    pub fn over(&self) -> bool {
+        self.limit().is_some_and(|limit| self.used() >= limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_only_with_a_limit_reached() {
+        let memory = Memory::unlimited();
+        memory.set_store(1 << 40);
+        assert!(!memory.over());
+        memory.set_limit(1000);
+        assert!(memory.over());
+        memory.set_store(900);
+        assert!(!memory.over());
+        memory.set_fixed(100);
+        assert!(memory.over());
+        memory.set_store(0);
+        assert!(!memory.over());
+        assert_eq!(memory.used(), 100);
+        assert_eq!(memory.peak(), 1 << 40);
+        assert_eq!(Memory::with_limit(0).limit(), None);
+    }
+}
