@@ -207,7 +207,7 @@ def check_info(ferrotx, redis):
         return "INFO's reply types differ"
     if not text.endswith(b"\r\n") or (text and b"\r\n\r\n\r\n" in text):
         return "INFO's text is not Redis's format"
-    for section in (b"# Server", b"# Clients", b"# Stats"):
+    for section in (b"# Server", b"# Clients", b"# Memory", b"# Stats"):
         if (section in theirs) != (section in text):
             return f"section {section!r} in one reply only"
     if b"# Server" in text and b"redis_version:7.0.15\r\n" not in text:
@@ -286,8 +286,10 @@ DIFFERENCES = {
 }
 
 # Differences of docs/redis.md's table that no script shows: test_clients.py checks the
-# limits (value-size, transaction-size, request-limits); deleted-keys is the store's.
-OTHER_DIFFERENCES = ("value-size", "transaction-size", "request-limits", "deleted-keys")
+# limits (value-size, transaction-size, request-limits), test_memory.py CONFIG (config);
+# deleted-keys is the store's.
+OTHER_DIFFERENCES = ("value-size", "transaction-size", "request-limits", "deleted-keys",
+                     "config")
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,7 +17,10 @@ The suites:
   the same results), and redis-cli's --pipe, --scan and MULTI/EXEC from standard input;
 - test_concurrency.py: concurrent redis-py clients on every node of the cluster: bank
   transfers with WATCH/MULTI/EXEC retries (money conserved exactly), concurrent INCR
-  (exact sums), atomic multi-partition blocks read whole, WATCH conflicts across nodes.
+  (exact sums), atomic multi-partition blocks read whole, WATCH conflicts across nodes;
+- test_memory.py: CONFIG SET maxmemory, INFO memory, -OOM for writes that would grow a
+  full node (through it, or through another node to keys whose primary is full), reads
+  and deletes served meanwhile, and writes taken again after deletes.
 
 Needs redis-server and redis-cli (Debian: redis-server, redis-tools) and redis-py
 (Debian: python3-redis; or PyPI: redis). If this Python lacks redis-py and Debian's
@@ -115,6 +118,7 @@ def main():
     import differential
     import test_clients
     import test_concurrency
+    import test_memory
 
     signal.signal(signal.SIGTERM, on_sigterm)
     servers = harness.Servers(binary)
@@ -133,13 +137,15 @@ def main():
         if wanted("differential"):
             suite.addTest(differential.make_suite(servers))
         elif only:
-            scripts = [word for word in only if word not in ("clients", "concurrency")]
+            scripts = [word for word in only if word not in ("clients", "concurrency", "memory")]
             if scripts:
                 suite.addTest(differential.make_suite(servers, scripts))
         if wanted("clients"):
             suite.addTest(test_clients.make_suite(servers))
         if wanted("concurrency"):
             suite.addTest(test_concurrency.make_suite(servers))
+        if wanted("memory"):
+            suite.addTest(test_memory.make_suite(servers))
         runner = unittest.TextTestRunner(stream=sys.stdout, verbosity=1 if args.quiet else 2)
         result = runner.run(suite)
     except harness.Fatal as error:

@@ -40,6 +40,8 @@ pub struct Configuration {
     tables: Vec<TableSpec>,
     /// How nodes serve Redis clients.
     resp: RespSettings,
+    /// Each node's memory limit in bytes (`maxmemory`); 0: none.
+    maxmemory: u64,
 }
 
 /// The tables of a configuration that names none: table 1, `kv`, values of any size up
@@ -66,6 +68,7 @@ impl Configuration {
             partitions,
             tables: default_tables(),
             resp: RespSettings::default(),
+            maxmemory: 0,
         })
     }
 
@@ -92,6 +95,7 @@ impl Configuration {
             partitions,
             tables: default_tables(),
             resp: RespSettings::default(),
+            maxmemory: 0,
         })
     }
 
@@ -225,6 +229,18 @@ impl Configuration {
     /// How nodes serve Redis clients.
     pub fn resp(&self) -> &RespSettings {
         &self.resp
+    }
+
+    /// The same configuration with each node's memory limit at `bytes` (0: none).
+    pub fn with_maxmemory(mut self, bytes: u64) -> Self {
+        self.maxmemory = bytes;
+        self
+    }
+
+    /// Each node's memory limit (`maxmemory`), if there is one: past it, writes that
+    /// would grow a node's store are refused, and the CM places no new copy there.
+    pub fn maxmemory(&self) -> Option<u64> {
+        Some(self.maxmemory).filter(|&bytes| bytes > 0)
     }
 
     /// Its id, carried by every datagram.

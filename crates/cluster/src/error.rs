@@ -254,4 +254,10 @@ pub enum ConfigError {
          without one"
     )]
     EmptyRequirePass,
+    /// `maxmemory` is not a memory size.
+    #[error(
+        "`maxmemory` is {0:?}: give bytes (a number) or a size with a unit: \"512mb\", \"2gb\", \
+         \"100k\" (0: no limit)"
+    )]
+    MaxMemory(String),
 }

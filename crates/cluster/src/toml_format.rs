@@ -18,6 +18,9 @@ struct ConfigurationFile {
     threads_per_node: u16,
     replicas: u8,
     partition_count: u32,
+    /// Each node's memory limit: bytes, or a size with Redis's units ("512mb").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    maxmemory: Option<MemorySize>,
     #[serde(default, skip_serializing_if = "RespSection::is_empty")]
     resp: RespSection,
     #[serde(rename = "member", default)]
@@ -26,6 +29,24 @@ struct ConfigurationFile {
     partitions: Vec<PartitionEntry>,
     #[serde(rename = "table", default, skip_serializing_if = "Vec::is_empty")]
     tables: Vec<TableEntry>,
+}
+
+/// `maxmemory`'s value: a number of bytes, or text with a unit.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum MemorySize {
+    Bytes(u64),
+    Text(String),
+}
+
+impl MemorySize {
+    fn bytes(&self) -> Result<u64, ConfigError> {
+        match self {
+            Self::Bytes(bytes) => Ok(*bytes),
+            Self::Text(text) => ferrotx_store::parse_memory(text.trim().as_bytes())
+                .ok_or_else(|| ConfigError::MaxMemory(text.clone())),
+        }
+    }
 }
 
 /// One `[[table]]` entry: exactly one of `value_bytes` (every value has this size, the
@@ -159,6 +180,7 @@ impl Configuration {
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         let file: ConfigurationFile = toml::from_str(text)?;
         let resp = file.resp.to_settings();
+        let maxmemory = file.maxmemory.as_ref().map_or(Ok(0), MemorySize::bytes)?;
         let tables = if file.tables.is_empty() {
             default_tables()
         } else {
@@ -176,7 +198,8 @@ impl Configuration {
                 file.partition_count,
             )?
             .with_tables(tables)?
-            .with_resp(resp);
+            .with_resp(resp)
+            .map(|config| config.with_maxmemory(maxmemory));
         }
         if file.partitions.len() != file.partition_count as usize {
             return Err(ConfigError::PartitionCountMismatch {
@@ -201,6 +224,7 @@ impl Configuration {
         Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)?
             .with_tables(tables)?
             .with_resp(resp)
+            .map(|config| config.with_maxmemory(maxmemory))
     }
 
     /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
@@ -230,6 +254,7 @@ impl Configuration {
             threads_per_node: self.threads_per_node(),
             replicas: self.replicas(),
             partition_count: self.partitions().partition_count(),
+            maxmemory: self.maxmemory().map(MemorySize::Bytes),
             resp: RespSection::from_settings(self.resp()),
             members: self.members().to_vec(),
             partitions,
@@ -267,6 +292,30 @@ mod tests {
 
     fn parse_error(text: &str) -> ConfigError {
         Configuration::from_toml_str(text).unwrap_err()
+    }
+
+    #[test]
+    fn maxmemory_in_bytes_or_with_a_unit_round_trips() {
+        let base = file("");
+        assert_eq!(
+            Configuration::from_toml_str(&base).unwrap().maxmemory(),
+            None
+        );
+        for (given, bytes) in [
+            ("1048576", 1u64 << 20),
+            ("\"1mb\"", 1 << 20),
+            ("\"2G\"", 2_000_000_000),
+        ] {
+            let text = format!("maxmemory = {given}\n{base}");
+            let config = Configuration::from_toml_str(&text).unwrap();
+            assert_eq!(config.maxmemory(), Some(bytes), "{given}");
+            let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
+            assert_eq!(again, config);
+        }
+        let zero = Configuration::from_toml_str(&format!("maxmemory = 0\n{base}")).unwrap();
+        assert_eq!(zero.maxmemory(), None);
+        let error = parse_error(&format!("maxmemory = \"lots\"\n{base}"));
+        assert!(error.to_string().contains("maxmemory"), "{error}");
     }
 
     #[test]

@@ -142,6 +142,11 @@ pub fn node(
         }
         Err(e) => return Err(e).with_context(|| format!("starting node {id}")),
     };
+    // What the node holds besides its store counts toward its memory limit: its logs,
+    // buffers and code, resident before any data arrived.
+    node.handle()
+        .memory()
+        .set_fixed(ferrotx_node::resident_bytes());
     let link = node.membership().expect("a member node").clone();
     let view = link.view().expect("admitted into a view");
     // The Redis front end, if the member has an address for it.

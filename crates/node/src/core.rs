@@ -30,6 +30,10 @@ use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::placement::ClusterPlacement;
 use crate::worker::Worker;
 
+/// How often a node sums its copies' bytes for its memory figures ([`NodeCore::memory`]):
+/// a write may pass the limit by what the node stores in this time.
+pub const MEMORY_REFRESH_NS: u64 = 10_000_000;
+
 /// How a node core builds its workers.
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
@@ -419,9 +423,9 @@ impl NodeCore {
             Config {
                 configuration: self.config.id(),
                 incarnation: self.incarnation,
-                // More in the background: recovery, data recovery, reclamation, and the
-                // executors of shipped operations.
-                callers: options.coroutines + 3 + options.ship_executors.count,
+                // More in the background: recovery, data recovery, reclamation, the
+                // memory figures, and the executors of shipped operations.
+                callers: options.coroutines + 4 + options.ship_executors.count,
                 ..options.rpc.clone()
             },
         );
@@ -443,6 +447,7 @@ impl NodeCore {
         let callers = engine.config().callers;
         let mut worker = Worker::new(transport, engine);
         participant.borrow_mut().set_clock(worker.shared());
+        participant.borrow_mut().set_memory(self.memory.clone());
         let recovery = coordinator.clone();
         worker
             .executor()
@@ -460,6 +465,16 @@ impl NodeCore {
         worker.executor().spawn_background(move |co| async move {
             reclaim.run_reclaim(co, reclaim_options).await
         });
+        if thread == 0 {
+            // The node's memory figures, from its copies, every MEMORY_REFRESH_NS.
+            let core = self.clone();
+            worker.executor().spawn_background(move |co| async move {
+                loop {
+                    core.refresh_memory();
+                    co.sleep_until(co.now_ns() + MEMORY_REFRESH_NS).await;
+                }
+            });
+        }
         let shipping = Shipping::new(options.procedures.clone(), callers, options.ship_executors);
         coordinator.set_shipping(shipping.clone());
         let shared = worker.shared().clone();

@@ -29,7 +29,7 @@ pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{
     AttachError, Node, NodeHandle, NodeOptions, ShipStats, SpawnError, StartError, WorkerReport,
-    incarnation_from_clock,
+    incarnation_from_clock, resident_bytes,
 };
 pub use placement::ClusterPlacement;
 pub use poller::{Polled, Poller};

@@ -14,7 +14,7 @@ use ferrotx_txn::ship::Procedures;
 use ferrotx_cluster::Configuration;
 use ferrotx_exec::{Co, Executor};
 use ferrotx_rpc::{Config, Stats};
-use ferrotx_store::{Key, Partition, PartitionId, StoreError, TableId};
+use ferrotx_store::{Key, Memory, Partition, PartitionId, StoreError, TableId};
 use ferrotx_transport::udp::{UdpConfig, UdpTransport};
 use ferrotx_transport::{Doorbell, Transport, TransportError, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::Coordinator;
@@ -72,6 +72,17 @@ impl Default for NodeOptions {
             procedures: Procedures::default(),
         }
     }
+}
+
+/// This process's resident memory now, in bytes (`/proc/self/statm`); 0 where it cannot
+/// be read. A file read: for INFO and a node's start, not per request.
+pub fn resident_bytes() -> u64 {
+    // SAFETY: sysconf only reads a system setting.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(0) as u64;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
 }
 
 /// Microseconds since the Unix epoch (at least 1): grows from one start to the next.
@@ -326,6 +337,8 @@ pub struct NodeHandle {
     ship: Arc<[PublishedShip]>,
     /// The node's store of its current view: not kept alive by the handle.
     view_store: std::sync::Weak<ViewStore>,
+    /// The node's memory figures and limit.
+    memory: Arc<Memory>,
 }
 
 /// Why a coroutine could not be started.
@@ -359,6 +372,12 @@ impl NodeHandle {
     /// The node's id.
     pub fn id(&self) -> u16 {
         self.node
+    }
+
+    /// The node's memory figures and limit (`maxmemory`), which its threads share:
+    /// reading them is a few atomic loads.
+    pub fn memory(&self) -> &Arc<Memory> {
+        &self.memory
     }
 
     /// The configuration the node runs.
@@ -551,6 +570,7 @@ impl Node {
     ) -> Self {
         let config = core.config().clone();
         let node = core.id();
+        core.memory().set_limit(config.maxmemory().unwrap_or(0));
         if let Some(link) = &link {
             link.set_core(core.clone());
         }
@@ -711,6 +731,7 @@ impl Node {
             recovery,
             ship,
             view_store: core.view_store_weak(),
+            memory: core.memory().clone(),
         };
         Self {
             core,

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use ferrotx_resp::{
-    Action, AdminRequest, InfoRequest, InfoStats, Outcome, Parsed, ParserLimits, Plan, Reply,
-    RequestParser, Session, SessionConfig,
+    Action, AdminRequest, ConfigValues, InfoRequest, InfoStats, Outcome, Parsed, ParserLimits,
+    Plan, Reply, RequestParser, Session, SessionConfig,
 };
+use ferrotx_store::Memory;
 
 use crate::execute::VERSION_UNREADABLE;
 use crate::work::{Work, WorkResult};
@@ -49,8 +50,23 @@ pub struct Counters {
 pub struct Shared {
     /// The counters, for INFO.
     pub counters: Counters,
+    /// The node's memory budget: commands that may grow memory are refused while it is
+    /// past its limit, and CONFIG GET and SET read and set the limit. None: no limit
+    /// (a simulated client's front end).
+    pub memory: Option<Arc<Memory>>,
     /// Replies of finished work on their way to a connection's output.
     replies: Vec<Reply>,
+}
+
+impl Shared {
+    /// A front end's shared state, refusing commands that may grow memory while `memory`
+    /// is past its limit.
+    pub fn with_memory(memory: Arc<Memory>) -> Self {
+        Self {
+            memory: Some(memory),
+            ..Self::default()
+        }
+    }
 }
 
 /// Why [`RespConnection::handle`] stopped.
@@ -222,6 +238,9 @@ impl RespConnection {
                 Ok(Parsed::Incomplete) => break Step::Stopped(Stop::Incomplete),
                 Ok(Parsed::Empty { consumed }) => self.input_start += consumed,
                 Ok(Parsed::Command { args, consumed }) => {
+                    // A few relaxed loads (the limit first: none, and that is all).
+                    self.session
+                        .set_out_of_memory(shared.memory.as_ref().is_some_and(|m| m.over()));
                     let mut action = self.session.handle(args);
                     self.input_start += consumed;
                     self.requests += 1;
@@ -229,7 +248,7 @@ impl RespConnection {
                     if let Action::Run(plan) = &mut action {
                         self.join_pipelined(plan, &mut shared.counters);
                     }
-                    if let Some(step) = self.act(action, &mut shared.counters) {
+                    if let Some(step) = self.act(action, shared) {
                         break step;
                     }
                 }
@@ -416,7 +435,8 @@ impl RespConnection {
     }
 
     /// Does what the session asked for, or says what the caller must do.
-    fn act(&mut self, action: Action, counters: &mut Counters) -> Option<Step> {
+    fn act(&mut self, action: Action, shared: &mut Shared) -> Option<Step> {
+        let counters = &mut shared.counters;
         let seed = self.client_id.rotate_left(32) ^ self.requests;
         let (work, in_flight) = match action {
             Action::Reply(reply) => {
@@ -431,6 +451,25 @@ impl RespConnection {
                 return None;
             }
             Action::Info(request) => return Some(Step::Info(request)),
+            Action::Config(request) => {
+                let memory = shared.memory.as_deref();
+                let mut values = ConfigValues {
+                    maxmemory: memory.and_then(Memory::limit).unwrap_or(0),
+                };
+                let reply = request.reply(&mut values);
+                if let Some(memory) = memory {
+                    memory.set_limit(values.maxmemory);
+                } else if values.maxmemory != 0 {
+                    // No budget to hold it: say so rather than pretend.
+                    let reply = Reply::error_static(
+                        "ERR ferrotx: this front end has no node memory to limit",
+                    );
+                    self.write_reply(&reply, counters);
+                    return None;
+                }
+                self.write_reply(&reply, counters);
+                return None;
+            }
             Action::Admin(request) => {
                 // Not a work item for a worker: the caller answers it.
                 self.in_flight = Some(InFlight::Admin);

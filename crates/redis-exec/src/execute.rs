@@ -9,6 +9,7 @@
 
 use ferrotx_exec::Co;
 use ferrotx_resp::keys::{Lookup, lookup};
+use ferrotx_resp::session::OOM;
 use ferrotx_resp::{Outcome, Overlay, Plan, Reply, WatchVersion};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Txn};
 use ferrotx_txn::reservation::Age;
@@ -30,8 +31,10 @@ pub struct PlanRun {
 enum Attempt {
     /// A conflict: run the plan again.
     Retry(Abort),
-    /// The plan is too large for one transaction: this error is the reply, unless its
-    /// commands may run one by one ([`Plan::may_split`]).
+    /// The plan cannot run whole (too large for one transaction, or a primary past its
+    /// memory limit refused a write that would grow it): this error is the reply,
+    /// unless its commands may run one by one ([`Plan::may_split`]), when those that do
+    /// not grow memory still run.
     TooLarge(Reply),
     /// Something retrying does not cure: this error is the reply.
     Fail(Reply),
@@ -44,6 +47,7 @@ fn classify(abort: Abort) -> Attempt {
             Attempt::Retry(abort)
         }
         Abort::TooLarge => Attempt::TooLarge(too_large()),
+        Abort::OutOfMemory => Attempt::TooLarge(Reply::error_static(OOM)),
         Abort::Refused(_)
         | Abort::ReadOnly
         | Abort::KeyExists
@@ -139,6 +143,12 @@ async fn run_whole(
             // transaction finds out whether it fits one commit).
             Err(Abort::Protocol | Abort::TooLarge) => {}
             Err(Abort::Unavailable) => return failed(clusterdown()),
+            Err(Abort::OutOfMemory) => {
+                return Err(TooLarge {
+                    reply: Reply::error_static(OOM),
+                    aborts: 0,
+                });
+            }
             Err(abort @ (Abort::Conflict | Abort::Locked | Abort::LogFull)) => {
                 return failed(Reply::error(format!(
                     "TRYAGAIN ferrotx: transaction aborted after retries at the key's \

@@ -14,6 +14,7 @@ pub mod table;
 
 pub use table::{CommandFlags, CommandId, CommandSpec, lookup, lookup_by_name};
 
+use crate::config::ConfigRequest;
 use crate::glob;
 use crate::info::InfoRequest;
 use crate::number::{parse_i64, parse_scan_cursor};
@@ -42,6 +43,8 @@ pub enum Command {
     Info(InfoRequest),
     /// A ferrotx administrative command (FERROTX ...): the node answers it.
     Admin(AdminRequest),
+    /// CONFIG GET or SET: the node's parameters ([`crate::config`]).
+    Config(ConfigRequest),
 }
 
 /// A ferrotx administrative command, which the node answers from its own state (not a
@@ -611,6 +614,9 @@ pub fn parse(spec: &CommandSpec, args: Args<'_>) -> Result<Command, Reply> {
         CommandId::CommandCount => connection(ConnectionCommand::CommandCount),
         CommandId::CommandInfo => connection(ConnectionCommand::CommandInfo(args.to_vecs_from(2))),
         CommandId::CommandDocs => connection(ConnectionCommand::CommandDocs(args.to_vecs_from(2))),
+        CommandId::Config => unreachable!("CONFIG's arity needs a subcommand"),
+        CommandId::ConfigGet => Ok(Command::Config(ConfigRequest::get(args))),
+        CommandId::ConfigSet => ConfigRequest::set(args).map(Command::Config),
         CommandId::Ferrotx => unreachable!("FERROTX's arity needs a subcommand"),
         CommandId::FerrotxCopies => Ok(Command::Admin(AdminRequest::Copies)),
     }

@@ -8,6 +8,7 @@
 //! `INFO`, `INFO default`, `INFO all` and `INFO everything` give all four; section names
 //! are compared without case and unknown ones are ignored, as in Redis.
 
+use crate::config::{MAXMEMORY_POLICY, human_bytes};
 use crate::number::write_u64;
 use crate::protocol::Args;
 use crate::reply::Reply;
@@ -19,6 +20,8 @@ pub enum InfoSection {
     Server,
     /// `# Clients`: connections.
     Clients,
+    /// `# Memory`: the node's memory use and limit.
+    Memory,
     /// `# Stats`: counters.
     Stats,
     /// `# ferrotx`: the node and its cluster.
@@ -27,13 +30,20 @@ pub enum InfoSection {
 
 impl InfoSection {
     /// Every section, in the order INFO prints them.
-    pub const ALL: [Self; 4] = [Self::Server, Self::Clients, Self::Stats, Self::Ferrotx];
+    pub const ALL: [Self; 5] = [
+        Self::Server,
+        Self::Clients,
+        Self::Memory,
+        Self::Stats,
+        Self::Ferrotx,
+    ];
 
     /// The section's name as INFO takes it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Server => "server",
             Self::Clients => "clients",
+            Self::Memory => "memory",
             Self::Stats => "stats",
             Self::Ferrotx => "ferrotx",
         }
@@ -44,6 +54,7 @@ impl InfoSection {
         match self {
             Self::Server => "# Server\r\n",
             Self::Clients => "# Clients\r\n",
+            Self::Memory => "# Memory\r\n",
             Self::Stats => "# Stats\r\n",
             Self::Ferrotx => "# ferrotx\r\n",
         }
@@ -141,6 +152,22 @@ impl InfoRequest {
                     field("maxclients", &number(stats.clients_max));
                     field("blocked_clients", b"0");
                 }
+                InfoSection::Memory => {
+                    // Redis's order; the figures clients read also in human form.
+                    for (name, value, human) in [
+                        ("used_memory", stats.used_memory, true),
+                        ("used_memory_rss", stats.used_memory_rss, true),
+                        ("used_memory_peak", stats.used_memory_peak, true),
+                        ("used_memory_dataset", stats.used_memory_dataset, false),
+                        ("maxmemory", stats.maxmemory, true),
+                    ] {
+                        field(name, &number(value));
+                        if human {
+                            field(&format!("{name}_human"), human_bytes(value).as_bytes());
+                        }
+                    }
+                    field("maxmemory_policy", MAXMEMORY_POLICY.as_bytes());
+                }
                 InfoSection::Stats => {
                     field(
                         "total_connections_received",
@@ -215,6 +242,17 @@ pub struct InfoStats {
     pub total_net_output_bytes: u64,
     /// Connections refused (over the client limit) since the start.
     pub rejected_connections: u64,
+    /// Bytes the node uses by its own account ([`crate::config`]'s `maxmemory` is
+    /// compared with this): its store's, and its resident memory before data.
+    pub used_memory: u64,
+    /// The node process's resident memory now (0 if unknown).
+    pub used_memory_rss: u64,
+    /// The highest `used_memory` since the start.
+    pub used_memory_peak: u64,
+    /// The store's part of `used_memory`: objects, index slots and values kept out of line.
+    pub used_memory_dataset: u64,
+    /// The node's memory limit (`maxmemory`); 0: none.
+    pub maxmemory: u64,
     /// Key reads that found the key.
     pub keyspace_hits: u64,
     /// Key reads that did not.
@@ -252,6 +290,11 @@ impl Default for InfoStats {
             total_net_input_bytes: 0,
             total_net_output_bytes: 0,
             rejected_connections: 0,
+            used_memory: 0,
+            used_memory_rss: 0,
+            used_memory_peak: 0,
+            used_memory_dataset: 0,
+            maxmemory: 0,
             keyspace_hits: 0,
             keyspace_misses: 0,
             total_error_replies: 0,

@@ -76,6 +76,7 @@
 //! ```
 
 pub mod command;
+pub mod config;
 pub mod glob;
 pub mod info;
 pub mod keys;
@@ -86,6 +87,7 @@ pub mod semantics;
 pub mod session;
 
 pub use command::{AdminRequest, Command, CommandSpec, DataCommand, KeyspaceRequest, ScanRequest};
+pub use config::{ConfigRequest, ConfigValues};
 pub use info::{InfoRequest, InfoStats};
 pub use protocol::{Args, ArgsBuf, Parsed, ParserLimits, ProtocolError, RequestParser};
 pub use reply::{ProtocolVersion, Reply};

@@ -27,10 +27,11 @@
 use std::sync::Arc;
 
 use crate::command::{
-    self, AdminRequest, Command, CommandId, ConnectionCommand, DataCommand, HelloCommand,
-    HelloOption, KeyspaceRequest, TransactionCommand, introspection, table::c_string_prefix,
-    valid_client_name,
+    self, AdminRequest, Command, CommandFlags, CommandId, ConnectionCommand, DataCommand,
+    HelloCommand, HelloOption, KeyspaceRequest, TransactionCommand, introspection,
+    table::c_string_prefix, valid_client_name,
 };
+use crate::config::ConfigRequest;
 use crate::info::{InfoRequest, InfoStats};
 use crate::protocol::Args;
 use crate::reply::{ProtocolVersion, Reply};
@@ -129,6 +130,9 @@ pub enum Action {
     /// session is not told. Like a whole-keyspace request, its reply comes before the
     /// replies of the requests after it.
     Admin(AdminRequest),
+    /// CONFIG GET or SET: reply [`ConfigRequest::reply`] over the node's values, and
+    /// apply what SET changed.
+    Config(ConfigRequest),
 }
 
 /// A key watched by WATCH, with the version it had then.
@@ -323,6 +327,9 @@ struct Multi {
     queued: Vec<Queued>,
     /// A command was refused while queuing: EXEC fails with EXECABORT.
     dirty: bool,
+    /// A command that may grow memory (DENYOOM) was queued: EXEC is refused while the
+    /// node is out of memory, as Redis refuses it.
+    denyoom: bool,
 }
 
 /// What the session waits for from the node.
@@ -356,7 +363,13 @@ pub struct Session {
     multi: Option<Multi>,
     watched: Vec<WatchedKey>,
     pending: Pending,
+    /// The node uses its memory limit or more: commands that may grow memory (DENYOOM)
+    /// are refused ([`Session::set_out_of_memory`]).
+    out_of_memory: bool,
 }
+
+/// Redis's reply to a command that may grow memory on a node past its `maxmemory`.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// Redis's reply to a bad password.
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -375,7 +388,16 @@ impl Session {
             multi: None,
             watched: Vec::new(),
             pending: Pending::Nothing,
+            out_of_memory: false,
         }
+    }
+
+    /// Says whether the node uses its memory limit or more, before requests are handled:
+    /// while it does, commands that may grow memory (DENYOOM: SET, INCR, APPEND, ...,
+    /// and an EXEC that queued one) are refused with `-OOM`; reads, deletes and
+    /// everything else still run.
+    pub fn set_out_of_memory(&mut self, out_of_memory: bool) {
+        self.out_of_memory = out_of_memory;
     }
 
     /// The protocol to encode replies in.
@@ -438,6 +460,15 @@ impl Session {
             let error = Reply::error_static("NOAUTH Authentication required.");
             return Action::Reply(self.reject(is_exec, error));
         }
+        let denyoom = spec.flags.contains(CommandFlags::DENYOOM);
+        if self.out_of_memory
+            && (denyoom || is_exec && self.multi.as_ref().is_some_and(|multi| multi.denyoom))
+        {
+            return Action::Reply(self.reject(is_exec, Reply::error_static(OOM)));
+        }
+        if let Some(multi) = &mut self.multi {
+            multi.denyoom |= denyoom;
+        }
         if self.multi.is_some() && !runs_inside_multi(spec.id) {
             return Action::Reply(self.queue(spec, args));
         }
@@ -463,6 +494,7 @@ impl Session {
             Ok(Command::Keyspace(request)) => Action::Keyspace(request),
             Ok(Command::Info(request)) => Action::Info(request),
             Ok(Command::Admin(request)) => Action::Admin(request),
+            Ok(Command::Config(request)) => Action::Config(request),
         }
     }
 
@@ -508,7 +540,8 @@ impl Session {
         let Ok(spec) = command::lookup(args) else {
             return false;
         };
-        if !self.authenticated {
+        if !self.authenticated || self.out_of_memory && spec.flags.contains(CommandFlags::DENYOOM) {
+            // Handled on its own (and refused).
             return false;
         }
         let Ok(Command::Data(command)) = command::parse(spec, args) else {
@@ -574,6 +607,8 @@ impl Session {
                 | CommandId::FlushAll
                 | CommandId::FlushDb
                 | CommandId::FerrotxCopies
+                | CommandId::ConfigGet
+                | CommandId::ConfigSet
         ) {
             // The node answers these by asking every partition, outside any
             // transaction: they cannot be part of EXEC's.

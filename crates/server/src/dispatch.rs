@@ -48,6 +48,7 @@ impl Context {
         port: u16,
         scratch_bytes: usize,
     ) -> Self {
+        let memory = node.memory().clone();
         Self {
             node,
             inbox,
@@ -57,7 +58,7 @@ impl Context {
             clients_max,
             port,
             stats: Stats::new(),
-            shared: Shared::default(),
+            shared: Shared::with_memory(memory),
             ready: Vec::new(),
             scratch: vec![0; scratch_bytes],
             reads_per_turn: crate::connection::READS_PER_TURN,

@@ -66,7 +66,13 @@ impl Stats {
         ];
         extra.extend(recovery_fields(recovery));
         extra.extend(ship_fields(ship));
+        let memory = handle.memory();
         InfoStats {
+            used_memory: memory.used(),
+            used_memory_rss: ferrotx_node::resident_bytes(),
+            used_memory_peak: memory.peak(),
+            used_memory_dataset: memory.store(),
+            maxmemory: memory.limit().unwrap_or(0),
             process_id: std::process::id(),
             tcp_port: port,
             server_time_usec: now_usec,

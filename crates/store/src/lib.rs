@@ -30,7 +30,7 @@ mod value;
 pub use error::{LockError, ReadError, StoreError};
 pub use header::{Header, HeaderWord, VERSION_MAX};
 pub use key::{KEY_BYTES_MAX, Key};
-pub use memory::Memory;
+pub use memory::{Memory, parse_memory};
 pub use object::{Object, ReadOutcome};
 pub use partition::{Partition, PartitionId};
 pub use table::{TableId, TableSpec, VALUE_BYTES_MAX, ValueSize};

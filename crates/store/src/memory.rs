@@ -86,9 +86,58 @@ impl Memory {
     }
 }
 
+/// A memory size as Redis reads one (`memtoull`): a whole number of bytes, optionally
+/// followed by a unit, without case: `k` (1,000), `kb` (1,024), `m`, `mb`, `g`, `gb`.
+/// `None` for anything else, or a size that overflows.
+pub fn parse_memory(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?.to_ascii_lowercase();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    if number.is_empty() {
+        return None;
+    }
+    let multiplier: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(multiplier)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_sizes_read_as_redis_reads_them() {
+        assert_eq!(parse_memory(b"0"), Some(0));
+        assert_eq!(parse_memory(b"12345"), Some(12_345));
+        assert_eq!(parse_memory(b"100mb"), Some(100 << 20));
+        assert_eq!(parse_memory(b"100MB"), Some(100 << 20));
+        assert_eq!(parse_memory(b"2k"), Some(2_000));
+        assert_eq!(parse_memory(b"2kb"), Some(2_048));
+        assert_eq!(parse_memory(b"1g"), Some(1_000_000_000));
+        assert_eq!(parse_memory(b"1gb"), Some(1 << 30));
+        for bad in [
+            &b""[..],
+            b"mb",
+            b"-1",
+            b"1.5mb",
+            b"1 mb",
+            b"1tb",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_memory(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_memory(b"18446744073709551615gb"), None);
+    }
 
     #[test]
     fn over_only_with_a_limit_reached() {

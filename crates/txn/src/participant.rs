@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
-use ferrotx_store::Partition;
+use ferrotx_store::{Memory, Partition};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -193,6 +193,9 @@ pub struct ParticipantStats {
     pub locks_granted: u64,
     /// LOCK requests refused (a version changed, an object locked, a bad write).
     pub locks_refused: u64,
+    /// LOCK requests refused because this node is past its memory limit
+    /// ([`OUT_OF_MEMORY`]).
+    pub locks_refused_memory: u64,
     /// Transactions installed by COMMIT-PRIMARY.
     pub commits: u64,
     /// Transactions whose locks were released by ABORT.
@@ -255,7 +258,15 @@ pub struct Participant {
     aged_locks: HashMap<TxId, Age, FixedState>,
     /// The worker's clock (reservations expire by it); none: time stands at 0.
     clock: Option<std::rc::Weak<ferrotx_exec::Shared>>,
+    /// The node's memory budget: past its limit, LOCK refuses writes that would grow
+    /// the store ([`OUT_OF_MEMORY`]).
+    memory: Arc<Memory>,
 }
+
+/// LOCK's answer when this primary is past its memory limit and a write would grow the
+/// store: nothing was locked (the other answers: 0 refused, 1 granted, then the
+/// versions, and [`crate::recovery::UNDECIDED`]).
+pub const OUT_OF_MEMORY: u8 = 3;
 
 /// A participant's handler of one request type, as `register` installs them.
 pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
@@ -280,7 +291,13 @@ impl Participant {
             shipped: crate::ship::ShipResults::new(crate::ship::RESULTS_MAX),
             aged_locks: HashMap::with_hasher(FixedState::with_seed(0)),
             clock: None,
+            memory: Arc::new(Memory::unlimited()),
         }
+    }
+
+    /// Refuses writes that would grow the store while `memory` is past its limit.
+    pub fn set_memory(&mut self, memory: Arc<Memory>) {
+        self.memory = memory;
     }
 
     /// Times reservations by `worker`'s clock ([`ferrotx_exec::Shared::now_ns`]).
@@ -489,6 +506,16 @@ impl Participant {
             response.push(0);
             return Ok(());
         }
+        // Past the memory limit, a write that would grow the store (a new key, a larger
+        // value) refuses the whole LOCK, which takes nothing; deletes and writes that fit
+        // where their objects are go on. Fault point: refused as if out of memory.
+        if ferrotx_buggify::fires("txn.participant.lock.out_of_memory")
+            || self.memory.over() && self.grows_memory(&record)
+        {
+            self.stats.locks_refused_memory += 1;
+            response.push(OUT_OF_MEMORY);
+            return Ok(());
+        }
         response.push(1);
         let mut taken = 0;
         // The clock is read only where reservations are (contention).
@@ -564,6 +591,16 @@ impl Participant {
         set_record_versions(&mut bytes, &response[1..]).expect("checked when parsed");
         self.locked.insert(record.tx, bytes);
         Ok(())
+    }
+
+    /// True if a write of `record` to a partition this node is primary of would grow the
+    /// store ([`Partition::grows`]).
+    fn grows_memory(&self, record: &RecordView<'_>) -> bool {
+        record.writes().any(|write| {
+            self.store
+                .get(write.partition, Role::Primary)
+                .is_some_and(|p| p.grows(write.table, &write.key, write.value) == Ok(true))
+        })
     }
 
     /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.

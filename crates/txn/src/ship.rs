@@ -226,6 +226,9 @@ pub enum ShipStatus {
     /// knows no earlier run of it, and asked again it would not run in this
     /// configuration. Nothing changed by this request.
     Split = 6,
+    /// A write would grow memory on this primary, past its memory limit: nothing
+    /// changed.
+    OutOfMemory = 7,
 }
 
 impl ShipStatus {
@@ -238,6 +241,7 @@ impl ShipStatus {
             4 => Self::Conflict,
             5 => Self::TooLarge,
             6 => Self::Split,
+            7 => Self::OutOfMemory,
             _ => return None,
         })
     }
@@ -893,8 +897,9 @@ impl Shipping {
                     });
                     return;
                 }
-                Attempt::Abort(Abort::TooLarge) if operations.len() > 1 => {
-                    // Each alone: a later one may fit.
+                // Each alone: a later one may fit, and past the memory limit, operations
+                // that do not grow memory (deletes) still run.
+                Attempt::Abort(Abort::TooLarge | Abort::OutOfMemory) if operations.len() > 1 => {
                     for op in operations {
                         let keys = keys[op.keys.clone()].to_vec();
                         let n = keys.len();
@@ -943,6 +948,10 @@ impl Shipping {
                 }
                 Attempt::Abort(Abort::TooLarge) => {
                     Self::answer(co, &operations[0].token, ShipStatus::TooLarge, &[]);
+                    return;
+                }
+                Attempt::Abort(Abort::OutOfMemory) => {
+                    Self::answer(co, &operations[0].token, ShipStatus::OutOfMemory, &[]);
                     return;
                 }
                 Attempt::Abort(other) => {
@@ -1036,6 +1045,7 @@ impl ShipStatus {
             Some(ShipStatus::Unknown) => Err(Abort::OutcomeUnknown),
             Some(ShipStatus::Conflict) => Err(Abort::Conflict),
             Some(ShipStatus::TooLarge) => Err(Abort::TooLarge),
+            Some(ShipStatus::OutOfMemory) => Err(Abort::OutOfMemory),
             // Nothing ran: the caller runs it another way (or, if an earlier request may
             // have run, reports its outcome unknown).
             Some(ShipStatus::Split | ShipStatus::Failed) | None => Err(Abort::Protocol),

@@ -168,6 +168,73 @@ fn a_failed_lock_takes_no_lock_and_abort_releases() {
 }
 
 #[test]
+fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
+    let (mut p, primary, _) = node();
+    assert!(
+        primary
+            .load(TABLE, Key::from(1), &10u64.to_le_bytes())
+            .unwrap()
+    );
+    let memory = Arc::new(ferrotx_store::Memory::with_limit(1 << 20));
+    p.set_memory(memory.clone());
+    memory.set_store(primary.used_bytes() as u64);
+    // Under the limit: an insert is granted.
+    let insert = |counter, key| record(counter, vec![write(PRIMARY, key, 0, 20)], 0);
+    assert_eq!(
+        call(Participant::lock, &mut p, &insert(1, 2)),
+        granted(&[0])
+    );
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(1)), [1]);
+    // At the limit: an insert (with an update beside it) takes nothing and answers
+    // OUT_OF_MEMORY.
+    memory.set_store(1 << 20);
+    let both = record(
+        2,
+        vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 3, 0, 30)],
+        0,
+    );
+    assert_eq!(
+        call(Participant::lock, &mut p, &both),
+        [ferrotx_txn::participant::OUT_OF_MEMORY]
+    );
+    assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
+    assert_eq!(p.locked_transactions(), 0);
+    // An update in place and a delete do not grow the store: granted.
+    let update = record(3, vec![write(PRIMARY, 1, 1, 11)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &update), granted(&[1]));
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(3)),
+        [1]
+    );
+    let mut delete = write(PRIMARY, 1, 2, 0);
+    delete.value = None;
+    assert_eq!(
+        call(Participant::lock, &mut p, &record(4, vec![delete], 0)),
+        granted(&[2])
+    );
+    assert_eq!(
+        call(Participant::commit_primary, &mut p, &tx_message(4)),
+        [1]
+    );
+    // A key that was deleted needs its object again: refused.
+    assert_eq!(
+        call(
+            Participant::lock,
+            &mut p,
+            &record(5, vec![write(PRIMARY, 1, 3, 12)], 0)
+        ),
+        [ferrotx_txn::participant::OUT_OF_MEMORY]
+    );
+    assert_eq!(p.stats().locks_refused_memory, 2);
+    // Back under the limit (deletes reclaimed): granted again.
+    memory.set_store(0);
+    assert_eq!(
+        call(Participant::lock, &mut p, &insert(6, 3)),
+        granted(&[0])
+    );
+}
+
+#[test]
 fn validation_fails_on_a_changed_or_locked_object() {
     let (mut p, primary, _) = node();
     assert!(

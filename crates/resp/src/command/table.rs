@@ -71,6 +71,10 @@ pub enum CommandId {
     CommandCount,
     CommandInfo,
     CommandDocs,
+    /// The CONFIG container (only its subcommands run).
+    Config,
+    ConfigGet,
+    ConfigSet,
     /// The FERROTX container of ferrotx's own administrative commands (no Redis command
     /// has this name; only its subcommands run).
     Ferrotx,
@@ -1000,6 +1004,21 @@ pub static COMMANDS: &[CommandSpec] = &[
         ..NO_KEYS
     },
     CommandSpec {
+        name: "config",
+        id: CommandId::Config,
+        arity: -2,
+        flags: CommandFlags::empty(),
+        acl_categories: &["@slow"],
+        subcommands: CONFIG_SUBCOMMANDS,
+        docs: Docs {
+            summary: "A container for server configuration commands",
+            since: "2.0.0",
+            group: "server",
+            complexity: "Depends on subcommand.",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
         name: "ferrotx",
         id: CommandId::Ferrotx,
         arity: -2,
@@ -1038,6 +1057,44 @@ static FERROTX_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
     },
     ..NO_KEYS
 }];
+
+/// CONFIG's subcommands that ferrotx implements (over the parameters of
+/// [`crate::config`]).
+static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "config|get",
+        id: CommandId::ConfigGet,
+        arity: -3,
+        flags: CommandFlags::ADMIN
+            .union(CommandFlags::NOSCRIPT)
+            .union(LOADING_STALE),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        docs: Docs {
+            summary: "Get the values of configuration parameters",
+            since: "2.0.0",
+            group: "server",
+            complexity: "O(N) when N is the number of configuration parameters provided",
+        },
+        ..NO_KEYS
+    },
+    CommandSpec {
+        name: "config|set",
+        id: CommandId::ConfigSet,
+        arity: -4,
+        flags: CommandFlags::ADMIN
+            .union(CommandFlags::NOSCRIPT)
+            .union(LOADING_STALE),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        tips: &["request_policy:all_nodes", "response_policy:all_succeeded"],
+        docs: Docs {
+            summary: "Set configuration parameters to the given values",
+            since: "2.0.0",
+            group: "server",
+            complexity: "O(N) when N is the number of configuration parameters provided",
+        },
+        ..NO_KEYS
+    },
+];
 
 /// CLIENT's subcommands that ferrotx implements.
 static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[

@@ -625,7 +625,7 @@ fn command_listing() {
         introspection::count(),
         Reply::Integer(COMMANDS.len() as i64)
     );
-    assert_eq!(COMMANDS.len(), 49);
+    assert_eq!(COMMANDS.len(), 50);
     let Reply::Array(all) = introspection::all_commands() else {
         panic!("an array");
     };

@@ -15,6 +15,8 @@ struct Node {
     now_ms: u64,
     /// Plans run, for checks.
     plans: Vec<Plan>,
+    /// CONFIG's values.
+    config: crate::config::ConfigValues,
 }
 
 impl Node {
@@ -132,6 +134,7 @@ impl Node {
                 false,
             ),
             Action::Admin(AdminRequest::Copies) => (Some(Reply::Array(Vec::new())), false),
+            Action::Config(request) => (Some(request.reply(&mut self.config)), false),
         };
         let mut out = Vec::new();
         if let Some(reply) = reply {
@@ -225,6 +228,91 @@ fn connection_commands() {
     );
     assert_eq!(session.name(), None);
     assert_eq!(session.client_id(), 7);
+}
+
+#[test]
+fn out_of_memory_refuses_what_may_grow_memory_and_runs_the_rest() {
+    let mut node = Node::default();
+    let mut session = session();
+    assert_eq!(
+        node.feed(&mut session, "SET a 1\r\nSET b 2\r\n"),
+        "+OK\r\n+OK\r\n"
+    );
+    session.set_out_of_memory(true);
+    let oom = format!("-{OOM}\r\n");
+    // Writes that may grow memory are refused; reads, deletes and the rest run, also
+    // pipelined behind a refused one.
+    assert_eq!(node.feed(&mut session, "SET c 3\r\n"), oom);
+    assert_eq!(node.feed(&mut session, "INCR a\r\n"), oom);
+    assert_eq!(
+        node.feed(
+            &mut session,
+            "GET a\r\nSET c 3\r\nGET b\r\nDEL b\r\nEXISTS b\r\nPING\r\n"
+        ),
+        format!("$1\r\n1\r\n{oom}$1\r\n2\r\n:1\r\n:0\r\n+PONG\r\n")
+    );
+    // Inside MULTI the refused command makes EXEC fail; a transaction of reads runs.
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nSET c 3\r\nGET a\r\nEXEC\r\n"),
+        format!(
+            "+OK\r\n{oom}+QUEUED\r\n\
+             -EXECABORT Transaction discarded because of previous errors.\r\n"
+        )
+    );
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nGET a\r\nDEL a\r\nEXEC\r\n"),
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$1\r\n1\r\n:1\r\n"
+    );
+    // A write queued before the node ran out: EXEC is refused, as Redis refuses it.
+    session.set_out_of_memory(false);
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nSET d 4\r\n"),
+        "+OK\r\n+QUEUED\r\n"
+    );
+    session.set_out_of_memory(true);
+    assert_eq!(
+        node.feed(&mut session, "EXEC\r\n"),
+        format!("-EXECABORT Transaction discarded because of: {OOM}\r\n")
+    );
+    assert_eq!(node.feed(&mut session, "EXISTS d\r\n"), ":0\r\n");
+    // Back under the limit: writes run again.
+    session.set_out_of_memory(false);
+    assert_eq!(node.feed(&mut session, "SET c 3\r\n"), "+OK\r\n");
+}
+
+#[test]
+fn config_get_and_set() {
+    let mut node = Node::default();
+    let mut session = session();
+    assert_eq!(
+        node.feed(
+            &mut session,
+            "CONFIG SET maxmemory 1mb\r\nCONFIG GET maxmemory\r\n"
+        ),
+        "+OK\r\n*2\r\n$9\r\nmaxmemory\r\n$7\r\n1048576\r\n"
+    );
+    assert_eq!(node.config.maxmemory, 1 << 20);
+    assert_eq!(
+        node.feed(&mut session, "CONFIG GET maxmemory-policy\r\n"),
+        "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n"
+    );
+    assert_eq!(
+        node.feed(&mut session, "CONFIG SET maxmemory\r\n"),
+        "-ERR wrong number of arguments for 'config|set' command\r\n"
+    );
+    assert_eq!(
+        node.feed(&mut session, "CONFIG SET maxmemory 1 maxmemory-policy\r\n"),
+        "-ERR syntax error\r\n"
+    );
+    assert!(
+        node.feed(&mut session, "CONFIG\r\n")
+            .starts_with("-ERR wrong number of arguments")
+    );
+    assert_eq!(
+        node.feed(&mut session, "MULTI\r\nCONFIG GET maxmemory\r\nEXEC\r\n"),
+        "+OK\r\n-ERR Command not allowed inside a transaction\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
 }
 
 #[test]
@@ -721,9 +809,9 @@ fn outcomes_need_a_plan() {
 #[test]
 fn command_command_through_the_session() {
     let mut session = session();
-    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":49\r\n");
-    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*49\r\n*10\r\n$4\r\nping\r\n"));
-    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*98\r\n$4\r\nping\r\n"));
+    assert_eq!(exchange(&mut session, "COMMAND COUNT\r\n"), ":50\r\n");
+    assert!(exchange(&mut session, "COMMAND\r\n").starts_with("*50\r\n*10\r\n$4\r\nping\r\n"));
+    assert!(exchange(&mut session, "COMMAND DOCS\r\n").starts_with("*100\r\n$4\r\nping\r\n"));
     assert_eq!(
         exchange(&mut session, "COMMAND INFO nosuch\r\nCOMMAND COUNT x\r\n"),
         "*1\r\n$-1\r\n-ERR wrong number of arguments for 'command|count' command\r\n"

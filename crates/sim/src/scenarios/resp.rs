@@ -153,9 +153,10 @@ fn plain_command(op: &MicroOp, out: &mut Vec<u8>) {
 }
 
 /// Whether an error reply says the command certainly took no effect (`-TRYAGAIN`,
-/// `-CLUSTERDOWN`: docs/redis.md), as opposed to "outcome unknown" and other errors.
+/// `-CLUSTERDOWN`, `-OOM`: docs/redis.md), as opposed to "outcome unknown" and other
+/// errors.
 pub(super) fn certainly_failed(error: &[u8]) -> bool {
-    error.starts_with(b"TRYAGAIN") || error.starts_with(b"CLUSTERDOWN")
+    error.starts_with(b"TRYAGAIN") || error.starts_with(b"CLUSTERDOWN") || error.starts_with(b"OOM")
 }
 
 /// A plain command's reply, as the transaction of that one operation: its outcome and

@@ -32,6 +32,11 @@ pub enum Abort {
     /// thread are still committing (a peer unreachable). Nothing was locked.
     #[error("aborted: no log space at a backup (earlier commits of this thread are stuck)")]
     LogFull,
+    /// A primary of a key it writes is past its memory limit (`maxmemory`), and the
+    /// write would grow memory (a new key, or a value larger than the room it has).
+    /// Nothing was changed; deletes and writes that do not grow memory still run.
+    #[error("refused: out of memory (a primary of a written key is past its memory limit)")]
+    OutOfMemory,
     /// The transaction already ended; begin a new one.
     #[error("the transaction already ended")]
     Finished,

@@ -331,6 +331,8 @@ impl Txn<'_> {
         // A grant whose versions cannot be used: the primary may hold the locks, so it is
         // counted as locked (and released below), and the commit fails.
         let mut malformed = false;
+        // A primary past its memory limit refused a write that would grow it.
+        let mut out_of_memory = false;
         let age = self.age;
         let (lock_type, lock_handler): (u8, ParticipantHandler) = match age {
             None => (request_type::LOCK, Participant::lock),
@@ -360,6 +362,7 @@ impl Txn<'_> {
                     },
                     |node, answer| {
                         if answer.first() != Some(&1) {
+                            out_of_memory |= answer == [crate::participant::OUT_OF_MEMORY];
                             return false;
                         }
                         if blind {
@@ -389,6 +392,8 @@ impl Txn<'_> {
             self.release(&commit.locked).await;
             return Err(if malformed {
                 Abort::Protocol
+            } else if out_of_memory {
+                Abort::OutOfMemory
             } else {
                 Abort::Conflict
             });
