@@ -24,10 +24,11 @@ use crate::cluster::SimCluster;
 use crate::run::Scenario;
 
 /// Every scenario's name, in the order `--workload all` runs them.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "bank",
     "kv",
     "kv-churn",
+    "kv-full",
     "tatp",
     "smallbank",
     "list-append",
@@ -55,7 +56,7 @@ const EXPIRY_REQUESTS_PER_CLIENT: usize = 24;
 /// If `name` is not one of [`NAMES`].
 pub fn scenario(name: &str) -> Box<dyn Scenario> {
     match name {
-        "bank" | "kv" | "kv-churn" | "tatp" | "smallbank" => Box::new(
+        "bank" | "kv" | "kv-churn" | "kv-full" | "tatp" | "smallbank" => Box::new(
             workloads::WorkloadScenario::new(name, TRANSACTIONS_PER_CLIENT),
         ),
         "list-append" => Box::new(list_append::ListAppend::new(TRANSACTIONS_PER_CLIENT)),

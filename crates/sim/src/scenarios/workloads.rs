@@ -28,7 +28,14 @@ pub struct WorkloadScenario {
     clients_per_worker: usize,
     transactions: usize,
     recorder: HistoryRecorder,
+    /// Each node's memory limit, as bytes below what its store holds once loaded.
+    memory_short: Option<u64>,
 }
+
+/// How far below its loaded store `kv-full` limits a node: the records of four of its
+/// eight keys (40 bytes each: header, key, 16-byte value; every node holds a copy of
+/// each with 3 nodes and 3 replicas). The nodes start past their limit.
+const KV_FULL_SHORT: u64 = 4 * 40;
 
 impl WorkloadScenario {
     /// The scenario `name` (bank, kv, tatp or smallbank) at the simulator's small scale,
@@ -64,6 +71,15 @@ impl WorkloadScenario {
                     delete_share: 0.5,
                 }),
             ),
+            // kv-churn on nodes whose memory limit holds about half the keys: primaries
+            // refuse inserts past it (Abort::OutOfMemory) while deletes free room,
+            // reclaimed on every copy, and inserts go through again.
+            "kv-full" => {
+                let mut scenario = Self::new("kv-churn", transactions);
+                scenario.name = "kv-full";
+                scenario.memory_short = Some(KV_FULL_SHORT);
+                return scenario;
+            }
             "tatp" => ("tatp", Workload::Tatp(TatpWorkload { subscribers: 12 })),
             "smallbank" => (
                 "smallbank",
@@ -93,6 +109,7 @@ impl WorkloadScenario {
             clients_per_worker,
             transactions,
             recorder: HistoryRecorder::new(),
+            memory_short: None,
         }
     }
 }
@@ -117,6 +134,15 @@ impl Scenario for WorkloadScenario {
 
     fn start_clients(&mut self, cluster: &mut SimCluster, seed: u64) {
         let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
+        if let Some(short) = self.memory_short {
+            for node in 0..cluster.node_count() {
+                if let Some(core) = cluster.core(node) {
+                    let used = core.refresh_memory();
+                    // Not 0, which is no limit.
+                    core.memory().set_limit(used.saturating_sub(short).max(1));
+                }
+            }
+        }
         for (node, thread, slot) in clients(cluster, self.clients_per_worker) {
             let rng =
                 ChaCha8Rng::seed_from_u64(seed ^ client_id(node, thread, slot).rotate_left(17));
@@ -154,6 +180,17 @@ impl Scenario for WorkloadScenario {
             .map(|v| format!("{v:?}"))
             .collect();
         violations.extend(log_bound_violations(cluster, limit));
+        if self.memory_short.is_some() {
+            // The limit must have been reached, or the run attacked nothing.
+            let refused: u64 = cluster
+                .participants()
+                .map(|p| p.borrow().stats().locks_refused_memory)
+                .sum();
+            if refused == 0 {
+                violations
+                    .push("no LOCK was refused for memory: the limit was never reached".into());
+            }
+        }
         Checked {
             committed: count(Outcome::Committed),
             aborted: count(Outcome::Aborted),
