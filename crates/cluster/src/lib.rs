@@ -104,6 +104,6 @@ pub use resp::{
     RESP_CLIENTS_MAX_DEFAULT, RESP_PIPELINE_COMMANDS_MAX_DEFAULT, RESP_REQUEST_BYTES_MAX_DEFAULT,
     RespSettings,
 };
-pub use view::{BACKUP_CMS_MAX, NO_NODE, View, ViewError, ViewMember};
+pub use view::{BACKUP_CMS_MAX, NO_NODE, View, ViewError, ViewMember, memory_full};
 #[cfg(test)]
 mod testing;

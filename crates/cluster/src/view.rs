@@ -28,6 +28,18 @@ pub const BACKUP_CMS_MAX: usize = 8;
 /// the transactions in flight once per partition moved).
 pub const MOVE_FILLS_PER_NODE: usize = 4;
 
+/// Whether a member that reported `used` bytes against a `limit` (0: none) must not be
+/// given a new copy (a fill, a move) when it hosts `copies` copies: one more copy of the
+/// average size it holds would reach the limit (`used + used / max(1, copies) >= limit`),
+/// or it is at the limit already. Never with no limit.
+pub fn memory_full(used: u64, limit: u64, copies: usize) -> bool {
+    if limit == 0 {
+        return false;
+    }
+    let average = used / (copies.max(1) as u64);
+    used >= limit || used.saturating_add(average) >= limit
+}
+
 /// One member: a node id and the life (incarnation) of the process admitted as it. A new
 /// life of a node is a new member: the earlier one failed, and its data went with it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
@@ -285,17 +297,23 @@ impl View {
     ///    highest id; never the primary;
     /// 3. every partition with fewer than `replicas` copies and fills, and a copy left,
     ///    gets new backups to fill, from [`View::choose_backup`], as long as a member can
-    ///    take one;
+    ///    take one (a member in `full`, whose memory has no room for another copy, never
+    ///    can: the partition stays short until one has room, as with too few members);
     /// 4. moves, only when no partition is left with fewer than `replicas` copies: a
     ///    partition with `replicas` copies, none filling, two of them in one failure
     ///    domain, gets one more backup to fill on a member in a domain holding none of
     ///    its copies ([`View::choose_move`]), at most [`MOVE_FILLS_PER_NODE`] on each
-    ///    member at a time. Once counted (1), step 2 drops the crowded copy.
+    ///    member at a time, never on a member in `full`. Once counted (1), step 2 drops
+    ///    the crowded copy.
+    ///
+    /// Where a primary was lost, [`View::next`] promotes a backup the member holds
+    /// already: `full` does not bear on that.
     pub fn rereplicate(
         &mut self,
         config: &Configuration,
         replicas: usize,
         filled: &BTreeSet<(u32, u16)>,
+        full: &BTreeSet<u16>,
     ) {
         self.filling.resize(self.copies.len(), Vec::new());
         for (p, (copies, filling)) in self.copies.iter_mut().zip(&mut self.filling).enumerate() {
@@ -319,7 +337,7 @@ impl View {
                 continue;
             }
             while self.copies[p].len() + self.filling[p].len() < replicas {
-                let Some(node) = self.choose_backup(config, p as u32) else {
+                let Some(node) = self.choose_backup(config, p as u32, full) else {
                     break;
                 };
                 self.filling[p].push(node);
@@ -329,7 +347,7 @@ impl View {
             for p in 0..self.copies.len() {
                 if self.copies[p].len() == replicas
                     && self.filling[p].is_empty()
-                    && let Some(node) = self.choose_move(config, p as u32)
+                    && let Some(node) = self.choose_move(config, p as u32, full)
                 {
                     self.filling[p].push(node);
                 }
@@ -338,26 +356,38 @@ impl View {
         self.trim_filling();
     }
 
-    /// The member to fill a new backup of `partition` on, if any may: one that holds no
-    /// copy of it and fills none, in a failure domain holding none of its copies or fills
-    /// if there is such a member, then hosting the fewest copies and fills of any
-    /// partition (balance), then of lowest node id.
-    pub fn choose_backup(&self, config: &Configuration, partition: u32) -> Option<u16> {
+    /// The member to fill a new backup of `partition` on, if any may: one not in `full`
+    /// (no room in its memory for another copy) that holds no copy of it and fills none,
+    /// in a failure domain holding none of its copies or fills if there is such a member,
+    /// then hosting the fewest copies and fills of any partition (balance), then of
+    /// lowest node id.
+    pub fn choose_backup(
+        &self,
+        config: &Configuration,
+        partition: u32,
+        full: &BTreeSet<u16>,
+    ) -> Option<u16> {
         let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
         let taken = self.domains_of(config, partition);
         self.members
             .iter()
             .map(|m| m.node)
-            .filter(|&n| !self.holds(partition, n))
+            .filter(|&n| !full.contains(&n) && !self.holds(partition, n))
             .min_by_key(|&n| (taken.contains(&domain(n)), self.hosted(n), n))
     }
 
     /// The member to move a copy of `partition` to, if it should move ([`View::rereplicate`]
     /// step 4): when two of its copies share a failure domain, [`View::choose_backup`]'s
     /// choice among the members in a domain holding none of its copies or fills that fill
-    /// fewer than [`MOVE_FILLS_PER_NODE`] backups; `None` when its copies are in distinct
-    /// domains or no such member exists (so with each node its own domain, never).
-    pub fn choose_move(&self, config: &Configuration, partition: u32) -> Option<u16> {
+    /// fewer than [`MOVE_FILLS_PER_NODE`] backups and are not in `full`; `None` when its
+    /// copies are in distinct domains or no such member exists (so with each node its own
+    /// domain, never).
+    pub fn choose_move(
+        &self,
+        config: &Configuration,
+        partition: u32,
+        full: &BTreeSet<u16>,
+    ) -> Option<u16> {
         let domain = |node: u16| config.member(node).map(|m| m.failure_domain.as_str());
         let copies = &self.copies[partition as usize];
         let crowded = copies
@@ -373,7 +403,8 @@ impl View {
             .iter()
             .map(|m| m.node)
             .filter(|&n| {
-                !self.holds(partition, n)
+                !full.contains(&n)
+                    && !self.holds(partition, n)
                     && !taken.contains(&domain(n))
                     && filling(n) < MOVE_FILLS_PER_NODE
             })
@@ -415,6 +446,11 @@ impl View {
             .chain(self.filling(partition))
             .map(|&n| config.member(n).map(|m| m.failure_domain.as_str()))
             .collect()
+    }
+
+    /// How many copies (not fills) of any partition `node` holds.
+    pub fn copies_on(&self, node: u16) -> usize {
+        self.copies.iter().filter(|c| c.contains(&node)).count()
     }
 
     /// How many copies and fills of any partition `node` hosts.
@@ -632,7 +668,7 @@ mod tests {
             1,
             v.members.iter().copied().filter(|m| m.node != 0).collect(),
         );
-        next.rereplicate(&config, 3, &BTreeSet::new());
+        next.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         next.check(&config).unwrap();
         let domain = |n: u16| config.member(n).unwrap().failure_domain.clone();
         let mut given = BTreeMap::new();
@@ -663,7 +699,7 @@ mod tests {
         let (p, n) = next.fills().next().unwrap();
         let filled: BTreeSet<(u32, u16)> = [(p, n)].into_iter().collect();
         let mut after = next.next(1, next.members.clone());
-        after.rereplicate(&config, 3, &filled);
+        after.rereplicate(&config, 3, &filled, &BTreeSet::new());
         assert_eq!(after.copies[p as usize].last(), Some(&n));
         assert_eq!(after.copies[p as usize].len(), 3);
         assert_eq!(after.fills().count(), next.fills().count() - 1);
@@ -680,7 +716,7 @@ mod tests {
             }
             let filled: BTreeSet<(u32, u16)> = v.fills().collect();
             let mut next = v.next(v.cm, v.members.clone());
-            next.rereplicate(config, 3, &filled);
+            next.rereplicate(config, 3, &filled, &BTreeSet::new());
             next.check(config).unwrap();
             each(&v, &next);
             v = next;
@@ -724,12 +760,12 @@ mod tests {
         let v = View::initial(1, &config, lives(&config));
         assert!(spread(&config, &v).iter().all(|&d| d == 3));
         let mut down = v.next(0, without_and_back(&v, &[4, 5], &[]));
-        down.rereplicate(&config, 3, &BTreeSet::new());
+        down.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         let down = fill_all(&config, &down, &mut |_, _| {});
         assert_eq!(down.short_and_lost(3), (0, 0));
         assert!(spread(&config, &down).iter().all(|&d| d == 2));
         let mut back = down.next(0, without_and_back(&down, &[], &[4, 5]));
-        back.rereplicate(&config, 3, &BTreeSet::new());
+        back.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         back.check(&config).unwrap();
         // Every partition at full strength with two copies in one rack: one fill each on
         // rack c, as many as the per-node bound allows.
@@ -768,7 +804,7 @@ mod tests {
         assert!(most - least <= 1, "{hosted:?}");
         // And nothing moves once placed.
         let mut again = done.next(0, done.members.clone());
-        again.rereplicate(&config, 3, &BTreeSet::new());
+        again.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         assert!(again.filling.is_empty());
         assert_eq!(again.copies, done.copies);
     }
@@ -778,16 +814,16 @@ mod tests {
         let config = domained(&["a", "b", "c", "d", "e", "f"]);
         let v = View::initial(1, &config, lives(&config));
         let mut same = v.next(0, v.members.clone());
-        same.rereplicate(&config, 3, &BTreeSet::new());
+        same.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         assert!(same.filling.is_empty());
         assert_eq!(same.copies, v.copies);
         // A node lost and re-replicated, then back as a new life: it is given nothing
         // (every partition has its copies in distinct domains).
         let mut down = v.next(0, without_and_back(&v, &[5], &[]));
-        down.rereplicate(&config, 3, &BTreeSet::new());
+        down.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         let down = fill_all(&config, &down, &mut |_, _| {});
         let mut back = down.next(0, without_and_back(&down, &[], &[5]));
-        back.rereplicate(&config, 3, &BTreeSet::new());
+        back.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         assert!(back.filling.is_empty());
         assert!(back.copies.iter().all(|c| !c.contains(&5)));
     }
@@ -798,24 +834,29 @@ mod tests {
         let v = View::initial(1, &config, lives(&config));
         // Rack c fails, and comes back before its partitions are filled elsewhere.
         let mut down = v.next(0, without_and_back(&v, &[4, 5], &[]));
-        down.rereplicate(&config, 3, &BTreeSet::new());
+        down.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         let short = down.short_and_lost(3).0;
         assert!(short > 0);
         let mut back = down.next(0, without_and_back(&down, &[], &[4, 5]));
-        back.rereplicate(&config, 3, &BTreeSet::new());
+        back.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         // The fills under way stay; no move starts, on rack c or elsewhere.
         assert_eq!(back.filling, down.filling);
         // Some fills counted, some not: still short, still no move.
         let (p, n) = back.fills().next().unwrap();
         let mut part = back.next(0, back.members.clone());
-        part.rereplicate(&config, 3, &[(p, n)].into_iter().collect());
+        part.rereplicate(
+            &config,
+            3,
+            &[(p, n)].into_iter().collect(),
+            &BTreeSet::new(),
+        );
         assert_eq!(part.short_and_lost(3).0, short - 1);
         assert_eq!(part.fills().count(), back.fills().count() - 1);
         assert!(part.fills().all(|(p, _)| part.copies[p as usize].len() < 3));
         // Once every partition has its copies, the moves start, on rack c.
         let filled: BTreeSet<(u32, u16)> = part.fills().collect();
         let mut full = part.next(0, part.members.clone());
-        full.rereplicate(&config, 3, &filled);
+        full.rereplicate(&config, 3, &filled, &BTreeSet::new());
         assert_eq!(full.short_and_lost(3), (0, 0));
         assert!(full.fills().count() > 0);
         assert!(full.fills().all(|(_, n)| n == 4 || n == 5));
@@ -829,16 +870,131 @@ mod tests {
         v.copies[0] = vec![0, 1, 2];
         v.filling = vec![vec![4]];
         let mut next = v.next(0, v.members.clone());
-        next.rereplicate(&config, 3, &[(0, 4)].into_iter().collect());
+        next.rereplicate(
+            &config,
+            3,
+            &[(0, 4)].into_iter().collect(),
+            &BTreeSet::new(),
+        );
         assert_eq!(next.copies[0], vec![0, 2, 4]);
         // The primary's rack-mate is a backup in the crowded rack b instead.
         v.copies[0] = vec![1, 2, 3];
         let mut next = v.next(0, v.members.clone());
-        next.rereplicate(&config, 3, &[(0, 4)].into_iter().collect());
+        next.rereplicate(
+            &config,
+            3,
+            &[(0, 4)].into_iter().collect(),
+            &BTreeSet::new(),
+        );
         assert_eq!(next.copies[0][0], 1);
         assert_eq!(next.copies[0].len(), 3);
         assert!(next.copies[0].contains(&4));
         assert_eq!(spread(&config, &next)[0], 3);
+    }
+
+    #[test]
+    fn full_members_are_never_given_a_fill() {
+        // Six nodes, each its own domain; node 0 lost: each partition it held is short.
+        let config = domained(&["a", "b", "c", "d", "e", "f"]);
+        let v = View::initial(1, &config, lives(&config));
+        let down = v.next(1, without_and_back(&v, &[0], &[]));
+        let short: Vec<u32> = (0..v.copies.len() as u32)
+            .filter(|&p| v.copies[p as usize].contains(&0))
+            .collect();
+        assert!(!short.is_empty());
+        // Without a full member: the usual choice, which lands on 3 and 4 somewhere.
+        let mut free = down.clone();
+        free.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
+        let chosen: BTreeSet<u16> = free.fills().map(|(_, n)| n).collect();
+        assert!(chosen.contains(&3) && chosen.contains(&4), "{chosen:?}");
+        // With 3 and 4 full: never on them, and each short partition still gets its fill
+        // from the others (two members besides its copies remain for each).
+        let full: BTreeSet<u16> = [3, 4].into_iter().collect();
+        for &p in &short {
+            let n = down
+                .choose_backup(&config, p, &full)
+                .expect("a member with room");
+            assert!(!full.contains(&n));
+            // The ordering among the others is kept: the choice without 3 and 4 as
+            // members at all is the same one.
+            let mut without = down.clone();
+            without.members.retain(|m| !full.contains(&m.node));
+            assert_eq!(without.choose_backup(&config, p, &BTreeSet::new()), Some(n));
+        }
+        let mut next = down.clone();
+        next.rereplicate(&config, 3, &BTreeSet::new(), &full);
+        next.check(&config).unwrap();
+        assert!(next.fills().all(|(_, n)| !full.contains(&n)), "{next:?}");
+        for &p in &short {
+            assert_eq!(next.filling(p).len(), 1, "partition {p}");
+        }
+        // Every survivor full: no fill at all; the partitions stay short, their primaries
+        // promoted as without limits.
+        let all: BTreeSet<u16> = down.members.iter().map(|m| m.node).collect();
+        let mut none = down.clone();
+        none.rereplicate(&config, 3, &BTreeSet::new(), &all);
+        assert!(none.filling.is_empty(), "{none:?}");
+        assert_eq!(none.copies, down.copies);
+        assert_eq!(none.short_and_lost(3).0, short.len());
+        for &p in &short {
+            assert_eq!(none.choose_backup(&config, p, &all), None);
+        }
+        // Once one has room again (figures changed), the next view fills there.
+        let mut later = none.next(1, none.members.clone());
+        let still_full: BTreeSet<u16> = all.iter().copied().filter(|&n| n != 5).collect();
+        later.rereplicate(&config, 3, &BTreeSet::new(), &still_full);
+        let placed: BTreeSet<u16> = later.fills().map(|(_, n)| n).collect();
+        assert!(placed.iter().all(|&n| n == 5), "{placed:?}");
+        assert!(!placed.is_empty());
+    }
+
+    #[test]
+    fn full_members_are_never_given_a_move() {
+        // Rack c fails and is re-replicated onto a and b, then comes back: the moves go
+        // to rack c, to 4 and 5; with 4 full, to 5 only; with both full, nowhere.
+        let config = domained(&["a", "a", "b", "b", "c", "c"]);
+        let v = View::initial(1, &config, lives(&config));
+        let mut down = v.next(0, without_and_back(&v, &[4, 5], &[]));
+        down.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
+        let down = fill_all(&config, &down, &mut |_, _| {});
+        let back = down.next(0, without_and_back(&down, &[], &[4, 5]));
+        let mut free = back.clone();
+        free.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
+        assert!(free.fills().any(|(_, n)| n == 4));
+        let four: BTreeSet<u16> = [4].into_iter().collect();
+        let mut one = back.clone();
+        one.rereplicate(&config, 3, &BTreeSet::new(), &four);
+        assert!(one.fills().count() > 0);
+        assert!(one.fills().all(|(_, n)| n == 5), "{one:?}");
+        for p in 0..back.copies.len() as u32 {
+            assert_ne!(back.choose_move(&config, p, &four), Some(4));
+        }
+        let both: BTreeSet<u16> = [4, 5].into_iter().collect();
+        let mut none = back.clone();
+        none.rereplicate(&config, 3, &BTreeSet::new(), &both);
+        assert!(none.filling.is_empty());
+        for p in 0..back.copies.len() as u32 {
+            assert_eq!(back.choose_move(&config, p, &both), None);
+        }
+    }
+
+    #[test]
+    fn a_member_is_full_when_one_more_average_copy_reaches_its_limit() {
+        // No limit: never.
+        assert!(!memory_full(u64::MAX, 0, 0));
+        // 4 copies of 100 bytes: room for one more below 500, not at 500.
+        assert!(!memory_full(400, 501, 4));
+        assert!(memory_full(400, 500, 4));
+        assert!(memory_full(400, 450, 4));
+        // At or past the limit, whatever it holds.
+        assert!(memory_full(1, 1, 0));
+        assert!(memory_full(1000, 10, 1000));
+        // Holding nothing: the whole of what it uses counts as the average.
+        assert!(!memory_full(100, 201, 0));
+        assert!(memory_full(100, 200, 0));
+        assert!(!memory_full(0, 1, 0));
+        // No overflow.
+        assert!(memory_full(u64::MAX - 1, u64::MAX, 1));
     }
 
     #[test]
@@ -882,7 +1038,7 @@ mod tests {
         let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
         let v = View::initial(1, &config, lives(&config));
         let mut down = v.next(1, v.members[1..].to_vec());
-        down.rereplicate(&config, 3, &BTreeSet::new());
+        down.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         // Two survivors hold every partition already: nowhere to fill.
         assert!(down.filling.is_empty());
         let mut back = down.members.clone();
@@ -891,7 +1047,7 @@ mod tests {
             incarnation: 2,
         });
         let mut joined = down.next(1, back);
-        joined.rereplicate(&config, 3, &BTreeSet::new());
+        joined.rereplicate(&config, 3, &BTreeSet::new(), &BTreeSet::new());
         joined.check(&config).unwrap();
         for p in 0..joined.copies.len() as u32 {
             assert_eq!(joined.filling(p), &[0]);

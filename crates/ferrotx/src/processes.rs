@@ -599,7 +599,7 @@ fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Op
         let Ok(m) = Message::decode(&buf[..n]) else {
             continue;
         };
-        if let (Body::ProbeReply, Some(slot)) = (&m.body, answers.get_mut(m.seq as usize)) {
+        if let (Body::ProbeReply { .. }, Some(slot)) = (&m.body, answers.get_mut(m.seq as usize)) {
             *slot = Some(ProbeAnswer {
                 view: m.view,
                 incarnation: m.incarnation,

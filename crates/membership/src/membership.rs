@@ -283,6 +283,13 @@ pub struct Membership {
     /// Member side: the partitions this node's host reported filled (it fills them in its
     /// current view); reported to the CM every renewal while the view has them filling.
     my_filled: Vec<u32>,
+    /// Member side: this node's memory figures as its host last set them (bytes used,
+    /// limit or 0), sent with every lease request and probe reply.
+    my_memory: (u64, u64),
+    /// CM side: the latest memory figures each member reported (its life, bytes used,
+    /// limit or 0). Only the life that reported them counts; a member that left is
+    /// forgotten at the next commit.
+    memory: BTreeMap<u16, (u64, u64, u64)>,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -324,6 +331,8 @@ impl Membership {
             joiners: BTreeMap::new(),
             filled: BTreeMap::new(),
             my_filled: Vec::new(),
+            my_memory: (0, 0),
+            memory: BTreeMap::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
@@ -639,7 +648,8 @@ impl Membership {
             self.seq += 1;
             let seq = self.seq;
             self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
-            self.send(cm, seq, Body::LeaseRequest);
+            let (used, limit) = self.my_memory;
+            self.send(cm, seq, Body::LeaseRequest { used, limit });
             if !self.my_filled.is_empty() {
                 let partitions = self.my_filled.clone();
                 self.send(cm, 0, Body::Filled { partitions });
@@ -783,6 +793,50 @@ impl Membership {
         }
     }
 
+    /// The host's memory figures for this node: bytes used and the limit (0: none). Sent
+    /// with every lease request and probe reply from now on; the CM places no new copy on
+    /// a member whose memory has no room for one ([`ferrotx_cluster::memory_full`]).
+    pub fn set_memory(&mut self, used: u64, limit: u64) {
+        self.my_memory = (used, limit);
+    }
+
+    /// The memory figures this node, as CM, holds for node `node`: the life that reported
+    /// them, bytes used, limit (0: none). `None` if it holds none (never reported, or
+    /// forgotten: the member left, or this node is not the CM).
+    pub fn memory_of(&self, node: u16) -> Option<(u64, u64, u64)> {
+        self.memory.get(&node).copied()
+    }
+
+    /// CM side: records the figures of the member that sent `m`; a new life's replace
+    /// its earlier life's.
+    fn note_memory(&mut self, m: &Message, used: u64, limit: u64) {
+        self.memory.insert(m.from, (m.incarnation, used, limit));
+    }
+
+    /// The members of `next` that must be given no new copy: those whose latest figures
+    /// (this node's own for itself) leave no room for one more copy of the average size
+    /// they hold in `view` ([`ferrotx_cluster::memory_full`]). A member with no figures
+    /// (a process just admitted) is not full.
+    fn full_members(&self, view: &View, next: &View) -> BTreeSet<u16> {
+        next.members
+            .iter()
+            .filter(|m| {
+                let figures = if m.node == self.me {
+                    Some(self.my_memory)
+                } else {
+                    self.memory
+                        .get(&m.node)
+                        .filter(|(i, _, _)| *i == m.incarnation)
+                        .map(|&(_, used, limit)| (used, limit))
+                };
+                figures.is_some_and(|(used, limit)| {
+                    ferrotx_cluster::memory_full(used, limit, view.copies_on(m.node))
+                })
+            })
+            .map(|m| m.node)
+            .collect()
+    }
+
     fn on_filled(&mut self, now_ns: u64, m: &Message, partitions: &[u32]) {
         let Some(view) = &self.view else {
             return;
@@ -885,7 +939,20 @@ impl Membership {
         }
         let mut next = view.next(self.me, members);
         let filled: BTreeSet<(u32, u16)> = self.filled.keys().copied().collect();
-        next.rereplicate(&self.config, usize::from(self.config.replicas()), &filled);
+        let full = self.full_members(&view, &next);
+        if !full.is_empty() {
+            tracing::info!(
+                node = self.me,
+                ?full,
+                "members with no memory for another copy: no fill or move goes to them"
+            );
+        }
+        next.rereplicate(
+            &self.config,
+            usize::from(self.config.replicas()),
+            &filled,
+            &full,
+        );
         debug_assert!(view.orphaned_in(&next).is_empty());
         tracing::info!(
             node = self.me,
@@ -1005,7 +1072,8 @@ impl Membership {
             Body::Probe => {
                 // Answered by anyone: the reply carries our view id, so a prober behind
                 // us learns there is a newer view.
-                self.send(m.from, m.seq, Body::ProbeReply);
+                let (used, limit) = self.my_memory;
+                self.send(m.from, m.seq, Body::ProbeReply { used, limit });
                 if m.view > my_id {
                     self.request_read(now_ns);
                 }
@@ -1025,17 +1093,23 @@ impl Membership {
             .is_some_and(|v| v.is_member(m.from, m.incarnation));
         if m.view < my_id || !sender_is_member {
             self.stats.dropped += 1;
-            if matches!(m.body, Body::LeaseRequest) {
+            if matches!(m.body, Body::LeaseRequest { .. }) {
                 // A removed node, or one behind: make it read the view.
                 self.send(m.from, m.seq, Body::Stale);
             }
             return;
         }
         match m.body {
-            Body::LeaseRequest => self.on_lease_request(now_ns, &m),
+            Body::LeaseRequest { used, limit } => self.on_lease_request(now_ns, &m, used, limit),
             Body::LeaseGrant { duration_ns } => self.on_lease_grant(now_ns, &m, duration_ns),
             Body::LeaseAck => self.on_lease_ack(&m),
-            Body::ProbeReply => self.on_probe_reply(now_ns, &m),
+            Body::ProbeReply { used, limit } => {
+                // Noted before the reply may end the probe and make the next view.
+                if matches!(&self.reconfig, Reconfig::Probing { seq, .. } if *seq == m.seq) {
+                    self.note_memory(&m, used, limit);
+                }
+                self.on_probe_reply(now_ns, &m);
+            }
             Body::NewConfigAck { old_cm_lease_ns } => self.on_ack(now_ns, &m, old_cm_lease_ns),
             Body::NewConfigCommit { duration_ns } => self.on_commit(now_ns, &m, duration_ns),
             Body::Stale => {
@@ -1139,6 +1213,11 @@ impl Membership {
             cm = v.cm,
             "new configuration: switching"
         );
+        // Figures are the CM's: a node of a view another CM manages drops them (if it
+        // takes over later, its probe's answers bring fresh ones).
+        if v.cm != self.me {
+            self.memory.clear();
+        }
         self.view = Some(v.clone());
         self.phase = Phase::Installing;
         self.installed = false;
@@ -1239,11 +1318,12 @@ impl Membership {
         self.tick_member(now_ns);
     }
 
-    fn on_lease_request(&mut self, now_ns: u64, m: &Message) {
+    fn on_lease_request(&mut self, now_ns: u64, m: &Message, used: u64, limit: u64) {
         if !self.is_cm() {
             self.stats.dropped += 1;
             return;
         }
+        self.note_memory(m, used, limit);
         let lease = self.options.lease_ns;
         let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
         let g = self.grants.entry(m.from).or_default();
@@ -1426,6 +1506,7 @@ impl Membership {
         // Members not in the view are forgotten; the others count alive for a lease.
         let lease = self.options.lease_ns;
         self.grants.retain(|n, _| view.incarnation(*n).is_some());
+        self.memory.retain(|n, (i, _, _)| view.is_member(*n, *i));
         for m in &view.members {
             if m.node != self.me {
                 let g = self.grants.entry(m.node).or_default();

@@ -2,14 +2,15 @@
 //! socket (FaRM 5.1 gives leases their own socket and thread, so that a loaded data path
 //! cannot delay them).
 //!
-//! Layout, little-endian: magic `0xF7`, version 2 (1 had no fills), kind (u8), then the envelope
+//! Layout, little-endian: magic `0xF7`, version 3 (1 had no fills, 2 no memory figures in lease
+//! requests and probe replies), kind (u8), then the envelope
 //! (`from` node u16, `incarnation` u64, `view` id u64, `seq` u64), then the body of the
 //! kind. Decoding checks every length and never panics.
 
 use ferrotx_cluster::{View, ViewMember};
 
 const MAGIC: u8 = 0xF7;
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// Bytes before a body.
 #[cfg(test)]
 const HEADER_BYTES: usize = 3 + 2 + 8 + 8 + 8;
@@ -19,8 +20,14 @@ pub const MESSAGE_BYTES_MAX: usize = 65_000;
 /// What a message says.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Body {
-    /// Member to CM: renew my lease (sent every fifth of the lease).
-    LeaseRequest,
+    /// Member to CM: renew my lease (sent every fifth of the lease). Carries the member's
+    /// memory figures, which the CM's placement of new copies reads.
+    LeaseRequest {
+        /// Bytes the member uses (see `ferrotx_store::Memory::used`).
+        used: u64,
+        /// Its memory limit in bytes; 0: none.
+        limit: u64,
+    },
     /// CM to member: your lease, timed from when you sent request `seq`, lasts
     /// `duration_ns` (0 while the CM holds no lease itself); and please grant me mine.
     LeaseGrant {
@@ -32,8 +39,15 @@ pub enum Body {
     LeaseAck,
     /// A node reconfiguring to members: are you alive?
     Probe,
-    /// Answer to a probe, in the prober's view id.
-    ProbeReply,
+    /// Answer to a probe, in the prober's view id. Carries the answering node's memory
+    /// figures as a lease request does: a backup CM taking over has had no lease request
+    /// from the members, and places copies in the view it makes from the answers.
+    ProbeReply {
+        /// Bytes the node uses.
+        used: u64,
+        /// Its memory limit in bytes; 0: none.
+        limit: u64,
+    },
     /// The CM to every member of a new view (FaRM's NEW-CONFIG).
     NewConfig(View),
     /// A member has switched every thread to view `view` (FaRM's NEW-CONFIG-ACK). Also
@@ -109,11 +123,11 @@ impl Message {
     /// Appends the encoded message to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let kind: u8 = match self.body {
-            Body::LeaseRequest => 1,
+            Body::LeaseRequest { .. } => 1,
             Body::LeaseGrant { .. } => 2,
             Body::LeaseAck => 3,
             Body::Probe => 4,
-            Body::ProbeReply => 5,
+            Body::ProbeReply { .. } => 5,
             Body::NewConfig(_) => 6,
             Body::NewConfigAck { .. } => 7,
             Body::NewConfigCommit { .. } => 8,
@@ -132,6 +146,10 @@ impl Message {
             }
             Body::NewConfigAck { old_cm_lease_ns } => {
                 out.extend_from_slice(&old_cm_lease_ns.to_le_bytes())
+            }
+            Body::LeaseRequest { used, limit } | Body::ProbeReply { used, limit } => {
+                out.extend_from_slice(&used.to_le_bytes());
+                out.extend_from_slice(&limit.to_le_bytes());
             }
             Body::NewConfig(view) => encode_view(view, out),
             Body::Filled { partitions } => {
@@ -157,13 +175,19 @@ impl Message {
         let view = r.u64()?;
         let seq = r.u64()?;
         let body = match kind {
-            1 => Body::LeaseRequest,
+            1 => Body::LeaseRequest {
+                used: r.u64()?,
+                limit: r.u64()?,
+            },
             2 => Body::LeaseGrant {
                 duration_ns: r.u64()?,
             },
             3 => Body::LeaseAck,
             4 => Body::Probe,
-            5 => Body::ProbeReply,
+            5 => Body::ProbeReply {
+                used: r.u64()?,
+                limit: r.u64()?,
+            },
             6 => Body::NewConfig(decode_view(&mut r)?),
             7 => Body::NewConfigAck {
                 old_cm_lease_ns: r.u64()?,
@@ -329,11 +353,19 @@ mod tests {
 
     fn bodies() -> Vec<Body> {
         vec![
-            Body::LeaseRequest,
+            Body::LeaseRequest { used: 0, limit: 0 },
+            Body::LeaseRequest {
+                used: 0x0102_0304_0506_0708,
+                limit: u64::MAX,
+            },
             Body::LeaseGrant { duration_ns: 123 },
             Body::LeaseAck,
             Body::Probe,
-            Body::ProbeReply,
+            Body::ProbeReply { used: 0, limit: 0 },
+            Body::ProbeReply {
+                used: 77,
+                limit: 1 << 40,
+            },
             Body::NewConfig(sample_view()),
             Body::NewConfigAck { old_cm_lease_ns: 4 },
             Body::NewConfigCommit { duration_ns: 5 },
@@ -370,7 +402,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        fn garbage_never_panics(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+            kind in 0u8..14,
+        ) {
             let _ = Message::decode(&bytes);
             let mut b = bytes.clone();
             if b.len() >= 3 {
@@ -379,6 +414,38 @@ mod tests {
                 b[2] = 6;
             }
             let _ = Message::decode(&b);
+            // Every kind's body over garbage (lease requests and probe replies with
+            // figures among them).
+            if b.len() >= 3 {
+                b[2] = kind;
+            }
+            if let Ok(m) = Message::decode(&b) {
+                let mut out = Vec::new();
+                m.encode(&mut out);
+                prop_assert_eq!(out, b);
+            }
         }
+
+        #[test]
+        fn figures_round_trip(used in any::<u64>(), limit in any::<u64>(), seq in any::<u64>()) {
+            for body in [Body::LeaseRequest { used, limit }, Body::ProbeReply { used, limit }] {
+                let m = Message { from: 2, incarnation: 3, view: 4, seq, body };
+                let mut out = Vec::new();
+                m.encode(&mut out);
+                prop_assert_eq!(out.len(), HEADER_BYTES + 16);
+                prop_assert_eq!(Message::decode(&out).unwrap(), m);
+            }
+        }
+    }
+
+    #[test]
+    fn an_earlier_version_is_refused() {
+        // A version-2 lease request: the envelope and no figures.
+        let mut old = vec![MAGIC, 2, 1];
+        old.extend_from_slice(&[0; HEADER_BYTES - 3]);
+        assert_eq!(Message::decode(&old), Err(DecodeError::BadMagic));
+        // The same bytes as version 3 lack the figures.
+        old[1] = VERSION;
+        assert_eq!(Message::decode(&old), Err(DecodeError::Truncated));
     }
 }

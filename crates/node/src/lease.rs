@@ -17,7 +17,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,10 @@ pub struct Link {
     /// The node's core once its workers run: the lease thread reports its filled backups
     /// (data recovery) to the CM.
     core: Mutex<Option<crate::NodeCore>>,
+    /// The node's memory budget ([`crate::NodeCore::memory`]), set with the core: the
+    /// lease thread sends its figures with every lease request (and probe reply), for the
+    /// CM's placement of new copies. Read without a lock.
+    memory: OnceLock<Arc<ferrotx_store::Memory>>,
 }
 
 /// What the lease thread reports, for `status` and logs.
@@ -83,12 +87,20 @@ impl Link {
             doorbells: Mutex::new(Vec::new()),
             status: Mutex::new(LeaseStatus::default()),
             core: Mutex::new(None),
+            memory: OnceLock::new(),
         }
     }
 
-    /// Gives the lease thread the node's core (its workers started).
+    /// Gives the lease thread the node's core (its workers started), and with it the
+    /// node's memory budget.
     pub(crate) fn set_core(&self, core: crate::NodeCore) {
+        let _ = self.memory.set(core.memory().clone());
         *self.core.lock().expect("core lock") = Some(core);
+    }
+
+    /// The node's memory budget, once its core is set: the figures the lease thread sends.
+    pub fn memory(&self) -> Option<&Arc<ferrotx_store::Memory>> {
+        self.memory.get()
     }
 
     /// The current generation (one relaxed load; workers call it every iteration).
@@ -315,6 +327,7 @@ impl LeaseLoop {
                 self.heard = heard;
                 self.membership.hint_newer(now, heard);
             }
+            self.set_memory();
             let due = self.membership.next_timeout_ns();
             if now >= due {
                 self.late_us = self.late_us.max((now - due) / 1_000);
@@ -376,6 +389,15 @@ impl LeaseLoop {
         // thread's mask as it is.
         let r = unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
         r > 0
+    }
+
+    /// Gives the membership the node's memory figures (two relaxed loads), which every
+    /// lease request and probe reply carries; none (0, 0) until the core is set.
+    fn set_memory(&mut self) {
+        if let Some(memory) = self.link.memory.get() {
+            self.membership
+                .set_memory(memory.used(), memory.limit().unwrap_or(0));
+        }
     }
 
     /// Tells the membership which backups this node filled whole, when that changed.

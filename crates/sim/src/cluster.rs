@@ -40,7 +40,16 @@ struct SimNode {
     membership: Option<Membership>,
     /// The fills last reported to its membership: view id and fills done then.
     fills_reported: (u64, usize),
+    /// Its memory limit in bytes, set on the memory budget of each of its lives' cores
+    /// (0: none).
+    memory_limit: u64,
+    /// When (its clock) its core's memory figures are next refreshed from its copies.
+    memory_refresh_ns: u64,
 }
+
+/// How often (a node's clock) a simulated node refreshes its memory figures from its
+/// copies, as a real node does a few times a second: a fifth of the simulator's lease.
+const MEMORY_REFRESH_NS: u64 = 2_000_000;
 
 /// A simulated cluster of every member of a configuration.
 pub struct SimCluster {
@@ -176,6 +185,8 @@ impl SimCluster {
                     up: false,
                     membership: None,
                     fills_reported: (0, 0),
+                    memory_limit: 0,
+                    memory_refresh_ns: 0,
                 })
                 .collect(),
             placement: ClusterPlacement::new(config.clone(), None),
@@ -585,6 +596,7 @@ impl SimCluster {
         slot.incarnation += 1;
         slot.up = true;
         slot.fills_reported = (0, 0);
+        slot.memory_refresh_ns = 0;
         let incarnation = slot.incarnation;
         if let Some(state) = &self.membership {
             let now = self.sim.now_ns();
@@ -605,6 +617,7 @@ impl SimCluster {
 
     fn build_workers(&mut self, node: u16, core: NodeCore) {
         let slot = &mut self.nodes[usize::from(node)];
+        core.memory().set_limit(slot.memory_limit);
         for thread in 0..self.config.threads_per_node() {
             let local = EndpointId::new(node, thread);
             let transport = SimNetwork::endpoint(&self.sim.network, local);
@@ -686,6 +699,7 @@ impl SimCluster {
                         let core =
                             NodeCore::from_view(self.config.clone(), &view, node, incarnation);
                         self.build_workers(node, core);
+                        self.feed_memory(node, local);
                     }
                     self.switch_workers(node, local, &view);
                     // A real node acknowledges once its worker threads have switched,
@@ -772,9 +786,52 @@ impl SimCluster {
         }
     }
 
+    /// Gives node `node`'s membership its core's memory figures (refreshed from its
+    /// copies every [`MEMORY_REFRESH_NS`] of its clock), as a real node's lease thread
+    /// does before its lease requests.
+    fn feed_memory(&mut self, node: u16, local: u64) {
+        let slot = &mut self.nodes[usize::from(node)];
+        let (Some(core), Some(m)) = (slot.core.as_ref(), slot.membership.as_mut()) else {
+            return;
+        };
+        if local >= slot.memory_refresh_ns {
+            core.refresh_memory();
+            slot.memory_refresh_ns = local + MEMORY_REFRESH_NS;
+        }
+        let memory = core.memory();
+        m.set_memory(memory.used(), memory.limit().unwrap_or(0));
+    }
+
+    /// Sets node `node`'s memory limit in bytes (0: none) on its core's budget now and on
+    /// every later life's: its lease requests report it, and the CM places no new copy on
+    /// it while it is full (1 byte: always, once it holds anything).
+    pub fn set_memory_limit(&mut self, node: u16, limit: u64) {
+        let slot = &mut self.nodes[usize::from(node)];
+        slot.memory_limit = limit;
+        if let Some(core) = &slot.core {
+            core.memory().set_limit(limit);
+        }
+    }
+
+    /// Nodes with a memory limit.
+    pub fn memory_limited(&self) -> Vec<u16> {
+        (0..self.node_count())
+            .filter(|&n| self.nodes[usize::from(n)].memory_limit > 0)
+            .collect()
+    }
+
+    /// Node `node`'s memory budget, while it runs.
+    pub fn memory(&self, node: u16) -> Option<&Arc<ferrotx_store::Memory>> {
+        self.nodes[usize::from(node)]
+            .core
+            .as_ref()
+            .map(NodeCore::memory)
+    }
+
     /// Delivers node `node`'s lease datagrams and runs its timers at `now`.
     fn drive(&mut self, node: u16, now: u64) {
         let local = self.sim.clock(node).local_ns(now);
+        self.feed_memory(node, local);
         let datagrams = self
             .sim
             .network

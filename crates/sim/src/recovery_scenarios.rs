@@ -25,7 +25,7 @@ use crate::run::{Checked, RunOptions, RunReport, Scenario};
 use crate::scenarios;
 
 /// Every recovery scenario, in the order `--workload recovery` runs them.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "recovery-crash-coordinator",
     "recovery-crash-primary",
     "recovery-crash-backup",
@@ -37,10 +37,14 @@ pub const NAMES: [&str; 11] = [
     "recovery-crash-during-fill",
     "recovery-isolate-filler",
     "recovery-domain",
+    "recovery-full-node",
 ];
 
 /// What `recovery-domain`'s detail line says of its attack.
 const DOMAIN_FAILS: &str = "whole failure domain crashes:";
+
+/// What `recovery-full-node`'s detail line says of its attack.
+const FULL_NODE: &str = "memory limit of 1 byte (always full):";
 
 /// The fault point of data recovery: a node filling a new backup applied a FETCH.
 pub const REFILL_POINT: &str = "txn.refill.after_fetch";
@@ -141,6 +145,9 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7ec0_7e57);
     if name == "recovery-domain" {
         return domain_options(seed);
+    }
+    if name == "recovery-full-node" {
+        return full_node_options(seed);
     }
     let nodes: u16 = match name {
         "recovery-crash-during-recovery"
@@ -371,6 +378,53 @@ fn domain_options(seed: u64) -> RunOptions {
     }
 }
 
+/// `recovery-full-node`: 5 nodes, 3 replicas, one of them (drawn from the seed, the CM
+/// or a backup CM among them) with a memory limit of 1 byte, so full from the start: its
+/// lease requests and probe replies say so. Another node crashes while the clients run
+/// (the CM in one seed of five), and restarts as a new life after 1 to 6 leases in half
+/// the seeds. Data recovery must fill the lost copies on the other nodes only: no view
+/// may give the full node a fill or a new copy (`run::placed_on_full`), and every
+/// partition ends at full strength on the others.
+fn full_node_options(seed: u64) -> RunOptions {
+    let membership = default_options();
+    let lease = membership.lease_ns;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x00f0_110d);
+    let nodes = 5u16;
+    let mut plan = light_plan(seed, nodes);
+    let full = rng.random_range(0..nodes);
+    let victim = (full + rng.random_range(1..nodes)) % nodes;
+    let at = rng.random_range(lease / 2..=3 * lease);
+    let back = rng
+        .random_bool(0.5)
+        .then(|| at + rng.random_range(lease..=6 * lease));
+    plan.schedule.push((at, FaultEvent::Crash { node: victim }));
+    if let Some(back) = back {
+        plan.schedule
+            .push((back, FaultEvent::Restart { node: victim }));
+    }
+    plan.schedule.sort_by_key(|(t, _)| *t);
+    RunOptions {
+        nodes,
+        faults: LIGHT.to_vec(),
+        // As `recovery-domain`'s: hot counters on 5 nodes need more than 30 leases
+        // (`resp-counter-spread` seed 3 did not finish in 30 with no node full).
+        deadline_ns: 120 * lease,
+        detail: Some(format!(
+            "workload {}; node {full} has a {FULL_NODE} node {victim} crashes at {:.1} ms{}",
+            workload_of(seed),
+            at as f64 / 1e6,
+            back.map_or(String::new(), |b| format!(
+                ", back at {:.1} ms",
+                b as f64 / 1e6
+            ))
+        )),
+        plan: Some(plan),
+        membership: Some(membership),
+        full_nodes: vec![full],
+        ..RunOptions::new(seed)
+    }
+}
+
 /// A recovery run's failure, if any: every membership violation, a panic, a liveness
 /// report, any workload finding; and a run that went beyond f (a partition with no copy
 /// left, or half the view down), which these scenarios never should.
@@ -409,6 +463,14 @@ pub fn sprung(report: &RunReport) -> bool {
         // `recovery-domain` (under any workload) has no trap: its attack is the domain's
         // failure and return, and it happened if copies moved back into the domain.
         return report.membership.as_ref().is_some_and(|m| m.moves > 0);
+    }
+    if report.attack.iter().any(|line| line.contains(FULL_NODE)) {
+        // `recovery-full-node` has no trap either: its attack is the crash beside a full
+        // node, and it happened if data recovery placed copies while that node was full.
+        return report
+            .membership
+            .as_ref()
+            .is_some_and(|m| m.fills_assigned > 0);
     }
     // The data-recovery scenarios' attack is their second trap, at the fill.
     let point = if report.workload.contains("fill") {

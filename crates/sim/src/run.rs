@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrotx_cluster::Configuration;
+use ferrotx_cluster::{Configuration, View};
 use ferrotx_node::CoreOptions;
 use ferrotx_rpc::Config;
 use ferrotx_store::TableSpec;
@@ -115,6 +115,11 @@ pub struct RunOptions {
     /// Failure domains: node n in domain `d{n % domains}`, the partition map placed for
     /// them. `None`: each node its own domain.
     pub domains: Option<u16>,
+    /// With membership: nodes whose memory budget has a limit of 1 byte, so full from the
+    /// first byte they hold. No view may give them a fill or a new copy (checked over
+    /// the history), and the end check wants each partition at full strength on the
+    /// other members only.
+    pub full_nodes: Vec<u16>,
 }
 
 impl RunOptions {
@@ -139,6 +144,7 @@ impl RunOptions {
             attack: None,
             detail: None,
             domains: None,
+            full_nodes: Vec::new(),
         }
     }
 }
@@ -383,6 +389,9 @@ fn run_with_membership(
         &plan.clocks,
         membership,
     );
+    for &node in &options.full_nodes {
+        cluster.set_memory_limit(node, 1);
+    }
     let state = cluster.membership.as_mut().expect("membership runs");
     state.strict_ticks = options.membership_strict_ticks;
     state.delay_installs(options.install_delay_max_ns.clone(), options.seed);
@@ -502,6 +511,9 @@ fn run_with_membership(
         ));
     }
     state.check_history();
+    for what in placed_on_full(&state.history(), &options.full_nodes) {
+        state.violation(what);
+    }
     let state = cluster.membership.as_ref().expect("membership runs");
     report.views = state
         .history()
@@ -603,25 +615,69 @@ fn run_with_membership(
     )
 }
 
+/// Fills and new copies that `history` (views in id order) gives one of `full` (nodes
+/// always full: their memory limit is 1 byte): a fill on one, or a partition whose copies
+/// on one (the same life) are more than in the view before.
+pub fn placed_on_full(history: &[View], full: &[u16]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, view) in history.iter().enumerate() {
+        for (p, n) in view.fills() {
+            if full.contains(&n) {
+                found.push(format!(
+                    "view {} has node {n}, whose memory is full, fill partition {p}",
+                    view.id
+                ));
+            }
+        }
+        let Some(before) = i.checked_sub(1).map(|j| &history[j]) else {
+            continue;
+        };
+        for &n in full {
+            let Some(life) = view.incarnation(n) else {
+                continue;
+            };
+            for (p, copies) in view.copies.iter().enumerate() {
+                let had = before.is_member(n, life) && before.copies[p].contains(&n);
+                if copies.contains(&n) && !had {
+                    found.push(format!(
+                        "view {} gives node {n}, whose memory is full, a new copy of partition {p}",
+                        view.id
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
 /// Leases a run with membership gets, after its clients finished, for data recovery to
 /// bring every partition back to its full count of equal copies.
 pub const SETTLE_LEASES: u64 = 100;
 
 /// Whether every partition has its full count of copies (the replicas asked for, or every
-/// member if fewer), none being filled, its copies in as many failure domains as the
-/// members allow, and every copy equal (the digest of each table); else what is short.
+/// member if fewer; members with a memory limit, which the scenarios set only to keep
+/// them full, count only where they hold a copy already), none being filled, its copies
+/// in as many failure domains as the members allow, and every copy equal (the digest of
+/// each table); else what is short.
 pub fn full_strength(cluster: &SimCluster) -> Result<(), String> {
     let state = cluster.membership.as_ref().expect("membership runs");
     let Some(view) = state.coordination.current() else {
         return Err("no view".into());
     };
     let config = cluster.config();
-    let want = usize::from(config.replicas()).min(view.members.len());
+    let limited = cluster.memory_limited();
+    let room = view
+        .members
+        .iter()
+        .filter(|m| !limited.contains(&m.node))
+        .count();
     let domain = |n: u16| config.member(n).map(|m| m.failure_domain.as_str());
     let domains: std::collections::BTreeSet<_> =
         view.members.iter().map(|m| domain(m.node)).collect();
     for (p, copies) in view.copies.iter().enumerate() {
         let p = p as u32;
+        let on_limited = copies.iter().filter(|n| limited.contains(n)).count();
+        let want = usize::from(config.replicas()).min(room + on_limited);
         if copies.len() < want || !view.filling(p).is_empty() {
             return Err(format!(
                 "partition {p} has copies on {copies:?} and fills {:?} in view {}, {want} wanted",

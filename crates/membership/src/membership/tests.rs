@@ -340,3 +340,151 @@ fn a_rejoined_node_fills_backups_that_count_once_it_reports_them() {
     assert_eq!(h.coordination.current().unwrap().id, full.id);
     assert!(h.all_serving(&[0, 1, 2]));
 }
+
+impl Harness {
+    /// Node `n`'s host sets its memory figures.
+    fn set_memory(&mut self, n: u16, used: u64, limit: u64) {
+        self.nodes[n as usize]
+            .as_mut()
+            .unwrap()
+            .set_memory(used, limit);
+    }
+
+    /// The fills of the current view, as (partition, node).
+    fn fills(&self) -> Vec<(u32, u16)> {
+        self.coordination.current().unwrap().fills().collect()
+    }
+}
+
+/// Five nodes (3 replicas), `full` reporting figures with no room for another copy (none
+/// if `None`), then node `killed` fails: the view that removes it, with its fills.
+fn five_nodes_one_full_one_killed(full: Option<u16>, killed: u16) -> (Harness, View, View) {
+    let mut h = Harness::new(5);
+    h.run_for(5 * LEASE_NS);
+    if let Some(full) = full {
+        // A limit of 1000 bytes and 995 used: one more copy of the average (995 / 6
+        // copies) would pass it.
+        h.set_memory(full, 995, 1000);
+    }
+    h.run_for(LEASE_NS);
+    let before = h.coordination.current().unwrap();
+    h.kill(killed);
+    h.run_for(6 * LEASE_NS);
+    let after = h.coordination.current().unwrap();
+    assert!(!after.members.iter().any(|m| m.node == killed));
+    assert!(h.all_serving(&after.members.iter().map(|m| m.node).collect::<Vec<_>>()));
+    (h, before, after)
+}
+
+/// Every partition `killed` held is short in `after`: each has one fill, on no node of
+/// `full`.
+fn filled_elsewhere(before: &View, after: &View, killed: u16, full: u16) {
+    for (p, copies) in before.copies.iter().enumerate() {
+        let p = p as u32;
+        assert!(
+            !after.filling(p).contains(&full),
+            "partition {p}: {after:?}"
+        );
+        if copies.contains(&killed) {
+            assert_eq!(after.filling(p).len(), 1, "partition {p}: {after:?}");
+        } else {
+            assert!(after.filling(p).is_empty(), "partition {p}");
+        }
+        // No new copy on the full node either.
+        assert_eq!(
+            after.copies[p as usize].contains(&full),
+            copies.contains(&full),
+            "partition {p}"
+        );
+    }
+}
+
+#[test]
+fn a_full_member_is_given_no_fill_in_the_next_view() {
+    // Without figures, node 3 takes some of node 4's partitions: the test bites.
+    let (_, _, after) = five_nodes_one_full_one_killed(None, 4);
+    assert!(after.fills().any(|(_, n)| n == 3), "{after:?}");
+    // With them, none, and the CM holds what 3's lease requests carried.
+    let (h, before, after) = five_nodes_one_full_one_killed(Some(3), 4);
+    assert_eq!(h.node(0).memory_of(3), Some((1, 995, 1000)));
+    assert_eq!(h.node(0).memory_of(1), Some((1, 0, 0)));
+    filled_elsewhere(&before, &after, 4, 3);
+    assert!(!h.fills().is_empty());
+}
+
+#[test]
+fn a_full_cm_gives_itself_no_fill() {
+    let (_, _, after) = five_nodes_one_full_one_killed(None, 4);
+    assert!(after.fills().any(|(_, n)| n == 0), "{after:?}");
+    let (_, before, after) = five_nodes_one_full_one_killed(Some(0), 4);
+    assert_eq!(after.cm, 0);
+    filled_elsewhere(&before, &after, 4, 0);
+}
+
+#[test]
+fn a_backup_cm_taking_over_learns_the_figures_from_the_probe() {
+    // The CM (0) fails: node 1 takes over having had no lease request; the members'
+    // probe replies carry their figures.
+    let (_, _, after) = five_nodes_one_full_one_killed(None, 0);
+    assert!(after.fills().any(|(_, n)| n == 2), "{after:?}");
+    let (h, before, after) = five_nodes_one_full_one_killed(Some(2), 0);
+    assert_eq!(after.cm, 1);
+    assert_eq!(h.node(1).memory_of(2).map(|f| f.1), Some(995));
+    filled_elsewhere(&before, &after, 0, 2);
+}
+
+#[test]
+fn every_member_full_leaves_partitions_short_until_one_has_room() {
+    let mut h = Harness::new(5);
+    h.run_for(5 * LEASE_NS);
+    for n in 0..4 {
+        h.set_memory(n, 10_000, 1);
+    }
+    h.run_for(LEASE_NS);
+    h.kill(4);
+    h.run_for(6 * LEASE_NS);
+    let v = h.coordination.current().unwrap();
+    assert_eq!(h.members_of_current(), vec![0, 1, 2, 3]);
+    assert!(v.filling.is_empty(), "{v:?}");
+    assert!(v.short_and_lost(3).0 > 0);
+    // Node 2 has room again (its limit lifted): the next view (a reconfiguration, here
+    // node 3 failing too) fills there, and only there.
+    h.set_memory(2, 10, 0);
+    h.run_for(LEASE_NS);
+    h.kill(3);
+    h.run_for(6 * LEASE_NS);
+    let w = h.coordination.current().unwrap();
+    assert_eq!(h.members_of_current(), vec![0, 1, 2]);
+    assert!(w.fills().all(|(_, n)| n == 2), "{w:?}");
+    assert!(w.fills().any(|(_, n)| n == 2), "{w:?}");
+}
+
+#[test]
+fn figures_of_a_member_that_left_are_forgotten() {
+    // Node 3 full, then it fails: the view without it forgets its figures.
+    let (h, _, after) = five_nodes_one_full_one_killed(Some(3), 3);
+    assert_eq!(after.cm, 0);
+    assert_eq!(h.node(0).memory_of(3), None);
+    assert!(h.node(0).memory_of(1).is_some());
+}
+
+#[test]
+fn a_new_life_is_not_held_to_its_earlier_life_s_figures() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    h.set_memory(2, 995, 1000);
+    h.run_for(LEASE_NS);
+    assert_eq!(h.node(0).memory_of(2), Some((1, 995, 1000)));
+    // A new life of node 2 (no figures yet): admitted holding nothing, it is given
+    // every partition to fill, as without limits.
+    h.kill(2);
+    h.start(2);
+    h.run_for(5 * LEASE_NS);
+    let v = h.coordination.current().unwrap();
+    assert!(v.is_member(2, 2));
+    assert!(
+        (0..v.copies.len() as u32).all(|p| v.filling(p) == [2]),
+        "{v:?}"
+    );
+    assert!(h.node(0).memory_of(2).is_none_or(|(life, _, _)| life == 2));
+}
