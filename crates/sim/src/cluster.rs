@@ -43,13 +43,7 @@ struct SimNode {
     /// Its memory limit in bytes, set on the memory budget of each of its lives' cores
     /// (0: none).
     memory_limit: u64,
-    /// When (its clock) its core's memory figures are next refreshed from its copies.
-    memory_refresh_ns: u64,
 }
-
-/// How often (a node's clock) a simulated node refreshes its memory figures from its
-/// copies, as a real node does a few times a second: a fifth of the simulator's lease.
-const MEMORY_REFRESH_NS: u64 = 2_000_000;
 
 /// A simulated cluster of every member of a configuration.
 pub struct SimCluster {
@@ -186,7 +180,6 @@ impl SimCluster {
                     membership: None,
                     fills_reported: (0, 0),
                     memory_limit: 0,
-                    memory_refresh_ns: 0,
                 })
                 .collect(),
             placement: ClusterPlacement::new(config.clone(), None),
@@ -596,7 +589,6 @@ impl SimCluster {
         slot.incarnation += 1;
         slot.up = true;
         slot.fills_reported = (0, 0);
-        slot.memory_refresh_ns = 0;
         let incarnation = slot.incarnation;
         if let Some(state) = &self.membership {
             let now = self.sim.now_ns();
@@ -699,7 +691,7 @@ impl SimCluster {
                         let core =
                             NodeCore::from_view(self.config.clone(), &view, node, incarnation);
                         self.build_workers(node, core);
-                        self.feed_memory(node, local);
+                        self.feed_memory(node);
                     }
                     self.switch_workers(node, local, &view);
                     // A real node acknowledges once its worker threads have switched,
@@ -786,18 +778,14 @@ impl SimCluster {
         }
     }
 
-    /// Gives node `node`'s membership its core's memory figures (refreshed from its
-    /// copies every [`MEMORY_REFRESH_NS`] of its clock), as a real node's lease thread
-    /// does before its lease requests.
-    fn feed_memory(&mut self, node: u16, local: u64) {
+    /// Gives node `node`'s membership its core's memory figures (which the core's worker
+    /// 0 refreshes from its copies every `MEMORY_REFRESH_NS`), as a real node's lease
+    /// thread does before its lease requests.
+    fn feed_memory(&mut self, node: u16) {
         let slot = &mut self.nodes[usize::from(node)];
         let (Some(core), Some(m)) = (slot.core.as_ref(), slot.membership.as_mut()) else {
             return;
         };
-        if local >= slot.memory_refresh_ns {
-            core.refresh_memory();
-            slot.memory_refresh_ns = local + MEMORY_REFRESH_NS;
-        }
         let memory = core.memory();
         m.set_memory(memory.used(), memory.limit().unwrap_or(0));
     }
@@ -831,7 +819,7 @@ impl SimCluster {
     /// Delivers node `node`'s lease datagrams and runs its timers at `now`.
     fn drive(&mut self, node: u16, now: u64) {
         let local = self.sim.clock(node).local_ns(now);
-        self.feed_memory(node, local);
+        self.feed_memory(node);
         let datagrams = self
             .sim
             .network
