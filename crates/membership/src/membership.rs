@@ -290,6 +290,9 @@ pub struct Membership {
     /// limit or 0). Only the life that reported them counts; a member that left is
     /// forgotten at the next commit.
     memory: BTreeMap<u16, (u64, u64, u64)>,
+    /// CM side: when next to look whether the members' figures now leave room for a copy
+    /// the view could not place (memory freed, a limit raised): once a lease.
+    next_room_check_ns: u64,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -333,6 +336,7 @@ impl Membership {
             my_filled: Vec::new(),
             my_memory: (0, 0),
             memory: BTreeMap::new(),
+            next_room_check_ns: 0,
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
@@ -738,6 +742,14 @@ impl Membership {
             self.start_probe(now_ns, suspects);
             return;
         }
+        if suspects.is_empty() && self.room_due(now_ns) {
+            tracing::info!(
+                view = view_id,
+                "members have room for copies the view could not place: reconfiguring"
+            );
+            self.start_probe(now_ns, suspects);
+            return;
+        }
         if !suspects.is_empty() {
             for s in &suspects {
                 if !self.joiners.contains_key(s) {
@@ -765,6 +777,30 @@ impl Membership {
         let first = self.filled.values().copied().min().unwrap_or(now_ns);
         view.fills().all(|f| self.filled.contains_key(&f))
             || now_ns >= first.saturating_add(self.options.lease_ns)
+    }
+
+    /// Whether a new view would place a fill or move the current one could not (its
+    /// members full then, with room now: memory freed by deletes, a limit raised), so that
+    /// a partition left short of replicas does not wait for an unrelated reconfiguration.
+    /// Looks at most once a lease; exact (the placement the next view would make, from
+    /// the same figures), so it never reconfigures for nothing.
+    fn room_due(&mut self, now_ns: u64) -> bool {
+        if self.phase != Phase::Member || now_ns < self.next_room_check_ns {
+            return false;
+        }
+        self.next_room_check_ns = now_ns.saturating_add(self.options.lease_ns);
+        let Some(view) = &self.view else {
+            return false;
+        };
+        let mut next = view.clone();
+        let full = self.full_members(view, view);
+        next.rereplicate(
+            &self.config,
+            usize::from(self.config.replicas()),
+            &BTreeSet::new(),
+            &full,
+        );
+        !next.fills().eq(view.fills())
     }
 
     /// The host's report: these partitions, which this node fills in its current view,

@@ -34,6 +34,10 @@ use crate::worker::Worker;
 /// a write may pass the limit by what the node stores in this time.
 pub const MEMORY_REFRESH_NS: u64 = 10_000_000;
 
+/// Slots of an index growth under way that each refresh of the memory figures moves on,
+/// per table: a few microseconds under the table's lock.
+const SETTLE_SLOTS: usize = 4096;
+
 /// How a node core builds its workers.
 #[derive(Clone, Debug)]
 pub struct CoreOptions {
@@ -572,15 +576,21 @@ impl NodeCore {
     }
 
     /// Bytes the node's copies use now (see [`Partition::used_bytes`]), backups being
-    /// filled included (they are copies from their first view); records them in [`NodeCore::memory`]. Takes the copies' lock and
-    /// loads a few atomics per table: a few times a second, not per request.
+    /// filled included (they are copies from their first view); records them in
+    /// [`NodeCore::memory`]. Also moves index growths under way on ([`Partition::settle`]).
+    /// Takes the copies' lock and loads a few atomics per table: every
+    /// [`MEMORY_REFRESH_NS`], not per request.
     pub fn refresh_memory(&self) -> u64 {
         let bytes: u64 = self
             .copies
             .lock()
             .expect("copies lock")
             .iter()
-            .map(|(_, _, copy)| copy.used_bytes() as u64)
+            .map(|(_, _, copy)| {
+                // A growth's previous table ends without waiting for more inserts.
+                copy.settle(SETTLE_SLOTS);
+                copy.used_bytes() as u64
+            })
             .sum();
         self.memory.set_store(bytes);
         bytes

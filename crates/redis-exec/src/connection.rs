@@ -453,13 +453,16 @@ impl RespConnection {
             Action::Info(request) => return Some(Step::Info(request)),
             Action::Config(request) => {
                 let memory = shared.memory.as_deref();
-                let mut values = ConfigValues {
+                let before = ConfigValues {
                     maxmemory: memory.and_then(Memory::limit).unwrap_or(0),
                 };
+                let mut values = before;
                 let reply = request.reply(&mut values);
-                if let Some(memory) = memory {
+                if values == before {
+                    // GET, or a SET that failed or changed nothing.
+                } else if let Some(memory) = memory {
                     memory.set_limit(values.maxmemory);
-                } else if values.maxmemory != 0 {
+                } else {
                     // No budget to hold it: say so rather than pretend.
                     let reply = Reply::error_static(
                         "ERR ferrotx: this front end has no node memory to limit",

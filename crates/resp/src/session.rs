@@ -461,8 +461,16 @@ impl Session {
             return Action::Reply(self.reject(is_exec, error));
         }
         let denyoom = spec.flags.contains(CommandFlags::DENYOOM);
+        // As Redis: inside MULTI every command but EXEC, DISCARD and QUIT is refused too
+        // (queuing takes memory), and EXEC if its block queued a DENYOOM one.
         if self.out_of_memory
-            && (denyoom || is_exec && self.multi.as_ref().is_some_and(|multi| multi.denyoom))
+            && (denyoom
+                || self.multi.as_ref().is_some_and(|multi| {
+                    !matches!(
+                        spec.id,
+                        CommandId::Exec | CommandId::Discard | CommandId::Quit
+                    ) || is_exec && multi.denyoom
+                }))
         {
             return Action::Reply(self.reject(is_exec, Reply::error_static(OOM)));
         }
@@ -610,8 +618,8 @@ impl Session {
                 | CommandId::ConfigGet
                 | CommandId::ConfigSet
         ) {
-            // The node answers these by asking every partition, outside any
-            // transaction: they cannot be part of EXEC's.
+            // The node answers these outside any transaction (by asking every partition,
+            // or from its own state): they cannot be part of EXEC's.
             let error = Reply::error_static("ERR Command not allowed inside a transaction");
             return self.reject(false, error);
         }

@@ -79,10 +79,10 @@ impl Memory {
         self.peak.load(Ordering::Relaxed)
     }
 
-    /// True if there is a limit and the node uses at least that much: writes that would
-    /// grow the store are refused.
+    /// True if there is a limit and the node uses more (Redis's test: "used memory >
+    /// 'maxmemory'"): writes that would grow the store are refused.
     pub fn over(&self) -> bool {
-        self.limit().is_some_and(|limit| self.used() >= limit)
+        self.limit().is_some_and(|limit| self.used() > limit)
     }
 }
 
@@ -149,7 +149,10 @@ mod tests {
         memory.set_store(900);
         assert!(!memory.over());
         memory.set_fixed(100);
+        assert!(!memory.over(), "at the limit, not past it");
+        memory.set_fixed(101);
         assert!(memory.over());
+        memory.set_fixed(100);
         memory.set_store(0);
         assert!(!memory.over());
         assert_eq!(memory.used(), 100);

@@ -13,6 +13,8 @@ use std::ptr::NonNull;
 // Counters outside the protocol: std's, whatever the `shuttle` feature.
 use std::sync::atomic::{AtomicIsize, Ordering as Counter};
 
+use crossbeam_utils::CachePadded;
+
 use crate::error::{LockError, ReadError};
 use crate::header::{Header, HeaderWord};
 use crate::key::Key;
@@ -60,7 +62,7 @@ pub(crate) struct RecordLayout {
     stride: usize,
     /// Bytes of the value cells' buffers (values too large for their record): changed
     /// only when a buffer is made, grows or is let go, not per write.
-    buffers: AtomicIsize,
+    buffers: CachePadded<AtomicIsize>,
 }
 
 impl RecordLayout {
@@ -79,7 +81,7 @@ impl RecordLayout {
         Self {
             kind,
             stride,
-            buffers: AtomicIsize::new(0),
+            buffers: CachePadded::new(AtomicIsize::new(0)),
         }
     }
 

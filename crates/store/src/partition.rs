@@ -324,6 +324,15 @@ impl Partition {
             .sum()
     }
 
+    /// Moves on index growths still under way by up to `slots` slots per table, so that
+    /// their previous tables are let go without waiting for inserts (which a node past its
+    /// memory limit refuses). Cheap when none is under way: for a periodic task.
+    pub fn settle(&self, slots: usize) {
+        for (_, index) in &self.tables {
+            index.settle(slots);
+        }
+    }
+
     /// True if writing `value` (`None`: deleting) to `key` would make the store larger:
     /// a value for a key with no object or a deleted one, or one larger than the room
     /// the object has for it. A node past its memory limit refuses those.

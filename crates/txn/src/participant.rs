@@ -508,9 +508,13 @@ impl Participant {
         }
         // Past the memory limit, a write that would grow the store (a new key, a larger
         // value) refuses the whole LOCK, which takes nothing; deletes and writes that fit
-        // where their objects are go on. Fault point: refused as if out of memory.
+        // where their objects are go on. Fault point: a LOCK that would grow the store
+        // refused as if out of memory.
         let out_of_memory = self.memory.over() && self.grows_memory(&record);
-        if out_of_memory || ferrotx_buggify::fires("txn.participant.lock.out_of_memory") {
+        if out_of_memory
+            || ferrotx_buggify::fires("txn.participant.lock.out_of_memory")
+                && self.grows_memory(&record)
+        {
             // Only real refusals are counted.
             self.stats.locks_refused_memory += u64::from(out_of_memory);
             response.push(OUT_OF_MEMORY);

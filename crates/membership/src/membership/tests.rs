@@ -460,6 +460,33 @@ fn every_member_full_leaves_partitions_short_until_one_has_room() {
 }
 
 #[test]
+fn room_made_on_a_member_fills_a_short_partition_without_another_failure() {
+    let mut h = Harness::new(5);
+    h.run_for(5 * LEASE_NS);
+    for n in 0..4 {
+        h.set_memory(n, 10_000, 1);
+    }
+    h.run_for(LEASE_NS);
+    h.kill(4);
+    h.run_for(6 * LEASE_NS);
+    let v = h.coordination.current().unwrap();
+    assert!(v.filling.iter().all(Vec::is_empty), "{v:?}");
+    assert!(v.short_and_lost(3).0 > 0);
+    // Nothing changes while every member stays full.
+    h.run_for(4 * LEASE_NS);
+    assert_eq!(h.coordination.current().unwrap().id, v.id);
+    // Node 2 frees memory (deletes reclaimed, or its limit raised): within a few leases,
+    // and with no other member failing, a view fills the short partitions there.
+    h.set_memory(2, 10, 0);
+    h.run_for(4 * LEASE_NS);
+    let w = h.coordination.current().unwrap();
+    assert!(w.id > v.id, "no new view");
+    assert_eq!(h.members_of_current(), vec![0, 1, 2, 3]);
+    assert!(w.fills().any(|(_, n)| n == 2), "{w:?}");
+    assert!(w.fills().all(|(_, n)| n == 2), "{w:?}");
+}
+
+#[test]
 fn figures_of_a_member_that_left_are_forgotten() {
     // Node 3 full, then it fails: the view without it forgets its figures.
     let (h, _, after) = five_nodes_one_full_one_killed(Some(3), 3);

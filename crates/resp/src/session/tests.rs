@@ -251,17 +251,16 @@ fn out_of_memory_refuses_what_may_grow_memory_and_runs_the_rest() {
         ),
         format!("$1\r\n1\r\n{oom}$1\r\n2\r\n:1\r\n:0\r\n+PONG\r\n")
     );
-    // Inside MULTI the refused command makes EXEC fail; a transaction of reads runs.
+    // Inside MULTI, as in Redis, every command is refused (queuing takes memory), and
+    // EXEC fails; DISCARD still works.
+    let aborted = "-EXECABORT Transaction discarded because of previous errors.\r\n";
     assert_eq!(
         node.feed(&mut session, "MULTI\r\nSET c 3\r\nGET a\r\nEXEC\r\n"),
-        format!(
-            "+OK\r\n{oom}+QUEUED\r\n\
-             -EXECABORT Transaction discarded because of previous errors.\r\n"
-        )
+        format!("+OK\r\n{oom}{oom}{aborted}")
     );
     assert_eq!(
-        node.feed(&mut session, "MULTI\r\nGET a\r\nDEL a\r\nEXEC\r\n"),
-        "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$1\r\n1\r\n:1\r\n"
+        node.feed(&mut session, "MULTI\r\nGET a\r\nDISCARD\r\nGET a\r\n"),
+        format!("+OK\r\n{oom}+OK\r\n$1\r\n1\r\n")
     );
     // A write queued before the node ran out: EXEC is refused, as Redis refuses it.
     session.set_out_of_memory(false);
