@@ -290,6 +290,9 @@ pub struct Membership {
     /// limit or 0). Only the life that reported them counts; a member that left is
     /// forgotten at the next commit.
     memory: BTreeMap<u16, (u64, u64, u64)>,
+    /// Member side: the members past their memory limit, as the CM's last lease grant
+    /// said.
+    members_over: Vec<u16>,
     /// CM side: when next to look whether the members' figures now leave room for a copy
     /// the view could not place (memory freed, a limit raised): once a lease.
     next_room_check_ns: u64,
@@ -337,6 +340,7 @@ impl Membership {
             my_memory: (0, 0),
             memory: BTreeMap::new(),
             next_room_check_ns: 0,
+            members_over: Vec::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
@@ -843,6 +847,27 @@ impl Membership {
         self.memory.get(&node).copied()
     }
 
+    /// The members past their memory limit (bytes used above it) by the latest figures
+    /// the CM of this node's view holds: computed if this node is the CM, else as its
+    /// last lease grant said. A primary refuses writes that would grow memory to its
+    /// partitions with a copy on one of them, so that backups stay within their limits
+    /// too.
+    pub fn members_over(&self) -> Vec<u16> {
+        match &self.view {
+            Some(view) if view.cm == self.me => view
+                .members
+                .iter()
+                .filter(|m| {
+                    self.figures_of(m)
+                        .is_some_and(|(used, limit)| limit > 0 && used > limit)
+                })
+                .map(|m| m.node)
+                .collect(),
+            Some(_) => self.members_over.clone(),
+            None => Vec::new(),
+        }
+    }
+
     /// CM side: records the figures of the member that sent `m`; a new life's replace
     /// its earlier life's.
     fn note_memory(&mut self, m: &Message, used: u64, limit: u64) {
@@ -857,20 +882,25 @@ impl Membership {
         next.members
             .iter()
             .filter(|m| {
-                let figures = if m.node == self.me {
-                    Some(self.my_memory)
-                } else {
-                    self.memory
-                        .get(&m.node)
-                        .filter(|(i, _, _)| *i == m.incarnation)
-                        .map(|&(_, used, limit)| (used, limit))
-                };
-                figures.is_some_and(|(used, limit)| {
+                self.figures_of(m).is_some_and(|(used, limit)| {
                     ferrotx_cluster::memory_full(used, limit, view.copies_on(m.node))
                 })
             })
             .map(|m| m.node)
             .collect()
+    }
+
+    /// The latest figures (bytes used, limit or 0) of member `m`'s life: this node's own
+    /// for itself; `None` if that life reported none.
+    fn figures_of(&self, m: &ViewMember) -> Option<(u64, u64)> {
+        if m.node == self.me {
+            Some(self.my_memory)
+        } else {
+            self.memory
+                .get(&m.node)
+                .filter(|(i, _, _)| *i == m.incarnation)
+                .map(|&(_, used, limit)| (used, limit))
+        }
     }
 
     fn on_filled(&mut self, now_ns: u64, m: &Message, partitions: &[u32]) {
@@ -1137,7 +1167,10 @@ impl Membership {
         }
         match m.body {
             Body::LeaseRequest { used, limit } => self.on_lease_request(now_ns, &m, used, limit),
-            Body::LeaseGrant { duration_ns } => self.on_lease_grant(now_ns, &m, duration_ns),
+            Body::LeaseGrant {
+                duration_ns,
+                ref over,
+            } => self.on_lease_grant(now_ns, &m, duration_ns, over),
             Body::LeaseAck => self.on_lease_ack(&m),
             Body::ProbeReply { used, limit } => {
                 // Noted before the reply may end the probe and make the next view.
@@ -1366,16 +1399,18 @@ impl Membership {
         g.alive_until = g.alive_until.max(now_ns + lease);
         g.granted_until = g.granted_until.max(now_ns + duration);
         g.last_grant = (m.seq, now_ns);
+        let over = self.members_over();
         self.send(
             m.from,
             m.seq,
             Body::LeaseGrant {
                 duration_ns: duration,
+                over,
             },
         );
     }
 
-    fn on_lease_grant(&mut self, now_ns: u64, m: &Message, duration_ns: u64) {
+    fn on_lease_grant(&mut self, now_ns: u64, m: &Message, duration_ns: u64, over: &[u16]) {
         let view = self.view.as_ref().expect("a member has a view");
         if self.phase != Phase::Member || m.from != view.cm {
             self.stats.dropped += 1;
@@ -1388,6 +1423,9 @@ impl Membership {
         }
         self.stats.renewals += 1;
         self.last_heard_cm_ns = now_ns;
+        if self.members_over != over {
+            self.members_over = over.to_vec();
+        }
         let rtt = now_ns.saturating_sub(sent).max(1);
         let bucket = (63 - rtt.leading_zeros() as usize).min(self.stats.renewal_rtt_log2.len() - 1);
         self.stats.renewal_rtt_log2[bucket] += 1;

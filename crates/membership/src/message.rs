@@ -33,6 +33,9 @@ pub enum Body {
     LeaseGrant {
         /// Length of the lease granted.
         duration_ns: u64,
+        /// The members past their memory limit by the figures the CM holds: every
+        /// partition with a copy on one refuses writes that would grow memory.
+        over: Vec<u16>,
     },
     /// Member to CM: the CM's lease at this member, timed from when the CM sent its grant
     /// `seq`.
@@ -141,7 +144,14 @@ impl Message {
         out.extend_from_slice(&self.view.to_le_bytes());
         out.extend_from_slice(&self.seq.to_le_bytes());
         match &self.body {
-            Body::LeaseGrant { duration_ns } | Body::NewConfigCommit { duration_ns } => {
+            Body::LeaseGrant { duration_ns, over } => {
+                out.extend_from_slice(&duration_ns.to_le_bytes());
+                out.extend_from_slice(&(over.len() as u16).to_le_bytes());
+                for node in over {
+                    out.extend_from_slice(&node.to_le_bytes());
+                }
+            }
+            Body::NewConfigCommit { duration_ns } => {
                 out.extend_from_slice(&duration_ns.to_le_bytes())
             }
             Body::NewConfigAck { old_cm_lease_ns } => {
@@ -179,9 +189,18 @@ impl Message {
                 used: r.u64()?,
                 limit: r.u64()?,
             },
-            2 => Body::LeaseGrant {
-                duration_ns: r.u64()?,
-            },
+            2 => {
+                let duration_ns = r.u64()?;
+                let n = usize::from(r.u16()?);
+                if n > r.left() / 2 {
+                    return Err(DecodeError::Truncated);
+                }
+                let mut over = Vec::with_capacity(n);
+                for _ in 0..n {
+                    over.push(r.u16()?);
+                }
+                Body::LeaseGrant { duration_ns, over }
+            }
             3 => Body::LeaseAck,
             4 => Body::Probe,
             5 => Body::ProbeReply {
@@ -358,7 +377,14 @@ mod tests {
                 used: 0x0102_0304_0506_0708,
                 limit: u64::MAX,
             },
-            Body::LeaseGrant { duration_ns: 123 },
+            Body::LeaseGrant {
+                duration_ns: 123,
+                over: vec![2, 7],
+            },
+            Body::LeaseGrant {
+                duration_ns: 0,
+                over: Vec::new(),
+            },
             Body::LeaseAck,
             Body::Probe,
             Body::ProbeReply { used: 0, limit: 0 },

@@ -470,11 +470,13 @@ impl NodeCore {
             reclaim.run_reclaim(co, reclaim_options).await
         });
         if thread == 0 {
-            // The node's memory figures, from its copies, every MEMORY_REFRESH_NS.
-            let core = self.clone();
+            // The node's memory figures, from its copies, and the partitions with a copy
+            // on a node past its limit, every MEMORY_REFRESH_NS.
+            let (core, current) = (self.clone(), coordinator.clone());
             worker.executor().spawn_background(move |co| async move {
                 loop {
                     core.refresh_memory();
+                    core.note_crowded(&*current.placement());
                     co.sleep_until(co.now_ns() + MEMORY_REFRESH_NS).await;
                 }
             });
@@ -594,6 +596,24 @@ impl NodeCore {
             .sum();
         self.memory.set_store(bytes);
         bytes
+    }
+
+    /// Marks in [`NodeCore::memory`] the partitions with a copy (primary, backup or fill)
+    /// on a node past its memory limit (the cluster manager's word), in `placement` (the
+    /// current view's): this node, as their primary, refuses writes that would grow
+    /// memory there. Walks every partition only while some node is past its limit.
+    pub fn note_crowded(&self, placement: &dyn Placement) {
+        let over = self.memory.over_nodes();
+        if over.is_empty() {
+            self.memory.set_crowded([]);
+            return;
+        }
+        let count = self.config.partitions().partition_count();
+        self.memory.set_crowded((0..count).filter(|&p| {
+            over.contains(&placement.primary(p))
+                || placement.backups(p).iter().any(|n| over.contains(n))
+                || placement.filling(p).iter().any(|n| over.contains(n))
+        }));
     }
 
     /// The store of the last view switched to, for a handle that must not keep the

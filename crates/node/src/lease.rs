@@ -25,6 +25,11 @@ use ferrotx_cluster::{Configuration, CoordinationService, View};
 use ferrotx_membership::{Action, MESSAGE_BYTES_MAX, Membership, Options, Phase, Stats};
 use ferrotx_transport::Doorbell;
 
+/// How often the lease thread hands the node the members past their memory limits
+/// ([`ferrotx_store::Memory::set_over_nodes`]): as often as the node refreshes its own
+/// figures.
+const OVER_NODES_NS: u64 = crate::core::MEMORY_REFRESH_NS;
+
 /// What the lease thread shares with the workers and the process.
 pub struct Link {
     /// Grows with every view to switch to.
@@ -216,6 +221,7 @@ impl LeaseThread {
                     late_us: 0,
                     fills_reported: (0, 0),
                     status_due: false,
+                    over_nodes_due: 0,
                 };
                 lease.run();
             })
@@ -307,6 +313,8 @@ struct LeaseLoop {
     fills_reported: (u64, usize),
     /// A status to publish that a reader kept from being published.
     status_due: bool,
+    /// When to give the node the members past their limits next (its clock).
+    over_nodes_due: u64,
 }
 
 impl LeaseLoop {
@@ -327,7 +335,7 @@ impl LeaseLoop {
                 self.heard = heard;
                 self.membership.hint_newer(now, heard);
             }
-            self.set_memory();
+            self.set_memory(now);
             let due = self.membership.next_timeout_ns();
             if now >= due {
                 self.late_us = self.late_us.max((now - due) / 1_000);
@@ -392,11 +400,16 @@ impl LeaseLoop {
     }
 
     /// Gives the membership the node's memory figures (two relaxed loads), which every
-    /// lease request and probe reply carries; none (0, 0) until the core is set.
-    fn set_memory(&mut self) {
+    /// lease request and probe reply carries; none (0, 0) until the core is set. Every
+    /// [`OVER_NODES_NS`], gives the node the members past their limits by the CM's figures.
+    fn set_memory(&mut self, now: u64) {
         if let Some(memory) = self.link.memory.get() {
             self.membership
                 .set_memory(memory.used(), memory.limit().unwrap_or(0));
+            if now >= self.over_nodes_due {
+                memory.set_over_nodes(&self.membership.members_over());
+                self.over_nodes_due = now + OVER_NODES_NS;
+            }
         }
     }
 

@@ -779,8 +779,8 @@ impl SimCluster {
     }
 
     /// Gives node `node`'s membership its core's memory figures (which the core's worker
-    /// 0 refreshes from its copies every `MEMORY_REFRESH_NS`), as a real node's lease
-    /// thread does before its lease requests.
+    /// 0 refreshes from its copies every `MEMORY_REFRESH_NS`), and its core the members
+    /// the CM counts as full, as a real node's lease thread does.
     fn feed_memory(&mut self, node: u16) {
         let slot = &mut self.nodes[usize::from(node)];
         let (Some(core), Some(m)) = (slot.core.as_ref(), slot.membership.as_mut()) else {
@@ -788,6 +788,7 @@ impl SimCluster {
         };
         let memory = core.memory();
         m.set_memory(memory.used(), memory.limit().unwrap_or(0));
+        memory.set_over_nodes(&m.members_over());
     }
 
     /// Sets node `node`'s memory limit in bytes (0: none) on its core's budget now and on

@@ -10,11 +10,21 @@
 //! times a second; readers (the participant at LOCK, the Redis front end per command,
 //! the lease thread) only load atomics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
 
 /// A node's memory figures and limit. Shared by the node's threads.
 #[derive(Debug, Default)]
 pub struct Memory {
+    /// The nodes past their limits by the cluster manager's figures (its lease grants).
+    over_nodes: Mutex<Vec<u16>>,
+    /// Partitions with a copy on a node past its limit, a bit each: their primary here refuses
+    /// writes that would grow memory, so that their backups stay within their limits.
+    crowded: ArcSwap<Vec<u64>>,
+    /// Whether any bit of `crowded` is set (the common case, none, costs one load).
+    crowded_any: AtomicBool,
     /// The limit in bytes; 0: none.
     limit: AtomicU64,
     /// Bytes the node holds besides its store.
@@ -77,6 +87,58 @@ impl Memory {
     /// The highest [`Memory::used`] seen.
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Records the nodes past their limits by the cluster manager's figures (its last
+    /// lease grant).
+    pub fn set_over_nodes(&self, nodes: &[u16]) {
+        let mut held = self.over_nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if *held != nodes {
+            *held = nodes.to_vec();
+        }
+    }
+
+    /// The nodes past their limits, as the cluster manager last said.
+    pub fn over_nodes(&self) -> Vec<u16> {
+        self.over_nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records which partitions have a copy on a node past its limit (see
+    /// [`Memory::crowded`]).
+    pub fn set_crowded(&self, partitions: impl IntoIterator<Item = u32>) {
+        let mut bits: Vec<u64> = Vec::new();
+        for p in partitions {
+            let (word, bit) = ((p / 64) as usize, p % 64);
+            if bits.len() <= word {
+                bits.resize(word + 1, 0);
+            }
+            bits[word] |= 1 << bit;
+        }
+        let any = !bits.is_empty();
+        if any || self.crowded_any.load(Ordering::Relaxed) {
+            self.crowded.store(std::sync::Arc::new(bits));
+        }
+        self.crowded_any.store(any, Ordering::Release);
+    }
+
+    /// True if some partition has a copy on a node past its limit (one load).
+    pub fn any_crowded(&self) -> bool {
+        self.crowded_any.load(Ordering::Acquire)
+    }
+
+    /// True if `partition` has a copy on a node past its limit (the cluster manager's
+    /// word): its primary refuses writes that would grow memory, as if it were past its
+    /// own. One load when no partition is.
+    pub fn crowded(&self, partition: u32) -> bool {
+        if !self.crowded_any.load(Ordering::Acquire) {
+            return false;
+        }
+        let bits = self.crowded.load();
+        bits.get((partition / 64) as usize)
+            .is_some_and(|word| word & (1 << (partition % 64)) != 0)
     }
 
     /// True if there is a limit and the node uses more (Redis's test: "used memory >
@@ -158,5 +220,18 @@ mod tests {
         assert_eq!(memory.used(), 100);
         assert_eq!(memory.peak(), 1 << 40);
         assert_eq!(Memory::with_limit(0).limit(), None);
+    }
+
+    #[test]
+    fn crowded_partitions_are_those_set_last() {
+        let memory = Memory::unlimited();
+        assert!(!memory.crowded(0));
+        memory.set_crowded([3, 64, 200]);
+        assert!(memory.crowded(3) && memory.crowded(64) && memory.crowded(200));
+        assert!(!memory.crowded(4) && !memory.crowded(65) && !memory.crowded(1 << 16));
+        memory.set_crowded([]);
+        assert!(!memory.crowded(3));
+        memory.set_over_nodes(&[2, 5]);
+        assert_eq!(memory.over_nodes(), vec![2, 5]);
     }
 }

@@ -203,7 +203,7 @@ impl Coordinator {
     /// (a commit keeps the placement it started with; a switch may replace the field
     /// meanwhile). Lookups within one statement borrow the field instead, without
     /// touching the reference count.
-    pub(crate) fn placement(&self) -> Arc<dyn Placement> {
+    pub fn placement(&self) -> Arc<dyn Placement> {
         self.placement.borrow().clone()
     }
 

@@ -510,7 +510,7 @@ impl Participant {
         // value) refuses the whole LOCK, which takes nothing; deletes and writes that fit
         // where their objects are go on. Fault point: a LOCK that would grow the store
         // refused as if out of memory.
-        let out_of_memory = self.memory.over() && self.grows_memory(&record);
+        let out_of_memory = self.out_of_memory(&record);
         if out_of_memory
             || ferrotx_buggify::fires("txn.participant.lock.out_of_memory")
                 && self.grows_memory(&record)
@@ -600,11 +600,27 @@ impl Participant {
     /// True if a write of `record` to a partition this node is primary of would grow the
     /// store ([`Partition::grows`]).
     fn grows_memory(&self, record: &RecordView<'_>) -> bool {
-        record.writes().any(|write| {
-            self.store
-                .get(write.partition, Role::Primary)
-                .is_some_and(|p| p.grows(write.table, &write.key, write.value) == Ok(true))
-        })
+        record.writes().any(|write| self.grows(&write))
+    }
+
+    fn grows(&self, write: &crate::messages::WriteRef<'_>) -> bool {
+        self.store
+            .get(write.partition, Role::Primary)
+            .is_some_and(|p| p.grows(write.table, &write.key, write.value) == Ok(true))
+    }
+
+    /// True if `record` must be refused for memory: a write would grow the store of a
+    /// partition whose primary (this node) is past its limit, or which has a copy on a
+    /// node the cluster manager counts as full (its backups must not pass their limits).
+    /// A few loads when neither holds.
+    fn out_of_memory(&self, record: &RecordView<'_>) -> bool {
+        let over = self.memory.over();
+        if !over && !self.memory.any_crowded() {
+            return false;
+        }
+        record
+            .writes()
+            .any(|write| (over || self.memory.crowded(write.partition)) && self.grows(&write))
     }
 
     /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.

@@ -185,9 +185,16 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
         granted(&[0])
     );
     assert_eq!(call(Participant::abort, &mut p, &tx_message(1)), [1]);
-    // At the limit: an insert (with an update beside it) takes nothing and answers
-    // OUT_OF_MEMORY.
+    // At the limit, an insert still goes (Redis refuses past it, not at it).
     memory.set_store(1 << 20);
+    assert_eq!(
+        call(Participant::lock, &mut p, &insert(10, 6)),
+        granted(&[0])
+    );
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(10)), [1]);
+    // Past the limit: an insert (with an update beside it) takes nothing and answers
+    // OUT_OF_MEMORY.
+    memory.set_store((1 << 20) + 1);
     let both = record(
         2,
         vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 3, 0, 30)],
@@ -230,6 +237,26 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
     memory.set_store(0);
     assert_eq!(
         call(Participant::lock, &mut p, &insert(6, 3)),
+        granted(&[0])
+    );
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(6)), [1]);
+    // Under its own limit, but the partition has a copy on a node past its limit (the
+    // CM's figures): an insert is refused, an update in place is not.
+    memory.set_crowded([PRIMARY]);
+    assert_eq!(
+        call(Participant::lock, &mut p, &insert(7, 4)),
+        [ferrotx_txn::participant::OUT_OF_MEMORY]
+    );
+    assert!(
+        primary
+            .load(TABLE, Key::from(5), &50u64.to_le_bytes())
+            .unwrap()
+    );
+    let update = record(8, vec![write(PRIMARY, 5, 1, 51)], 0);
+    assert_eq!(call(Participant::lock, &mut p, &update), granted(&[1]));
+    memory.set_crowded([]);
+    assert_eq!(
+        call(Participant::lock, &mut p, &insert(9, 4)),
         granted(&[0])
     );
 }

@@ -460,6 +460,23 @@ fn every_member_full_leaves_partitions_short_until_one_has_room() {
 }
 
 #[test]
+fn every_member_learns_from_its_lease_grants_which_members_are_past_their_limits() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    assert!((0..3).all(|n| h.node(n).members_over().is_empty()));
+    // Node 2 past its limit, node 1 at it (not past: Redis's test is "used > maxmemory").
+    h.set_memory(2, 2_000, 1_000);
+    h.set_memory(1, 1_000, 1_000);
+    h.run_for(3 * LEASE_NS);
+    for n in 0..3 {
+        assert_eq!(h.node(n).members_over(), vec![2], "node {n}");
+    }
+    h.set_memory(2, 10, 1_000);
+    h.run_for(3 * LEASE_NS);
+    assert!((0..3).all(|n| h.node(n).members_over().is_empty()));
+}
+
+#[test]
 fn room_made_on_a_member_fills_a_short_partition_without_another_failure() {
     let mut h = Harness::new(5);
     h.run_for(5 * LEASE_NS);
