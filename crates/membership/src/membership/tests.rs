@@ -433,8 +433,9 @@ fn a_backup_cm_taking_over_learns_the_figures_from_the_probe() {
     filled_elsewhere(&before, &after, 0, 2);
 }
 
-#[test]
-fn every_member_full_leaves_partitions_short_until_one_has_room() {
+/// Five nodes, 0 to 3 full, then node 4 killed: the view without it, which leaves
+/// partitions short (no member has room for a fill).
+fn four_full_and_the_fifth_killed() -> (Harness, View) {
     let mut h = Harness::new(5);
     h.run_for(5 * LEASE_NS);
     for n in 0..4 {
@@ -445,8 +446,14 @@ fn every_member_full_leaves_partitions_short_until_one_has_room() {
     h.run_for(6 * LEASE_NS);
     let v = h.coordination.current().unwrap();
     assert_eq!(h.members_of_current(), vec![0, 1, 2, 3]);
-    assert!(v.filling.is_empty(), "{v:?}");
+    assert!(v.filling.iter().all(Vec::is_empty), "{v:?}");
     assert!(v.short_and_lost(3).0 > 0);
+    (h, v)
+}
+
+#[test]
+fn every_member_full_leaves_partitions_short_until_one_has_room() {
+    let (mut h, _) = four_full_and_the_fifth_killed();
     // Node 2 has room again (its limit lifted): the next view (a reconfiguration, here
     // node 3 failing too) fills there, and only there.
     h.set_memory(2, 10, 0);
@@ -478,17 +485,7 @@ fn every_member_learns_from_its_lease_grants_which_members_are_past_their_limits
 
 #[test]
 fn room_made_on_a_member_fills_a_short_partition_without_another_failure() {
-    let mut h = Harness::new(5);
-    h.run_for(5 * LEASE_NS);
-    for n in 0..4 {
-        h.set_memory(n, 10_000, 1);
-    }
-    h.run_for(LEASE_NS);
-    h.kill(4);
-    h.run_for(6 * LEASE_NS);
-    let v = h.coordination.current().unwrap();
-    assert!(v.filling.iter().all(Vec::is_empty), "{v:?}");
-    assert!(v.short_and_lost(3).0 > 0);
+    let (mut h, v) = four_full_and_the_fifth_killed();
     // Nothing changes while every member stays full.
     h.run_for(4 * LEASE_NS);
     assert_eq!(h.coordination.current().unwrap().id, v.id);
