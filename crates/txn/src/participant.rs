@@ -193,8 +193,8 @@ pub struct ParticipantStats {
     pub locks_granted: u64,
     /// LOCK requests refused (a version changed, an object locked, a bad write).
     pub locks_refused: u64,
-    /// LOCK requests refused because this node is past its memory limit
-    /// ([`OUT_OF_MEMORY`]).
+    /// LOCK requests refused for memory: this node past its limit, or a copy of the
+    /// partition on a node past its ([`OUT_OF_MEMORY`]; not the simulator's fault point).
     pub locks_refused_memory: u64,
     /// Transactions installed by COMMIT-PRIMARY.
     pub commits: u64,
@@ -263,9 +263,10 @@ pub struct Participant {
     memory: Arc<Memory>,
 }
 
-/// LOCK's answer when this primary is past its memory limit and a write would grow the
-/// store: nothing was locked (the other answers: 0 refused, 1 granted, then the
-/// versions, and [`crate::recovery::UNDECIDED`]).
+/// LOCK's answer when a write would grow the store of a partition whose primary (this
+/// node) is past its memory limit, or with a copy on a node past its: nothing was locked
+/// (the other answers: 0 refused, 1 granted, then the versions, and
+/// [`crate::recovery::UNDECIDED`]).
 pub const OUT_OF_MEMORY: u8 = 3;
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -470,7 +471,7 @@ impl Participant {
 
     /// LOCK_AGED: LOCK for a transaction retried after it lost (its [`Age`], then the
     /// LOCK record). It also reserves every written object for that age, granted or not
-    /// ([`crate::reservation`]).
+    /// ([`crate::reservation`]), unless refused for memory (which no retry cures).
     pub fn lock_aged(
         &mut self,
         payload: &[u8],
@@ -611,7 +612,8 @@ impl Participant {
 
     /// True if `record` must be refused for memory: a write would grow the store of a
     /// partition whose primary (this node) is past its limit, or which has a copy on a
-    /// node the cluster manager counts as full (its backups must not pass their limits).
+    /// node past its limit by the cluster manager's figures (its backups must not pass
+    /// their limits either).
     /// A few loads when neither holds.
     fn out_of_memory(&self, record: &RecordView<'_>) -> bool {
         let over = self.memory.over();
