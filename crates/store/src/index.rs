@@ -291,7 +291,9 @@ impl Index {
     /// The version a key with no object reads at (see [`Index::floor`]'s field).
     #[inline]
     pub(crate) fn floor(&self) -> u64 {
-        self.floor.load(Ordering::Acquire)
+        // In one total order with the raises and the floor new objects start from, so
+        // that a read's loads before and after its lookup bracket them (`Partition::read`).
+        self.floor.load(Ordering::SeqCst)
     }
 
     /// Raises the floor to at least `version` (a backup, told by its primary before the
@@ -431,7 +433,7 @@ impl Index {
             inner.moved = 0;
             inner.occupied = 0;
         }
-        let version = version.unwrap_or_else(|| self.floor.load(Ordering::Relaxed));
+        let version = version.unwrap_or_else(|| self.floor.load(Ordering::SeqCst));
         if value.is_none() {
             self.note_tombstone();
         }

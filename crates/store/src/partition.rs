@@ -42,6 +42,10 @@ fn check_version(version: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Lookups of a key with no object, while reclaims keep raising the floor, before a read
+/// reports [`ReadError::Contended`].
+const ABSENT_READ_ATTEMPTS: usize = 64;
+
 fn fnv(mut hash: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
@@ -97,25 +101,37 @@ impl Partition {
     ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
         let (_, index) = self.table(table)?;
         let guard = epoch::pin();
-        Ok(match index.get(key, &guard) {
-            Some(object) => object.read(out),
-            None => {
-                out.clear();
-                Ok(ReadOutcome {
-                    version: index.floor(),
-                    present: false,
-                })
+        for _ in 0..ABSENT_READ_ATTEMPTS {
+            // The floor before and after the lookup: with the floor after alone, a key
+            // made just after the lookup (at the floor then) and a reclaim raising the
+            // floor before the second load would read above the key's first version;
+            // with the floor before alone, a key reclaimed between the two would read
+            // below its last. Equal, neither happened.
+            let before = index.floor();
+            match index.get(key, &guard) {
+                Some(object) => return Ok(object.read(out)),
+                None if index.floor() == before => {
+                    out.clear();
+                    return Ok(Ok(ReadOutcome {
+                        version: before,
+                        present: false,
+                    }));
+                }
+                None => {}
             }
-        })
+        }
+        Ok(Err(ReadError::Contended))
     }
 
     /// True if `key` is unlocked at `version` (a key with no object: at the floor).
     pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
         let (_, index) = self.table(table)?;
         let guard = epoch::pin();
+        let before = index.floor();
         Ok(match index.get(key, &guard) {
             Some(object) => object.validate(version),
-            None => version == index.floor(),
+            // As a read (see `read`): a floor that moved during the lookup fails it.
+            None => version == before && index.floor() == before,
         })
     }
 
