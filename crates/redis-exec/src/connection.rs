@@ -457,18 +457,17 @@ impl RespConnection {
                     maxmemory: memory.and_then(Memory::limit).unwrap_or(0),
                 };
                 let mut values = before;
-                let reply = request.reply(&mut values);
-                if values == before {
-                    // GET, or a SET that failed or changed nothing.
-                } else if let Some(memory) = memory {
-                    memory.set_limit(values.maxmemory);
-                } else {
-                    // No budget to hold it: say so rather than pretend.
-                    let reply = Reply::error_static(
-                        "ERR ferrotx: this front end has no node memory to limit",
-                    );
-                    self.write_reply(&reply, counters);
-                    return None;
+                let mut reply = request.reply(&mut values);
+                if values != before {
+                    match memory {
+                        Some(memory) => memory.set_limit(values.maxmemory),
+                        // No budget to hold it: say so rather than pretend.
+                        None => {
+                            reply = Reply::error_static(
+                                "ERR ferrotx: this front end has no node memory to limit",
+                            )
+                        }
+                    }
                 }
                 self.write_reply(&reply, counters);
                 return None;

@@ -363,8 +363,8 @@ pub struct Session {
     multi: Option<Multi>,
     watched: Vec<WatchedKey>,
     pending: Pending,
-    /// The node uses its memory limit or more: commands that may grow memory (DENYOOM)
-    /// are refused ([`Session::set_out_of_memory`]).
+    /// The node is past its memory limit: commands that may grow memory (DENYOOM) are
+    /// refused ([`Session::set_out_of_memory`]).
     out_of_memory: bool,
 }
 
@@ -392,7 +392,7 @@ impl Session {
         }
     }
 
-    /// Says whether the node uses its memory limit or more, before requests are handled:
+    /// Says whether the node is past its memory limit, before requests are handled:
     /// while it does, commands that may grow memory (DENYOOM: SET, INCR, APPEND, ...,
     /// and an EXEC that queued one) are refused with `-OOM`; reads, deletes and
     /// everything else still run.
