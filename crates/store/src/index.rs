@@ -22,8 +22,11 @@
 //! - Reclaiming a deleted (or never written) key's object ([`Index::reclaim`]) locks it
 //!   for good, marks its record dead (no lookup matches it any more) and its slot a
 //!   tombstone (a probe goes on past it; the next table leaves it behind), and raises
-//!   the index's floor to its version: a key with no object reads at the floor, and a
-//!   new object starts there, so versions never go back. The record is made again for
+//!   the floor of the key's bucket to its version: a key with no object reads at its
+//!   bucket's floor, and a new object starts there, so versions never go back. Floors
+//!   are per bucket of key hashes, not per table, so that reclaiming one key does not
+//!   move the version every other absent key reads at (which would fail every
+//!   transaction that read one absent, or inserts one, while the reclaimer works). The record is made again for
 //!   another key only after the epoch's grace period: every caller holds a pin while
 //!   it uses an object (the guard [`Index::get`] takes), so none still reads it. A
 //!   lookup that reaches it later, through a slot of a table being moved from, reads its
@@ -55,6 +58,11 @@ const INITIAL_SLOTS: usize = 16;
 /// when the S slots moved at 4/3 per insert. 8 leaves a margin (and growing finishes the
 /// move if one is left).
 const MOVE_PER_INSERT: usize = 8;
+
+/// Buckets of key hashes with a floor each (a power of two): a reclaim moves the version
+/// absent keys read at only in its key's bucket. A batch of `RECLAIM_KEYS_MAX` (256)
+/// reclaims raises about 6% of them; 32 KiB per table of a partition.
+pub(crate) const FLOOR_BUCKETS: usize = 4096;
 
 /// Bytes of a table's first bucket of records, about (later ones double).
 const FIRST_BUCKET_BYTES: usize = 4096;
@@ -223,10 +231,11 @@ pub(crate) struct Index {
     /// While growing, the previous table (whose slots are being moved into the current
     /// one); null once every one of them is there.
     previous: AtomicPtr<Slots>,
-    /// At least the version of every object reclaimed so far: the version a key with no
-    /// object reads at, and a new object starts from, so that a key's versions never go
-    /// back when its object is reclaimed and made again.
-    floor: AtomicU64,
+    /// Per bucket of key hashes (the hash's low bits), at least the version of every
+    /// object of the bucket reclaimed so far: the version a key with no object reads at,
+    /// and a new object starts from, so that a key's versions never go back when its
+    /// object is reclaimed and made again. Raised under the mutex.
+    floors: Box<[AtomicU64]>,
     /// Set when an absent or deleted object may have appeared (an absent placeholder
     /// made, a delete installed or applied), cleared when a walk for them starts: the
     /// reclaimer walks only tables that may have some.
@@ -253,14 +262,17 @@ impl Index {
     /// An empty index of a table whose values are of `size`, hashing with `seed`.
     pub(crate) fn new(seed: u64, size: ValueSize) -> Self {
         let first = Box::new(Slots::new(INITIAL_SLOTS));
-        let used = CachePadded::new(std::sync::atomic::AtomicUsize::new(first.bytes()));
+        let floors: Box<[AtomicU64]> = (0..FLOOR_BUCKETS).map(|_| AtomicU64::new(0)).collect();
+        let used = CachePadded::new(std::sync::atomic::AtomicUsize::new(
+            first.bytes() + std::mem::size_of_val(&*floors),
+        ));
         let first = Box::into_raw(first);
         Self {
             hasher: FixedState::with_seed(seed),
             records: Records::new(RecordLayout::of(size)),
             current: AtomicPtr::new(first),
             previous: AtomicPtr::new(std::ptr::null_mut()),
-            floor: AtomicU64::new(0),
+            floors,
             tombstones_maybe: AtomicBool::new(false),
             free: Arc::new(SegQueue::new()),
             used,
@@ -288,19 +300,53 @@ impl Index {
         unsafe { ObjectRef::new(self.records.at(n), &self.records.layout) }
     }
 
-    /// The version a key with no object reads at (see [`Index::floor`]'s field).
+    /// The hash of `key`: its tag is the high half, its floor's bucket the low bits.
     #[inline]
-    pub(crate) fn floor(&self) -> u64 {
-        // In one total order with the raises and the floor new objects start from, so
-        // that a read's loads before and after its lookup bracket them (`Partition::read`).
-        self.floor.load(Ordering::SeqCst)
+    pub(crate) fn hash(&self, key: &Key) -> u64 {
+        self.hasher.hash_one(key)
     }
 
-    /// Raises the floor to at least `version` (a backup, told by its primary before the
-    /// primary reclaims objects up to it). Under the mutex, as new objects read it.
-    pub(crate) fn raise_floor(&self, version: u64) {
+    #[inline]
+    fn floor_cell(&self, hash: u64) -> &AtomicU64 {
+        &self.floors[hash as usize & (FLOOR_BUCKETS - 1)]
+    }
+
+    /// The version a key of `hash` with no object reads at (see [`Index::floors`]).
+    #[inline]
+    pub(crate) fn floor(&self, hash: u64) -> u64 {
+        // In one total order with the raises and the floor new objects start from, so
+        // that a read's loads before and after its lookup bracket them (`Partition::read`).
+        self.floor_cell(hash).load(Ordering::SeqCst)
+    }
+
+    /// The highest floor of any bucket.
+    pub(crate) fn floor_max(&self) -> u64 {
+        self.floors
+            .iter()
+            .map(|f| f.load(Ordering::SeqCst))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Raises the floor of `key`'s bucket (`None`: of every bucket) to at least
+    /// `version`: a backup, told by its primary before the primary reclaims the key's
+    /// object at that version, or filled from a primary whose floors reached it. Under
+    /// the mutex, as new objects read it.
+    pub(crate) fn raise_floor(&self, key: Option<&Key>, version: u64) {
         let _inner = self.lock();
-        self.floor.fetch_max(version, Ordering::SeqCst);
+        match key {
+            Some(key) => {
+                self.floor_cell(self.hash(key))
+                    .fetch_max(version, Ordering::SeqCst);
+            }
+            None => {
+                for floor in &self.floors {
+                    if floor.load(Ordering::Relaxed) < version {
+                        floor.fetch_max(version, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
     }
 
     /// Notes that an absent or deleted object may have appeared (see
@@ -322,7 +368,18 @@ impl Index {
     /// record from being made again for another key while it is used.
     #[inline]
     pub(crate) fn get<'g>(&'g self, key: &Key, guard: &'g Guard) -> Option<ObjectRef<'g>> {
-        self.find(self.hasher.hash_one(key) >> 32, key, guard)
+        self.find(self.hash(key) >> 32, key, guard)
+    }
+
+    /// [`Index::get`] of a key whose [`Index::hash`] is known.
+    #[inline]
+    pub(crate) fn get_hashed<'g>(
+        &'g self,
+        hash: u64,
+        key: &Key,
+        guard: &'g Guard,
+    ) -> Option<ObjectRef<'g>> {
+        self.find(hash >> 32, key, guard)
     }
 
     #[inline]
@@ -388,7 +445,7 @@ impl Index {
             .map(|(i, n)| (previous, i, n))
     }
 
-    /// The object of `key`, made at `version` (`None`: the floor, read under the mutex,
+    /// The object of `key`, made at `version` (`None`: its floor, read under the mutex,
     /// so that no reclaim raises it in between) with `value` (`None`: absent or deleted)
     /// if there is none; `Err` with the existing object if there was one.
     pub(crate) fn insert<'g>(
@@ -398,7 +455,8 @@ impl Index {
         value: Option<&[u8]>,
         guard: &'g Guard,
     ) -> Result<ObjectRef<'g>, ObjectRef<'g>> {
-        let tag = self.hasher.hash_one(key) >> 32;
+        let hash = self.hash(&key);
+        let tag = hash >> 32;
         if let Some(object) = self.find(tag, &key, guard) {
             return Err(object);
         }
@@ -433,7 +491,7 @@ impl Index {
             inner.moved = 0;
             inner.occupied = 0;
         }
-        let version = version.unwrap_or_else(|| self.floor.load(Ordering::SeqCst));
+        let version = version.unwrap_or_else(|| self.floor(hash));
         if value.is_none() {
             self.note_tombstone();
         }
@@ -473,11 +531,12 @@ impl Index {
     }
 
     /// Reclaims `key`'s object if it is an unlocked absent or deleted object at
-    /// `version`: raises the floor to `version`, marks the record dead and its slot a
+    /// `version`: raises its floor to `version`, marks the record dead and its slot a
     /// tombstone, and hands the record back for another key once no lookup can still be
     /// reading it. Returns false, changing nothing but perhaps the floor, otherwise.
     pub(crate) fn reclaim(&self, key: &Key, version: u64) -> bool {
-        let tag = self.hasher.hash_one(key) >> 32;
+        let hash = self.hash(key);
+        let tag = hash >> 32;
         let mut inner = self.lock();
         let Some((table, i, n)) = self.locate(tag, key) else {
             return false;
@@ -489,7 +548,7 @@ impl Index {
         }
         // The floor first: a lookup that no longer finds the key reads a version at least
         // its last.
-        self.floor.fetch_max(version, Ordering::SeqCst);
+        self.floor_cell(hash).fetch_max(version, Ordering::SeqCst);
         if !object.reclaim(version) {
             return false;
         }
@@ -793,7 +852,8 @@ mod tests {
         assert_eq!(tombstone, 6);
         assert!(!index.reclaim(&Key::from(1), 5), "another version");
         assert!(!index.reclaim(&Key::from(1000), 6), "no such key");
-        assert_eq!(index.floor(), 0);
+        let floor_of = |key: u64| index.floor(index.hash(&Key::from(key)));
+        assert_eq!(floor_of(1), 0);
         {
             let guard = epoch::pin();
             let object = index.get(&Key::from(1), &guard).unwrap();
@@ -803,7 +863,13 @@ mod tests {
         }
         assert!(index.reclaim(&Key::from(1), 6));
         assert!(index.get(&Key::from(1), &epoch::pin()).is_none());
-        assert_eq!(index.floor(), 6);
+        assert_eq!(floor_of(1), 6);
+        // Only key 1's bucket: other absent keys read where they did.
+        let elsewhere = (1000u64..)
+            .find(|&k| index.hash(&Key::from(k)) % 4096 != index.hash(&Key::from(1u64)) % 4096)
+            .unwrap();
+        assert_eq!(floor_of(elsewhere), 0);
+        assert_eq!(index.floor_max(), 6);
         assert_eq!(index.len(), 99);
         assert!(!index.reclaim(&Key::from(1), 6), "twice");
         // Its record comes back, for another key, once the epoch says so.
@@ -811,14 +877,17 @@ mod tests {
         let guard = epoch::pin();
         let made = index.insert(Key::from(500), None, None, &guard).unwrap();
         assert_eq!(made.key(), Key::from(500));
-        assert_eq!(
-            made.header().version(),
-            6,
-            "a new object starts at the floor"
-        );
+        assert_eq!(made.header().version(), floor_of(500));
         assert_eq!(index.records(), 100, "record 1 made again, not a new one");
         // The old key is still gone; the new one and every other are found.
         assert!(index.get(&Key::from(1), &guard).is_none());
+        // Key 1 made again starts at its floor, past its reclaimed version.
+        let again = index.insert(Key::from(1), None, None, &guard).unwrap();
+        assert_eq!(
+            again.header().version(),
+            6,
+            "a new object starts at the floor"
+        );
         assert_eq!(
             index.get(&Key::from(500), &guard).unwrap().key(),
             Key::from(500)
@@ -837,7 +906,7 @@ mod tests {
             }
             true
         });
-        assert_eq!(keys.len(), 100);
+        assert_eq!(keys.len(), 101);
     }
 
     #[test]
@@ -847,7 +916,13 @@ mod tests {
         let index = index(17);
         let mut bytes_after_warmup = 0;
         for i in 0..200_000u64 {
-            insert(&index, i, index.floor(), &epoch::pin()).unwrap();
+            insert(
+                &index,
+                i,
+                index.floor(index.hash(&Key::from(i))),
+                &epoch::pin(),
+            )
+            .unwrap();
             if i >= 1_000 {
                 let old = i - 1_000;
                 let version = delete(&index, old);
@@ -884,12 +959,12 @@ mod tests {
         let index = index(23);
         let stride = index.records.layout.stride();
         let empty = index.used_bytes();
-        assert_eq!(empty, INITIAL_SLOTS * 8);
+        assert_eq!(empty, INITIAL_SLOTS * 8 + FLOOR_BUCKETS * 8);
         for i in 0..10_000u64 {
             insert(&index, i, 1, &epoch::pin()).unwrap();
         }
         // The tables grown to, settled: every slot moved.
-        let slots = index.used_bytes() - 10_000 * stride;
+        let slots = index.used_bytes() - 10_000 * stride - FLOOR_BUCKETS * 8;
         assert!(
             slots.is_power_of_two() && slots >= 10_000 * 8,
             "{slots} bytes of slots"
@@ -899,7 +974,7 @@ mod tests {
             assert!(index.reclaim(&Key::from(i), version));
         }
         // Records reclaimed are no longer used, although their buckets stay.
-        assert_eq!(index.used_bytes(), slots);
+        assert_eq!(index.used_bytes(), slots + FLOOR_BUCKETS * 8);
         assert!(index.bytes() >= 10_000 * stride);
 
         // Values out of line count for what their buffers hold.

@@ -14,8 +14,8 @@ use crate::table::{TableId, TableSpec};
 pub struct PartitionId(pub u32);
 
 /// The object of `key`, inserting an absent placeholder if there is none: at `version`,
-/// or at the index's floor for `None` (a primary's, whose readers saw the key absent at
-/// the floor).
+/// or at the key's floor for `None` (a primary's, whose readers saw the key absent at
+/// its floor).
 fn object_or_absent<'g>(
     index: &'g Index,
     key: &Key,
@@ -42,7 +42,7 @@ fn check_version(version: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Lookups of a key with no object, while reclaims keep raising the floor, before a read
+/// Lookups of a key with no object, while reclaims keep raising its floor, before a read
 /// reports [`ReadError::Contended`].
 const ABSENT_READ_ATTEMPTS: usize = 64;
 
@@ -90,9 +90,9 @@ impl Partition {
             .ok_or(StoreError::UnknownTable(table))
     }
 
-    /// Lock-free read of `key` into `out`. A key with no object reads as absent at the
-    /// table's floor: 0 until an object of the table is reclaimed, then at least the
-    /// version of every object reclaimed (so a key's versions never go back).
+    /// Lock-free read of `key` into `out`. A key with no object reads as absent at its
+    /// floor: 0 until an object of its bucket of key hashes is reclaimed, then at least
+    /// the version of every such object reclaimed (so a key's versions never go back).
     pub fn read(
         &self,
         table: TableId,
@@ -101,16 +101,21 @@ impl Partition {
     ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
         let (_, index) = self.table(table)?;
         let guard = epoch::pin();
+        let hash = index.hash(key);
+        // A key with an object (the common case) needs no floor.
+        if let Some(object) = index.get_hashed(hash, key, &guard) {
+            return Ok(object.read(out));
+        }
         for _ in 0..ABSENT_READ_ATTEMPTS {
             // The floor before and after the lookup: with the floor after alone, a key
             // made just after the lookup (at the floor then) and a reclaim raising the
             // floor before the second load would read above the key's first version;
             // with the floor before alone, a key reclaimed between the two would read
             // below its last. Equal, neither happened.
-            let before = index.floor();
-            match index.get(key, &guard) {
+            let before = index.floor(hash);
+            match index.get_hashed(hash, key, &guard) {
                 Some(object) => return Ok(object.read(out)),
-                None if index.floor() == before => {
+                None if index.floor(hash) == before => {
                     out.clear();
                     return Ok(Ok(ReadOutcome {
                         version: before,
@@ -123,20 +128,24 @@ impl Partition {
         Ok(Err(ReadError::Contended))
     }
 
-    /// True if `key` is unlocked at `version` (a key with no object: at the floor).
+    /// True if `key` is unlocked at `version` (a key with no object: at its floor).
     pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
         let (_, index) = self.table(table)?;
         let guard = epoch::pin();
-        let before = index.floor();
-        Ok(match index.get(key, &guard) {
+        let hash = index.hash(key);
+        if let Some(object) = index.get_hashed(hash, key, &guard) {
+            return Ok(object.validate(version));
+        }
+        let before = index.floor(hash);
+        Ok(match index.get_hashed(hash, key, &guard) {
             Some(object) => object.validate(version),
             // As a read (see `read`): a floor that moved during the lookup fails it.
-            None => version == before && index.floor() == before,
+            None => version == before && index.floor(hash) == before,
         })
     }
 
     /// Locks `key` at `version`, creating its placeholder if the key has no object (for
-    /// an insert, at the version it was read absent at: the floor).
+    /// an insert, at the version it was read absent at: its floor).
     pub fn lock(
         &self,
         table: TableId,
@@ -145,12 +154,13 @@ impl Partition {
     ) -> Result<Result<(), LockError>, StoreError> {
         let (_, index) = self.table(table)?;
         let guard = epoch::pin();
-        let object = match index.get(key, &guard) {
+        let hash = index.hash(key);
+        let object = match index.get_hashed(hash, key, &guard) {
             Some(object) => object,
-            None if version == index.floor() => object_or_absent(index, key, None, &guard),
+            None if version == index.floor(hash) => object_or_absent(index, key, None, &guard),
             None => {
                 return Ok(Err(LockError::VersionChanged {
-                    current: index.floor(),
+                    current: index.floor(hash),
                 }));
             }
         };
@@ -231,7 +241,8 @@ impl Partition {
             spec.check_value(value)?;
         }
         // At version 0, not the floor: a backup applies its primary's versions, and a
-        // new key's first one may be below this copy's floor (see `Partition::reclaim`).
+        // new key's first one may be below this copy's floor for it (see
+        // `Partition::reclaim`; a filled copy raises every floor to its primary's top).
         if value.is_none() {
             index.note_tombstone();
         }
@@ -369,23 +380,40 @@ impl Partition {
         })
     }
 
-    /// The version `table`'s keys with no object read at (see [`Partition::read`]).
-    pub fn floor(&self, table: TableId) -> Result<u64, StoreError> {
-        Ok(self.table(table)?.1.floor())
+    /// The version `key` reads at in `table` while it has no object (see
+    /// [`Partition::read`]).
+    pub fn floor(&self, table: TableId, key: &Key) -> Result<u64, StoreError> {
+        let index = &self.table(table)?.1;
+        Ok(index.floor(index.hash(key)))
     }
 
-    /// Raises `table`'s floor to at least `version`: a backup does before its primary
-    /// reclaims objects up to that version, so that promoted, it never reads a key at a
-    /// lower version than its primary did.
-    pub fn raise_floor(&self, table: TableId, version: u64) -> Result<(), StoreError> {
+    /// The highest version any key of `table` with no object reads at: at least the
+    /// version of every object of it reclaimed so far.
+    pub fn floor_max(&self, table: TableId) -> Result<u64, StoreError> {
+        Ok(self.table(table)?.1.floor_max())
+    }
+
+    /// Raises `key`'s floor in `table` to at least `version`: a backup does before its
+    /// primary reclaims the key's object at that version, so that promoted, it never
+    /// reads the key at a lower version than its primary did.
+    pub fn raise_floor(&self, table: TableId, key: &Key, version: u64) -> Result<(), StoreError> {
         check_version(version)?;
-        self.table(table)?.1.raise_floor(version);
+        self.table(table)?.1.raise_floor(Some(key), version);
+        Ok(())
+    }
+
+    /// Raises every floor of `table` to at least `version`: a copy being filled, to its
+    /// primary's [`Partition::floor_max`], which covers every object reclaimed there
+    /// before the fill read it.
+    pub fn raise_floors(&self, table: TableId, version: u64) -> Result<(), StoreError> {
+        check_version(version)?;
+        self.table(table)?.1.raise_floor(None, version);
         Ok(())
     }
 
     /// Frees `key`'s object if it is an unlocked absent or deleted object at `version`
     /// (its record is made again for another key once no reader can still see it), and
-    /// raises the floor to `version`; returns whether it did. Only once no older write
+    /// raises its floor to `version`; returns whether it did. Only once no older write
     /// of the key can still be applied to this copy: the caller's protocol makes sure of
     /// that (a backup applies writes in any order, by version, and a key with no object
     /// takes any version).
@@ -549,6 +577,44 @@ mod tests {
             p.lock_any(TableId(7), &Key::from(1)),
             Err(StoreError::UnknownTable(TableId(7)))
         );
+    }
+
+    #[test]
+    fn reclaiming_a_key_moves_no_other_absent_keys_version() {
+        // Reads, validations and insert locks of keys with no object, at the version
+        // they were read absent at, while a reclaimer frees other keys' tombstones: a
+        // floor per table failed every one of them (and Redis's WATCH of a missing key).
+        let p = partition();
+        let mut out = Vec::new();
+        let absent: Vec<Key> = (1000..1100u64).map(Key::from).collect();
+        let read: Vec<u64> = absent
+            .iter()
+            .map(|k| p.read(ACCOUNTS, k, &mut out).unwrap().unwrap().version)
+            .collect();
+        for i in 0..50u64 {
+            let key = Key::from(i);
+            p.lock(ACCOUNTS, &key, 0).unwrap().unwrap();
+            p.install(ACCOUNTS, &key, Some(&i.to_le_bytes())).unwrap();
+            p.lock(ACCOUNTS, &key, 1).unwrap().unwrap();
+            assert_eq!(p.install(ACCOUNTS, &key, None), Ok(2));
+            assert_eq!(p.reclaim(ACCOUNTS, &key, 2), Ok(true));
+            // The reclaimed key itself reads at its tombstone's version: never back.
+            let again = p.read(ACCOUNTS, &key, &mut out).unwrap().unwrap();
+            assert_eq!((again.version, again.present), (2, false));
+        }
+        let bucket = |k: &Key| p.tables[0].1.hash(k) as usize % crate::index::FLOOR_BUCKETS;
+        let reclaimed: Vec<usize> = (0..50u64).map(|i| bucket(&Key::from(i))).collect();
+        let mut unmoved = 0;
+        for (key, &version) in absent.iter().zip(&read) {
+            let shares = reclaimed.contains(&bucket(key));
+            assert_eq!(p.validate(ACCOUNTS, key, version), Ok(!shares));
+            if !shares {
+                unmoved += 1;
+                p.lock(ACCOUNTS, key, version).unwrap().unwrap();
+                p.install(ACCOUNTS, key, Some(&[1; 8])).unwrap();
+            }
+        }
+        assert!(unmoved >= 90, "{unmoved} of 100 keys kept their version");
     }
 
     #[test]

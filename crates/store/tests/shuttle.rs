@@ -190,7 +190,7 @@ fn a_reclaim_races_an_insert_and_a_read_of_the_same_key() {
                 }
             }
             if reclaimed {
-                assert_eq!(partition.floor(table).unwrap(), 2);
+                assert_eq!(partition.floor(table, &key).unwrap(), 2);
             }
         },
         20_000,

@@ -3,8 +3,9 @@
 //!
 //! A delete leaves an object that orders it against later inserts (a tombstone, at the
 //! delete's version); an aborted insert leaves an absent placeholder. The store frees
-//! either with `Partition::reclaim`, raising its table's floor (the version keys with no
-//! object read at) so that the key's versions never go back. What the store cannot know
+//! either with `Partition::reclaim`, raising the key's floor (the version keys with no
+//! object read at, one per bucket of key hashes) so that the key's versions never go
+//! back. What the store cannot know
 //! is when that is safe on a backup: backups apply logged writes at truncation, in any
 //! order, by version, and a key with no object takes any version. An older write of the
 //! key applied after its tombstone was freed would bring the key back.
@@ -20,8 +21,8 @@
 //!    is already logged at every backup (it committed before the delete could lock the
 //!    key, and a commit waits for every backup's COMMIT-BACKUP answer), so a key clear
 //!    now stays clear: none can arrive later.
-//! 2. **RECLAIM** to every backup, with the batch's highest version as the new floor:
-//!    the backup raises its floor, then frees each tombstone still at its version. Only
+//! 2. **RECLAIM** to every backup: the backup raises each key's floor to the key's
+//!    version, then frees each tombstone still at its version. Only
 //!    if the view did not change since the check (a backup named since was not asked).
 //! 3. Once every backup answered, the primary frees its own: its floor rises only after
 //!    every backup's did, so a backup promoted later never reads a key at a lower version
@@ -38,7 +39,7 @@ use crate::messages::{DecodeError, ITEMS_MAX, Reader, Writer};
 /// write of it waiting in this thread's logs?
 pub const RECLAIM_CHECK: u8 = 30;
 
-/// The request type of RECLAIM: raise the floor, then free these tombstones.
+/// The request type of RECLAIM: raise these keys' floors, then free their tombstones.
 pub const RECLAIM: u8 = 31;
 
 /// Most keys one round names.
@@ -65,16 +66,14 @@ impl Default for ReclaimOptions {
     }
 }
 
-/// A RECLAIM-CHECK or RECLAIM request: a partition's table, the floor (RECLAIM only;
-/// 0 in a check) and tombstones by key and version.
+/// A RECLAIM-CHECK or RECLAIM request: a partition's table and tombstones by key and
+/// version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReclaimRequest {
     /// The partition.
     pub partition: u32,
     /// Its table.
     pub table: TableId,
-    /// The floor to raise the table to first (RECLAIM).
-    pub floor: u64,
     /// Tombstones: key and version.
     pub keys: Vec<(Key, u64)>,
 }
@@ -84,7 +83,6 @@ pub fn encode_reclaim(request: &ReclaimRequest, out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u32(request.partition)
         .u16(request.table.0)
-        .u64(request.floor)
         .u16(request.keys.len() as u16);
     for (key, version) in &request.keys {
         w.key(key).u64(*version);
@@ -96,7 +94,6 @@ pub fn decode_reclaim(bytes: &[u8]) -> Result<ReclaimRequest, DecodeError> {
     let mut r = Reader(bytes);
     let partition = r.u32()?;
     let table = TableId(r.u16()?);
-    let floor = r.u64()?;
     let n = usize::from(r.u16()?);
     if n > ITEMS_MAX {
         return Err(DecodeError::Invalid);
@@ -109,7 +106,6 @@ pub fn decode_reclaim(bytes: &[u8]) -> Result<ReclaimRequest, DecodeError> {
     Ok(ReclaimRequest {
         partition,
         table,
-        floor,
         keys,
     })
 }
@@ -138,16 +134,17 @@ pub fn answer_check(
     }
 }
 
-/// Carries out RECLAIM on `copy`: raises the floor, frees each tombstone still at its
-/// version. Returns how many it freed.
+/// Carries out RECLAIM on `copy`: raises each key's floor to its version (whether or
+/// not the tombstone is still there: the primary frees its own next), frees each
+/// tombstone still at its version. Returns how many it freed.
 pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> usize {
-    if copy.raise_floor(request.table, request.floor).is_err() {
-        return 0;
-    }
     request
         .keys
         .iter()
-        .filter(|(key, version)| copy.reclaim(request.table, key, *version) == Ok(true))
+        .filter(|(key, version)| {
+            copy.raise_floor(request.table, key, *version).is_ok()
+                && copy.reclaim(request.table, key, *version) == Ok(true)
+        })
         .count()
 }
 
@@ -168,7 +165,6 @@ mod tests {
         let request = ReclaimRequest {
             partition: 9,
             table: TableId(2),
-            floor: 77,
             keys: vec![(Key::from(1), 5), (Key::from_bytes(b"").unwrap(), 0)],
         };
         let mut bytes = Vec::new();
@@ -178,7 +174,7 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(decode_reclaim(&longer).is_err());
-        let mut forged = bytes[..14].to_vec();
+        let mut forged = bytes[..6].to_vec();
         forged.extend_from_slice(&u16::MAX.to_le_bytes());
         assert!(decode_reclaim(&forged).is_err());
     }
@@ -193,7 +189,6 @@ mod tests {
         let request = ReclaimRequest {
             partition: 0,
             table,
-            floor: 0,
             keys: vec![
                 (Key::from(0), 4),
                 (Key::from(1), 4),
@@ -212,19 +207,21 @@ mod tests {
         response.clear();
         answer_check(&request, None, |_| false, &mut response);
         assert_eq!(decode_check_response(&response, 4), None);
-        // RECLAIM raises the floor, then frees what is still at its version.
+        // RECLAIM raises each key's floor, then frees what is still at its version.
         let reclaim = ReclaimRequest {
-            floor: 5,
             keys: vec![(Key::from(0), 4), (Key::from(2), 5)],
             ..request
         };
         assert_eq!(apply_reclaim(&reclaim, &copy), 1);
-        assert_eq!(copy.floor(table), Ok(5));
+        assert_eq!(copy.floor(table, &Key::from(0)), Ok(4));
+        // Key 2 stays (at 4, not 5), but its floor rose: its primary frees its own next.
+        assert_eq!(copy.floor(table, &Key::from(2)), Ok(5));
+        assert_eq!(copy.floor_max(table), Ok(5));
         assert_eq!(copy.objects(table), Ok(2));
-        // Key 0 now reads at the floor, and a later write of it applies.
+        // Key 0 now reads at its floor, and a later write of it applies.
         let mut out = Vec::new();
         let read = copy.read(table, &Key::from(0), &mut out).unwrap().unwrap();
-        assert_eq!((read.version, read.present), (5, false));
+        assert_eq!((read.version, read.present), (4, false));
         assert_eq!(copy.apply(table, &Key::from(0), 6, Some(&[1; 8])), Ok(true));
     }
 }

@@ -322,7 +322,7 @@ pub(crate) fn answer_fetch(
     out[9..13].copy_from_slice(&objects.to_le_bytes());
     // Read after the objects: at least the version of every object reclaimed before
     // this page was read, which the copy then lacks (crate::reclaim).
-    let floor = partition.floor(request.table).unwrap_or(0);
+    let floor = partition.floor_max(request.table).unwrap_or(0);
     out[13..21].copy_from_slice(&floor.to_le_bytes());
     let mut w = Writer(out);
     w.u32(locked.len() as u32);
@@ -335,9 +335,9 @@ pub(crate) fn answer_fetch(
 pub struct FetchPage<'a> {
     /// The cursor to go on from (0: the table was visited whole; always 0 for keys).
     pub next_cursor: u64,
-    /// The table's floor at the primary once the page was read: the copy raises its own
-    /// to it, so that keys reclaimed at the primary before the copy saw them read, on
-    /// the copy, at no lower version than they did there.
+    /// The table's highest floor at the primary once the page was read: the copy raises
+    /// every floor of its own to it, so that keys reclaimed at the primary before the
+    /// copy saw them read, on the copy, at no lower version than they did there.
     pub floor: u64,
     objects: u32,
     body: Reader<'a>,

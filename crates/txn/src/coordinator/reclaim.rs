@@ -100,7 +100,6 @@ impl Coordinator {
         let check = ReclaimRequest {
             partition: p,
             table,
-            floor: 0,
             keys: batch.to_vec(),
         };
         let nodes: Vec<u16> = std::iter::once(me).chain(backups.iter().copied()).collect();
@@ -140,12 +139,10 @@ impl Coordinator {
             // Nothing clear, or a view change: a backup named since was not asked.
             return 0;
         }
-        // Round 2: the backups raise their floors and free theirs.
-        let floor = keys.iter().map(|&(_, v)| v).max().unwrap_or(0);
+        // Round 2: the backups raise the keys' floors and free theirs.
         let reclaim = ReclaimRequest {
             partition: p,
             table,
-            floor,
             keys,
         };
         for &node in &backups {

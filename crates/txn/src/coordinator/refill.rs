@@ -167,7 +167,7 @@ impl Coordinator {
             };
             let next = page.next_cursor;
             // Before any object: keys the primary reclaimed read here at no lower version.
-            let _ = copy.raise_floor(request.table, page.floor);
+            let _ = copy.raise_floors(request.table, page.floor);
             let visited = page.visit(
                 |o| {
                     objects += 1;
