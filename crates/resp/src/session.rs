@@ -371,6 +371,16 @@ pub struct Session {
 /// Redis's reply to a command that may grow memory on a node past its `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
+/// EXEC's reply when its block is discarded because of `error`, as Redis words it.
+fn exec_abort(error: &Reply) -> Reply {
+    let message = error.error_message().expect("an error");
+    // Redis's message carries a code only when it is not ERR.
+    let message = message.strip_prefix(b"ERR ").unwrap_or(message);
+    let mut abort = b"EXECABORT Transaction discarded because of: ".to_vec();
+    abort.extend_from_slice(message);
+    Reply::error(abort)
+}
+
 /// Redis's reply to a bad password.
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
@@ -591,6 +601,11 @@ impl Session {
             Pending::Exec(slots) => replies.push(match outcome {
                 Outcome::Committed(planned) => self.exec_reply(slots, planned),
                 Outcome::WatchedKeyChanged => Reply::NullArray,
+                // A primary past its memory limit refused the block's write: as Redis
+                // answers an EXEC it refuses for memory, the block is discarded.
+                Outcome::Failed(error) if error.error_message() == Some(OOM.as_bytes()) => {
+                    exec_abort(&error)
+                }
                 Outcome::Failed(error) => error,
             }),
             Pending::Nothing | Pending::Versions(_) => {
@@ -656,12 +671,7 @@ impl Session {
         }
         self.multi = None;
         self.watched.clear();
-        let message = error.error_message().expect("an error");
-        // Redis's message carries a code only when it is not ERR.
-        let message = message.strip_prefix(b"ERR ").unwrap_or(message);
-        let mut abort = b"EXECABORT Transaction discarded because of: ".to_vec();
-        abort.extend_from_slice(message);
-        Reply::error(abort)
+        exec_abort(&error)
     }
 
     /// MULTI, EXEC, DISCARD, WATCH and UNWATCH (outside MULTI, or MULTI, EXEC, DISCARD

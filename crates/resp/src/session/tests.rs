@@ -788,6 +788,24 @@ fn failed_transactions() {
         error
     );
     assert!(!session.in_multi());
+    // A primary past its memory limit refused the block's write: EXEC answers as Redis
+    // answers an EXEC it refuses for memory; the same error outside MULTI stays bare.
+    for args in [&["MULTI"][..], &["SET", "a", "1"]] {
+        let _ = session.handle(ArgsBuf::new(args).args());
+    }
+    let Action::Run(_) = session.handle(ArgsBuf::new(["EXEC"]).args()) else {
+        panic!("a plan");
+    };
+    let oom = Reply::error_static(OOM);
+    assert_eq!(
+        complete_one(&mut session, Outcome::Failed(oom.clone())),
+        Reply::error(format!("EXECABORT Transaction discarded because of: {OOM}"))
+    );
+    let _ = session.handle(ArgsBuf::new(["SET", "a", "1"]).args());
+    assert_eq!(
+        complete_one(&mut session, Outcome::Failed(oom.clone())),
+        oom
+    );
 }
 
 #[test]
