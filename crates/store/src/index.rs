@@ -26,11 +26,12 @@
 //!   bucket's floor, and a new object starts there, so versions never go back. Floors
 //!   are per bucket of key hashes, not per table, so that reclaiming one key does not
 //!   move the version every other absent key reads at (which would fail every
-//!   transaction that read one absent, or inserts one, while the reclaimer works). The record is made again for
-//!   another key only after the epoch's grace period: every caller holds a pin while
-//!   it uses an object (the guard [`Index::get`] takes), so none still reads it. A
-//!   lookup that reaches it later, through a slot of a table being moved from, reads its
-//!   header first, and a record made again writes its header last.
+//!   transaction that read one absent, or inserts one, while the reclaimer works).
+//!   The record is made again for another key only after the epoch's grace period:
+//!   every caller holds a pin while it uses an object (the guard [`Index::get`] takes),
+//!   so none still reads it. A lookup that reaches it later, through a slot of a table
+//!   being moved from, reads its header first, and a record made again writes its
+//!   header last.
 //! - Record numbers give scans a cursor that survives growth.
 
 use std::alloc::Layout;
