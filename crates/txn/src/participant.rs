@@ -420,17 +420,16 @@ impl Participant {
         Ok(())
     }
 
-    /// RECLAIM ([`crate::reclaim`]): raise the table's floor, then free the tombstones
-    /// named that are still at their versions.
+    /// RECLAIM ([`crate::reclaim`]): raise the keys' floors, then free the tombstones
+    /// named that are still at their versions. Answers 0 if this node has no copy or
+    /// could not raise a floor (the primary then keeps its tombstones).
     pub fn reclaim(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
-        match self.store.get_any(request.partition) {
-            Some(copy) => {
-                crate::reclaim::apply_reclaim(&request, copy);
-                response.push(1);
-            }
-            None => response.push(0),
-        }
+        let done = self
+            .store
+            .get_any(request.partition)
+            .and_then(|copy| crate::reclaim::apply_reclaim(&request, copy));
+        response.push(u8::from(done.is_some()));
         Ok(())
     }
 

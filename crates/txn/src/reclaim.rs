@@ -135,17 +135,21 @@ pub fn answer_check(
 }
 
 /// Carries out RECLAIM on `copy`: raises each key's floor to its version (whether or
-/// not the tombstone is still there: the primary frees its own next), frees each
-/// tombstone still at its version. Returns how many it freed.
-pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> usize {
-    request
-        .keys
-        .iter()
-        .filter(|(key, version)| {
-            copy.raise_floor(request.table, key, *version).is_ok()
-                && copy.reclaim(request.table, key, *version) == Ok(true)
-        })
-        .count()
+/// not the tombstone is still there: the primary frees its own next), then frees each
+/// tombstone still at its version. Returns how many it freed, or `None` (nothing freed)
+/// if a floor could not be raised (no such table, a version no object can have): the
+/// primary must then keep its tombstones.
+pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> Option<usize> {
+    for (key, version) in &request.keys {
+        copy.raise_floor(request.table, key, *version).ok()?;
+    }
+    Some(
+        request
+            .keys
+            .iter()
+            .filter(|(key, version)| copy.reclaim(request.table, key, *version) == Ok(true))
+            .count(),
+    )
 }
 
 /// Decodes RECLAIM-CHECK's answer for `keys` keys: which are clear, or `None` if refused
@@ -212,7 +216,14 @@ mod tests {
             keys: vec![(Key::from(0), 4), (Key::from(2), 5)],
             ..request
         };
-        assert_eq!(apply_reclaim(&reclaim, &copy), 1);
+        assert_eq!(apply_reclaim(&reclaim, &copy), Some(1));
+        // A floor it cannot raise (a version no object can have): nothing is freed.
+        let forged = ReclaimRequest {
+            keys: vec![(Key::from(1), 4), (Key::from(2), u64::MAX)],
+            ..reclaim.clone()
+        };
+        assert_eq!(apply_reclaim(&forged, &copy), None);
+        assert_eq!(copy.objects(table), Ok(2));
         assert_eq!(copy.floor(table, &Key::from(0)), Ok(4));
         // Key 2 stays (at 4, not 5), but its floor rose: its primary frees its own next.
         assert_eq!(copy.floor(table, &Key::from(2)), Ok(5));
