@@ -63,7 +63,7 @@ const MOVE_PER_INSERT: usize = 8;
 /// Buckets of key hashes with a floor each (a power of two): a reclaim moves the version
 /// absent keys read at only in its key's bucket. A batch of `RECLAIM_KEYS_MAX` (256)
 /// reclaims raises about 6% of them; 32 KiB per table of a partition.
-pub(crate) const FLOOR_BUCKETS: usize = 4096;
+pub const FLOOR_BUCKETS: usize = 4096;
 
 /// Bytes of a table's first bucket of records, about (later ones double).
 const FIRST_BUCKET_BYTES: usize = 4096;
@@ -329,25 +329,29 @@ impl Index {
             .unwrap_or(0)
     }
 
-    /// Raises the floor of `key`'s bucket (`None`: of every bucket) to at least
-    /// `version`: a backup, told by its primary before the primary reclaims the key's
-    /// object at that version, or filled from a primary whose floors reached it. Under
-    /// the mutex, as new objects read it.
-    pub(crate) fn raise_floor(&self, key: Option<&Key>, version: u64) {
+    /// Appends every bucket's floor, in bucket order, to `out`.
+    pub(crate) fn floors(&self, out: &mut Vec<u64>) {
+        out.extend(self.floors.iter().map(|f| f.load(Ordering::SeqCst)));
+    }
+
+    /// Raises each bucket's floor to at least the same bucket's in `floors` (another
+    /// copy's, from [`Index::floors`]). Under the mutex, as new objects read them.
+    pub(crate) fn raise_floors(&self, floors: &[u64]) {
         let _inner = self.lock();
-        match key {
-            Some(key) => {
-                self.floor_cell(self.hash(key))
-                    .fetch_max(version, Ordering::SeqCst);
-            }
-            None => {
-                for floor in &self.floors {
-                    if floor.load(Ordering::Relaxed) < version {
-                        floor.fetch_max(version, Ordering::SeqCst);
-                    }
-                }
+        for (floor, &version) in self.floors.iter().zip(floors) {
+            if floor.load(Ordering::Relaxed) < version {
+                floor.fetch_max(version, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Raises the floor of `key`'s bucket to at least `version`: a backup, told by its
+    /// primary before the primary reclaims the key's object at that version. Under the
+    /// mutex, as new objects read it.
+    pub(crate) fn raise_floor(&self, key: &Key, version: u64) {
+        let _inner = self.lock();
+        self.floor_cell(self.hash(key))
+            .fetch_max(version, Ordering::SeqCst);
     }
 
     /// Notes that an absent or deleted object may have appeared (see

@@ -29,6 +29,7 @@ mod value;
 
 pub use error::{LockError, ReadError, StoreError};
 pub use header::{Header, HeaderWord, VERSION_MAX};
+pub use index::FLOOR_BUCKETS;
 pub use key::{KEY_BYTES_MAX, Key};
 pub use memory::{Memory, parse_memory};
 pub use object::{Object, ReadOutcome};

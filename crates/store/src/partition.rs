@@ -398,16 +398,32 @@ impl Partition {
     /// reads the key at a lower version than its primary did.
     pub fn raise_floor(&self, table: TableId, key: &Key, version: u64) -> Result<(), StoreError> {
         check_version(version)?;
-        self.table(table)?.1.raise_floor(Some(key), version);
+        self.table(table)?.1.raise_floor(key, version);
         Ok(())
     }
 
-    /// Raises every floor of `table` to at least `version`: a copy being filled, to its
-    /// primary's [`Partition::floor_max`], which covers every object reclaimed there
-    /// before the fill read it.
-    pub fn raise_floors(&self, table: TableId, version: u64) -> Result<(), StoreError> {
-        check_version(version)?;
-        self.table(table)?.1.raise_floor(None, version);
+    /// Appends `table`'s floors, one per bucket of key hashes ([`crate::FLOOR_BUCKETS`]),
+    /// in bucket order, to `out`: what a copy being filled takes from its primary.
+    pub fn floors(&self, table: TableId, out: &mut Vec<u64>) -> Result<(), StoreError> {
+        self.table(table)?.1.floors(out);
+        Ok(())
+    }
+
+    /// Raises each of `table`'s floors to at least the same bucket's in `floors` (from
+    /// [`Partition::floors`] of another copy of this partition, whose keys hash alike):
+    /// a copy being filled, to its primary's, bucket by bucket. Exactly, not to their
+    /// highest: a copy whose floors pass a sibling copy's could, once promoted, read
+    /// keys at versions the sibling, promoted after it, would then read below.
+    pub fn raise_floors_each(
+        &self,
+        table: TableId,
+        floors: &[u64; crate::FLOOR_BUCKETS],
+    ) -> Result<(), StoreError> {
+        let index = &self.table(table)?.1;
+        for &version in floors {
+            check_version(version)?;
+        }
+        index.raise_floors(floors);
         Ok(())
     }
 

@@ -10,7 +10,10 @@
 //! an older value. An object a transaction holds locked is not read: its key is fetched
 //! again until it is free, since the transaction holding it may abort and leave the
 //! value the copy still lacks. Once every table was copied and no key is left waiting,
-//! the fill is done; the node reports it to the CM, and a later view counts the backup
+//! the copy takes the primary's floors of each table, bucket by bucket (the versions
+//! keys with no object read at, which cover the objects reclaimed there before the copy
+//! saw them; reclaims after that go through the copy as a backup). Then the fill is
+//! done; the node reports it to the CM, and a later view counts the backup
 //! as a copy. docs/recovery.md, "Data recovery", argues why nothing is missed.
 //!
 //! A primary blocked by transaction-state recovery answers "not ready": its objects are
@@ -19,7 +22,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ferrotx_store::{Key, Partition, TableId};
+use ferrotx_store::{FLOOR_BUCKETS, Key, Partition, TableId};
 
 use crate::messages::{DecodeError, Reader, Writer};
 
@@ -155,6 +158,8 @@ pub enum FetchWhat {
     },
     /// These keys of the table (locked when last visited).
     Keys(Vec<Key>),
+    /// The table's floors, one per bucket of key hashes (after its objects).
+    Floors,
 }
 
 /// A FETCH request.
@@ -198,6 +203,9 @@ pub fn encode_fetch(request: &FetchRequest, out: &mut Vec<u8>) {
                 w.key(key);
             }
         }
+        FetchWhat::Floors => {
+            w.u8(2);
+        }
     }
 }
 
@@ -223,6 +231,7 @@ pub fn decode_fetch(bytes: &[u8]) -> Result<FetchRequest, DecodeError> {
             }
             FetchWhat::Keys(keys)
         }
+        2 => FetchWhat::Floors,
         _ => return Err(DecodeError::Invalid),
     };
     r.finish()?;
@@ -251,14 +260,30 @@ pub(crate) fn answer_fetch(
         out.push(FetchStatus::Refused as u8);
         return;
     };
-    // Status, next cursor, object count and the table's floor, filled in at the end.
-    Writer(out).u8(FetchStatus::Ok as u8).u64(0).u32(0).u64(0);
+    // Status, next cursor and object count, filled in at the end.
+    Writer(out).u8(FetchStatus::Ok as u8).u64(0).u32(0);
     let header = out.len();
+    if request.what == FetchWhat::Floors {
+        // Read after every object of the table was: they cover every object reclaimed
+        // before, which the copy then lacks (crate::reclaim).
+        let mut floors = Vec::with_capacity(FLOOR_BUCKETS);
+        if partition.floors(request.table, &mut floors).is_err() {
+            out.clear();
+            out.push(FetchStatus::Refused as u8);
+            return;
+        }
+        let mut w = Writer(out);
+        w.u32(floors.len() as u32);
+        for floor in floors {
+            w.u64(floor);
+        }
+        return;
+    }
     let mut objects = 0u32;
     locked.clear();
     let budget = match &request.what {
         FetchWhat::Page { bytes_max, .. } => (*bytes_max as usize).min(FETCH_RESPONSE_BYTES_MAX),
-        FetchWhat::Keys(_) => FETCH_RESPONSE_BYTES_MAX,
+        FetchWhat::Keys(_) | FetchWhat::Floors => FETCH_RESPONSE_BYTES_MAX,
     };
     // Adds one object unless the answer holds some and this one would pass the budget.
     let push =
@@ -317,13 +342,10 @@ pub(crate) fn answer_fetch(
             }
             0
         }
+        FetchWhat::Floors => unreachable!("answered above"),
     };
     out[1..9].copy_from_slice(&next.to_le_bytes());
     out[9..13].copy_from_slice(&objects.to_le_bytes());
-    // Read after the objects: at least the version of every object reclaimed before
-    // this page was read, which the copy then lacks (crate::reclaim).
-    let floor = partition.floor_max(request.table).unwrap_or(0);
-    out[13..21].copy_from_slice(&floor.to_le_bytes());
     let mut w = Writer(out);
     w.u32(locked.len() as u32);
     for key in locked.iter() {
@@ -335,10 +357,6 @@ pub(crate) fn answer_fetch(
 pub struct FetchPage<'a> {
     /// The cursor to go on from (0: the table was visited whole; always 0 for keys).
     pub next_cursor: u64,
-    /// The table's highest floor at the primary once the page was read: the copy raises
-    /// every floor of its own to it, so that keys reclaimed at the primary before the
-    /// copy saw them read, on the copy, at no lower version than they did there.
-    pub floor: u64,
     objects: u32,
     body: Reader<'a>,
 }
@@ -371,12 +389,10 @@ pub fn decode_fetch_response(
     }
     let next_cursor = r.u64()?;
     let objects = r.u32()?;
-    let floor = r.u64()?;
     Ok((
         status,
         Some(FetchPage {
             next_cursor,
-            floor,
             objects,
             body: r,
         }),
@@ -384,6 +400,20 @@ pub fn decode_fetch_response(
 }
 
 impl<'a> FetchPage<'a> {
+    /// The floors of the answer to [`FetchWhat::Floors`], one per bucket.
+    pub fn floors(mut self) -> Result<Box<[u64; FLOOR_BUCKETS]>, DecodeError> {
+        let r = &mut self.body;
+        if self.objects != 0 || r.u32()? as usize != FLOOR_BUCKETS {
+            return Err(DecodeError::Invalid);
+        }
+        let mut floors = Box::new([0u64; FLOOR_BUCKETS]);
+        for floor in floors.iter_mut() {
+            *floor = r.u64()?;
+        }
+        r.finish()?;
+        Ok(floors)
+    }
+
     /// Gives `object` each object, then `locked` each locked key; fails on malformed
     /// bytes (what was given before stays given: applying a valid object is always safe).
     pub fn visit(
@@ -444,6 +474,11 @@ mod tests {
                 partition: 1,
                 table: T,
                 what: FetchWhat::Keys(vec![Key::from(1), Key::from(2)]),
+            },
+            FetchRequest {
+                partition: 2,
+                table: T,
+                what: FetchWhat::Floors,
             },
         ];
         for request in requests {
@@ -516,6 +551,53 @@ mod tests {
             .visit(|o| got.push((o.key, o.version)), |_| panic!("not locked"))
             .unwrap();
         assert_eq!(got, vec![(Key::from(8), 1), (Key::from(1000), 0)]);
+    }
+
+    /// The last step of a fill: the copy takes its primary's floors bucket by bucket, not
+    /// their highest (a copy above its sibling copies' floors could, promoted first, read
+    /// a key at a version a sibling promoted after it reads below).
+    #[test]
+    fn a_fill_takes_its_primarys_floors_bucket_by_bucket() {
+        let p = partition();
+        for k in 0..20u64 {
+            let key = Key::from(k);
+            p.load(T, key, &k.to_le_bytes()).unwrap();
+            // Deleted at version 2 + k (k updates first), then reclaimed.
+            for _ in 0..k {
+                let version = p.lock_any(T, &key).unwrap().unwrap();
+                assert!(version > 0);
+                p.install(T, &key, Some(&k.to_le_bytes())).unwrap();
+            }
+            p.lock_any(T, &key).unwrap().unwrap();
+            let tombstone = p.install(T, &key, None).unwrap();
+            assert!(p.reclaim(T, &key, tombstone).unwrap());
+        }
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let request = FetchRequest {
+            partition: 3,
+            table: T,
+            what: FetchWhat::Floors,
+        };
+        answer_fetch(&request, Some(&p), false, &mut scratch, &mut out);
+        assert!(out.len() < 64 << 10, "within the message limit");
+        let (status, page) = decode_fetch_response(&out).unwrap();
+        assert_eq!(status, FetchStatus::Ok);
+        let floors = page.unwrap().floors().unwrap();
+        let copy = partition();
+        copy.raise_floors_each(T, &floors).unwrap();
+        let mut untouched = 0;
+        for k in 0..5_000u64 {
+            let key = Key::from(k);
+            assert_eq!(copy.floor(T, &key), p.floor(T, &key), "key {k}");
+            untouched += usize::from(copy.floor(T, &key) == Ok(0));
+        }
+        assert!(untouched > 4_000, "{untouched}: most buckets stay at 0");
+        assert_eq!(copy.floor_max(T), Ok(21));
+        // A cut or padded answer is refused, whole.
+        for bad in [&out[..out.len() - 1], &[&out[..], &[0][..]].concat()[..]] {
+            let (_, page) = decode_fetch_response(bad).unwrap();
+            assert!(page.unwrap().floors().is_err());
+        }
     }
 
     /// Large values: an answer holds one past the budget at most, never more than the

@@ -26,6 +26,8 @@ struct Progress {
     cursor: u64,
     /// Keys found locked, to fetch again by name, with their table.
     locked: BTreeSet<(TableId, Key)>,
+    /// Tables whose floors were taken (the last step, once every object was copied).
+    floors: usize,
 }
 
 impl Coordinator {
@@ -109,6 +111,7 @@ impl Coordinator {
             table: 0,
             cursor: 0,
             locked: BTreeSet::new(),
+            floors: 0,
         });
         if state.source != (primary, life) {
             // A new primary: its index has another order, so start again.
@@ -117,6 +120,7 @@ impl Coordinator {
                 table: 0,
                 cursor: 0,
                 locked: BTreeSet::new(),
+                floors: 0,
             };
             fill.restarted();
         }
@@ -143,6 +147,12 @@ impl Coordinator {
                 table,
                 what: FetchWhat::Keys(keys),
             }
+        } else if let Some(&table) = tables.get(state.floors) {
+            FetchRequest {
+                partition: p,
+                table,
+                what: FetchWhat::Floors,
+            }
         } else {
             fill.set_done();
             return copies <= 1;
@@ -166,8 +176,15 @@ impl Coordinator {
                 return None;
             };
             let next = page.next_cursor;
-            // Before any object: keys the primary reclaimed read here at no lower version.
-            let _ = copy.raise_floors(request.table, page.floor);
+            if request.what == FetchWhat::Floors {
+                // Keys the primary reclaimed before now read here at no lower version,
+                // bucket by bucket (crates/store `Partition::raise_floors_each`).
+                let floors = page.floors().ok()?;
+                return copy
+                    .raise_floors_each(request.table, &floors)
+                    .ok()
+                    .map(|()| 0);
+            }
             let visited = page.visit(
                 |o| {
                     objects += 1;
@@ -200,6 +217,7 @@ impl Coordinator {
                     state.locked.remove(&(table, key));
                 }
             }
+            FetchWhat::Floors => state.floors += 1,
         }
         for key in locked {
             state.locked.insert((table, key));
