@@ -167,8 +167,8 @@ impl Partition {
         Ok(object.try_lock(version))
     }
 
-    /// Locks `key` at whatever version it has (creating its placeholder, at version 0, if
-    /// the key never had an object) and returns that version: for a write that did not
+    /// Locks `key` at whatever version it has (creating its placeholder, at its floor, if
+    /// it has no object) and returns that version: for a write that did not
     /// read the object.
     pub fn lock_any(
         &self,

@@ -393,14 +393,22 @@ impl Participant {
 
     /// RECLAIM-CHECK ([`crate::reclaim`]): for each tombstone named, whether this node's
     /// copy applied it and no record of this thread's logs (waiting to be applied, or
-    /// replicated by recovery) writes its key.
+    /// replicated by recovery) writes its key. Refused while the copy is being filled.
     pub fn reclaim_check(
         &mut self,
         payload: &[u8],
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
-        let copy = self.store.get_any(request.partition);
+        // A copy still being filled refuses (nothing is reclaimed until its fill ends): a
+        // FETCH answer read before a delete may still be on its way, and applied after
+        // the copy freed the key's tombstone, it would bring the key back here.
+        let filling = self
+            .store
+            .fills()
+            .iter()
+            .any(|fill| fill.partition() == request.partition && !fill.is_done());
+        let copy = self.store.get_any(request.partition).filter(|_| !filling);
         let mut waiting = std::collections::BTreeSet::new();
         if copy.is_some() {
             for log in self.logs.values() {

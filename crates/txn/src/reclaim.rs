@@ -20,7 +20,8 @@
 //!    is waiting to be applied). Once the tombstone exists, every older write of the key
 //!    is already logged at every backup (it committed before the delete could lock the
 //!    key, and a commit waits for every backup's COMMIT-BACKUP answer), so a key clear
-//!    now stays clear: none can arrive later.
+//!    now stays clear: none can arrive later. A copy still being filled refuses: a
+//!    FETCH answer read before the delete may still be on its way to it.
 //! 2. **RECLAIM** to every backup: the backup raises each key's floor to the key's
 //!    version, then frees each tombstone still at its version. Only
 //!    if the view did not change since the check (a backup named since was not asked).

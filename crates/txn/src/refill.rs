@@ -119,7 +119,9 @@ impl Fill {
         self.done.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_done(&self) {
+    /// Marks the copy complete: the fill's last step, once every object and the floors
+    /// of every table were copied.
+    pub fn set_done(&self) {
         self.done.store(true, Ordering::Release);
     }
 

@@ -759,3 +759,32 @@ fn an_aged_validation_that_fails_reserves_what_it_read() {
     assert_eq!(call(Participant::validate_aged, &mut p, &backup_item), [0]);
     assert_eq!(p.store().reservations().len(), 1);
 }
+
+#[test]
+fn a_copy_being_filled_refuses_reclaim_checks_until_its_fill_is_done() {
+    use ferrotx_txn::reclaim::{ReclaimRequest, decode_check_response, encode_reclaim};
+    use ferrotx_txn::refill::Fill;
+    let schema = [TableSpec::fixed(1, "accounts", 8)];
+    let filling = Arc::new(Partition::new(PartitionId(BACKUP), &schema));
+    // The tombstone of key 3 at version 2, applied here.
+    filling.apply(TABLE, &Key::from(3), 2, None).unwrap();
+    let fill = Arc::new(Fill::new(BACKUP));
+    let mut store = NodeStore::new();
+    store.host_filling(filling, fill.clone());
+    let mut p = Participant::new(Arc::new(store));
+    let mut request = Vec::new();
+    encode_reclaim(
+        &ReclaimRequest {
+            partition: BACKUP,
+            table: TABLE,
+            keys: vec![(Key::from(3), 2)],
+        },
+        &mut request,
+    );
+    // A FETCH answer read before the delete may still be on its way: refused.
+    let answer = call(Participant::reclaim_check, &mut p, &request);
+    assert_eq!(decode_check_response(&answer, 1), None);
+    fill.set_done();
+    let answer = call(Participant::reclaim_check, &mut p, &request);
+    assert_eq!(decode_check_response(&answer, 1), Some(vec![true]));
+}

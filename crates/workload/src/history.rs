@@ -51,7 +51,7 @@ pub struct TxnRecord<K> {
     /// install; [`VERSION_UNKNOWN`] for a blind write).
     pub writes: Vec<(K, u64)>,
     /// The reads of `reads` that found no value (a key absent or deleted). A key with no
-    /// object reads at its table's floor, a version that may be no write of this key (see
+    /// object reads at its floor (one per bucket of key hashes), a version that may be no write of this key (see
     /// `Partition::reclaim`): the checker takes it as the key's last version up to it.
     pub absent: Vec<(K, u64)>,
     /// The writes of `writes` that deleted their key.

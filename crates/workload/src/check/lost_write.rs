@@ -1,7 +1,7 @@
 //! No acknowledged write lost: each key's final version at its primary is the highest
 //! version a committed transaction installed (or its initial version if none did), or a
 //! higher version that an indeterminate transaction may have installed. A key absent at
-//! its primary with no object reads at its table's floor, which may be past every version
+//! its primary with no object reads at its floor, which may be past every version
 //! the key had (ferrotx-txn's `reclaim`): that is fine if its last committed write
 //! deleted it (or it never existed).
 

@@ -62,7 +62,7 @@ pub enum Violation {
         version: u64,
     },
     /// A committed transaction read a key absent at a version no write installed (its
-    /// table's floor) while the key's last version up to there was present.
+    /// floor) while the key's last version up to there was present.
     AbsentReadOfPresentKey {
         /// The reader.
         reader: u64,
@@ -174,7 +174,7 @@ pub fn check<K: Ord + Clone + Debug>(
                 None if maybe.contains(&(key, *version))
                     || maybe.contains(&(key, VERSION_UNKNOWN)) => {}
                 // Absent at a version no write of the key installed: a key with no object
-                // reads at its table's floor, which covers every version the key had. It
+                // reads at its floor, which covers every version the key had. It
                 // read the key's last version up to there, which must have deleted it (or
                 // there is none, and the key was not loaded).
                 None if t.absent.contains(&(key.clone(), *version)) => {
