@@ -242,7 +242,7 @@ impl Partition {
         }
         // At version 0, not the floor: a backup applies its primary's versions, and a
         // new key's first one may be below this copy's floor for it (see
-        // `Partition::reclaim`; a filled copy raises every floor to its primary's top).
+        // `Partition::reclaim`).
         if value.is_none() {
             index.note_tombstone();
         }
