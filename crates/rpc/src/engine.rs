@@ -101,6 +101,13 @@ impl Engine {
         &self.config
     }
 
+    /// Replaces the keys and cluster id datagrams are sealed and opened with (a key
+    /// rotation: see `ferrotx_wire::auth::Keys`). Peers' sequence numbers and replay
+    /// windows carry on: they belong to lives, not keys.
+    pub fn set_auth(&mut self, auth: Option<ferrotx_wire::auth::Auth>) {
+        self.config.auth = auth;
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> &Stats {
         &self.stats

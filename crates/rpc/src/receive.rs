@@ -1,6 +1,7 @@
 //! Receiving: datagram checks, the server half (execute once, answer duplicates) and the
 //! client half (match responses to waiting requests).
 
+use ferrotx_wire::auth::Refusal;
 use ferrotx_wire::{Datagram, EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
 
 use crate::caller::Outcome;
@@ -16,6 +17,18 @@ impl Engine {
     /// a peer sends can make this panic.
     pub fn handle_datagram(&mut self, now_ns: u64, from: Option<EndpointId>, bytes: &[u8]) {
         self.stats.datagrams_received += 1;
+        // Nothing is decoded before its MAC is checked: a datagram that did not come from
+        // a holder of the cluster key is dropped here, whatever it says.
+        let (bytes, seq) = match &self.config.auth {
+            Some(auth) => match auth.open(bytes) {
+                Ok((body, seq)) => (body, Some(seq)),
+                Err(refusal) => {
+                    self.stats.auth_refused[refusal.index()] += 1;
+                    return;
+                }
+            },
+            None => (bytes, None),
+        };
         let datagram = match decode(bytes) {
             Ok(d) => d,
             Err(e) => {
@@ -28,7 +41,7 @@ impl Engine {
             return;
         }
         if self.membership {
-            self.handle_member_datagram(now_ns, from, &datagram);
+            self.handle_member_datagram(now_ns, from, &datagram, seq);
             return;
         }
         if datagram.configuration() != self.config.configuration {
@@ -44,6 +57,9 @@ impl Engine {
             self.stats.peers_exhausted += 1;
             return;
         };
+        if !self.fresh(p, datagram.incarnation(), seq) {
+            return;
+        }
         let peer = &mut self.peers[p as usize];
         let incarnation = datagram.incarnation();
         // Incarnation 0 means "unknown" and no endpoint has it (`Config::check`).
@@ -84,6 +100,7 @@ impl Engine {
         now_ns: u64,
         from: Option<EndpointId>,
         datagram: &Datagram<'_>,
+        seq: Option<u64>,
     ) {
         let source = datagram.source();
         // Checked first here, so that a forged datagram cannot raise a newer configuration.
@@ -115,16 +132,34 @@ impl Engine {
                 return;
             }
         };
-        let peer = &mut self.peers[p as usize];
-        if datagram.incarnation() != peer.incarnation {
+        if datagram.incarnation() != self.peers[p as usize].incarnation {
             self.stats.not_member += 1;
             return;
         }
+        if !self.fresh(p, datagram.incarnation(), seq) {
+            return;
+        }
+        let peer = &mut self.peers[p as usize];
         peer.last_heard_ns = now_ns;
         if std::mem::replace(&mut peer.suspect, false) {
             self.push_event(Event::Recovered(source));
         }
         self.handle_messages(now_ns, p, source, datagram);
+    }
+
+    /// Whether an authentic datagram from peer `p`'s life `incarnation` with sequence
+    /// number `seq` is new (remembered from now on), or a replay (counted). Always true
+    /// without authentication (`seq` is `None`).
+    #[inline(always)]
+    fn fresh(&mut self, p: u32, incarnation: u64, seq: Option<u64>) -> bool {
+        let Some(seq) = seq else {
+            return true;
+        };
+        if self.peers[p as usize].rx_window.accept(incarnation, seq) {
+            return true;
+        }
+        self.stats.auth_refused[Refusal::Replay.index()] += 1;
+        false
     }
 
     /// The messages of a datagram accepted from peer `p`.

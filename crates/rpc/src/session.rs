@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use ferrotx_wire::auth::ReplayWindow;
 use ferrotx_wire::{EndpointId, MAX_PACKETS_PER_MESSAGE, MessageHeader, Status};
 
 use crate::caller::CallerId;
@@ -220,6 +221,14 @@ pub(crate) struct Peer {
     pub(crate) tx_packet: u16,
     /// In the engine's list of peers with something to send.
     pub(crate) queued: bool,
+
+    // Authentication (`Config::auth`).
+    /// Sequence number of the last datagram sealed for this peer. Never reset, not even
+    /// when the peer restarts: a number is never sealed twice in this engine's life, so a
+    /// datagram captured on its way to one life of the peer is a replay to the next.
+    pub(crate) tx_seq: u64,
+    /// The sequence numbers seen from the peer, per its life.
+    pub(crate) rx_window: ReplayWindow,
 }
 
 impl Peer {
@@ -254,6 +263,8 @@ impl Peer {
             tx_done: 0,
             tx_packet: 0,
             queued: false,
+            tx_seq: 0,
+            rx_window: ReplayWindow::default(),
         }
     }
 

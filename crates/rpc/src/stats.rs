@@ -1,6 +1,7 @@
 //! Counters of one engine.
 
 use ferrotx_wire::DecodeError;
+use ferrotx_wire::auth::Refusal;
 
 /// What an engine has done and dropped. Counters only grow.
 #[derive(Clone, Copy, Debug, Default)]
@@ -29,6 +30,9 @@ pub struct Stats {
     pub deferred_answered: u64,
     /// Responses that matched no waiting request (late duplicates), dropped.
     pub stale_responses: u64,
+    /// Datagrams refused by authentication, by reason (`Refusal::index`): no valid
+    /// trailer, another cluster, an unknown key, a bad MAC, a replay.
+    pub auth_refused: [u64; Refusal::COUNT],
     /// Datagrams rejected by the decoder, by reason (`DecodeError::index`).
     pub decode_errors: [u64; DecodeError::COUNT],
     /// Datagrams of another configuration, dropped (before membership mode; see
@@ -73,9 +77,15 @@ impl Stats {
         self.decode_errors.iter().sum()
     }
 
+    /// Datagrams refused by authentication, all reasons together.
+    pub fn auth_refused_total(&self) -> u64 {
+        self.auth_refused.iter().sum()
+    }
+
     /// Every datagram dropped before its messages were looked at.
     pub fn datagrams_dropped(&self) -> u64 {
-        self.decode_errors_total()
+        self.auth_refused_total()
+            + self.decode_errors_total()
             + self.wrong_configuration
             + self.stale_configuration
             + self.newer_configuration
