@@ -98,6 +98,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         loss: 0.0,
         // Static nodes, as before leases: this benchmark compares with RAMCloud's figures.
         lease_ms: 0,
+        no_auth: false,
         domains: 0,
         kill: None,
         rereplication_deadline_s: 0.0,

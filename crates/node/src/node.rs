@@ -23,6 +23,7 @@ use ferrotx_wire::EndpointId;
 
 use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
+use crate::keys::ClusterKeys;
 use crate::lease::{LeaseThread, Link};
 use crate::poller::{Polled, Poller};
 use crate::runtime::{Flow, Idle, run_with};
@@ -55,6 +56,11 @@ pub struct NodeOptions {
     /// The operations callers may ship to this node's primaries
     /// ([`ferrotx_txn::ship`]); the Redis front end registers its commands.
     pub procedures: Procedures,
+    /// The keys every datagram is sealed and opened with (`ferrotx_wire::auth`), which
+    /// the workers take again whenever they change (a key rotation). `None`: datagrams
+    /// carry no MAC, for tests that write datagrams by hand and for measuring what
+    /// authentication costs; a node serving real traffic always has keys.
+    pub keys: Option<Arc<ClusterKeys>>,
 }
 
 impl Default for NodeOptions {
@@ -70,6 +76,7 @@ impl Default for NodeOptions {
             incarnation: None,
             udp: UdpConfig::default(),
             procedures: Procedures::default(),
+            keys: None,
         }
     }
 }
@@ -578,6 +585,7 @@ impl Node {
             coroutines: options.coroutines,
             rpc: Config {
                 datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
+                auth: options.keys.as_ref().and_then(|k| k.current()),
                 ..Config::default()
             },
             procedures: options.procedures.clone(),
@@ -613,6 +621,7 @@ impl Node {
             });
             let core = core.clone();
             let core_options = core_options.clone();
+            let keys = options.keys.clone();
             let stop = stop.clone();
             let idle = options.idle;
             let name = format!("ferrotx-{local}");
@@ -633,6 +642,8 @@ impl Node {
                 let published_ship = &ship[usize::from(thread)];
                 let mut ship_seen = ShipStats::default();
                 let mut iteration = 0u32;
+                // 0: no generation, so the first iteration takes the keys of now.
+                let mut keys_seen = 0;
                 let doorbell = worker.transport().doorbell();
                 let mut poller: Option<Box<dyn Poller>> = None;
                 let mut waiting: std::collections::VecDeque<Spawn> =
@@ -660,6 +671,14 @@ impl Node {
                     }
                     if let Some(m) = &mut membership {
                         m.check(&core, worker, &coordinator, epoch);
+                    }
+                    // A key rotation: one atomic load per iteration otherwise.
+                    if let Some(keys) = &keys {
+                        let generation = keys.generation();
+                        if generation != keys_seen {
+                            keys_seen = generation;
+                            worker.shared().engine().set_auth(keys.current());
+                        }
                     }
                     let mut flow = Flow::Go;
                     if let (Some(p), Some(bell)) = (&mut poller, &doorbell) {
