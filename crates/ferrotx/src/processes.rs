@@ -345,6 +345,12 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     if let Some(t) = &total {
         println!("  all {} answering: {}", answered.len(), t.line());
     }
+    println!("datagrams dropped (INFO over Redis):");
+    for (m, r) in view.members.iter().zip(&recoveries) {
+        if let Some(r) = r {
+            println!("  node {}: {}", m.node, r.dropped_line());
+        }
+    }
     println!(
         "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy; \
          {filling} new backups being filled (data recovery)",
@@ -382,6 +388,9 @@ struct RecoveryCounters {
     /// By kind, in [`ferrotx_node::RECOVERY_VOTES`] order.
     votes: [u64; 6],
     waited: u64,
+    /// Datagrams dropped, by reason, in [`ferrotx_node::DropStats::fields`] order (the
+    /// `dropped_*` fields; zero where absent).
+    dropped: [u64; 7],
 }
 
 impl RecoveryCounters {
@@ -398,7 +407,15 @@ impl RecoveryCounters {
         for (n, kind) in votes.iter_mut().zip(ferrotx_node::RECOVERY_VOTES) {
             *n = field(&format!("recovery_votes_{}", kind.name()))?;
         }
+        let mut dropped = [0; 7];
+        for (n, (name, _)) in dropped
+            .iter_mut()
+            .zip(ferrotx_node::DropStats::default().fields())
+        {
+            *n = field(&format!("dropped_{name}")).unwrap_or(0);
+        }
         Some(Self {
+            dropped,
             rounds: field("recovery_rounds")?,
             commit: field("recovery_decided_commit")?,
             abort: field("recovery_decided_abort")?,
@@ -417,6 +434,9 @@ impl RecoveryCounters {
                 *s += n;
             }
             sum.waited += r.waited;
+            for (s, n) in sum.dropped.iter_mut().zip(r.dropped) {
+                *s += n;
+            }
         }
         sum
     }
@@ -427,12 +447,31 @@ impl RecoveryCounters {
             .zip(self.votes)
             .map(|(kind, n)| (kind.name().to_owned(), n.into()))
             .collect();
+        let dropped: serde_json::Map<String, serde_json::Value> =
+            ferrotx_node::DropStats::default()
+                .fields()
+                .iter()
+                .zip(self.dropped)
+                .map(|((name, _), n)| ((*name).to_owned(), n.into()))
+                .collect();
         serde_json::json!({
+            "dropped": dropped,
             "rounds": self.rounds,
             "decisions": { "commit": self.commit, "abort": self.abort },
             "votes": votes,
             "waited": self.waited,
         })
+    }
+
+    /// The datagrams dropped, as one line of `ferrotx status`.
+    fn dropped_line(&self) -> String {
+        let fields: Vec<String> = ferrotx_node::DropStats::default()
+            .fields()
+            .iter()
+            .zip(self.dropped)
+            .map(|((name, _), n)| format!("{name} {n}"))
+            .collect();
+        fields.join(", ")
     }
 
     /// One line of `ferrotx status`.

@@ -13,6 +13,7 @@
 
 mod copies;
 mod core;
+mod drops;
 mod keys;
 mod lease;
 mod local_cluster;
@@ -24,6 +25,7 @@ mod worker;
 
 pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, copy_digests};
 pub use core::{CoreOptions, CoreWorker, NodeCore};
+pub use drops::DropStats;
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use keys::{

@@ -23,6 +23,7 @@ use ferrotx_wire::EndpointId;
 
 use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
+use crate::drops::{DropStats, PublishedDrops};
 use crate::keys::ClusterKeys;
 use crate::lease::{LeaseThread, Link};
 use crate::poller::{Polled, Poller};
@@ -342,6 +343,10 @@ pub struct NodeHandle {
     /// Each worker thread's recovery counters, in thread order.
     recovery: Arc<[PublishedRecovery]>,
     ship: Arc<[PublishedShip]>,
+    /// Each worker thread's dropped datagrams.
+    drops: Arc<[PublishedDrops]>,
+    /// The lease thread's link, if the node runs with membership: its dropped datagrams.
+    link: Option<Arc<Link>>,
     /// The node's store of its current view: not kept alive by the handle.
     view_store: std::sync::Weak<ViewStore>,
     /// The node's memory figures and limit.
@@ -418,6 +423,20 @@ impl NodeHandle {
         let mut sum = ShipStats::default();
         for thread in self.ship.iter() {
             thread.add_to(&mut sum);
+        }
+        sum
+    }
+
+    /// Datagrams the node dropped, by reason: its worker threads' RPC engines (as
+    /// published within the last 32 iterations of each loop) and its lease thread (as
+    /// last published, every 50 ms). Cheap; takes the lease status's lock for an instant.
+    pub fn drop_stats(&self) -> DropStats {
+        let mut sum = DropStats::default();
+        for thread in self.drops.iter() {
+            sum.add(&thread.load());
+        }
+        if let Some(link) = &self.link {
+            sum.add(&DropStats::of_membership(&link.status().stats));
         }
         sum
     }
@@ -600,6 +619,10 @@ impl Node {
         let ship: Arc<[PublishedShip]> = (0..transports.len())
             .map(|_| PublishedShip::default())
             .collect();
+        let drops: Arc<[PublishedDrops]> = (0..transports.len())
+            .map(|_| PublishedDrops::default())
+            .collect();
+        let link_for_handle = link.clone();
         for (thread, transport) in transports.into_iter().enumerate() {
             let thread = u16::try_from(thread).expect("threads_per_node is a u16");
             let local = EndpointId::new(node, thread);
@@ -613,6 +636,7 @@ impl Node {
             let link = link.clone();
             let recovery = recovery.clone();
             let ship = ship.clone();
+            let drops = drops.clone();
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
@@ -640,6 +664,8 @@ impl Node {
                 let published = &recovery[usize::from(thread)];
                 let mut recovery_seen = RecoveryStats::default();
                 let published_ship = &ship[usize::from(thread)];
+                let published_drops = &drops[usize::from(thread)];
+                let mut drops_seen = DropStats::default();
                 let mut ship_seen = ShipStats::default();
                 let mut iteration = 0u32;
                 // 0: no generation, so the first iteration takes the keys of now.
@@ -667,6 +693,11 @@ impl Node {
                         if stats != ship_seen {
                             published_ship.store(&stats);
                             ship_seen = stats;
+                        }
+                        let stats = DropStats::of_rpc(worker.shared().engine().stats());
+                        if stats != drops_seen {
+                            published_drops.store(&stats);
+                            drops_seen = stats;
                         }
                     }
                     if let Some(m) = &mut membership {
@@ -738,6 +769,7 @@ impl Node {
                 let rpc = *worker.executor().shared().engine().stats();
                 published.store(&participant.borrow().recovery_stats());
                 published_ship.store(&ShipStats::of(&coordinator.stats()));
+                published_drops.store(&DropStats::of_rpc(&rpc));
                 let participant = participant.borrow().stats();
                 WorkerReport { rpc, participant }
             });
@@ -749,6 +781,8 @@ impl Node {
             spawners: spawners.into(),
             recovery,
             ship,
+            drops,
+            link: link_for_handle,
             view_store: core.view_store_weak(),
             memory: core.memory().clone(),
         };
