@@ -78,6 +78,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         warmup_s: 0.2,
         port_base: options.port_base + 1_000,
         socket_buffer_bytes: 8 << 20,
+        auth: true,
     })?;
     let cluster = crate::kv::run(&ClusterBenchOptions {
         workload: Workload::Latency(LatencyWorkload {

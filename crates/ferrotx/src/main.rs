@@ -222,6 +222,9 @@ struct RpcArgs {
     /// Send one message per datagram.
     #[arg(long)]
     no_coalesce: bool,
+    /// Send datagrams without MACs (to measure what authentication costs).
+    #[arg(long)]
+    no_auth: bool,
     /// Share of datagrams dropped on purpose on both sides, in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
@@ -852,6 +855,7 @@ fn main() -> anyhow::Result<()> {
                 warmup_s: (args.duration / 10.0).min(1.0),
                 port_base: args.port_base.unwrap_or_else(default_port_base),
                 socket_buffer_bytes: args.socket_buffer_kib.saturating_mul(1024),
+                auth: !args.no_auth,
             };
             let report = ferrotx_bench::rpc::run(&options)?;
             ferrotx_bench::rpc::print_table(&report);

@@ -877,7 +877,8 @@ mod tests {
                     recovery_decided_abort:1\r\nrecovery_votes_unknown:0\r\n\
                     recovery_votes_truncated:0\r\nrecovery_votes_abort:0\r\n\
                     recovery_votes_lock:1\r\nrecovery_votes_commit_backup:2\r\n\
-                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n";
+                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n\
+                    dropped_bad_mac:5\r\ndropped_not_member:6\r\n";
         let r = RecoveryCounters::from_info(info).unwrap();
         assert_eq!(
             r,
@@ -887,8 +888,10 @@ mod tests {
                 abort: 1,
                 votes: [0, 0, 0, 1, 2, 1],
                 waited: 4,
+                dropped: [5, 0, 0, 0, 0, 0, 6],
             }
         );
+        assert_eq!(r.json()["dropped"]["bad_mac"], 5);
         let json = r.json();
         assert_eq!(json["decisions"]["commit"], 3);
         assert_eq!(json["votes"]["commit_backup"], 2);

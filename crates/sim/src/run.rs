@@ -797,6 +797,7 @@ fn finish(
                 .filter(|c| c.drift_ppm != 0 || c.offset_ns != 0)
                 .count() as u64,
             FaultKind::Buggify => 0,
+            FaultKind::Corrupt => counters.corrupted,
         };
         faults.insert(kind.name(), count);
     }
