@@ -1153,6 +1153,15 @@ impl Membership {
         }
     }
 
+    /// [`Membership::encode`] with `auth` in place of this node's own keys, for tests that
+    /// seal as another holder of a key would.
+    #[cfg(test)]
+    fn encode_with(&mut self, auth: Auth, message: &Message, out: &mut Vec<u8>) {
+        let own = self.auth.replace(auth);
+        self.encode(message, out);
+        self.auth = own;
+    }
+
     /// Takes a datagram from a lease socket. With authentication on, nothing is decoded
     /// before its MAC is checked, and a datagram whose sequence number its sender's life
     /// has used before is dropped. Refused and undecodable ones are counted.

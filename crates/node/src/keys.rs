@@ -117,7 +117,9 @@ pub fn new_key_line() -> io::Result<String> {
     Ok(material.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Writes a new key file at `path` (mode 0600), never over an existing file.
+/// Writes a new key file at `path` (mode 0600), never over an existing file. The key is
+/// written and synced in a file of its own first, then linked in at `path` (which fails
+/// if `path` exists), so that a node reading `path` never sees it empty or half written.
 pub fn write_new_key_file(path: &Path) -> Result<(), KeyError> {
     let io_error = |what, source| KeyError::Io {
         what,
@@ -125,15 +127,25 @@ pub fn write_new_key_file(path: &Path) -> Result<(), KeyError> {
         source,
     };
     let line = new_key_line().map_err(|e| io_error("read /dev/urandom for", e))?;
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| io_error("create", e))?;
-    file.write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|e| io_error("write", e))?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".new-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = fs::remove_file(&tmp);
+    let written = (|| -> io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(format!("{line}\n").as_bytes())?;
+        file.sync_all()?;
+        fs::hard_link(&tmp, path)
+    })();
+    let _ = fs::remove_file(&tmp);
+    written.map_err(|e| io_error("create", e))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = fs::File::open(dir).and_then(|d| d.sync_all());
+    }
     Ok(())
 }
 
