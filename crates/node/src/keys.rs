@@ -1,7 +1,8 @@
 //! The cluster key on disk, and the keys a running node holds.
 //!
 //! A key file holds one or two keys, one per line, each 64 hexadecimal digits (32 bytes of
-//! key material); `#` starts a comment. Datagrams are sealed with the first key and
+//! key material); `#` starts a comment. A file of exactly 32 bytes that is not that is
+//! taken as one key's raw material. Datagrams are sealed with the first key and
 //! accepted under either (`ferrotx_wire::auth::Keys`), which is how keys rotate without
 //! downtime (docs/operations.md, "Cluster key"). The file must be readable by its owner
 //! only: a key anyone on the host can read keeps no one out, so ferrotx refuses it.
@@ -168,10 +169,17 @@ pub fn read_key_file(path: &Path) -> Result<(Keys, String), KeyError> {
             mode: mode & 0o777,
         });
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text)
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
         .map_err(|e| io_error("read", e))?;
-    let keys = parse_keys(&text).map_err(|why| KeyError::Malformed {
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    // 32 bytes that are not a key line are taken as raw key material (a file made with
+    // `head -c 32 /dev/urandom`).
+    let keys = match <[u8; KEY_BYTES]>::try_from(bytes.as_slice()) {
+        Ok(raw) if parse_keys(&text).is_err() => Ok(Keys::one(Key::from_material(&raw))),
+        _ => parse_keys(&text),
+    }
+    .map_err(|why| KeyError::Malformed {
         path: path.to_path_buf(),
         why,
     })?;
@@ -297,7 +305,7 @@ impl ClusterKeys {
     pub fn watch(path: PathBuf, keys: Keys, cluster: ClusterId) -> Arc<Self> {
         let this = Self::fixed(Some(Auth::new(keys, cluster)));
         let weak: Weak<Self> = Arc::downgrade(&this);
-        let mut loaded = fs::read_to_string(&path).unwrap_or_default();
+        let mut loaded = fs::read(&path).unwrap_or_default();
         let spawned = std::thread::Builder::new()
             .name("ferrotx-keys".to_string())
             .spawn(move || {
@@ -306,12 +314,15 @@ impl ClusterKeys {
                     let Some(this) = weak.upgrade() else {
                         return;
                     };
-                    match fs::read_to_string(&path) {
-                        Ok(text) if text == loaded => continue,
-                        Ok(_) | Err(_) => {}
+                    let now = fs::read(&path).unwrap_or_default();
+                    if now == loaded {
+                        continue;
                     }
+                    // Read again with its checks (permissions, format); what is looked at
+                    // next time is what was there now, taken or refused.
+                    loaded = now;
                     match read_key_file(&path) {
-                        Ok((keys, text)) => {
+                        Ok((keys, _)) => {
                             tracing::info!(
                                 path = %path.display(),
                                 send = format_args!("{:08x}", keys.send().fingerprint()),
@@ -320,12 +331,10 @@ impl ClusterKeys {
                             );
                             this.replace(Some(Auth::new(keys, cluster)));
                             this.reloads.fetch_add(1, Ordering::Relaxed);
-                            loaded = text;
                         }
                         Err(e) => {
                             tracing::error!("{e}; keeping the keys held");
                             this.refused.fetch_add(1, Ordering::Relaxed);
-                            loaded = fs::read_to_string(&path).unwrap_or_default();
                         }
                     }
                 }
@@ -403,6 +412,25 @@ mod tests {
         }
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
         read_key_file(&path).unwrap();
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn thirty_two_raw_bytes_are_a_key() {
+        let dir = temp_dir("raw");
+        let path = dir.join("k");
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        file.write_all(&[0xff; 32]).unwrap();
+        let (keys, _) = read_key_file(&path).unwrap();
+        assert_eq!(
+            keys.send().fingerprint(),
+            Key::from_material(&[0xff; 32]).fingerprint()
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 
