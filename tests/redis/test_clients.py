@@ -430,6 +430,33 @@ class RedisPy(BothServers):
         info = clients[1].info("ferrotx")
         self.assertEqual((info["cluster_nodes"], info["replicas"], info["node_id"]), (3, 3, 1))
 
+    def test_scan_keys_and_flushall_of_large_values_through_every_node(self):
+        # Issue 29: a SCAN page of the primary added objects until it passed 256 KiB, so
+        # a page that ended on a value near 1 MiB went over the RPC message limit and the
+        # primary's handler assert killed the node. Values of the largest size a SET
+        # takes and of 200 KiB, written through one node, then SCAN, KEYS and FLUSHALL
+        # through every node: every node must stay up and every key be listed.
+        clients = [self.client(port) for port in self.servers.ferrotx_ports]
+        # Interleaved, so that in each partition's order (the order written) values of
+        # 200 KiB come before values of 1 MiB.
+        names = []
+        for i in range(40):
+            for name, size in ((f"mid{i}", 200 * 1024), (f"big{i}", 1024 * 1024 - 100)):
+                clients[0].set(name, bytes([i]) * size)
+                names.append(name.encode())
+        names.sort()
+        for node, client in enumerate(clients):
+            self.assertEqual(sorted(client.scan_iter(count=1000)), names, f"SCAN via node {node}")
+            self.assertEqual(sorted(client.scan_iter(count=3)), names, f"SCAN via node {node}")
+            self.assertEqual(sorted(client.keys("*")), names, f"KEYS via node {node}")
+        for node, client in enumerate(clients):
+            self.assertTrue(client.ping(), f"node {node} answers after the scans")
+        self.assertTrue(clients[1].flushall())
+        for node, client in enumerate(clients):
+            self.assertEqual(client.dbsize(), 0, f"DBSIZE via node {node}")
+            self.assertTrue(client.ping(), f"node {node} answers after FLUSHALL")
+        self.servers.check_alive()
+
     def test_requests_split_into_single_bytes(self):
         # A pipeline of requests sent one byte at a time parses as when sent whole.
         def scenario(r, port):
