@@ -741,12 +741,14 @@ impl Session {
                     {
                         new.push(key);
                     }
-                }
-                if self.watched.len() + new.len() > self.config.watched_keys_max {
-                    return Action::Reply(Reply::error(format!(
-                        "ERR ferrotx watches at most {} keys per connection",
-                        self.config.watched_keys_max
-                    )));
+                    // Refused as soon as it is over the limit: the searches above cost
+                    // at most the limit's square, however many keys the client sent.
+                    if self.watched.len() + new.len() > self.config.watched_keys_max {
+                        return Action::Reply(Reply::error(format!(
+                            "ERR ferrotx watches at most {} keys per connection",
+                            self.config.watched_keys_max
+                        )));
+                    }
                 }
                 if new.is_empty() {
                     return Action::Reply(Reply::ok());

@@ -685,6 +685,28 @@ fn limits_on_blocks_and_watches() {
     );
 }
 
+/// A WATCH of many keys is refused in a time that does not grow with their count: the
+/// search for keys named twice stops at the limit. It went on over every key sent, in
+/// time quadratic in their count (50,000 keys: over 10 s in a debug build).
+#[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a test of running time: it measures the wall clock, not protocol time"
+)]
+fn a_watch_of_many_keys_is_refused_in_bounded_time() {
+    let mut session = Session::new(SessionConfig::default(), 1);
+    let keys = (0..50_000u32).map(|k| k.to_le_bytes().to_vec());
+    let args = ArgsBuf::new(std::iter::once(b"WATCH".to_vec()).chain(keys));
+    let started = std::time::Instant::now();
+    let action = session.handle(args.args());
+    let elapsed = started.elapsed();
+    let limit =
+        format!("ERR ferrotx watches at most {WATCHED_KEYS_MAX_DEFAULT} keys per connection");
+    assert!(matches!(action, Action::Reply(reply) if reply == Reply::error(limit)));
+    assert!(session.watched_keys().is_empty());
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+}
+
 #[test]
 fn connection_commands_inside_multi_run_at_exec() {
     let mut session = with_password();
