@@ -396,6 +396,12 @@ class RedisPy(BothServers):
         with self.assertRaises(redis.ResponseError):
             r.append("near", b"y" * 200)
         self.assertEqual(r.strlen("near"), 1024 * 1024 - 100)
+        # `reply-size`: the values of one command's reply are at most 64 MiB; asking
+        # for one value many times does not make the node build gigabytes.
+        self.assertEqual(len(r.mget(["near"] * 63)), 63)
+        with self.assertRaises(redis.ResponseError) as caught:
+            r.mget(["near"] * 1000)
+        self.assertIn("would make a reply of over 64 MiB", str(caught.exception))
         r.delete("near")
         pipe = r.pipeline(transaction=True)
         for i in range(1025):
@@ -408,12 +414,20 @@ class RedisPy(BothServers):
         for i in range(1024):
             pipe.incr("many")
         self.assertEqual(pipe.execute()[-1], 1024)
-        conn = RespConn(port)
-        conn.send_raw(b"*1048577\r\n")
-        raw, _ = conn.read_reply()
-        self.assertEqual(raw, b"-ERR Protocol error: invalid multibulk length\r\n")
-        self.assertTrue(conn.wait_closed()[0])
-        conn.close()
+        # `request-limits`: counts and lengths a client chooses are refused before the
+        # node buffers anything for them.
+        for request, error in [
+            (b"*1048577\r\n", b"invalid multibulk length"),
+            (b"*2147483647\r\n", b"invalid multibulk length"),
+            (b"*1\r\n$1000000000\r\n", b"invalid bulk length"),
+            (b"*2\r\n$3\r\nGET\r\n$67108865\r\n", b"invalid bulk length"),
+        ]:
+            conn = RespConn(port)
+            conn.send_raw(request)
+            raw, _ = conn.read_reply()
+            self.assertEqual(raw, b"-ERR Protocol error: " + error + b"\r\n", request)
+            self.assertTrue(conn.wait_closed()[0])
+            conn.close()
         self.assertTrue(r.ping())
 
     def test_every_node_serves_the_same_data(self):

@@ -707,6 +707,39 @@ fn a_watch_of_many_keys_is_refused_in_bounded_time() {
     assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
 }
 
+/// A plan's replies stay within their bound whatever the client asks: an MGET that names
+/// one 1 MiB value many times (a request of a few hundred bytes) made a reply of as many
+/// MiB. A command past the bound answers an error and does not run; those before it do.
+#[test]
+fn the_replies_of_a_plan_stay_within_their_bound() {
+    let mut session = session();
+    let mut node = Node::default();
+    node.keys
+        .insert(b"big".to_vec(), (Some(vec![b'x'; 1 << 20]), 1));
+    let error = format!("-{REPLY_TOO_LARGE_ERROR}\r\n");
+    // 63 values of 1 MiB fit 64 MiB with their framing, 64 do not.
+    let fits = node.feed(&mut session, &format!("MGET{}\r\n", " big".repeat(63)));
+    assert!(fits.starts_with("*63\r\n$1048576\r\n"), "{}", &fits[..20]);
+    assert_eq!(fits.len(), 5 + 63 * (10 + (1 << 20) + 2));
+    let over = node.feed(&mut session, &format!("MGET{}\r\n", " big".repeat(128)));
+    assert!(over == error, "a reply of {} bytes", over.len());
+    // A block: the GETs past the bound answer the error, the others run, and so do the
+    // writes (GETDEL past the bound deletes nothing).
+    let block = format!(
+        "MULTI\r\n{}GETDEL big\r\nSET after 1\r\nEXEC\r\n",
+        "GET big\r\n".repeat(63)
+    );
+    let out = node.feed(&mut session, &block);
+    let replies = out.split_once("*65\r\n").expect("EXEC's 65 replies").1;
+    assert_eq!(replies.matches("$1048576\r\n").count(), 63);
+    assert!(
+        replies.ends_with(&format!("{error}+OK\r\n")),
+        "{}",
+        &replies[replies.len() - 200..]
+    );
+    assert!(node.live(b"big") && node.live(b"after"));
+}
+
 #[test]
 fn connection_commands_inside_multi_run_at_exec() {
     let mut session = with_password();
