@@ -450,6 +450,7 @@ class RedisPy(BothServers):
         # primary's handler assert killed the node. Values of the largest size a SET
         # takes and of 200 KiB, written through one node, then SCAN, KEYS and FLUSHALL
         # through every node: every node must stay up and every key be listed.
+        delete_all_keys(self.servers.ferrotx_ports[0])
         clients = [self.client(port) for port in self.servers.ferrotx_ports]
         # Interleaved, so that in each partition's order (the order written) values of
         # 200 KiB come before values of 1 MiB.
