@@ -19,12 +19,12 @@ use ferrotx_store::Key;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
-    encode_read_response, finish_scan_response, push_scan_object, request_type,
-    set_record_versions, start_scan_response,
+    encode_read_response, finish_scan_response, request_type, set_record_versions,
+    start_scan_response,
 };
 use crate::recovery::request_type as rt;
 use crate::reservation::{Age, Reservations};
-use crate::store_scan::scan_primary;
+use crate::store_scan::scan_page;
 
 mod recovery;
 
@@ -58,10 +58,11 @@ const SPARE_BUFFER_BYTES_MAX: usize = 16 << 10;
 /// Most objects one SCAN request visits: its answer lists at most [`ITEMS_MAX`].
 pub const SCAN_OBJECTS_MAX: u32 = ITEMS_MAX as u32;
 
-/// Bytes of a SCAN answer after which it visits no more objects. A few hundred KiB keeps
-/// one scan round trip short and far below the RPC layer's message limit (1 MiB and
-/// 64 KiB); the object that passes it is still sent, and one object always fits, as a
-/// value is at most 1 MiB.
+/// Bytes of a SCAN answer past which it takes no more objects. A few hundred KiB keeps one
+/// scan round trip short and far below the RPC layer's message limit (1 MiB and 64 KiB).
+/// A page stops before the object that would pass it, unless that object is its first:
+/// one object always fits a message, as a value is at most 1 MiB
+/// ([`crate::store_scan`]).
 pub const SCAN_RESPONSE_BYTES_MAX: usize = 256 << 10;
 
 /// What a node is for a partition.
@@ -898,8 +899,9 @@ impl Participant {
 
     /// SCAN: visits objects of a table at this primary from a cursor, outside any
     /// transaction: up to the request's count (at most [`SCAN_OBJECTS_MAX`]), stopping
-    /// early once the answer passes [`SCAN_RESPONSE_BYTES_MAX`]. Answers the present
-    /// objects visited with their values, and the cursor to go on from.
+    /// before an object that would take the answer past [`SCAN_RESPONSE_BYTES_MAX`]
+    /// (unless it is the first). Answers the present objects visited with their values,
+    /// and the cursor to go on from.
     pub fn scan(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let request = decode_scan(payload).map_err(|_| MALFORMED)?;
         let refuse = |response: &mut Vec<u8>| {
@@ -917,35 +919,19 @@ impl Participant {
         let Some(partition) = self.store.get(request.partition, Role::Primary) else {
             return refuse(response);
         };
-        start_scan_response(response);
         let count = request.count.min(SCAN_OBJECTS_MAX);
-        let (mut cursor, mut visited, mut objects) = (request.cursor, 0, 0);
-        // One object per step, so the answer stops at the object that fills it and the
-        // cursor says exactly where the next request goes on.
-        while visited < count && response.len() < SCAN_RESPONSE_BYTES_MAX {
-            self.scan_scratch.clear();
-            let Ok(next) =
-                scan_primary(partition, request.table, cursor, 1, &mut self.scan_scratch)
-            else {
-                return refuse(response);
-            };
-            debug_assert!(self.scan_scratch.len() <= 1, "one object per step");
-            if next == cursor && next != 0 {
-                // A locked object (a commit installing it): the page ends before it, and
-                // the caller asks again from here a little later.
-                break;
-            }
-            visited += 1;
-            for (key, value) in &self.scan_scratch {
-                push_scan_object(key, value, response);
-                objects += 1;
-            }
-            cursor = next;
-            if next == 0 {
-                break;
-            }
+        let page = scan_page(
+            partition,
+            request.table,
+            request.cursor,
+            count,
+            SCAN_RESPONSE_BYTES_MAX,
+            &mut self.scan_scratch,
+            response,
+        );
+        if page.is_err() {
+            return refuse(response);
         }
-        finish_scan_response(cursor, visited, objects, response);
         Ok(())
     }
 

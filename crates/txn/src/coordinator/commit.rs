@@ -118,12 +118,7 @@ impl Txn<'_> {
         let read_only: Vec<ReadItem> = self
             .reads
             .iter()
-            .filter(|r| {
-                !self
-                    .writes
-                    .iter()
-                    .any(|w| w.table == r.table && w.key == r.key)
-            })
+            .filter(|r| self.index.write(&self.writes, r.table, &r.key).is_none())
             .copied()
             .collect();
         if self.validation_too_large(&read_only) {
