@@ -30,13 +30,13 @@ fn main() {
         for seq in 0..rounds {
             buf.clear();
             buf.extend_from_slice(&body);
-            auth.seal(&mut buf, seq);
+            auth.seal(&mut buf, 1, seq);
             black_box(&buf);
         }
         let seal_ns = start.elapsed().as_nanos() as f64 / rounds as f64;
         let start = Instant::now();
         for _ in 0..rounds {
-            black_box(auth.open(black_box(&buf)).expect("opens"));
+            black_box(auth.open(black_box(&buf), 1).expect("opens"));
         }
         let open_ns = start.elapsed().as_nanos() as f64 / rounds as f64;
         let kib = size as f64 / 1024.0;

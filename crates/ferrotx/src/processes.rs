@@ -661,7 +661,7 @@ fn probe_members(
         }
         .encode(&mut out);
         if let Some(auth) = auth {
-            auth.seal(&mut out, i as u64 + 1);
+            auth.seal(&mut out, u32::from(m.node), i as u64 + 1);
         }
         let _ = socket.send_to(&out, addr);
     }
@@ -677,7 +677,7 @@ fn probe_members(
             break;
         };
         let body = match auth {
-            Some(auth) => match auth.open(&buf[..n]) {
+            Some(auth) => match auth.open(&buf[..n], u32::from(u16::MAX)) {
                 Ok((body, _)) => body,
                 Err(_) => continue,
             },

@@ -1142,23 +1142,24 @@ impl Membership {
         self.auth = auth;
     }
 
-    /// Writes `message` into `out` (cleared first) as a datagram, sealed if
-    /// authentication is on. Callers send what [`Action::Send`] asks through this.
-    pub fn encode(&mut self, message: &Message, out: &mut Vec<u8>) {
+    /// Writes `message` for node `to` into `out` (cleared first) as a datagram, sealed
+    /// for that node if authentication is on. Callers send what [`Action::Send`] asks
+    /// through this.
+    pub fn encode(&mut self, to: u16, message: &Message, out: &mut Vec<u8>) {
         out.clear();
         message.encode(out);
         if let Some(auth) = &self.auth {
             self.auth_seq += 1;
-            auth.seal(out, self.auth_seq);
+            auth.seal(out, u32::from(to), self.auth_seq);
         }
     }
 
     /// [`Membership::encode`] with `auth` in place of this node's own keys, for tests that
     /// seal as another holder of a key would.
     #[cfg(test)]
-    fn encode_with(&mut self, auth: Auth, message: &Message, out: &mut Vec<u8>) {
+    fn encode_with(&mut self, auth: Auth, to: u16, message: &Message, out: &mut Vec<u8>) {
         let own = self.auth.replace(auth);
-        self.encode(message, out);
+        self.encode(to, message, out);
         self.auth = own;
     }
 
@@ -1167,7 +1168,7 @@ impl Membership {
     /// has used before is dropped. Refused and undecodable ones are counted.
     pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
         let (bytes, seq) = match &self.auth {
-            Some(auth) => match auth.open(bytes) {
+            Some(auth) => match auth.open(bytes, u32::from(self.me)) {
                 Ok((body, seq)) => (body, Some(seq)),
                 Err(refusal) => {
                     self.stats.auth_refused[refusal.index()] += 1;

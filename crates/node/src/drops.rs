@@ -44,7 +44,10 @@ impl DropStats {
             other_view: stats.wrong_configuration
                 + stats.stale_configuration
                 + stats.newer_configuration,
-            not_member: stats.not_member + stats.forged_source + stats.misdirected,
+            not_member: stats.not_member
+                + stats.forged_source
+                + stats.misdirected
+                + refused(Refusal::OtherReceiver),
         }
     }
 
@@ -58,7 +61,7 @@ impl DropStats {
             unknown_key: refused(Refusal::UnknownKey),
             malformed: refused(Refusal::Malformed) + stats.undecodable,
             other_view: 0,
-            not_member: 0,
+            not_member: refused(Refusal::OtherReceiver),
         }
     }
 

@@ -20,7 +20,7 @@ impl Engine {
         // Nothing is decoded before its MAC is checked: a datagram that did not come from
         // a holder of the cluster key is dropped here, whatever it says.
         let (bytes, seq) = match &self.config.auth {
-            Some(auth) => match auth.open(bytes) {
+            Some(auth) => match auth.open(bytes, self.local.0) {
                 Ok((body, seq)) => (body, Some(seq)),
                 Err(refusal) => {
                     self.stats.auth_refused[refusal.index()] += 1;

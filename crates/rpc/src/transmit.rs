@@ -257,7 +257,7 @@ impl Datagram {
         if self.open {
             if let Some(auth) = &config.auth {
                 *tx_seq += 1;
-                auth.seal(tx.pending_mut(), *tx_seq);
+                auth.seal(tx.pending_mut(), target.0, *tx_seq);
             }
             tx.commit(target);
             stats.datagrams_sent += 1;

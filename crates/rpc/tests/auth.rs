@@ -170,10 +170,10 @@ fn datagrams_without_the_key_change_nothing() {
     ));
     s.handle_datagram(1, Some(CLIENT), &forged);
     let mut other_key = forged.clone();
-    Auth::new(Keys::one(key(2)), ClusterId([1; 16])).seal(&mut other_key, 99);
+    Auth::new(Keys::one(key(2)), ClusterId([1; 16])).seal(&mut other_key, SERVER.0, 99);
     s.handle_datagram(1, Some(CLIENT), &other_key);
     let mut other_cluster = forged.clone();
-    Auth::new(Keys::one(key(1)), ClusterId([2; 16])).seal(&mut other_cluster, 99);
+    Auth::new(Keys::one(key(1)), ClusterId([2; 16])).seal(&mut other_cluster, SERVER.0, 99);
     s.handle_datagram(1, Some(CLIENT), &other_cluster);
     assert_eq!(*executed.borrow(), 1);
     assert_eq!(s.stats().auth_refused_total(), 3);

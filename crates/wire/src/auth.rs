@@ -7,12 +7,13 @@
 //! |---|---|
 //! | 16 | cluster id ([`ClusterId`]), 128 random bits made when the cluster first formed |
 //! | 4 | fingerprint of the key that made the tag ([`Key::fingerprint`]) |
-//! | 4 | reserved, zero |
+//! | 4 | receiver: the endpoint (RPC) or node (lease) the datagram is for, little-endian |
 //! | 8 | sequence number, per sender and life, little-endian |
 //! | 16 | tag: BLAKE3 in keyed mode over every byte before it, truncated to 128 bits |
 //!
-//! The tag covers the whole datagram, so it binds everything the datagram says of its
-//! sender: the RPC packet header's source endpoint and incarnation, a lease message's
+//! The tag covers the whole datagram and the receiver, so a datagram captured on its way
+//! to one node is refused by every other (lease messages name no receiver of their own),
+//! and it binds everything the datagram says of its sender: the RPC packet header's source endpoint and incarnation, a lease message's
 //! `from` and incarnation. A receiver checks the tag before it decodes anything, then
 //! checks the sequence number against the [`ReplayWindow`] it keeps for that sender and
 //! life, so a captured datagram sent again is dropped, as is one of an earlier life.
@@ -179,9 +180,12 @@ impl fmt::Display for ClusterId {
 /// Why a datagram was dropped before it was decoded, or by its replay window.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, thiserror::Error)]
 pub enum Refusal {
-    /// Shorter than a trailer, or a reserved trailer field is not zero.
+    /// Shorter than a trailer.
     #[error("no valid authentication trailer")]
     Malformed,
+    /// Sealed for another receiver (captured on its way to another endpoint or node).
+    #[error("sealed for another receiver")]
+    OtherReceiver,
     /// Sealed for another cluster id.
     #[error("another cluster's datagram")]
     OtherCluster,
@@ -198,11 +202,12 @@ pub enum Refusal {
 
 impl Refusal {
     /// Number of variants, for counter arrays indexed by [`Refusal::index`].
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 
     /// Every variant, in index order.
     pub const ALL: [Refusal; Self::COUNT] = [
         Self::Malformed,
+        Self::OtherReceiver,
         Self::OtherCluster,
         Self::UnknownKey,
         Self::BadMac,
@@ -218,6 +223,7 @@ impl Refusal {
     pub fn name(self) -> &'static str {
         match self {
             Self::Malformed => "auth_malformed",
+            Self::OtherReceiver => "other_receiver",
             Self::OtherCluster => "other_cluster",
             Self::UnknownKey => "unknown_key",
             Self::BadMac => "bad_mac",
@@ -250,34 +256,32 @@ impl Auth {
         self.cluster
     }
 
-    /// Appends the trailer to the datagram in `datagram`, with sequence number `seq`
-    /// (which the caller never gives twice to one receiver in one life). Allocates nothing
-    /// if `datagram` has room for [`TRAILER_BYTES`] more.
-    pub fn seal(&self, datagram: &mut Vec<u8>, seq: u64) {
+    /// Appends the trailer to the datagram in `datagram`, for receiver `to` (an RPC
+    /// endpoint's id, a node id for lease datagrams), with sequence number `seq` (which the
+    /// caller never gives twice to one receiver in one life). Allocates nothing if
+    /// `datagram` has room for [`TRAILER_BYTES`] more.
+    pub fn seal(&self, datagram: &mut Vec<u8>, to: u32, seq: u64) {
         let key = &self.keys.send;
         datagram.extend_from_slice(&self.cluster.0);
         datagram.extend_from_slice(&key.fingerprint.to_le_bytes());
-        datagram.extend_from_slice(&[0; 4]);
+        datagram.extend_from_slice(&to.to_le_bytes());
         datagram.extend_from_slice(&seq.to_le_bytes());
         let tag = key.tag(datagram);
         datagram.extend_from_slice(&tag);
     }
 
-    /// Checks `sealed`'s trailer: the datagram without it and its sequence number, or why
-    /// it is refused. The sequence number still has to pass the sender's
-    /// [`ReplayWindow`], which the caller finds from the (now authentic) datagram.
-    pub fn open<'a>(&self, sealed: &'a [u8]) -> Result<(&'a [u8], u64), Refusal> {
+    /// Checks `sealed`'s trailer as receiver `me`: the datagram without it and its
+    /// sequence number, or why it is refused. The sequence number still has to pass the
+    /// sender's [`ReplayWindow`], which the caller finds from the (now authentic) datagram.
+    pub fn open<'a>(&self, sealed: &'a [u8], me: u32) -> Result<(&'a [u8], u64), Refusal> {
         let Some(body_len) = sealed.len().checked_sub(TRAILER_BYTES) else {
             return Err(Refusal::Malformed);
         };
         let (body, trailer) = sealed.split_at(body_len);
         let (cluster, rest) = trailer.split_at(CLUSTER_ID_BYTES);
         let (fingerprint, rest) = rest.split_at(4);
-        let (reserved, rest) = rest.split_at(4);
+        let (receiver, rest) = rest.split_at(4);
         let (seq, tag) = rest.split_at(8);
-        if reserved != [0; 4] {
-            return Err(Refusal::Malformed);
-        }
         if cluster != self.cluster.0 {
             return Err(Refusal::OtherCluster);
         }
@@ -293,6 +297,10 @@ impl Auth {
         let expected = key.tag(&sealed[..sealed.len() - TAG_BYTES]);
         if !constant_time_eq(&expected, tag) {
             return Err(Refusal::BadMac);
+        }
+        // Checked once authentic, so that the count says where real datagrams went.
+        if receiver != me.to_le_bytes() {
+            return Err(Refusal::OtherReceiver);
         }
         let mut seq_bytes = [0u8; 8];
         seq_bytes.copy_from_slice(seq);
@@ -385,7 +393,7 @@ mod tests {
 
     fn sealed(a: &Auth, body: &[u8], seq: u64) -> Vec<u8> {
         let mut d = body.to_vec();
-        a.seal(&mut d, seq);
+        a.seal(&mut d, 3, seq);
         d
     }
 
@@ -394,8 +402,9 @@ mod tests {
         let a = auth(1, 1);
         let d = sealed(&a, b"hello", 7);
         assert_eq!(d.len(), 5 + TRAILER_BYTES);
-        assert_eq!(a.open(&d), Ok((&b"hello"[..], 7)));
-        assert_eq!(a.open(&sealed(&a, b"", 0)), Ok((&b""[..], 0)));
+        assert_eq!(a.open(&d, 3), Ok((&b"hello"[..], 7)));
+        assert_eq!(a.open(&sealed(&a, b"", 0), 3), Ok((&b""[..], 0)));
+        assert_eq!(a.open(&d, 4), Err(Refusal::OtherReceiver));
     }
 
     #[test]
@@ -407,13 +416,13 @@ mod tests {
                 let mut f = d.clone();
                 f[byte] ^= 1 << bit;
                 assert!(
-                    a.open(&f).is_err(),
+                    a.open(&f, 3).is_err(),
                     "flip of bit {bit} of byte {byte} accepted"
                 );
             }
         }
         for len in 0..d.len() {
-            assert!(a.open(&d[..len]).is_err(), "truncated to {len} accepted");
+            assert!(a.open(&d[..len], 3).is_err(), "truncated to {len} accepted");
         }
     }
 
@@ -421,13 +430,13 @@ mod tests {
     fn other_keys_and_clusters_are_refused_by_reason() {
         let a = auth(1, 1);
         let d = sealed(&a, b"x", 1);
-        assert_eq!(auth(1, 2).open(&d), Err(Refusal::OtherCluster));
-        assert_eq!(auth(2, 1).open(&d), Err(Refusal::UnknownKey));
+        assert_eq!(auth(1, 2).open(&d, 3), Err(Refusal::OtherCluster));
+        assert_eq!(auth(2, 1).open(&d, 3), Err(Refusal::UnknownKey));
         let mut forged = d.clone();
         let n = forged.len();
         forged[n - 1] ^= 1;
-        assert_eq!(a.open(&forged), Err(Refusal::BadMac));
-        assert_eq!(a.open(&[0; 10]), Err(Refusal::Malformed));
+        assert_eq!(a.open(&forged, 3), Err(Refusal::BadMac));
+        assert_eq!(a.open(&[0; 10], 3), Err(Refusal::Malformed));
     }
 
     #[test]
@@ -438,11 +447,11 @@ mod tests {
         let only_old = Auth::new(Keys::one(old.clone()), cluster);
         let only_new = Auth::new(Keys::one(new.clone()), cluster);
         let both = Auth::new(Keys::two(new.clone(), old.clone()).unwrap(), cluster);
-        assert!(both.open(&sealed(&only_old, b"a", 1)).is_ok());
-        assert!(both.open(&sealed(&only_new, b"a", 1)).is_ok());
-        assert!(only_new.open(&sealed(&both, b"a", 1)).is_ok());
+        assert!(both.open(&sealed(&only_old, b"a", 1), 3).is_ok());
+        assert!(both.open(&sealed(&only_new, b"a", 1), 3).is_ok());
+        assert!(only_new.open(&sealed(&both, b"a", 1), 3).is_ok());
         assert_eq!(
-            only_old.open(&sealed(&both, b"a", 1)),
+            only_old.open(&sealed(&both, b"a", 1), 3),
             Err(Refusal::UnknownKey)
         );
         assert!(Keys::two(old.clone(), old).is_none());

@@ -623,7 +623,7 @@ fn a_sealed_lease_datagram_is_taken_once() {
     h.nodes[cm as usize]
         .as_mut()
         .unwrap()
-        .encode_with(test_auth(1), &forged, &mut sealed);
+        .encode_with(test_auth(1), 1, &forged, &mut sealed);
     let m = h.nodes[1].as_mut().unwrap();
     m.set_auth(Some(test_auth(1)));
     // The control: with the key, the removal is taken (so the test above could fail).
@@ -631,4 +631,10 @@ fn a_sealed_lease_datagram_is_taken_once() {
     assert_eq!(m.view().unwrap().id, forged.view, "adopted with the key");
     m.on_datagram(now, &sealed);
     assert_eq!(m.stats().auth_refused[Refusal::Replay.index()], 1);
+    // Sealed for node 1, it is refused by node 2 even the first time.
+    let m2 = h.nodes[2].as_mut().unwrap();
+    m2.set_auth(Some(test_auth(1)));
+    m2.on_datagram(now, &sealed);
+    assert_eq!(m2.stats().auth_refused[Refusal::OtherReceiver.index()], 1);
+    assert_ne!(m2.view().unwrap().id, forged.view);
 }
