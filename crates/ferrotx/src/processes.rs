@@ -877,7 +877,8 @@ mod tests {
                     recovery_decided_abort:1\r\nrecovery_votes_unknown:0\r\n\
                     recovery_votes_truncated:0\r\nrecovery_votes_abort:0\r\n\
                     recovery_votes_lock:1\r\nrecovery_votes_commit_backup:2\r\n\
-                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n";
+                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n\
+                    dropped_bad_mac:6\r\ndropped_replay:5\r\n";
         let r = RecoveryCounters::from_info(info).unwrap();
         assert_eq!(
             r,
@@ -887,11 +888,13 @@ mod tests {
                 abort: 1,
                 votes: [0, 0, 0, 1, 2, 1],
                 waited: 4,
+                dropped: [6, 5, 0, 0, 0, 0, 0],
             }
         );
         let json = r.json();
         assert_eq!(json["decisions"]["commit"], 3);
         assert_eq!(json["votes"]["commit_backup"], 2);
+        assert_eq!(json["dropped"]["replay"], 5);
         assert_eq!(RecoveryCounters::sum(&[&r, &r]).votes[4], 4);
         // A node without the counters (or a cut reply) has none.
         assert_eq!(
