@@ -267,9 +267,9 @@ impl Bank {
         let uncertain = self.uncertain.lock().unwrap().clone();
         assert!(
             uncertain.len() <= UNCERTAIN_MAX,
-            "{} transfers of unknown outcome: {:#?}",
+            "{} transfers of unknown outcome; the first errors: {:#?}",
             uncertain.len(),
-            self.errors()
+            &self.errors()[..self.errors().len().min(20)]
         );
         let residual: Vec<i64> = balances
             .iter()

@@ -42,7 +42,8 @@ pub struct Captured {
     pub payload: Vec<u8>,
 }
 
-/// A raw packet socket bound to the loopback interface.
+/// A raw packet socket bound to the loopback interface. It queues every packet from its
+/// opening on: open it right before capturing.
 pub struct Capture {
     socket: OwnedFd,
     loopback: i32,
