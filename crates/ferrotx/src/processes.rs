@@ -661,7 +661,7 @@ fn probe_members(
         }
         .encode(&mut out);
         if let Some(auth) = auth {
-            auth.seal(&mut out, i as u64 + 1);
+            auth.seal_for(&mut out, i as u64 + 1, m.node);
         }
         let _ = socket.send_to(&out, addr);
     }
@@ -677,7 +677,8 @@ fn probe_members(
             break;
         };
         let body = match auth {
-            Some(auth) => match auth.open(&buf[..n]) {
+            // Members seal their answers for the prober, which is no node.
+            Some(auth) => match auth.open_at(&buf[..n], u16::MAX) {
                 Ok((body, _)) => body,
                 Err(_) => continue,
             },

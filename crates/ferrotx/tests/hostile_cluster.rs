@@ -17,8 +17,9 @@
 //!    sent to every lease socket without a trailer, with a random one, with one naming an
 //!    unknown key, and with one of the right key's fingerprint and a made-up tag.
 //!    And a lease datagram captured on its way to one node (a `ferrotx status` probe) and
-//!    sent to the others: they must refuse it as the node it was for does. (They take it,
-//!    as of this test's writing: a membership message names no receiver.)
+//!    sent to the others: they must refuse it as the node it was for does. (They took it
+//!    until lease datagrams were sealed for their receiver: a membership message names
+//!    none.)
 //! 3. Key rotation under load: the key file rewritten (old, new), then (new, old), then
 //!    (new), 3 s apart, while clients run: no client error, no view change, and then the
 //!    old key is refused and the new one taken. And a node whose key file others can read
@@ -598,7 +599,7 @@ fn probe_answer_arrives(socket: &UdpSocket, auth: &Auth) -> bool {
         let Ok(n) = socket.recv(&mut buf) else {
             return false;
         };
-        if let Ok((body, _)) = auth.open(&buf[..n])
+        if let Ok((body, _)) = auth.open_at(&buf[..n], u16::MAX)
             && let Ok(reply) = Message::decode(body)
             && matches!(reply.body, Body::ProbeReply { .. })
         {
@@ -718,10 +719,10 @@ fn key_of(line: &str) -> Key {
     Key::from_material(&material)
 }
 
-/// Probes the lease socket at `addr` as `ferrotx status` does, sealed with `seal`: the
+/// Probes node `node`'s lease socket at `addr` as `ferrotx status` does, sealed with `seal`: the
 /// fingerprint of the key the answer is sealed with, if one that `open` opens came back
 /// within 500 ms.
-fn probe(addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
+fn probe(node: u16, addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
     let mut out = Vec::new();
     Message {
         from: u16::MAX,
@@ -732,7 +733,7 @@ fn probe(addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
         body: Body::Probe,
     }
     .encode(&mut out);
-    seal.seal(&mut out, 1);
+    seal.seal_for(&mut out, 1, node);
     let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     socket.send_to(&out, addr).unwrap();
     let deadline = Instant::now() + Duration::from_millis(500);
@@ -744,7 +745,7 @@ fn probe(addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
         }
         socket.set_read_timeout(Some(left)).unwrap();
         let n = socket.recv(&mut buf).ok()?;
-        if let Ok((body, _)) = open.open(&buf[..n])
+        if let Ok((body, _)) = open.open_at(&buf[..n], u16::MAX)
             && let Ok(reply) = Message::decode(body)
             && matches!(reply.body, Body::ProbeReply { .. })
         {
@@ -798,7 +799,7 @@ fn rotating_the_key_under_load_costs_no_client_an_error() {
         for m in config.members() {
             let lease = config.lease_addr(m.node).unwrap();
             for key in [&old, &new] {
-                let answer = probe(lease, &sealed_with(key), &either);
+                let answer = probe(m.node, lease, &sealed_with(key), &either);
                 let expected = lines.contains(&&key[..]).then_some(first);
                 assert_eq!(
                     answer.map(|f| format!("{f:08x}")),

@@ -1142,23 +1142,26 @@ impl Membership {
         self.auth = auth;
     }
 
-    /// Writes `message` into `out` (cleared first) as a datagram, sealed if
-    /// authentication is on. Callers send what [`Action::Send`] asks through this.
-    pub fn encode(&mut self, message: &Message, out: &mut Vec<u8>) {
+    /// Writes `message` for node `to` into `out` (cleared first) as a datagram, sealed
+    /// for `to` alone if authentication is on: a message names no receiver, and one
+    /// another node took would pass its replay window (`Auth::seal_for`). Callers send
+    /// what [`Action::Send`] asks through this, with its `to`.
+    pub fn encode(&mut self, to: u16, message: &Message, out: &mut Vec<u8>) {
         out.clear();
         message.encode(out);
         if let Some(auth) = &self.auth {
             self.auth_seq += 1;
-            auth.seal(out, self.auth_seq);
+            auth.seal_for(out, self.auth_seq, to);
         }
     }
 
     /// Takes a datagram from a lease socket. With authentication on, nothing is decoded
-    /// before its MAC is checked, and a datagram whose sequence number its sender's life
-    /// has used before is dropped. Refused and undecodable ones are counted.
+    /// before its MAC is checked (sealed for this node: one captured on its way to another
+    /// is a bad MAC here), and a datagram whose sequence number its sender's life has used
+    /// before is dropped. Refused and undecodable ones are counted.
     pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
         let (bytes, seq) = match &self.auth {
-            Some(auth) => match auth.open(bytes) {
+            Some(auth) => match auth.open_at(bytes, self.me) {
                 Ok((body, seq)) => (body, Some(seq)),
                 Err(refusal) => {
                     self.stats.auth_refused[refusal.index()] += 1;

@@ -500,7 +500,7 @@ impl LeaseLoop {
                     let Some(addr) = self.config.lease_addr(to).or(self.reply_to) else {
                         continue;
                     };
-                    self.membership.encode(&message, &mut self.out);
+                    self.membership.encode(to, &message, &mut self.out);
                     let _ = self.socket.send_to(&self.out, addr);
                 }
                 Action::Read => {

@@ -671,7 +671,7 @@ impl SimCluster {
             match action {
                 Action::Send { to, message } => {
                     let mut bytes = Vec::new();
-                    m.encode(&message, &mut bytes);
+                    m.encode(to, &message, &mut bytes);
                     self.sim.network.borrow_mut().send(
                         lease_endpoint(node),
                         lease_endpoint(to),

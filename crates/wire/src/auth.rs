@@ -17,6 +17,13 @@
 //! checks the sequence number against the [`ReplayWindow`] it keeps for that sender and
 //! life, so a captured datagram sent again is dropped, as is one of an earlier life.
 //!
+//! It must also bind the receiver, or a datagram captured on its way to one node could be
+//! sent to another, whose window has a gap for every number the sender gave other
+//! receivers. An RPC packet names its target endpoint in its header (a receiver drops one
+//! for another as misdirected). A membership message names no receiver, so it is sealed
+//! for one ([`Auth::seal_for`], [`Auth::open_at`]): the receiver's node id is hashed
+//! after the datagram but not sent, and the tag matches at that receiver only.
+//!
 //! One shared key keeps outsiders out: whoever does not hold it can neither forge nor
 //! alter a datagram. It does not stop a rogue member, which holds the key and can claim to
 //! be any node (see docs/operations.md, "Cluster key").
@@ -51,6 +58,9 @@ pub const TRAILER_BYTES: usize = CLUSTER_ID_BYTES + 4 + 4 + 8 + TAG_BYTES;
 /// which the RPC layer's retransmission (with a new sequence number) repairs.
 pub const REPLAY_WINDOW: u64 = 128;
 
+/// Hashed before the receiver's node id in the tag of a datagram sealed for one receiver.
+const RECEIVER_DOMAIN: &[u8; 2] = b"to";
+
 /// BLAKE3 key-derivation contexts: globally unique, fixed strings (BLAKE3's rule).
 const MAC_CONTEXT: &str = "ferrotx 2026-11-27 datagram MAC key";
 const FINGERPRINT_CONTEXT: &str = "ferrotx 2026-11-27 key fingerprint";
@@ -80,8 +90,18 @@ impl Key {
         self.fingerprint
     }
 
-    fn tag(&self, bytes: &[u8]) -> [u8; TAG_BYTES] {
-        let hash = blake3::keyed_hash(&self.mac, bytes);
+    /// The tag of `bytes`, for any receiver (`None`) or for node `receiver` only.
+    fn tag(&self, bytes: &[u8], receiver: Option<u16>) -> [u8; TAG_BYTES] {
+        let hash = match receiver {
+            None => blake3::keyed_hash(&self.mac, bytes),
+            // A fixed-length suffix, so that no datagram for one receiver hashes as one
+            // for another.
+            Some(receiver) => blake3::Hasher::new_keyed(&self.mac)
+                .update(bytes)
+                .update(RECEIVER_DOMAIN)
+                .update(&receiver.to_le_bytes())
+                .finalize(),
+        };
         let mut tag = [0u8; TAG_BYTES];
         tag.copy_from_slice(&hash.as_bytes()[..TAG_BYTES]);
         tag
@@ -254,12 +274,23 @@ impl Auth {
     /// (which the caller never gives twice to one receiver in one life). Allocates nothing
     /// if `datagram` has room for [`TRAILER_BYTES`] more.
     pub fn seal(&self, datagram: &mut Vec<u8>, seq: u64) {
+        self.seal_with(datagram, seq, None);
+    }
+
+    /// [`Auth::seal`] for node `receiver` only: [`Auth::open_at`] that node opens it, and
+    /// every other refuses it (a bad MAC). For datagrams that do not name their receiver
+    /// (membership messages); `u16::MAX` is a prober that is not a node (`ferrotx status`).
+    pub fn seal_for(&self, datagram: &mut Vec<u8>, seq: u64, receiver: u16) {
+        self.seal_with(datagram, seq, Some(receiver));
+    }
+
+    fn seal_with(&self, datagram: &mut Vec<u8>, seq: u64, receiver: Option<u16>) {
         let key = &self.keys.send;
         datagram.extend_from_slice(&self.cluster.0);
         datagram.extend_from_slice(&key.fingerprint.to_le_bytes());
         datagram.extend_from_slice(&[0; 4]);
         datagram.extend_from_slice(&seq.to_le_bytes());
-        let tag = key.tag(datagram);
+        let tag = key.tag(datagram, receiver);
         datagram.extend_from_slice(&tag);
     }
 
@@ -267,6 +298,20 @@ impl Auth {
     /// it is refused. The sequence number still has to pass the sender's
     /// [`ReplayWindow`], which the caller finds from the (now authentic) datagram.
     pub fn open<'a>(&self, sealed: &'a [u8]) -> Result<(&'a [u8], u64), Refusal> {
+        self.open_with(sealed, None)
+    }
+
+    /// [`Auth::open`] of a datagram sealed for node `receiver` ([`Auth::seal_for`]): one
+    /// sealed for another node, or for none, is a bad MAC.
+    pub fn open_at<'a>(&self, sealed: &'a [u8], receiver: u16) -> Result<(&'a [u8], u64), Refusal> {
+        self.open_with(sealed, Some(receiver))
+    }
+
+    fn open_with<'a>(
+        &self,
+        sealed: &'a [u8],
+        receiver: Option<u16>,
+    ) -> Result<(&'a [u8], u64), Refusal> {
         let Some(body_len) = sealed.len().checked_sub(TRAILER_BYTES) else {
             return Err(Refusal::Malformed);
         };
@@ -290,7 +335,7 @@ impl Auth {
         let Some(key) = self.keys.find(fingerprint) else {
             return Err(Refusal::UnknownKey);
         };
-        let expected = key.tag(&sealed[..sealed.len() - TAG_BYTES]);
+        let expected = key.tag(&sealed[..sealed.len() - TAG_BYTES], receiver);
         if !constant_time_eq(&expected, tag) {
             return Err(Refusal::BadMac);
         }
@@ -428,6 +473,28 @@ mod tests {
         forged[n - 1] ^= 1;
         assert_eq!(a.open(&forged), Err(Refusal::BadMac));
         assert_eq!(a.open(&[0; 10]), Err(Refusal::Malformed));
+    }
+
+    #[test]
+    fn a_datagram_sealed_for_one_receiver_opens_there_only() {
+        let a = auth(1, 1);
+        let mut d = b"a membership message".to_vec();
+        a.seal_for(&mut d, 3, 7);
+        assert_eq!(a.open_at(&d, 7), Ok((&b"a membership message"[..], 3)));
+        for other in [0, 6, 8, 0x0700, u16::MAX] {
+            assert_eq!(a.open_at(&d, other), Err(Refusal::BadMac), "at {other}");
+        }
+        assert_eq!(a.open(&d), Err(Refusal::BadMac), "for no one in particular");
+        let any = sealed(&a, b"an RPC packet", 3);
+        assert_eq!(a.open_at(&any, 7), Err(Refusal::BadMac));
+        // Sealing for no receiver is the tag it always was: RPC datagrams are unchanged.
+        let key = Key::from_material(&[1; KEY_BYTES]);
+        let n = any.len() - TAG_BYTES;
+        assert_eq!(
+            key.tag(&any[..n], None),
+            blake3::keyed_hash(&blake3::derive_key(MAC_CONTEXT, &[1; KEY_BYTES]), &any[..n])
+                .as_bytes()[..TAG_BYTES]
+        );
     }
 
     #[test]
