@@ -154,8 +154,9 @@ impl Engine {
             }
             Ok(_) => {
                 // Never sent over the limit: the caller gets a handler error instead.
+                self.stats.responses_over_limit += 1;
                 slot.response
-                    .extend_from_slice(b"deferred response over the message limit");
+                    .extend_from_slice(crate::receive::RESPONSE_OVER_LIMIT.as_bytes());
                 Status::HandlerError
             }
             Err(e) => {

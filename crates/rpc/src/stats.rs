@@ -22,6 +22,9 @@ pub struct Stats {
     /// Duplicates of requests still being reassembled, or of older requests, and packets
     /// other than the first of a retransmitted split request already answered, ignored.
     pub duplicate_requests_ignored: u64,
+    /// Responses a handler wrote over the message limit, answered as a handler error
+    /// ("response over the message limit") instead.
+    pub responses_over_limit: u64,
     /// Requests handed to a deferred handler, and those it answered
     /// (`Engine::respond`); the difference runs now, or was abandoned.
     pub deferred_started: u64,

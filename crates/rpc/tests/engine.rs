@@ -1073,6 +1073,35 @@ fn oversized_requests_fail_without_sending_anything() {
     assert!(c.result(CALLER, 1) == Ok(answer(&at_limit).as_slice()));
 }
 
+/// A handler that writes a response over the message limit (a page of values ending on
+/// a large one) must not take the server down: the caller gets a handler error, counted.
+#[test]
+fn a_response_over_the_message_limit_is_refused_not_a_panic() {
+    let mut c = client(Config::default());
+    let (mut s, _log) = server(Config::default());
+    const BIG: u8 = 10;
+    s.register(
+        BIG,
+        Box::new(|_, response| {
+            response.resize(MAX_MESSAGE_BYTES as usize + 1, 7);
+            Ok(())
+        }),
+    );
+    c.batch_push(CALLER, SERVER, BIG).extend_from_slice(b"page");
+    c.batch_push(CALLER, SERVER, ECHO)
+        .extend_from_slice(b"fine");
+    assert!(!c.submit(CALLER, 0));
+    settle(&mut c, &mut s, 0);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::Handler));
+    assert_eq!(
+        c.handler_error_text(CALLER, 0),
+        b"response over the message limit"
+    );
+    assert_eq!(c.result(CALLER, 1), Ok(answer(b"fine").as_slice()));
+    assert_eq!(s.stats().responses_over_limit, 1);
+}
+
 // 11. Silent peers.
 
 #[test]
