@@ -289,6 +289,7 @@ impl Engine {
         peer.connect_reply_queued = false;
         for slot in &mut peer.server {
             slot.queued = false;
+            slot.overtaken_queued = false;
         }
         peer.tx.clear();
         peer.tx_done = 0;
@@ -420,6 +421,7 @@ impl Engine {
             Outcome::Answered(Status::UnknownRequestType) => Err(RpcError::UnknownRequestType),
             Outcome::Answered(Status::HandlerError) => Err(RpcError::Handler),
             Outcome::Answered(Status::TargetRestarted) => Err(RpcError::TargetRestarted),
+            Outcome::Answered(Status::Overtaken) => Err(RpcError::Overtaken),
             Outcome::Failed(e) => Err(e),
             Outcome::Pending => unreachable!("a done batch has no pending call"),
         }
@@ -629,6 +631,7 @@ impl Engine {
         let queued = match op {
             TxOp::Request(slot) => &mut peer.client[usize::from(slot)].queued,
             TxOp::Response(slot) => &mut peer.server[usize::from(slot)].queued,
+            TxOp::Overtaken(slot) => &mut peer.server[usize::from(slot)].overtaken_queued,
             TxOp::Connect => &mut peer.connect_queued,
             TxOp::ConnectReply => &mut peer.connect_reply_queued,
         };

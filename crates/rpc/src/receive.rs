@@ -7,7 +7,9 @@ use crate::caller::Outcome;
 use crate::engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 use crate::error::RpcError;
 use crate::handler::{Deferred, Registered, Request};
-use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
+use crate::session::{
+    Fragment, REQUEST_NUMBER_MAX, REQUEST_NUMBER_WINDOW, Reassembly, ServerSlot, ServerState, TxOp,
+};
 use crate::stats::Stats;
 
 impl Engine {
@@ -159,13 +161,40 @@ impl Engine {
             self.queue_tx(p, TxOp::ConnectReply);
             return;
         }
+        if !current {
+            // Meant for our previous life: never run here (at-most-once across restarts).
+            // Answered with a connect reply, whose packet header tells this life's
+            // incarnation: its client learns of the restart and fails what it had
+            // outstanding to the earlier life (`RpcError::TargetRestarted`). Nothing of
+            // the slot changes, as the client numbers its requests to this life afresh.
+            self.queue_tx(p, TxOp::ConnectReply);
+            return;
+        }
         let slot_number = header.slot;
         let request_number = header.request_number.get();
         let single = header.packet_count.get() == 1;
-        let slot = self.peers[p as usize].server_slot(slot_number);
+        let peer = &mut self.peers[p as usize];
+        let high = peer.request_number_high;
+        let slot = peer.server_slot(slot_number);
         if request_number < slot.request_number {
-            // An older request on this slot: the client already has its response.
-            self.stats.duplicate_requests_ignored += 1;
+            if header.packet_index.get() != 0 {
+                // One answer per transmission of a split request (see below).
+                self.stats.duplicate_requests_ignored += 1;
+                return;
+            }
+            // An older request on this slot. From a genuine client, a late duplicate: it
+            // has the response and moved on, and drops the answer as matching nothing.
+            // Or a request a forged (or broken) one with a higher number overtook: the
+            // answer tells its client, which fails it (it may have run before) and numbers
+            // its next requests past the slot's, so the slot serves it again (issue 29).
+            slot.overtaken = request_number;
+            self.stats.overtaken_requests_answered += 1;
+            self.queue_tx(p, TxOp::Overtaken(slot_number));
+            return;
+        }
+        if request_number > high.saturating_add(REQUEST_NUMBER_WINDOW) {
+            // No genuine client's request is this far ahead (see `REQUEST_NUMBER_WINDOW`).
+            self.stats.request_number_jumps += 1;
             return;
         }
         if request_number == slot.request_number {
@@ -197,15 +226,7 @@ impl Engine {
             slot.request_type = header.request_type;
             slot.resends = 0;
             slot.reassembly.reset();
-            if !current {
-                // Meant for our previous life: answered, never run (at-most-once across
-                // restarts), like any finished request, so duplicates get the same answer.
-                slot.response.clear();
-                slot.status = Status::TargetRestarted;
-                slot.state = ServerState::Done;
-                self.queue_tx(p, TxOp::Response(slot_number));
-                return;
-            }
+            peer.request_number_high = high.max(request_number);
         }
         let deferred = Deferred {
             peer: p,
@@ -278,6 +299,21 @@ impl Engine {
             }
         };
         let status = message.status();
+        if status == Status::Overtaken {
+            // The server's slot holds a later request than ours: number past it.
+            let later = <[u8; 8]>::try_from(message.fragment).map(u64::from_le_bytes);
+            match later {
+                Ok(later) if later > waiting.request_number && later < REQUEST_NUMBER_MAX => {
+                    peer.next_request_number = peer.next_request_number.max(later + 1);
+                    self.stats.calls_overtaken += 1;
+                }
+                // Not an answer a server writes: dropped, as a forged one may be.
+                _ => {
+                    self.stats.stale_responses += 1;
+                    return;
+                }
+            }
+        }
         let client_slot = &mut peer.client[usize::from(slot_number)];
         let call =
             &mut self.callers[usize::from(waiting.caller.0)].calls[usize::from(waiting.index)];

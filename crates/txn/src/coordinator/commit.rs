@@ -510,7 +510,8 @@ impl Txn<'_> {
                     use ferrotx_rpc::RpcError;
                     let certain_no = match result {
                         Ok(answer) => answer != [1] && answer != [crate::recovery::UNDECIDED],
-                        Err(RpcError::ConfigurationChanged) => false,
+                        // It may have been logged (before a later request took its slot).
+                        Err(RpcError::ConfigurationChanged | RpcError::Overtaken) => false,
                         Err(_) => true,
                     };
                     not_logged += usize::from(certain_no);
