@@ -65,6 +65,8 @@ pub struct Engine {
     pub(crate) members: HashMap<u16, u64, FixedState>,
     /// Highest configuration id reported as `Event::NewerConfiguration`.
     pub(crate) newest_reported: u64,
+    /// Bytes buffered for partly received requests, all peers together (`partial.rs`).
+    pub(crate) partial_request_bytes: usize,
 }
 
 impl Engine {
@@ -87,6 +89,7 @@ impl Engine {
             membership: false,
             members: HashMap::with_hasher(FixedState::with_seed(0)),
             newest_reported: 0,
+            partial_request_bytes: 0,
             config,
         }
     }
@@ -234,7 +237,7 @@ impl Engine {
                 Some(&incarnation) => {
                     if peer.incarnation != 0 && peer.incarnation != incarnation {
                         // Another life of the node: its request numbers start again.
-                        peer.reset_for_restart();
+                        self.partial_request_bytes -= peer.reset_for_restart();
                     }
                     peer.incarnation = incarnation;
                     peer.member = true;
@@ -245,6 +248,7 @@ impl Engine {
                     peer.suspect = false;
                     peer.server.clear();
                     peer.server.shrink_to_fit();
+                    self.partial_request_bytes -= std::mem::take(&mut peer.partial_request_bytes);
                 }
             }
         }

@@ -30,6 +30,7 @@ mod config;
 mod engine;
 mod error;
 mod handler;
+mod partial;
 mod receive;
 mod retransmit;
 mod rto;

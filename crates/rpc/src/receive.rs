@@ -61,7 +61,7 @@ impl Engine {
         peer.last_heard_ns = now_ns;
         let recovered = std::mem::replace(&mut peer.suspect, false);
         if restarted {
-            peer.reset_for_restart();
+            self.partial_request_bytes -= peer.reset_for_restart();
             self.stats.peer_restarts += 1;
             self.fail_outstanding(p);
         }
@@ -147,14 +147,21 @@ impl Engine {
         let current = datagram.target_incarnation() == self.config.incarnation;
         for message in datagram.messages() {
             match message.kind() {
-                MessageKind::Request => self.on_request(p, source, &message, current),
+                MessageKind::Request => self.on_request(now_ns, p, source, &message, current),
                 MessageKind::Response if current => self.on_response(p, &message, now_ns),
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
     }
 
-    fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>, current: bool) {
+    fn on_request(
+        &mut self,
+        now_ns: u64,
+        p: u32,
+        source: EndpointId,
+        message: &Message<'_>,
+        current: bool,
+    ) {
         let header = message.header;
         if header.request_type == CONNECT_REQUEST_TYPE {
             // The reply's packet header carries our incarnation; that is all it says.
@@ -225,8 +232,11 @@ impl Engine {
             slot.state = ServerState::Receiving;
             slot.request_type = header.request_type;
             slot.resends = 0;
-            slot.reassembly.reset();
+            // The client has the previous request's response; a partial one is abandoned.
+            let freed = slot.free_partial();
             peer.request_number_high = high.max(request_number);
+            peer.partial_request_bytes -= freed;
+            self.partial_request_bytes -= freed;
         }
         let deferred = Deferred {
             peer: p,
@@ -252,16 +262,31 @@ impl Engine {
             self.stats.inconsistent_fragments += 1;
             return;
         }
-        match reassemble(
+        if slot.reassembly.starts_with(header)
+            && !self.room_for_partial(p, slot_number, header.message_len.get() as usize, now_ns)
+        {
+            self.stats.partial_requests_refused += 1;
+            return;
+        }
+        let slot = &mut self.peers[p as usize].server[usize::from(slot_number)];
+        let before = slot.reassembly.buffered_bytes();
+        let outcome = reassemble(
             &mut slot.reassembly,
             &mut slot.request,
             message,
             &mut self.stats,
-        ) {
+        );
+        let after = slot.reassembly.buffered_bytes();
+        slot.progress_ns = now_ns;
+        self.account_partial(p, before, after);
+        let slot = &mut self.peers[p as usize].server[usize::from(slot_number)];
+        match outcome {
             Fragment::New {
                 complete: false, ..
             } => {}
             Fragment::New { complete: true, .. } => {
+                // The buffer goes with the request it held: kept, up to 256 slots of every
+                // peer could each hold a mebibyte outside the bounds of `partial.rs`.
                 let request = std::mem::take(&mut slot.request);
                 let done = execute(
                     &mut self.handlers,
@@ -270,7 +295,6 @@ impl Engine {
                     deferred,
                     &request,
                 );
-                slot.request = request;
                 if done {
                     self.queue_tx(p, TxOp::Response(slot_number));
                 }

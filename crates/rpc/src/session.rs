@@ -70,6 +70,23 @@ impl Reassembly {
         self.received = 0;
     }
 
+    /// Bytes its buffer holds for a message not complete yet (0 when empty or complete).
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        if self.received > 0 && self.received < self.packet_count {
+            self.message_len as usize
+        } else {
+            0
+        }
+    }
+
+    /// True if `header`'s packet would start the reassembly (again): nothing received
+    /// yet, or packets of another length or count (see `accept`).
+    pub(crate) fn starts_with(&self, header: &MessageHeader) -> bool {
+        self.received == 0
+            || self.message_len != header.message_len.get()
+            || self.packet_count != header.packet_count.get()
+    }
+
     /// Accounts for one packet of a multi-packet message (decoder-validated header).
     ///
     /// A packet that disagrees with the earlier ones comes from another transmission of
@@ -148,8 +165,11 @@ pub(crate) struct ServerSlot {
     pub(crate) state: ServerState,
     pub(crate) request_type: u8,
     pub(crate) status: Status,
-    /// Reassembly buffer of a multi-packet request.
+    /// Reassembly buffer of a multi-packet request; empty (no capacity) unless one is
+    /// partly received (see `partial.rs`).
     pub(crate) request: Vec<u8>,
+    /// When the latest packet of a partly received request arrived.
+    pub(crate) progress_ns: u64,
     /// The saved response of the last finished request.
     pub(crate) response: Vec<u8>,
     /// Times the saved response was sent again (for `transmit::first_packet`).
@@ -172,6 +192,7 @@ impl ServerSlot {
             request_type: 0,
             status: Status::Ok,
             request: Vec::new(),
+            progress_ns: 0,
             response: Vec::new(),
             resends: 0,
             queued: false,
@@ -231,6 +252,8 @@ pub(crate) struct Peer {
     pub(crate) server: Vec<ServerSlot>,
     /// Highest request number accepted as new from the peer's current life, on any slot.
     pub(crate) request_number_high: u64,
+    /// Bytes buffered for the peer's partly received requests (see `partial.rs`).
+    pub(crate) partial_request_bytes: usize,
 
     // Connection: no request is sent before the peer's incarnation is known.
     /// When the pending connect request was last sent; `None` when not connecting.
@@ -277,6 +300,7 @@ impl Peer {
             suspect: false,
             server: Vec::new(),
             request_number_high: 0,
+            partial_request_bytes: 0,
             connect_sent_ns: None,
             connect_retransmits: 0,
             connect_queued: false,
@@ -307,15 +331,18 @@ impl Peer {
     /// one answers retransmissions afresh), so partly reassembled responses are dropped.
     /// Our numbering starts again too: the new life has seen none of our requests, and
     /// accepts numbers only within `REQUEST_NUMBER_WINDOW` of those it has seen. The
-    /// caller fails what we had outstanding to the earlier life.
-    pub(crate) fn reset_for_restart(&mut self) {
+    /// caller fails what we had outstanding to the earlier life, and takes the returned
+    /// bytes of partial requests freed off the engine's count.
+    #[must_use]
+    pub(crate) fn reset_for_restart(&mut self) -> usize {
         for slot in &mut self.server {
             slot.request_number = 0;
             slot.state = ServerState::Empty;
             slot.queued = false;
             slot.overtaken_queued = false;
-            slot.reassembly.reset();
+            slot.free_partial();
         }
+        let freed = std::mem::take(&mut self.partial_request_bytes);
         self.request_number_high = 0;
         self.next_request_number = 1;
         for slot in &mut self.client {
@@ -326,5 +353,6 @@ impl Peer {
         self.connect_reply_queued = false;
         self.tx_done = 0;
         self.tx_packet = 0;
+        freed
     }
 }

@@ -30,6 +30,13 @@ pub struct Stats {
     pub request_number_jumps: u64,
     /// Calls of this client that failed with `RpcError::Overtaken`.
     pub calls_overtaken: u64,
+    /// Packets that would have started reassembling a request past the bound on bytes
+    /// buffered for partial requests, of their peer or of the engine (see `partial.rs`),
+    /// dropped; their clients retransmit.
+    pub partial_requests_refused: u64,
+    /// Partial requests dropped, silent for the largest retransmission timeout, to make
+    /// room for another.
+    pub partial_requests_evicted: u64,
     /// Responses a handler wrote over the message limit, answered as a handler error
     /// ("response over the message limit") instead.
     pub responses_over_limit: u64,

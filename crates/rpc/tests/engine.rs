@@ -315,6 +315,34 @@ impl Forge {
         assert!(push_message(&mut buf, fields, fragment, payload));
         buf
     }
+
+    /// A datagram holding the first packet (of two) of a request of `message_len` bytes.
+    fn first_packet(self, slot: u8, request_number: u64, message_len: u32) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(2048);
+        start_datagram(
+            &mut buf,
+            self.source,
+            self.target,
+            self.configuration,
+            self.incarnation,
+            self.target_incarnation,
+        );
+        let fields = MessageFields {
+            kind: MessageKind::Request,
+            request_type: ECHO,
+            status: Status::Ok,
+            slot,
+            request_number,
+        };
+        let fragment = FragmentInfo {
+            message_len,
+            offset: 0,
+            packet_index: 0,
+            packet_count: 2,
+        };
+        assert!(push_message(&mut buf, fields, fragment, &[1; 16]));
+        buf
+    }
 }
 
 // 1. Duplicated request.
@@ -493,6 +521,65 @@ fn a_slot_overtaken_by_a_forged_request_serves_its_client_again() {
     }
     assert_eq!(s.stats().overtaken_requests_answered, 1);
     assert_eq!(c.stats().calls_overtaken, 1);
+}
+
+/// Issue 29: every peer could open a reassembly on each of 256 slots, each buffering a
+/// whole message (up to 1 MiB and 64 KiB) however little of it arrived. The bytes of
+/// partial requests are bounded per peer and per engine; beyond, packets are refused and
+/// counted, and silent partial requests make room once stale.
+#[test]
+fn partial_requests_are_bounded_per_peer_and_per_engine() {
+    let (mut s, _log) = server(Config::default());
+    let largest = MAX_MESSAGE_BYTES;
+    let mut now = 0;
+    let peer_max = 8 << 20;
+    let engine_max = 64 << 20;
+    // One peer, every slot.
+    for slot in 0..=255u8 {
+        let forged = Forge::new(OTHER, SERVER).first_packet(slot, 1, largest);
+        s.handle_datagram(now, Some(OTHER), &forged);
+    }
+    assert!(
+        s.partial_request_bytes() <= peer_max,
+        "one peer buffered too much"
+    );
+    assert!(s.partial_request_bytes() > peer_max - largest as usize);
+    assert!(s.stats().partial_requests_refused >= 240);
+    // Many peers.
+    for node in 3..40u16 {
+        let peer = EndpointId::new(node, 0);
+        for slot in 0..=255u8 {
+            let forged = Forge::new(peer, SERVER).first_packet(slot, 1, largest);
+            s.handle_datagram(now, Some(peer), &forged);
+        }
+    }
+    assert!(
+        s.partial_request_bytes() <= engine_max,
+        "the engine buffered too much"
+    );
+    assert!(s.partial_request_bytes() > engine_max - largest as usize);
+    assert_eq!(s.stats().partial_requests_evicted, 0, "none is stale yet");
+
+    // A genuine split request now: refused at first, then served once the partial
+    // requests are stale and evicted (its client retransmits meanwhile).
+    let mut c = client(Config::default());
+    let payload = pattern(500_000, 3);
+    send(&mut c, now, std::slice::from_ref(&payload));
+    let mut done = false;
+    for _ in 0..5000 {
+        settle(&mut c, &mut s, now);
+        if c.is_done(CALLER) {
+            done = true;
+            break;
+        }
+        fire_timeout(&mut c, &mut now);
+    }
+    assert!(done, "the genuine request was never served");
+    // Refused while the others were fresh, served once they were stale.
+    assert!(now >= Config::default().rto_max_ns);
+    assert_answered(&mut c, &[payload]);
+    assert!(s.stats().partial_requests_evicted > 0);
+    assert!(s.partial_request_bytes() <= engine_max);
 }
 
 // 3. Lost request.
