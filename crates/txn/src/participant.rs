@@ -517,6 +517,13 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if record.write_count() == 0 {
+            // A coordinator locks only where it writes. Granted, a LOCK with no writes
+            // would be kept until a COMMIT-PRIMARY or ABORT its sender need never send,
+            // and each naming another transaction, they would grow `locked` without
+            // bound (issue 29).
+            return Err(HandlerError("a LOCK with no writes"));
+        }
         if record.tx.configuration < self.configuration {
             // A commit of an older view: its outcome is recovery's.
             response.push(crate::recovery::UNDECIDED);

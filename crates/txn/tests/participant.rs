@@ -514,6 +514,28 @@ fn records_with_versions_past_the_largest_are_refused() {
     assert_eq!(p.stats().requests_refused, 3);
 }
 
+/// Issue 29: a LOCK with no writes was granted and kept until a COMMIT-PRIMARY or ABORT
+/// that a forged or broken sender never sends, so such LOCKs, each naming another
+/// transaction, grew the participant without bound. A coordinator sends LOCK only to
+/// primaries it writes at, so one with no writes is refused.
+#[test]
+fn a_lock_with_no_writes_is_refused() {
+    let (mut p, _, _) = node();
+    for counter in 1..=100 {
+        let mut response = Vec::new();
+        assert!(
+            p.handle(
+                Participant::lock,
+                &record(counter, vec![], 0),
+                &mut response
+            )
+            .is_err()
+        );
+    }
+    assert_eq!(p.locked_transactions(), 0);
+    assert_eq!(p.stats().requests_refused, 100);
+}
+
 /// A second LOCK of a transaction that holds locks here is refused, and the locks of the
 /// first stay held until its COMMIT-PRIMARY.
 #[test]
