@@ -61,7 +61,18 @@ struct Cluster {
     /// Node `n` at index `n - 1`.
     nodes: Vec<Node>,
     now_ns: u64,
+    /// Decides which datagrams of a node (given its number) to the coordinator are lost.
+    lose: Option<Lose>,
+    /// Datagrams to deliver to nodes as if from the coordinator (forged ones), at the
+    /// next exchange.
+    forged: Forged,
 }
+
+/// Decides whether a datagram from a node (given its number) to the coordinator is lost.
+type Lose = Box<dyn FnMut(u16, &[u8]) -> bool>;
+
+/// Datagrams to deliver to nodes (given their numbers) as if from the coordinator.
+type Forged = Rc<RefCell<Vec<(u16, Vec<u8>)>>>;
 
 impl Cluster {
     fn new(layout: Layout) -> Self {
@@ -93,6 +104,8 @@ impl Cluster {
             schema,
             nodes,
             now_ns: 0,
+            lose: None,
+            forged: Rc::default(),
         }
     }
 
@@ -159,10 +172,19 @@ impl Cluster {
         self.now_ns += 1_000;
         let now = self.now_ns;
         self.executor.shared().set_now_ns(now);
+        if self.lose.is_some() {
+            // Datagrams are lost: the coordinator retransmits.
+            self.executor.shared().engine().handle_timeout(now);
+        }
         self.executor.run();
         let mut tx = TxBatch::new(64, UDP_MAX_PAYLOAD_BYTES);
         loop {
             let mut moved = false;
+            for (node, datagram) in self.forged.borrow_mut().drain(..) {
+                let engine = &mut self.nodes[usize::from(node - 1)].engine;
+                engine.handle_datagram(now, Some(COORDINATOR), &datagram);
+                moved = true;
+            }
             loop {
                 self.executor.shared().engine().poll_transmit(&mut tx);
                 if tx.is_empty() {
@@ -184,6 +206,11 @@ impl Cluster {
                     }
                     for (target, datagram) in tx.iter() {
                         assert_eq!(target, COORDINATOR);
+                        if let Some(lose) = self.lose.as_mut()
+                            && lose(source.node(), datagram)
+                        {
+                            continue;
+                        }
                         let mut engine = self.executor.shared().engine();
                         engine.handle_datagram(now, Some(source), datagram);
                     }
@@ -381,5 +408,51 @@ fn a_lock_granted_without_its_versions_aborts_the_commit() {
     assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
     let node = cluster.node(1);
     Participant::register(&node.participant, &mut node.engine);
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// Issue 29: the primary ran a LOCK and its answer was lost; before the coordinator's
+/// retransmission arrived, a forged request with a later number took the RPC slot, so the
+/// retransmission fails with `RpcError::Overtaken`. The LOCK may hold locks there: the
+/// coordinator counts it as locked and releases it, rather than leave the objects locked
+/// for good.
+#[test]
+fn a_lock_overtaken_by_a_forged_request_is_released() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    let forged = cluster.forged.clone();
+    let mut lost = false;
+    cluster.lose = Some(Box::new(move |node, datagram| {
+        let datagram = ferrotx_wire::decode(datagram).unwrap();
+        let Some(lock) = datagram.messages().find(|m| {
+            m.kind() == ferrotx_wire::MessageKind::Response
+                && m.header.request_type == request_type::LOCK
+        }) else {
+            return false;
+        };
+        if lost || node != 1 {
+            return false;
+        }
+        lost = true;
+        let mut buf = Vec::with_capacity(256);
+        ferrotx_wire::start_datagram(&mut buf, COORDINATOR, EndpointId::new(1, 0), 1, 1, 1);
+        let fields = ferrotx_wire::MessageFields {
+            kind: ferrotx_wire::MessageKind::Request,
+            request_type: request_type::READ,
+            status: ferrotx_wire::Status::Ok,
+            slot: lock.header.slot,
+            request_number: lock.header.request_number.get() + 3,
+        };
+        let whole = ferrotx_wire::FragmentInfo::whole(1);
+        assert!(ferrotx_wire::push_message(&mut buf, fields, whole, &[0]));
+        forged.borrow_mut().push((1, buf));
+        true
+    }));
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    assert_eq!(
+        cluster.executor.shared().engine().stats().calls_overtaken,
+        1
+    );
+    cluster.lose = None;
     assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
 }

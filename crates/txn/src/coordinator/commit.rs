@@ -342,7 +342,7 @@ impl Txn<'_> {
             let writes = &self.writes;
             let note = &self.note;
             coordinator
-                .round(
+                .round_results(
                     self.co,
                     lock_type,
                     lock_handler,
@@ -360,7 +360,18 @@ impl Txn<'_> {
                         );
                         append_record_note(note, buffer);
                     },
-                    |node, answer| {
+                    |node, result| {
+                        let answer = match result {
+                            Ok(answer) => answer,
+                            // A later request took the primary's RPC slot (forged, or a
+                            // broken peer's): this LOCK may have run and hold locks there,
+                            // so it is counted as locked, released, and the commit fails.
+                            Err(ferrotx_rpc::RpcError::Overtaken) => {
+                                malformed = true;
+                                return true;
+                            }
+                            Err(_) => return false,
+                        };
                         if answer.first() != Some(&1) {
                             out_of_memory |= answer == [crate::participant::OUT_OF_MEMORY];
                             return false;
