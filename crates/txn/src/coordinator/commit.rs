@@ -15,6 +15,12 @@ use crate::messages::{
 };
 use crate::participant::{Participant, ParticipantHandler};
 
+/// Times a COMMIT-PRIMARY overtaken in the RPC layer is sent in all (see
+/// `Txn::send_commit_primary`): each overtaking takes a forged or broken request, so a few
+/// tries get through; past them the objects stay locked until a configuration change
+/// runs recovery.
+const COMMIT_PRIMARY_SENDS_MAX: usize = 4;
+
 /// One read-write commit in progress: its id, where its messages go, and how far it
 /// got. Each phase asserts that the ones before it finished.
 struct Commit {
@@ -588,34 +594,52 @@ impl Txn<'_> {
         // those, never return their old values).
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
-            let answers = self
-                .coordinator
-                .round(
-                    self.co,
-                    request_type::COMMIT_PRIMARY,
-                    Participant::commit_primary,
-                    first,
-                    |_, buffer| encode_tx(&tx, buffer),
-                    yes,
-                )
-                .await;
-            all &= answers.iter().all(|(_, ok)| *ok);
+            all &= self.send_commit_primary(&tx, first).await;
             buggify_delay(self.co).await;
             primaries = rest;
         }
-        let answers = self
-            .coordinator
-            .round(
-                self.co,
-                request_type::COMMIT_PRIMARY,
-                Participant::commit_primary,
-                primaries,
-                |_, buffer| encode_tx(&tx, buffer),
-                yes,
-            )
-            .await;
-        all &= answers.iter().all(|(_, ok)| *ok);
+        all &= self.send_commit_primary(&tx, primaries).await;
         all
+    }
+
+    /// Sends COMMIT-PRIMARY of `tx` to `nodes`: true if every one acknowledged. One
+    /// overtaken in the RPC layer (`RpcError::Overtaken`: a forged or broken request took
+    /// its slot, so it may not have run) is sent again, at most
+    /// `COMMIT_PRIMARY_SENDS_MAX` times in all: not run, it would leave the transaction's
+    /// objects locked there, and run twice it installs once (the second finds nothing
+    /// locked and acknowledges all the same).
+    async fn send_commit_primary(&self, tx: &TxId, nodes: &[u16]) -> bool {
+        let mut nodes = nodes.to_vec();
+        let mut all = true;
+        for _ in 0..COMMIT_PRIMARY_SENDS_MAX {
+            let mut overtaken = Vec::new();
+            let answers = self
+                .coordinator
+                .round_results(
+                    self.co,
+                    request_type::COMMIT_PRIMARY,
+                    Participant::commit_primary,
+                    &nodes,
+                    |_, buffer| encode_tx(tx, buffer),
+                    |node, result| match result {
+                        Ok(answer) => answer == [1],
+                        Err(ferrotx_rpc::RpcError::Overtaken) => {
+                            overtaken.push(node);
+                            false
+                        }
+                        Err(_) => false,
+                    },
+                )
+                .await;
+            all &= answers
+                .iter()
+                .all(|(node, ok)| *ok || overtaken.contains(node));
+            if overtaken.is_empty() {
+                return all;
+            }
+            nodes = overtaken;
+        }
+        false
     }
 
     /// FaRM 4 step 5, TRUNCATE, lazily: the transaction has ended (committed at every
