@@ -502,3 +502,30 @@ fn a_commit_primary_overtaken_by_a_forged_request_is_sent_again() {
     put(&mut cluster, 3).unwrap();
     assert_eq!(cluster.value_at(1, 7), Some(3));
 }
+
+/// As above for ABORT: a backup refuses COMMIT-BACKUP, and the ABORT to the primary is
+/// lost and overtaken. The coordinator sends it again, so the primary lets go of the
+/// objects.
+#[test]
+fn an_abort_overtaken_by_a_forged_request_is_sent_again() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    cluster.node(3).engine.register(
+        request_type::COMMIT_BACKUP,
+        Box::new(|_, _| Err(HandlerError("refused"))),
+    );
+    overtake_first(
+        &mut cluster,
+        ferrotx_wire::MessageKind::Request,
+        request_type::ABORT,
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    assert_eq!(
+        cluster.executor.shared().engine().stats().calls_overtaken,
+        1
+    );
+    cluster.lose = None;
+    let node = cluster.node(3);
+    Participant::register(&node.participant, &mut node.engine);
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}

@@ -15,11 +15,11 @@ use crate::messages::{
 };
 use crate::participant::{Participant, ParticipantHandler};
 
-/// Times a COMMIT-PRIMARY overtaken in the RPC layer is sent in all (see
-/// `Txn::send_commit_primary`): each overtaking takes a forged or broken request, so a few
-/// tries get through; past them the objects stay locked until a configuration change
-/// runs recovery.
-const COMMIT_PRIMARY_SENDS_MAX: usize = 4;
+/// Times a COMMIT-PRIMARY or ABORT overtaken in the RPC layer is sent in all (see
+/// `Txn::send_again_if_overtaken`): each overtaking takes a forged or broken request, so
+/// a few tries get through; past them the objects stay locked until a configuration
+/// change runs recovery.
+const SENDS_IF_OVERTAKEN_MAX: usize = 4;
 
 /// One read-write commit in progress: its id, where its messages go, and how far it
 /// got. Each phase asserts that the ones before it finished.
@@ -594,31 +594,40 @@ impl Txn<'_> {
         // those, never return their old values).
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
-            all &= self.send_commit_primary(&tx, first).await;
+            all &= self
+                .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, first)
+                .await;
             buggify_delay(self.co).await;
             primaries = rest;
         }
-        all &= self.send_commit_primary(&tx, primaries).await;
+        all &= self
+            .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, primaries)
+            .await;
         all
     }
 
-    /// Sends COMMIT-PRIMARY of `tx` to `nodes`: true if every one acknowledged. One
-    /// overtaken in the RPC layer (`RpcError::Overtaken`: a forged or broken request took
-    /// its slot, so it may not have run) is sent again, at most
-    /// `COMMIT_PRIMARY_SENDS_MAX` times in all: not run, it would leave the transaction's
-    /// objects locked there, and run twice it installs once (the second finds nothing
-    /// locked and acknowledges all the same).
-    async fn send_commit_primary(&self, tx: &TxId, nodes: &[u16]) -> bool {
+    /// Sends COMMIT-PRIMARY or ABORT (`request_type`) of `tx` to `nodes`: true if every
+    /// one acknowledged. One overtaken in the RPC layer (`RpcError::Overtaken`: a forged
+    /// or broken request took its slot, so it may not have run) is sent again, at most
+    /// `SENDS_IF_OVERTAKEN_MAX` times in all: not run, it would leave the transaction's
+    /// objects locked there, and both are idempotent (run again, they find nothing locked
+    /// and acknowledge all the same).
+    async fn send_again_if_overtaken(&self, request_type: u8, tx: &TxId, nodes: &[u16]) -> bool {
+        let handler: ParticipantHandler = match request_type {
+            request_type::COMMIT_PRIMARY => Participant::commit_primary,
+            request_type::ABORT => Participant::abort,
+            _ => unreachable!("only COMMIT-PRIMARY and ABORT are sent again"),
+        };
         let mut nodes = nodes.to_vec();
         let mut all = true;
-        for _ in 0..COMMIT_PRIMARY_SENDS_MAX {
+        for _ in 0..SENDS_IF_OVERTAKEN_MAX {
             let mut overtaken = Vec::new();
             let answers = self
                 .coordinator
                 .round_results(
                     self.co,
-                    request_type::COMMIT_PRIMARY,
-                    Participant::commit_primary,
+                    request_type,
+                    handler,
                     &nodes,
                     |_, buffer| encode_tx(tx, buffer),
                     |node, result| match result {
@@ -725,17 +734,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.before_release") {
             buggify_delay(self.co).await;
         }
-        self.coordinator
-            .round(
-                self.co,
-                request_type::ABORT,
-                Participant::abort,
-                nodes,
-                |_, buffer| encode_tx(&tx, buffer),
-                yes,
-            )
+        self.send_again_if_overtaken(request_type::ABORT, &tx, nodes)
             .await
-            .iter()
-            .all(|(_, ok)| *ok)
     }
 }
