@@ -157,6 +157,9 @@ pub struct ShipStats {
     pub answered_again: u64,
     /// As a primary: requests answered "ask again".
     pub retries_asked: u64,
+    /// As a primary: requests refused without running (malformed, an unknown procedure
+    /// or partition, another thread's partition).
+    pub refused: u64,
 }
 
 impl ShipStats {
@@ -169,6 +172,7 @@ impl ShipStats {
             batch_retries: stats.ship_batch_retries,
             answered_again: stats.ship_answered_again,
             retries_asked: stats.ship_retries_asked,
+            refused: stats.ship_refused,
         }
     }
 
@@ -180,6 +184,7 @@ impl ShipStats {
         self.batch_retries += other.batch_retries;
         self.answered_again += other.answered_again;
         self.retries_asked += other.retries_asked;
+        self.refused += other.refused;
     }
 
     /// `self - earlier`, counter by counter (counters only grow).
@@ -191,14 +196,15 @@ impl ShipStats {
             batch_retries: self.batch_retries - earlier.batch_retries,
             answered_again: self.answered_again - earlier.answered_again,
             retries_asked: self.retries_asked - earlier.retries_asked,
+            refused: self.refused - earlier.refused,
         }
     }
 }
 
 /// One worker thread's [`ShipStats`] as its worker last published them (every 32 loop
-/// iterations when they changed: six relaxed stores).
+/// iterations when they changed: seven relaxed stores).
 #[derive(Default)]
-struct PublishedShip([AtomicU64; 6]);
+struct PublishedShip([AtomicU64; 7]);
 
 impl PublishedShip {
     fn store(&self, stats: &ShipStats) {
@@ -209,6 +215,7 @@ impl PublishedShip {
             stats.batch_retries,
             stats.answered_again,
             stats.retries_asked,
+            stats.refused,
         ];
         for (published, value) in self.0.iter().zip(values) {
             published.store(value, Ordering::Relaxed);
@@ -216,13 +223,14 @@ impl PublishedShip {
     }
 
     fn add_to(&self, sum: &mut ShipStats) {
-        let [a, b, c, d, e, f] = &self.0;
+        let [a, b, c, d, e, f, g] = &self.0;
         sum.shipped += a.load(Ordering::Relaxed);
         sum.operations += b.load(Ordering::Relaxed);
         sum.batches += c.load(Ordering::Relaxed);
         sum.batch_retries += d.load(Ordering::Relaxed);
         sum.answered_again += e.load(Ordering::Relaxed);
         sum.retries_asked += f.load(Ordering::Relaxed);
+        sum.refused += g.load(Ordering::Relaxed);
     }
 }
 

@@ -54,11 +54,13 @@ impl Engine {
             match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => peer.client[usize::from(slot)].queued = false,
                 TxOp::Response(slot) => peer.server[usize::from(slot)].queued = false,
+                TxOp::Overtaken(slot) => peer.server[usize::from(slot)].overtaken_queued = false,
                 TxOp::Connect => peer.connect_queued = false,
                 TxOp::ConnectReply => peer.connect_reply_queued = false,
             }
             // `round` counts earlier transmissions of the message: split messages start each
             // round at another packet (see `first_packet`).
+            let slot_number_bytes;
             let (fields, payload, round) = match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => match peer.client[usize::from(slot)].waiting {
                     Some(w) => {
@@ -111,6 +113,18 @@ impl Engine {
                         request_number: s.request_number,
                     };
                     (fields, s.response.as_slice(), s.resends)
+                }
+                TxOp::Overtaken(slot) => {
+                    let s = &peer.server[usize::from(slot)];
+                    let fields = MessageFields {
+                        kind: MessageKind::Response,
+                        request_type: s.request_type,
+                        status: Status::Overtaken,
+                        slot,
+                        request_number: s.overtaken,
+                    };
+                    slot_number_bytes = s.request_number.to_le_bytes();
+                    (fields, &slot_number_bytes[..], 0)
                 }
             };
             // A message that fits one packet could be written as the case

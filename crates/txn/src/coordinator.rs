@@ -305,6 +305,11 @@ impl Coordinator {
         self.placement.borrow().partition_of(table, key)
     }
 
+    /// Whether `partition` exists in the current configuration.
+    pub fn has_partition(&self, partition: u32) -> bool {
+        self.placement.borrow().contains(partition)
+    }
+
     /// The primary of `partition` in the current configuration ([`NO_PRIMARY`] if it
     /// has no copy left).
     pub fn primary_of_partition(&self, partition: u32) -> u16 {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
-use ferrotx_store::{Memory, Partition};
+use ferrotx_store::{Memory, Partition, VERSION_MAX};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -207,6 +207,9 @@ pub struct ParticipantStats {
     pub records_applied: u64,
     /// Most records any one coordinator thread's log held here at once.
     pub log_records_high_water: u64,
+    /// Requests refused with a handler error (malformed, not hosted, a version or a
+    /// count out of range, a full log), through [`Participant::handle`].
+    pub requests_refused: u64,
 }
 
 /// What this participant thread knows of one coordinator thread: its log here (as a
@@ -274,6 +277,8 @@ pub const OUT_OF_MEMORY: u8 = 3;
 pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
 
 const MALFORMED: HandlerError = HandlerError("malformed message");
+const VERSION_TOO_LARGE: HandlerError =
+    HandlerError("a write's version is past the largest an object holds");
 const NOT_HOSTED: HandlerError = HandlerError("partition not hosted in that role here");
 
 impl Participant {
@@ -370,10 +375,27 @@ impl Participant {
             engine.register(
                 request_type,
                 Box::new(move |request, response| {
-                    handler(&mut participant.borrow_mut(), request.payload, response)
+                    participant
+                        .borrow_mut()
+                        .handle(handler, request.payload, response)
                 }),
             );
         }
+    }
+
+    /// Runs `handler` on a request's `payload`, counting its refusal if it refuses
+    /// ([`ParticipantStats::requests_refused`]): what [`Participant::register`] installs.
+    pub fn handle(
+        &mut self,
+        handler: ParticipantHandler,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let result = handler(self, payload, response);
+        if result.is_err() {
+            self.stats.requests_refused += 1;
+        }
+        result
     }
 
     /// FETCH (data recovery, [`crate::refill`]): a page of a partition's objects from this
@@ -496,6 +518,13 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if record.write_count() == 0 {
+            // A coordinator locks only where it writes. Granted, a LOCK with no writes
+            // would be kept until a COMMIT-PRIMARY or ABORT its sender need never send,
+            // and each naming another transaction, they would grow `locked` without
+            // bound (issue 29).
+            return Err(HandlerError("a LOCK with no writes"));
+        }
         if record.tx.configuration < self.configuration {
             // A commit of an older view: its outcome is recovery's.
             response.push(crate::recovery::UNDECIDED);
@@ -707,8 +736,13 @@ impl Participant {
             let Some(partition) = self.store.get(write.partition, Role::Backup) else {
                 return Err(NOT_HOSTED);
             };
-            // What truncation will apply must be applicable: a table this node has, a
-            // value that fits it (the primary checked the same at LOCK).
+            // What truncation will apply must be applicable: a version it can raise
+            // (it applies the next one, which must fit an object's header), a table
+            // this node has, a value that fits it (the primary checked the same at LOCK).
+            // Refused here, or truncation would panic on it later (issue 29).
+            if write.version >= VERSION_MAX {
+                return Err(VERSION_TOO_LARGE);
+            }
             if !partition.has_table(write.table)
                 || write
                     .value

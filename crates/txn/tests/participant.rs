@@ -476,6 +476,66 @@ fn records_a_backup_could_not_apply_are_refused() {
     assert_eq!((outcome.version, out), (1, 5u64.to_le_bytes().to_vec()));
 }
 
+/// Issue 29: a COMMIT-BACKUP whose write carries a version at or past the largest an
+/// object holds (truncation applies it at the version after) was logged, and panicked
+/// the backup at truncation. It is refused when it arrives.
+#[test]
+fn records_with_versions_past_the_largest_are_refused() {
+    let (mut p, _, _) = node();
+    for (counter, version) in [
+        (1, ferrotx_store::VERSION_MAX),
+        (2, ferrotx_store::VERSION_MAX + 1),
+        (3, u64::MAX - 1),
+    ] {
+        let mut response = Vec::new();
+        let bad = record(counter, vec![write(BACKUP, 1, version, 6)], 0);
+        assert!(
+            p.handle(Participant::commit_backup, &bad, &mut response)
+                .is_err(),
+            "version {version:#x} was logged"
+        );
+    }
+    // A truncation that covers them applies nothing (before the fix: a panic here).
+    let mut truncate = Vec::new();
+    ferrotx_txn::messages::encode_truncate((2, 0, 1), 3, &mut truncate);
+    call(Participant::truncate_message, &mut p, &truncate);
+    assert_eq!(p.stats().records_applied, 0);
+    // The largest version that can still be applied is logged and applied.
+    let fine = record(
+        4,
+        vec![write(BACKUP, 1, ferrotx_store::VERSION_MAX - 1, 6)],
+        0,
+    );
+    assert_eq!(call(Participant::commit_backup, &mut p, &fine), [1]);
+    truncate.clear();
+    ferrotx_txn::messages::encode_truncate((2, 0, 1), 4, &mut truncate);
+    call(Participant::truncate_message, &mut p, &truncate);
+    assert_eq!(p.stats().records_applied, 1);
+    assert_eq!(p.stats().requests_refused, 3);
+}
+
+/// Issue 29: a LOCK with no writes was granted and kept until a COMMIT-PRIMARY or ABORT
+/// that a forged or broken sender never sends, so such LOCKs, each naming another
+/// transaction, grew the participant without bound. A coordinator sends LOCK only to
+/// primaries it writes at, so one with no writes is refused.
+#[test]
+fn a_lock_with_no_writes_is_refused() {
+    let (mut p, _, _) = node();
+    for counter in 1..=100 {
+        let mut response = Vec::new();
+        assert!(
+            p.handle(
+                Participant::lock,
+                &record(counter, vec![], 0),
+                &mut response
+            )
+            .is_err()
+        );
+    }
+    assert_eq!(p.locked_transactions(), 0);
+    assert_eq!(p.stats().requests_refused, 100);
+}
+
 /// A second LOCK of a transaction that holds locks here is refused, and the locks of the
 /// first stay held until its COMMIT-PRIMARY.
 #[test]
