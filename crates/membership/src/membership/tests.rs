@@ -587,6 +587,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
             let mut other = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(2),
+                n,
                 message,
                 &mut other,
             );
@@ -594,6 +595,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
             let mut flipped = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(1),
+                n,
                 message,
                 &mut flipped,
             );
