@@ -1310,6 +1310,16 @@ impl Membership {
             self.stats.dropped += 1;
             return;
         }
+        // A view from the network is checked before anything reads it (a member listed
+        // twice, a copy on a non-member, another partition count): a peer with a bug must
+        // not make this node install, or panic on, a view the CM could never have made.
+        if !v.is_ended()
+            && let Err(e) = v.check(&self.config)
+        {
+            tracing::warn!(from = m.from, "NEW-CONFIG refused: {e}");
+            self.stats.dropped += 1;
+            return;
+        }
         if v.id == my_id {
             if self.installed && self.is_member_of_view() && self.phase != Phase::Joining {
                 if self.phase == Phase::Member {

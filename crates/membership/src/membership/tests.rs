@@ -544,6 +544,9 @@ fn forged_removal(h: &Harness) -> Message {
     let mut view = h.coordination.current().unwrap();
     view.id += 1;
     view.members.retain(|m| m.node != 1);
+    for copies in &mut view.copies {
+        copies.retain(|&n| n != 1);
+    }
     Message {
         from: view.cm,
         incarnation: h.incarnations[view.cm as usize],
@@ -639,4 +642,31 @@ fn a_sealed_lease_datagram_is_taken_once() {
     m2.on_datagram(now, &sealed);
     assert_eq!(m2.stats().auth_refused[Refusal::OtherReceiver.index()], 1);
     assert_ne!(m2.view().unwrap().id, forged.view);
+}
+
+#[test]
+fn a_new_config_the_cm_could_never_make_is_refused() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    let before = h.coordination.current().unwrap();
+    let mut twice = forged_removal(&h);
+    if let Body::NewConfig(view) = &mut twice.body {
+        // Node 1 back, listed twice (found by the membership fuzz target: backup_cms
+        // panicked on it).
+        let one = before.members.iter().find(|m| m.node == 1).unwrap().clone();
+        view.members.push(one.clone());
+        view.members.push(one);
+    }
+    let now = h.now;
+    for n in 0..3u16 {
+        h.nodes[n as usize]
+            .as_mut()
+            .unwrap()
+            .on_message(now, twice.clone());
+        h.drain(n);
+        assert_eq!(h.node(n).view().unwrap().id, before.id, "node {n} took it");
+    }
+    h.run_for(5 * LEASE_NS);
+    assert_eq!(h.coordination.current().unwrap(), before);
+    assert!(h.all_serving(&[0, 1, 2]));
 }
