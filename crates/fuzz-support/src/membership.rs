@@ -390,6 +390,26 @@ impl Cluster {
     }
 }
 
+/// The operations `data` stands for, one per line (to read a crash's input).
+#[doc(hidden)]
+pub fn describe(data: &[u8]) -> String {
+    let mut input = Unstructured::new(data);
+    let Ok(nodes) = u8::arbitrary(&mut input) else {
+        return String::new();
+    };
+    let mut lines = format!("{} nodes\n", nodes % 4 + 1);
+    for _ in 0..OPS_MAX {
+        if input.is_empty() {
+            break;
+        }
+        match Op::arbitrary(&mut input) {
+            Ok(op) => lines.push_str(&format!("{op:?}\n")),
+            Err(_) => break,
+        }
+    }
+    lines
+}
+
 /// Decodes `data` as a message, then runs it as a cluster's schedule.
 pub fn run(data: &[u8]) {
     summary(data);

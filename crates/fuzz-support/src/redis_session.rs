@@ -531,6 +531,26 @@ impl Harness {
     }
 }
 
+/// The operations `data` stands for, one per line (to read a crash's input).
+#[doc(hidden)]
+pub fn describe(data: &[u8]) -> String {
+    let mut input = Unstructured::new(data);
+    let Ok(settings) = Settings::arbitrary(&mut input) else {
+        return String::new();
+    };
+    let mut lines = format!("{settings:?}\n");
+    for _ in 0..OPS_MAX {
+        if input.is_empty() {
+            break;
+        }
+        match Op::arbitrary(&mut input) {
+            Ok(op) => lines.push_str(&format!("{op:?}\n")),
+            Err(_) => break,
+        }
+    }
+    lines
+}
+
 /// Runs the operations of `data` on a connection, then drains it and checks its output.
 pub fn run(data: &[u8]) {
     transcript(data);
