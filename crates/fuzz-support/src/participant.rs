@@ -246,15 +246,21 @@ enum Op {
     },
     /// The node goes past its memory limit, or back under it.
     Memory(bool),
-    /// A reconfiguration: the participant serves a newer view (same partitions).
-    Reconfigure(u8),
+    /// A reconfiguration: the participant serves view `configuration`; `roles` bit 0
+    /// swaps the two partitions' roles (the backup promoted, the primary demoted), bits 1
+    /// and 2 block partition 0 and 1 for recovery.
+    Reconfigure {
+        configuration: u8,
+        roles: u8,
+    },
 }
 
 struct Node {
     /// Requests that would only hit an open bug again are not sent (see [`run`]).
     avoid_open_bugs: bool,
     participant: Participant,
-    store: Arc<NodeStore>,
+    /// The node's two partitions: 0 and 1.
+    partitions: [Arc<Partition>; 2],
     memory: Arc<Memory>,
     /// Records sent so far, for [`Op::Again`].
     records: Vec<LockRecord>,
@@ -278,22 +284,40 @@ impl Node {
                 }
             }
         }
-        let mut store = NodeStore::new();
-        store.host(Role::Primary, primary);
-        store.host(Role::Backup, backup);
-        let store = Arc::new(store);
+        let partitions = [primary, backup];
+        let store = Self::store(&partitions, 0);
         let memory = Arc::new(Memory::with_limit(MEMORY_LIMIT_BYTES));
         let mut participant = Participant::new(store.clone());
         participant.set_memory(memory.clone());
         Self {
             avoid_open_bugs,
             participant,
-            store,
+            partitions,
             memory,
             records: Vec::new(),
             request: Vec::new(),
             response: Vec::new(),
         }
+    }
+
+    /// The store of `partitions` in the roles `roles` says ([`Op::Reconfigure`]).
+    fn store(partitions: &[Arc<Partition>; 2], roles: u8) -> Arc<NodeStore> {
+        let swapped = roles & 1 == 1;
+        let mut store = NodeStore::new();
+        store.host(
+            if swapped { Role::Backup } else { Role::Primary },
+            partitions[0].clone(),
+        );
+        store.host(
+            if swapped { Role::Primary } else { Role::Backup },
+            partitions[1].clone(),
+        );
+        for id in 0..2 {
+            if roles & (2 << id) != 0 {
+                store.block(id, 1);
+            }
+        }
+        Arc::new(store)
     }
 
     /// Calls `handler` with the request built in `self.request`; refusals are fine.
@@ -497,9 +521,13 @@ impl Node {
                 self.memory
                     .set_store(if over { MEMORY_LIMIT_BYTES + 1 } else { 0 })
             }
-            Op::Reconfigure(configuration) => {
+            Op::Reconfigure {
+                configuration,
+                roles,
+            } => {
+                let store = Self::store(&self.partitions, roles);
                 self.participant
-                    .set_store(u64::from(configuration % 3), self.store.clone());
+                    .set_store(u64::from(configuration % 3), store);
             }
         }
     }
