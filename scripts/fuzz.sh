@@ -10,7 +10,8 @@
 # Each target starts from its committed corpus (fuzz/corpus/<target>) and its regression
 # inputs (fuzz/regressions/<target>); new inputs go to fuzz/target/fuzz-work/<target>
 # (ignored by git). With --update-corpus, they are added to fuzz/corpus/<target>, which
-# is then minimised (`cargo fuzz cmin`): commit the result. With --keep-going, libFuzzer
+# is then minimised (`cargo fuzz cmin`, keeping every edge) and given its seed inputs
+# again (`--example fuzz_seeds`): commit the result. With --keep-going, libFuzzer
 # runs in fork mode and carries on past crashes, timeouts and out-of-memory inputs
 # (otherwise a target stops at its first crash). Crashes land in fuzz/artifacts/<target>/;
 # minimise one with `cargo fuzz tmin <target> <file>` and commit it under
@@ -50,6 +51,7 @@ cargo fuzz build -O
 
 mkdir -p target/fuzz-logs
 summary=()
+reseed=0
 for target in "${targets[@]}"; do
   work=target/fuzz-work/$target
   log=target/fuzz-logs/$target.log
@@ -76,7 +78,10 @@ for target in "${targets[@]}"; do
   [ "$status" != 0 ] && result="stopped (status $status): see fuzz/$log"
   if [ $update_corpus = 1 ]; then
     cp -n "$work"/* "corpus/$target"/ 2>/dev/null || true
-    cargo fuzz cmin -O "$target" "corpus/$target" >>"$log" 2>&1
+    # Edges only (no hit counts): the corpus keeps every edge reached (`cov:`) in a few
+    # hundred files rather than every feature (`ft:`) in thousands.
+    cargo fuzz cmin -O "$target" "corpus/$target" -- -use_counters=0 >>"$log" 2>&1
+    reseed=1
   fi
   corpus=$(find "corpus/$target" -maxdepth 1 -type f | wc -l)
   line=$(printf '%-14s %9s execs %7s exec/s  cov %6s  ft %7s  corpus %5s  crashes %3s  %s' \
@@ -84,6 +89,11 @@ for target in "${targets[@]}"; do
   echo "$line"
   summary+=("$line")
 done
+
+if [ $reseed = 1 ]; then
+  # cmin renames every file after its hash: write the named seeds back.
+  (cd .. && cargo run -q -p ferrotx-fuzz-support --example fuzz_seeds >/dev/null)
+fi
 
 echo "== summary (${seconds}s per target)"
 printf '%s\n' "${summary[@]}"

@@ -247,8 +247,10 @@ enum Op {
     /// The node goes past its memory limit, or back under it.
     Memory(bool),
     /// A reconfiguration: the participant serves view `configuration`; `roles` bit 0
-    /// swaps the two partitions' roles (the backup promoted, the primary demoted), bits 1
-    /// and 2 block partition 0 and 1 for recovery.
+    /// promotes the backup (partition 1) to primary, bits 1 and 2 block partition 0 and 1
+    /// for recovery. A primary is never demoted: remap only promotes backups where a
+    /// primary was lost (a demoted copy would keep the locks its transactions took, and
+    /// a backup's apply spins while an object is locked).
     Reconfigure {
         configuration: u8,
         roles: u8,
@@ -302,14 +304,15 @@ impl Node {
 
     /// The store of `partitions` in the roles `roles` says ([`Op::Reconfigure`]).
     fn store(partitions: &[Arc<Partition>; 2], roles: u8) -> Arc<NodeStore> {
-        let swapped = roles & 1 == 1;
+        let promoted = roles & 1 == 1;
         let mut store = NodeStore::new();
+        store.host(Role::Primary, partitions[0].clone());
         store.host(
-            if swapped { Role::Backup } else { Role::Primary },
-            partitions[0].clone(),
-        );
-        store.host(
-            if swapped { Role::Primary } else { Role::Backup },
+            if promoted {
+                Role::Primary
+            } else {
+                Role::Backup
+            },
             partitions[1].clone(),
         );
         for id in 0..2 {

@@ -720,7 +720,7 @@ mod show {
             );
         }
         for (name, data) in seeds("membership") {
-            println!("{name}: {:?}", crate::membership::summary(&data));
+            println!("{name}: {:?}", crate::membership::summary(&data, true));
         }
     }
 }
