@@ -30,6 +30,7 @@ fn replay(target: &str, body: fn(&[u8])) {
         failed.is_empty(),
         "{target}: inputs that panic: {failed:#?}"
     );
+    println!("{target}: replayed {} inputs", inputs.len());
 }
 
 #[test]
