@@ -247,8 +247,8 @@ enum Op {
     /// The node goes past its memory limit, or back under it.
     Memory(bool),
     /// A reconfiguration: the participant serves view `configuration`; `roles` bit 0
-    /// promotes the backup (partition 1) to primary, bits 1 and 2 block partition 0 and 1
-    /// for recovery. A primary is never demoted: remap only promotes backups where a
+    /// promotes the backup (partition 1) to primary for good, bits 1 and 2 block partition
+    /// 0 and 1 for recovery. A primary is never demoted: remap only promotes backups where a
     /// primary was lost (a demoted copy would keep the locks its transactions took, and
     /// a backup's apply spins while an object is locked).
     Reconfigure {
@@ -263,6 +263,8 @@ struct Node {
     participant: Participant,
     /// The node's two partitions: 0 and 1.
     partitions: [Arc<Partition>; 2],
+    /// Partition 1 was promoted to primary: it stays one.
+    promoted: bool,
     memory: Arc<Memory>,
     /// Records sent so far, for [`Op::Again`].
     records: Vec<LockRecord>,
@@ -287,7 +289,7 @@ impl Node {
             }
         }
         let partitions = [primary, backup];
-        let store = Self::store(&partitions, 0);
+        let store = Self::store(&partitions, false, 0);
         let memory = Arc::new(Memory::with_limit(MEMORY_LIMIT_BYTES));
         let mut participant = Participant::new(store.clone());
         participant.set_memory(memory.clone());
@@ -295,6 +297,7 @@ impl Node {
             avoid_open_bugs,
             participant,
             partitions,
+            promoted: false,
             memory,
             records: Vec::new(),
             request: Vec::new(),
@@ -302,9 +305,9 @@ impl Node {
         }
     }
 
-    /// The store of `partitions` in the roles `roles` says ([`Op::Reconfigure`]).
-    fn store(partitions: &[Arc<Partition>; 2], roles: u8) -> Arc<NodeStore> {
-        let promoted = roles & 1 == 1;
+    /// The store of `partitions`, partition 1 `promoted` or not, those `blocked` says
+    /// blocked ([`Op::Reconfigure`]).
+    fn store(partitions: &[Arc<Partition>; 2], promoted: bool, blocked: u8) -> Arc<NodeStore> {
         let mut store = NodeStore::new();
         store.host(Role::Primary, partitions[0].clone());
         store.host(
@@ -316,7 +319,7 @@ impl Node {
             partitions[1].clone(),
         );
         for id in 0..2 {
-            if roles & (2 << id) != 0 {
+            if blocked & (2 << id) != 0 {
                 store.block(id, 1);
             }
         }
@@ -528,7 +531,9 @@ impl Node {
                 configuration,
                 roles,
             } => {
-                let store = Self::store(&self.partitions, roles);
+                // Once promoted, a copy stays primary.
+                self.promoted |= roles & 1 == 1;
+                let store = Self::store(&self.partitions, self.promoted, roles);
                 self.participant
                     .set_store(u64::from(configuration % 3), store);
             }
