@@ -396,6 +396,12 @@ class RedisPy(BothServers):
         with self.assertRaises(redis.ResponseError):
             r.append("near", b"y" * 200)
         self.assertEqual(r.strlen("near"), 1024 * 1024 - 100)
+        # `reply-size`: the values of one command's reply are at most 64 MiB; asking
+        # for one value many times does not make the node build gigabytes.
+        self.assertEqual(len(r.mget(["near"] * 63)), 63)
+        with self.assertRaises(redis.ResponseError) as caught:
+            r.mget(["near"] * 1000)
+        self.assertIn("would make a reply of over 64 MiB", str(caught.exception))
         r.delete("near")
         pipe = r.pipeline(transaction=True)
         for i in range(1025):
@@ -408,12 +414,20 @@ class RedisPy(BothServers):
         for i in range(1024):
             pipe.incr("many")
         self.assertEqual(pipe.execute()[-1], 1024)
-        conn = RespConn(port)
-        conn.send_raw(b"*1048577\r\n")
-        raw, _ = conn.read_reply()
-        self.assertEqual(raw, b"-ERR Protocol error: invalid multibulk length\r\n")
-        self.assertTrue(conn.wait_closed()[0])
-        conn.close()
+        # `request-limits`: counts and lengths a client chooses are refused before the
+        # node buffers anything for them.
+        for request, error in [
+            (b"*1048577\r\n", b"invalid multibulk length"),
+            (b"*2147483647\r\n", b"invalid multibulk length"),
+            (b"*1\r\n$1000000000\r\n", b"invalid bulk length"),
+            (b"*2\r\n$3\r\nGET\r\n$67108865\r\n", b"invalid bulk length"),
+        ]:
+            conn = RespConn(port)
+            conn.send_raw(request)
+            raw, _ = conn.read_reply()
+            self.assertEqual(raw, b"-ERR Protocol error: " + error + b"\r\n", request)
+            self.assertTrue(conn.wait_closed()[0])
+            conn.close()
         self.assertTrue(r.ping())
 
     def test_every_node_serves_the_same_data(self):
@@ -429,6 +443,34 @@ class RedisPy(BothServers):
             self.assertEqual(client.exists(*[f"n{i}" for i in range(30)]), 0)
         info = clients[1].info("ferrotx")
         self.assertEqual((info["cluster_nodes"], info["replicas"], info["node_id"]), (3, 3, 1))
+
+    def test_scan_keys_and_flushall_of_large_values_through_every_node(self):
+        # Issue 29: a SCAN page of the primary added objects until it passed 256 KiB, so
+        # a page that ended on a value near 1 MiB went over the RPC message limit and the
+        # primary's handler assert killed the node. Values of the largest size a SET
+        # takes and of 200 KiB, written through one node, then SCAN, KEYS and FLUSHALL
+        # through every node: every node must stay up and every key be listed.
+        delete_all_keys(self.servers.ferrotx_ports[0])
+        clients = [self.client(port) for port in self.servers.ferrotx_ports]
+        # Interleaved, so that in each partition's order (the order written) values of
+        # 200 KiB come before values of 1 MiB.
+        names = []
+        for i in range(40):
+            for name, size in ((f"mid{i}", 200 * 1024), (f"big{i}", 1024 * 1024 - 100)):
+                clients[0].set(name, bytes([i]) * size)
+                names.append(name.encode())
+        names.sort()
+        for node, client in enumerate(clients):
+            self.assertEqual(sorted(client.scan_iter(count=1000)), names, f"SCAN via node {node}")
+            self.assertEqual(sorted(client.scan_iter(count=3)), names, f"SCAN via node {node}")
+            self.assertEqual(sorted(client.keys("*")), names, f"KEYS via node {node}")
+        for node, client in enumerate(clients):
+            self.assertTrue(client.ping(), f"node {node} answers after the scans")
+        self.assertTrue(clients[1].flushall())
+        for node, client in enumerate(clients):
+            self.assertEqual(client.dbsize(), 0, f"DBSIZE via node {node}")
+            self.assertTrue(client.ping(), f"node {node} answers after FLUSHALL")
+        self.servers.check_alive()
 
     def test_requests_split_into_single_bytes(self):
         # A pipeline of requests sent one byte at a time parses as when sent whole.

@@ -70,6 +70,9 @@ pub struct DriveOptions {
     /// thread, admission into the first view); `None`: a static node without membership.
     #[serde(default)]
     pub lease_ms: Option<u64>,
+    /// Datagrams without MACs (see `ClusterBenchOptions::no_auth`).
+    #[serde(default)]
+    pub no_auth: bool,
 }
 
 /// How long a benchmark node waits to be admitted into the cluster.
@@ -338,6 +341,7 @@ fn start_member<T: Transport + Send + 'static>(
     transports: Vec<T>,
     options: &NodeOptions,
 ) -> anyhow::Result<Node> {
+    let keys = options.keys.clone();
     ensure!(lease_ms >= 1, "leases must be at least 1 ms long");
     let state = ferrotx_coord::default_state_path(config_path);
     let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
@@ -352,10 +356,34 @@ fn start_member<T: Transport + Send + 'static>(
         ferrotx_membership::Options::with_lease_ms(lease_ms),
         Box::new(coordination),
         Instant::now(),
+        keys,
     )
     .with_context(|| format!("starting node {id}'s lease thread"))?;
     Node::start_member(transports, options, lease, ADMIT_TIMEOUT)
         .with_context(|| format!("starting node {id} as a member"))
+}
+
+/// The keys of a driven node, as `ferrotx node` has them: the key file next to the
+/// configuration (made by the lowest node) and the cluster id from the coordination file
+/// (opened for that only, and closed again before the node starts). `no_auth`: none, the
+/// benchmarks' switch for measuring what authentication costs.
+fn drive_keys(
+    config: &Configuration,
+    config_path: &Path,
+    id: u16,
+    no_auth: bool,
+) -> anyhow::Result<Option<Arc<ferrotx_node::ClusterKeys>>> {
+    if no_auth {
+        return Ok(Some(ferrotx_node::ClusterKeys::fixed(None)));
+    }
+    let (keys, _) = ferrotx_node::load_keys(config_path, config, id, ferrotx_node::KEY_WAIT)?;
+    let state = ferrotx_coord::default_state_path(config_path);
+    let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
+        .with_context(|| format!("opening the coordination file {}", state.display()))?;
+    let cluster = ferrotx_node::cluster_id(&mut coordination)?;
+    Ok(Some(ferrotx_node::ClusterKeys::fixed(Some(
+        ferrotx_wire::auth::Auth::new(keys, cluster),
+    ))))
 }
 
 /// Main of a driven node process: node `id` of `config` (read from `config_path`),
@@ -378,6 +406,7 @@ pub fn serve(
         // `bench kv`'s shipped read-modify-writes run here when this node is their key's
         // primary.
         procedures: drive.workload.procedures(),
+        keys: drive_keys(&config, config_path, id, drive.no_auth)?,
         ..NodeOptions::default()
     };
     let transports = Node::udp_transports(&config, id, &options)

@@ -52,6 +52,10 @@ pub struct ClusterBenchOptions {
     /// 0: static nodes without membership (the benchmarks before leases).
     #[serde(default)]
     pub lease_ms: u64,
+    /// Nodes send datagrams without MACs and accept them so: a switch for benchmarks only,
+    /// to measure what authentication costs against the same run with it.
+    #[serde(default)]
+    pub no_auth: bool,
     /// Failure domains: node `n` in domain `d{n % domains}`, and the partition map
     /// placed for them. 0: every node its own domain (`node-N`).
     #[serde(default)]
@@ -546,6 +550,7 @@ pub fn run_points(
         client_nodes: options.client_nodes,
         loss: options.loss,
         lease_ms: (options.lease_ms > 0).then_some(options.lease_ms),
+        no_auth: options.no_auth,
     };
     // Progress goes to stderr, so that stdout holds only the report.
     let started = std::time::Instant::now();
@@ -1173,6 +1178,7 @@ mod tests {
             client_nodes,
             loss: 0.0,
             lease_ms: 0,
+            no_auth: false,
             domains: 0,
             kill: None,
             rereplication_deadline_s: 0.0,

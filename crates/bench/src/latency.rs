@@ -78,6 +78,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         warmup_s: 0.2,
         port_base: options.port_base + 1_000,
         socket_buffer_bytes: 8 << 20,
+        auth: true,
     })?;
     let cluster = crate::kv::run(&ClusterBenchOptions {
         workload: Workload::Latency(LatencyWorkload {
@@ -98,6 +99,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         loss: 0.0,
         // Static nodes, as before leases: this benchmark compares with RAMCloud's figures.
         lease_ms: 0,
+        no_auth: false,
         domains: 0,
         kill: None,
         rereplication_deadline_s: 0.0,

@@ -71,6 +71,9 @@ pub struct RpcBenchOptions {
     pub port_base: u16,
     /// Socket send and receive buffer size to ask the kernel for.
     pub socket_buffer_bytes: usize,
+    /// Seal and open every datagram (`ferrotx_wire::auth`), as nodes do; off only to
+    /// measure what it costs.
+    pub auth: bool,
 }
 
 impl RpcBenchOptions {
@@ -84,6 +87,15 @@ impl RpcBenchOptions {
             credits: (self.coroutines * self.batch).clamp(1, 255) as u8,
             datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
             coalesce: self.coalesce,
+            // One key for both sides, made for the run.
+            auth: self.auth.then(|| {
+                ferrotx_wire::auth::Auth::new(
+                    ferrotx_wire::auth::Keys::one(ferrotx_wire::auth::Key::from_material(
+                        &[0x42; ferrotx_wire::auth::KEY_BYTES],
+                    )),
+                    ferrotx_wire::auth::ClusterId([7; 16]),
+                )
+            }),
             ..Config::default()
         }
     }
@@ -659,6 +671,7 @@ pub fn idle(threads: u16, duration_s: f64, port_base: u16) -> anyhow::Result<Idl
         warmup_s: 0.0,
         port_base,
         socket_buffer_bytes: UdpConfig::default().recv_buffer_bytes,
+        auth: true,
     };
     options.check()?;
     let mut server = ServerProcess::spawn(&options)?;

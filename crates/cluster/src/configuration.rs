@@ -42,6 +42,10 @@ pub struct Configuration {
     resp: RespSettings,
     /// Each node's memory limit in bytes (`maxmemory`); 0: none.
     maxmemory: u64,
+    /// Where the cluster key is (`key_file`), as written in the file: relative paths are
+    /// relative to the configuration file. `None`: the configuration file's path with
+    /// `.key` appended.
+    key_file: Option<String>,
 }
 
 /// The tables of a configuration that names none: table 1, `kv`, values of any size up
@@ -69,6 +73,7 @@ impl Configuration {
             tables: default_tables(),
             resp: RespSettings::default(),
             maxmemory: 0,
+            key_file: None,
         })
     }
 
@@ -96,6 +101,7 @@ impl Configuration {
             tables: default_tables(),
             resp: RespSettings::default(),
             maxmemory: 0,
+            key_file: None,
         })
     }
 
@@ -241,6 +247,18 @@ impl Configuration {
     /// would grow a node's store are refused, and the CM places no new copy there.
     pub fn maxmemory(&self) -> Option<u64> {
         Some(self.maxmemory).filter(|&bytes| bytes > 0)
+    }
+
+    /// The same configuration with its cluster key at `path` (see [`Self::key_file`]).
+    pub fn with_key_file(mut self, path: Option<String>) -> Self {
+        self.key_file = path;
+        self
+    }
+
+    /// Where the cluster key is, as the file says (`key_file`): relative to the
+    /// configuration file. `None`: the configuration file's path with `.key` appended.
+    pub fn key_file(&self) -> Option<&str> {
+        self.key_file.as_deref()
     }
 
     /// Its id, carried by every datagram.

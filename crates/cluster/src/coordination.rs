@@ -29,6 +29,12 @@ pub trait CoordinationService {
     /// The current view, or `None` if no cluster has run on this service yet.
     fn read(&mut self) -> Result<Option<View>, CoordinationError>;
 
+    /// The cluster's id: 128 random bits made when the cluster first formed, which every
+    /// datagram's authentication binds (`ferrotx_wire::auth::ClusterId`). Returns the id
+    /// stored, or stores `proposed` and returns it if none is (the first node to ask
+    /// makes it; every later one, and every later life, reads it).
+    fn cluster_id(&mut self, proposed: [u8; 16]) -> Result<[u8; 16], CoordinationError>;
+
     /// Replaces the view of id `expected` (`None`: no view yet) with `next`, whose id must
     /// be higher. Fails with [`CoordinationError::Conflict`] and the current view if the
     /// current view's id is not `expected`.
@@ -51,6 +57,8 @@ struct MemoryState {
     view: Option<View>,
     /// Every view ever stored, in order (for checkers: at most one per id).
     history: Vec<View>,
+    /// The cluster id, once asked for.
+    cluster_id: Option<[u8; 16]>,
 }
 
 impl MemoryCoordination {
@@ -71,6 +79,10 @@ impl MemoryCoordination {
 }
 
 impl CoordinationService for MemoryCoordination {
+    fn cluster_id(&mut self, proposed: [u8; 16]) -> Result<[u8; 16], CoordinationError> {
+        Ok(*self.inner.borrow_mut().cluster_id.get_or_insert(proposed))
+    }
+
     fn read(&mut self) -> Result<Option<View>, CoordinationError> {
         Ok(self.inner.borrow().view.clone())
     }

@@ -18,6 +18,10 @@ struct ConfigurationFile {
     threads_per_node: u16,
     replicas: u8,
     partition_count: u32,
+    /// The cluster key's file, relative to this file (default: this file's path with
+    /// `.key` appended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_file: Option<String>,
     /// Each node's memory limit: bytes, or a size with Redis's units ("512mb").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     maxmemory: Option<MemorySize>,
@@ -181,6 +185,7 @@ impl Configuration {
         let file: ConfigurationFile = toml::from_str(text)?;
         let resp = file.resp.to_settings();
         let maxmemory = file.maxmemory.as_ref().map_or(Ok(0), MemorySize::bytes)?;
+        let key_file = file.key_file.clone();
         let tables = if file.tables.is_empty() {
             default_tables()
         } else {
@@ -199,7 +204,7 @@ impl Configuration {
             )?
             .with_tables(tables)?
             .with_resp(resp)
-            .map(|config| config.with_maxmemory(maxmemory));
+            .map(|config| config.with_maxmemory(maxmemory).with_key_file(key_file));
         }
         if file.partitions.len() != file.partition_count as usize {
             return Err(ConfigError::PartitionCountMismatch {
@@ -224,7 +229,7 @@ impl Configuration {
         Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)?
             .with_tables(tables)?
             .with_resp(resp)
-            .map(|config| config.with_maxmemory(maxmemory))
+            .map(|config| config.with_maxmemory(maxmemory).with_key_file(key_file))
     }
 
     /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
@@ -254,6 +259,7 @@ impl Configuration {
             threads_per_node: self.threads_per_node(),
             replicas: self.replicas(),
             partition_count: self.partitions().partition_count(),
+            key_file: self.key_file().map(str::to_string),
             maxmemory: self.maxmemory().map(MemorySize::Bytes),
             resp: RespSection::from_settings(self.resp()),
             members: self.members().to_vec(),

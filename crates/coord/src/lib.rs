@@ -96,6 +96,33 @@ pub fn default_state_path(config_path: &Path) -> PathBuf {
     with_suffix(config_path, ".state.toml")
 }
 
+/// The cluster id stored beside the state file `state` (see
+/// [`FileCoordination`]'s `cluster_id`), read without a lock: `None` if no node made one
+/// yet. For tools (`ferrotx status`) that are not nodes.
+pub fn read_cluster_id(state: &Path) -> Result<Option<[u8; 16]>, CoordinationError> {
+    let path = with_suffix(state, ".cluster-id");
+    match fs::read_to_string(&path) {
+        Ok(text) => parse_cluster_id(&text).map(Some).ok_or_else(|| {
+            CoordinationError::Unavailable(format!("{} does not hold a cluster id", path.display()))
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(unavailable("read", &path, &e)),
+    }
+}
+
+/// A cluster id written by [`FileCoordination`]'s `cluster_id`.
+fn parse_cluster_id(text: &str) -> Option<[u8; 16]> {
+    let text = text.trim();
+    if text.len() != 32 || !text.is_ascii() {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (i, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(id)
+}
+
 /// `path` with `suffix` appended to its file name.
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = OsString::from(path.as_os_str());
@@ -283,6 +310,37 @@ impl FileCoordination {
 }
 
 impl CoordinationService for FileCoordination {
+    /// Kept in `PATH.cluster-id` as 32 hexadecimal digits, written once under the state
+    /// lock (and fsynced, with its directory) by the first node to ask.
+    fn cluster_id(&mut self, proposed: [u8; 16]) -> Result<[u8; 16], CoordinationError> {
+        let _lock = self.state_lock()?;
+        let path = with_suffix(&self.path, ".cluster-id");
+        match fs::read_to_string(&path) {
+            Ok(text) => return parse_cluster_id(&text).ok_or_else(|| {
+                CoordinationError::Unavailable(format!(
+                    "{} does not hold a cluster id (32 hexadecimal digits); remove it only if no node of the cluster runs",
+                    path.display()
+                ))
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(unavailable("read", &path, &e)),
+        }
+        let text: String = proposed.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = with_suffix(&self.path, ".cluster-id.tmp");
+        let write = || -> io::Result<()> {
+            let mut file = File::create(&tmp)?;
+            file.write_all(format!("{text}\n").as_bytes())?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| unavailable("write", &path, &e))?;
+        Ok(proposed)
+    }
+
     fn read(&mut self) -> Result<Option<View>, CoordinationError> {
         self.read_file()
     }

@@ -46,6 +46,19 @@ enum Command {
     /// Run whole clusters in simulation, one thread per seed, under faults, and check
     /// every history (strict serializability, money, lost writes, replicas).
     Sim(sim::SimArgs),
+    /// Write a new cluster key to PATH (mode 0600; never over an existing file), or print
+    /// one key line for a rotation (see docs/operations.md, "Cluster key").
+    Keygen(KeygenArgs),
+}
+
+#[derive(Args)]
+struct KeygenArgs {
+    /// The key file to create.
+    #[arg(required_unless_present = "print")]
+    path: Option<PathBuf>,
+    /// Print one new key line on stdout instead (to add to a key file when rotating).
+    #[arg(long, conflicts_with = "path")]
+    print: bool,
 }
 
 #[derive(Args)]
@@ -209,6 +222,9 @@ struct RpcArgs {
     /// Send one message per datagram.
     #[arg(long)]
     no_coalesce: bool,
+    /// Send datagrams without MACs (to measure what authentication costs).
+    #[arg(long)]
+    no_auth: bool,
     /// Share of datagrams dropped on purpose on both sides, in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
@@ -230,6 +246,10 @@ struct RpcArgs {
 /// The cluster and run settings shared by `bench kv` and `bench bank`.
 #[derive(Args)]
 struct ClusterRunArgs {
+    /// Send datagrams without MACs (for measuring what authentication costs; never for a
+    /// cluster that serves anyone).
+    #[arg(long)]
+    no_auth: bool,
     /// Node processes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
@@ -519,6 +539,7 @@ impl ClusterRunArgs {
             client_nodes: self.client_nodes.unwrap_or(self.nodes),
             loss: self.loss,
             lease_ms: self.lease_ms,
+            no_auth: self.no_auth,
             domains: self.domains,
             kill,
             rereplication_deadline_s: self.rereplication_deadline,
@@ -659,6 +680,13 @@ fn main() -> anyhow::Result<()> {
             processes::status(&args.config, args.coordination.as_deref(), args.json)?
         }
         Command::Sim(args) => sim::main(&args)?,
+        Command::Keygen(args) => match args.path {
+            Some(path) => {
+                ferrotx_node::write_new_key_file(&path)?;
+                println!("wrote a new cluster key to {}", path.display());
+            }
+            None => println!("{}", ferrotx_node::new_key_line()?),
+        },
         Command::Cluster(ClusterCommand::Local(args)) => processes::cluster_local(
             &processes::LocalCluster {
                 nodes: args.nodes,
@@ -755,6 +783,7 @@ fn main() -> anyhow::Result<()> {
                 client_nodes: args.nodes,
                 loss: 0.0,
                 lease_ms: args.lease_ms,
+                no_auth: false,
                 domains: 0,
                 kill: None,
                 rereplication_deadline_s: 0.0,
@@ -826,6 +855,7 @@ fn main() -> anyhow::Result<()> {
                 warmup_s: (args.duration / 10.0).min(1.0),
                 port_base: args.port_base.unwrap_or_else(default_port_base),
                 socket_buffer_bytes: args.socket_buffer_kib.saturating_mul(1024),
+                auth: !args.no_auth,
             };
             let report = ferrotx_bench::rpc::run(&options)?;
             ferrotx_bench::rpc::print_table(&report);

@@ -101,6 +101,11 @@ pub fn node(
             state.display()
         );
     }
+    // Every datagram this node sends, RPC and lease, is sealed under the cluster key and
+    // the cluster's id; it accepts no other.
+    let (keys, key_path) = ferrotx_node::load_keys(path, &config, id, ferrotx_node::KEY_WAIT)?;
+    let cluster = ferrotx_node::cluster_id(&mut coordination)?;
+    let keys = ferrotx_node::ClusterKeys::watch(key_path.clone(), keys, cluster);
     let incarnation = ferrotx_node::incarnation_from_clock();
     // The workers' clock counts from `epoch`; Unix time is that plus the offset read now.
     let epoch = Instant::now();
@@ -115,6 +120,7 @@ pub fn node(
         .unwrap_or_default();
     let mut options = NodeOptions {
         procedures,
+        keys: Some(keys.clone()),
         ..NodeOptions::default()
     };
     if let Some(spin_us) = spin_us {
@@ -127,12 +133,14 @@ pub fn node(
         ferrotx_membership::Options::with_lease_ms(lease_ms),
         Box::new(coordination),
         epoch,
+        Some(keys),
     )?;
     let transports = Node::udp_transports(&config, id, &options)
         .with_context(|| format!("binding node {id}'s sockets"))?;
     println!(
-        "node {id}: life {incarnation} joining the cluster (coordination {})",
-        state.display()
+        "node {id}: life {incarnation} joining the cluster {cluster} (coordination {}, key {})",
+        state.display(),
+        key_path.display()
     );
     let node = match Node::start_member(transports, &options, lease, ADMIT_TIMEOUT) {
         Ok(node) => node,
@@ -240,7 +248,15 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
     let view = ferrotx_coord::FileCoordination::read_path(&state)?
         .with_context(|| format!("no cluster has run on {} yet", state.display()))?;
-    let probes = probe_members(&config, &view);
+    // Probes are sealed like any lease datagram: without the key, no member answers.
+    let auth = match status_auth(path, &config, &state) {
+        Ok(auth) => Some(auth),
+        Err(e) => {
+            eprintln!("warning: {e:#}: members cannot be probed");
+            None
+        }
+    };
+    let probes = probe_members(&config, &view, auth.as_ref());
     let recoveries = query_recovery(&config, &view);
     let answered: Vec<&RecoveryCounters> = recoveries.iter().flatten().collect();
     let total = (!answered.is_empty()).then(|| RecoveryCounters::sum(&answered));
@@ -329,6 +345,12 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     if let Some(t) = &total {
         println!("  all {} answering: {}", answered.len(), t.line());
     }
+    println!("datagrams dropped (INFO over Redis):");
+    for (m, r) in view.members.iter().zip(&recoveries) {
+        if let Some(r) = r {
+            println!("  node {}: {}", m.node, r.dropped_line());
+        }
+    }
     println!(
         "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy; \
          {filling} new backups being filled (data recovery)",
@@ -366,6 +388,9 @@ struct RecoveryCounters {
     /// By kind, in [`ferrotx_node::RECOVERY_VOTES`] order.
     votes: [u64; 6],
     waited: u64,
+    /// Datagrams dropped, by reason, in [`ferrotx_node::DropStats::fields`] order (the
+    /// `dropped_*` fields; zero where absent).
+    dropped: [u64; 7],
 }
 
 impl RecoveryCounters {
@@ -382,7 +407,15 @@ impl RecoveryCounters {
         for (n, kind) in votes.iter_mut().zip(ferrotx_node::RECOVERY_VOTES) {
             *n = field(&format!("recovery_votes_{}", kind.name()))?;
         }
+        let mut dropped = [0; 7];
+        for (n, (name, _)) in dropped
+            .iter_mut()
+            .zip(ferrotx_node::DropStats::default().fields())
+        {
+            *n = field(&format!("dropped_{name}")).unwrap_or(0);
+        }
         Some(Self {
+            dropped,
             rounds: field("recovery_rounds")?,
             commit: field("recovery_decided_commit")?,
             abort: field("recovery_decided_abort")?,
@@ -401,6 +434,9 @@ impl RecoveryCounters {
                 *s += n;
             }
             sum.waited += r.waited;
+            for (s, n) in sum.dropped.iter_mut().zip(r.dropped) {
+                *s += n;
+            }
         }
         sum
     }
@@ -411,12 +447,31 @@ impl RecoveryCounters {
             .zip(self.votes)
             .map(|(kind, n)| (kind.name().to_owned(), n.into()))
             .collect();
+        let dropped: serde_json::Map<String, serde_json::Value> =
+            ferrotx_node::DropStats::default()
+                .fields()
+                .iter()
+                .zip(self.dropped)
+                .map(|((name, _), n)| ((*name).to_owned(), n.into()))
+                .collect();
         serde_json::json!({
+            "dropped": dropped,
             "rounds": self.rounds,
             "decisions": { "commit": self.commit, "abort": self.abort },
             "votes": votes,
             "waited": self.waited,
         })
+    }
+
+    /// The datagrams dropped, as one line of `ferrotx status`.
+    fn dropped_line(&self) -> String {
+        let fields: Vec<String> = ferrotx_node::DropStats::default()
+            .fields()
+            .iter()
+            .zip(self.dropped)
+            .map(|((name, _), n)| format!("{name} {n}"))
+            .collect();
+        fields.join(", ")
     }
 
     /// One line of `ferrotx status`.
@@ -559,10 +614,32 @@ struct ProbeAnswer {
     rtt_us: u64,
 }
 
+/// The cluster key and id that `ferrotx status` seals its probes with: the key file of
+/// the configuration at `path`, and the id stored beside the coordination file `state`.
+fn status_auth(
+    path: &Path,
+    config: &Configuration,
+    state: &Path,
+) -> anyhow::Result<ferrotx_wire::auth::Auth> {
+    let (keys, _) = ferrotx_node::read_key_file(&ferrotx_node::key_path(path, config))?;
+    let cluster = ferrotx_coord::read_cluster_id(state)?
+        .with_context(|| format!("no cluster id beside {} yet", state.display()))?;
+    Ok(ferrotx_wire::auth::Auth::new(
+        keys,
+        ferrotx_wire::auth::ClusterId(cluster),
+    ))
+}
+
 /// Probes every member of `view` on its lease socket (membership nodes answer probes from
-/// anyone), waiting up to 500 ms in all.
-fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Option<ProbeAnswer>> {
+/// any holder of the cluster key), waiting up to 500 ms in all. Each run probes as a new
+/// life of node `u16::MAX` (the clock), so that members' replay windows take it afresh.
+fn probe_members(
+    config: &Configuration,
+    view: &ferrotx_cluster::View,
+    auth: Option<&ferrotx_wire::auth::Auth>,
+) -> Vec<Option<ProbeAnswer>> {
     use ferrotx_membership::{Body, Message};
+    let incarnation = ferrotx_node::incarnation_from_clock();
     let mut answers = vec![None; view.members.len()];
     let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0")
         .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
@@ -577,12 +654,15 @@ fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Op
         let mut out = Vec::new();
         Message {
             from: u16::MAX,
-            incarnation: 1,
+            incarnation,
             view: 0,
             seq: i as u64,
             body: Body::Probe,
         }
         .encode(&mut out);
+        if let Some(auth) = auth {
+            auth.seal(&mut out, u32::from(m.node), i as u64 + 1);
+        }
         let _ = socket.send_to(&out, addr);
     }
     let deadline = start + Duration::from_millis(500);
@@ -596,7 +676,14 @@ fn probe_members(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Op
         let Ok((n, _)) = socket.recv_from(&mut buf) else {
             break;
         };
-        let Ok(m) = Message::decode(&buf[..n]) else {
+        let body = match auth {
+            Some(auth) => match auth.open(&buf[..n], u32::from(u16::MAX)) {
+                Ok((body, _)) => body,
+                Err(_) => continue,
+            },
+            None => &buf[..n],
+        };
+        let Ok(m) = Message::decode(body) else {
             continue;
         };
         if let (Body::ProbeReply { .. }, Some(slot)) = (&m.body, answers.get_mut(m.seq as usize)) {
@@ -699,6 +786,17 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
     };
     std::fs::write(&path, config.to_toml_string())
         .with_context(|| format!("writing {}", path.display()))?;
+    // The cluster key, in the configuration's directory (kept if one is there).
+    let key = ferrotx_node::key_path(&path, &config);
+    match ferrotx_node::write_new_key_file(&key) {
+        Ok(()) => println!(
+            "ferrotx local cluster: new cluster key in {}",
+            key.display()
+        ),
+        Err(ferrotx_node::KeyError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.into()),
+    }
     let result = run_children(&config, &path, spec);
     if let Some(dir) = temp_dir {
         let _ = std::fs::remove_dir_all(dir);
@@ -779,7 +877,8 @@ mod tests {
                     recovery_decided_abort:1\r\nrecovery_votes_unknown:0\r\n\
                     recovery_votes_truncated:0\r\nrecovery_votes_abort:0\r\n\
                     recovery_votes_lock:1\r\nrecovery_votes_commit_backup:2\r\n\
-                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n";
+                    recovery_votes_commit_primary:1\r\nrecovery_waited:4\r\n\
+                    dropped_bad_mac:5\r\ndropped_not_member:6\r\n";
         let r = RecoveryCounters::from_info(info).unwrap();
         assert_eq!(
             r,
@@ -789,8 +888,10 @@ mod tests {
                 abort: 1,
                 votes: [0, 0, 0, 1, 2, 1],
                 waited: 4,
+                dropped: [5, 0, 0, 0, 0, 0, 6],
             }
         );
+        assert_eq!(r.json()["dropped"]["bad_mac"], 5);
         let json = r.json();
         assert_eq!(json["decisions"]["commit"], 3);
         assert_eq!(json["votes"]["commit_backup"], 2);

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use ferrotx_cluster::{Configuration, CoordinationError, View, ViewMember};
+use ferrotx_wire::auth::{Auth, Refusal, ReplayWindow};
 
 use crate::message::{Body, Message};
 
@@ -145,6 +146,9 @@ pub struct Stats {
     pub dropped: u64,
     /// Messages refused as undecodable.
     pub undecodable: u64,
+    /// Datagrams refused by authentication, by reason (`Refusal::index`): no valid
+    /// trailer, another cluster, an unknown key, a bad MAC, a replay.
+    pub auth_refused: [u64; Refusal::COUNT],
     /// Round trips of lease renewals (request sent to grant received): counts by power of
     /// two of nanoseconds (bucket `i` holds round trips in `[2^i, 2^(i+1))`).
     pub renewal_rtt_log2: [u64; 48],
@@ -165,6 +169,7 @@ impl Default for Stats {
             views_committed: 0,
             dropped: 0,
             undecodable: 0,
+            auth_refused: [0; Refusal::COUNT],
             renewal_rtt_log2: [0; 48],
             renewal_rtt_max_ns: 0,
         }
@@ -240,6 +245,16 @@ enum Reconfig {
 pub struct Membership {
     me: u16,
     incarnation: u64,
+    /// Seals the datagrams this node sends and opens those it receives (see
+    /// [`Membership::set_auth`]); `None`: neither.
+    auth: Option<Auth>,
+    /// Sequence number of the last datagram sealed (one counter for every receiver: lease
+    /// traffic is a few datagrams per renewal period, far inside a receiver's window).
+    auth_seq: u64,
+    /// The sequence numbers seen from each node's lease socket, per life. An entry is
+    /// made only for an authentic datagram, so outsiders cannot grow it; at most one per
+    /// node id (and one for `ferrotx status`, which probes as node `u16::MAX`).
+    windows: BTreeMap<u16, ReplayWindow>,
     options: Options,
     config: Arc<Configuration>,
     /// The latest view known, member of it or not.
@@ -314,6 +329,9 @@ impl Membership {
         let mut m = Self {
             me,
             incarnation,
+            auth: None,
+            auth_seq: 0,
+            windows: BTreeMap::new(),
             options,
             config,
             view: None,
@@ -1117,12 +1135,66 @@ impl Membership {
         }
     }
 
-    /// Takes a datagram from node `from`'s lease socket. Undecodable ones are counted.
-    pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
-        match Message::decode(bytes) {
-            Ok(m) => self.on_message(now_ns, m),
-            Err(_) => self.stats.undecodable += 1,
+    /// Seals and opens lease datagrams with `auth` from now on (`None`: neither): the
+    /// cluster key and id, as on the RPC path (`ferrotx_wire::auth`). Called once before
+    /// the first datagram, and again when the keys rotate.
+    pub fn set_auth(&mut self, auth: Option<Auth>) {
+        self.auth = auth;
+    }
+
+    /// Writes `message` for node `to` into `out` (cleared first) as a datagram, sealed
+    /// for that node if authentication is on. Callers send what [`Action::Send`] asks
+    /// through this.
+    pub fn encode(&mut self, to: u16, message: &Message, out: &mut Vec<u8>) {
+        out.clear();
+        message.encode(out);
+        if let Some(auth) = &self.auth {
+            self.auth_seq += 1;
+            auth.seal(out, u32::from(to), self.auth_seq);
         }
+    }
+
+    /// [`Membership::encode`] with `auth` in place of this node's own keys, for tests that
+    /// seal as another holder of a key would.
+    #[cfg(test)]
+    fn encode_with(&mut self, auth: Auth, to: u16, message: &Message, out: &mut Vec<u8>) {
+        let own = self.auth.replace(auth);
+        self.encode(to, message, out);
+        self.auth = own;
+    }
+
+    /// Takes a datagram from a lease socket. With authentication on, nothing is decoded
+    /// before its MAC is checked, and a datagram whose sequence number its sender's life
+    /// has used before is dropped. Refused and undecodable ones are counted.
+    pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
+        let (bytes, seq) = match &self.auth {
+            Some(auth) => match auth.open(bytes, u32::from(self.me)) {
+                Ok((body, seq)) => (body, Some(seq)),
+                Err(refusal) => {
+                    self.stats.auth_refused[refusal.index()] += 1;
+                    return;
+                }
+            },
+            None => (bytes, None),
+        };
+        let m = match Message::decode(bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.undecodable += 1;
+                return;
+            }
+        };
+        if let Some(seq) = seq
+            && !self
+                .windows
+                .entry(m.from)
+                .or_default()
+                .accept(m.incarnation, seq)
+        {
+            self.stats.auth_refused[Refusal::Replay.index()] += 1;
+            return;
+        }
+        self.on_message(now_ns, m);
     }
 
     /// Takes a message.
@@ -1235,6 +1307,16 @@ impl Membership {
     fn on_new_config(&mut self, now_ns: u64, m: &Message, v: View) {
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
         if v.id < my_id || v.cm != m.from {
+            self.stats.dropped += 1;
+            return;
+        }
+        // A view from the network is checked before anything reads it (a member listed
+        // twice, a copy on a non-member, another partition count): a peer with a bug must
+        // not make this node install, or panic on, a view the CM could never have made.
+        if !v.is_ended()
+            && let Err(e) = v.check(&self.config)
+        {
+            tracing::warn!(from = m.from, "NEW-CONFIG refused: {e}");
             self.stats.dropped += 1;
             return;
         }

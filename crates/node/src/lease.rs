@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use ferrotx_cluster::{Configuration, CoordinationService, View};
 use ferrotx_membership::{Action, MESSAGE_BYTES_MAX, Membership, Options, Phase, Stats};
 use ferrotx_transport::Doorbell;
+use ferrotx_wire::auth::TRAILER_BYTES;
+
+use crate::keys::ClusterKeys;
 
 /// How often the lease thread hands the node the members past their memory limits
 /// ([`ferrotx_store::Memory::set_over_nodes`]): as often as the node refreshes its own
@@ -192,6 +195,7 @@ impl LeaseThread {
         options: Options,
         coordination: Box<dyn CoordinationService + Send>,
         epoch: Instant,
+        keys: Option<Arc<ClusterKeys>>,
     ) -> Result<Self, LeaseError> {
         let addr = config
             .lease_addr(node)
@@ -212,8 +216,11 @@ impl LeaseThread {
                     coordination,
                     link: thread_link,
                     epoch,
-                    out: Vec::with_capacity(MESSAGE_BYTES_MAX),
-                    buf: vec![0; MESSAGE_BYTES_MAX],
+                    out: Vec::with_capacity(MESSAGE_BYTES_MAX + TRAILER_BYTES),
+                    // Any UDP datagram, so that none is cut to look like another.
+                    buf: vec![0; 1 << 16],
+                    keys,
+                    keys_seen: 0,
                     pending_install: None,
                     reply_to: None,
                     heard: 0,
@@ -302,6 +309,10 @@ struct LeaseLoop {
     /// Preallocated buffers: an encoded message, a received datagram.
     out: Vec<u8>,
     buf: Vec<u8>,
+    /// The keys lease datagrams are sealed and opened with, and their generation last
+    /// given to the membership.
+    keys: Option<Arc<ClusterKeys>>,
+    keys_seen: u64,
     /// A view being switched to: its generation and id.
     pending_install: Option<(u64, u64)>,
     /// Where the datagram being handled came from.
@@ -336,6 +347,13 @@ impl LeaseLoop {
                 self.membership.hint_newer(now, heard);
             }
             self.set_memory(now);
+            if let Some(keys) = &self.keys {
+                let generation = keys.generation();
+                if generation != self.keys_seen {
+                    self.keys_seen = generation;
+                    self.membership.set_auth(keys.current());
+                }
+            }
             let due = self.membership.next_timeout_ns();
             if now >= due {
                 self.late_us = self.late_us.max((now - due) / 1_000);
@@ -482,8 +500,7 @@ impl LeaseLoop {
                     let Some(addr) = self.config.lease_addr(to).or(self.reply_to) else {
                         continue;
                     };
-                    self.out.clear();
-                    message.encode(&mut self.out);
+                    self.membership.encode(to, &message, &mut self.out);
                     let _ = self.socket.send_to(&self.out, addr);
                 }
                 Action::Read => {

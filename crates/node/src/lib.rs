@@ -13,6 +13,8 @@
 
 mod copies;
 mod core;
+mod drops;
+mod keys;
 mod lease;
 mod local_cluster;
 mod node;
@@ -23,8 +25,13 @@ mod worker;
 
 pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, copy_digests};
 pub use core::{CoreOptions, CoreWorker, NodeCore};
+pub use drops::DropStats;
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
+pub use keys::{
+    ClusterKeys, KEY_RELOAD, KEY_WAIT, KeyError, cluster_id, key_path, load_keys, new_key_line,
+    random_bytes, read_key_file, write_new_key_file,
+};
 pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{

@@ -23,6 +23,8 @@ use ferrotx_wire::EndpointId;
 
 use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::core::{CoreOptions, CoreWorker, NodeCore};
+use crate::drops::{DropStats, PublishedDrops};
+use crate::keys::ClusterKeys;
 use crate::lease::{LeaseThread, Link};
 use crate::poller::{Polled, Poller};
 use crate::runtime::{Flow, Idle, run_with};
@@ -55,6 +57,11 @@ pub struct NodeOptions {
     /// The operations callers may ship to this node's primaries
     /// ([`ferrotx_txn::ship`]); the Redis front end registers its commands.
     pub procedures: Procedures,
+    /// The keys every datagram is sealed and opened with (`ferrotx_wire::auth`), which
+    /// the workers take again whenever they change (a key rotation). `None`: datagrams
+    /// carry no MAC, for tests that write datagrams by hand and for measuring what
+    /// authentication costs; a node serving real traffic always has keys.
+    pub keys: Option<Arc<ClusterKeys>>,
 }
 
 impl Default for NodeOptions {
@@ -70,6 +77,7 @@ impl Default for NodeOptions {
             incarnation: None,
             udp: UdpConfig::default(),
             procedures: Procedures::default(),
+            keys: None,
         }
     }
 }
@@ -149,6 +157,9 @@ pub struct ShipStats {
     pub answered_again: u64,
     /// As a primary: requests answered "ask again".
     pub retries_asked: u64,
+    /// As a primary: requests refused without running (malformed, an unknown procedure
+    /// or partition, another thread's partition).
+    pub refused: u64,
 }
 
 impl ShipStats {
@@ -161,6 +172,7 @@ impl ShipStats {
             batch_retries: stats.ship_batch_retries,
             answered_again: stats.ship_answered_again,
             retries_asked: stats.ship_retries_asked,
+            refused: stats.ship_refused,
         }
     }
 
@@ -172,6 +184,7 @@ impl ShipStats {
         self.batch_retries += other.batch_retries;
         self.answered_again += other.answered_again;
         self.retries_asked += other.retries_asked;
+        self.refused += other.refused;
     }
 
     /// `self - earlier`, counter by counter (counters only grow).
@@ -183,14 +196,15 @@ impl ShipStats {
             batch_retries: self.batch_retries - earlier.batch_retries,
             answered_again: self.answered_again - earlier.answered_again,
             retries_asked: self.retries_asked - earlier.retries_asked,
+            refused: self.refused - earlier.refused,
         }
     }
 }
 
 /// One worker thread's [`ShipStats`] as its worker last published them (every 32 loop
-/// iterations when they changed: six relaxed stores).
+/// iterations when they changed: seven relaxed stores).
 #[derive(Default)]
-struct PublishedShip([AtomicU64; 6]);
+struct PublishedShip([AtomicU64; 7]);
 
 impl PublishedShip {
     fn store(&self, stats: &ShipStats) {
@@ -201,6 +215,7 @@ impl PublishedShip {
             stats.batch_retries,
             stats.answered_again,
             stats.retries_asked,
+            stats.refused,
         ];
         for (published, value) in self.0.iter().zip(values) {
             published.store(value, Ordering::Relaxed);
@@ -208,13 +223,14 @@ impl PublishedShip {
     }
 
     fn add_to(&self, sum: &mut ShipStats) {
-        let [a, b, c, d, e, f] = &self.0;
+        let [a, b, c, d, e, f, g] = &self.0;
         sum.shipped += a.load(Ordering::Relaxed);
         sum.operations += b.load(Ordering::Relaxed);
         sum.batches += c.load(Ordering::Relaxed);
         sum.batch_retries += d.load(Ordering::Relaxed);
         sum.answered_again += e.load(Ordering::Relaxed);
         sum.retries_asked += f.load(Ordering::Relaxed);
+        sum.refused += g.load(Ordering::Relaxed);
     }
 }
 
@@ -335,6 +351,10 @@ pub struct NodeHandle {
     /// Each worker thread's recovery counters, in thread order.
     recovery: Arc<[PublishedRecovery]>,
     ship: Arc<[PublishedShip]>,
+    /// Each worker thread's dropped datagrams.
+    drops: Arc<[PublishedDrops]>,
+    /// The lease thread's link, if the node runs with membership: its dropped datagrams.
+    link: Option<Arc<Link>>,
     /// The node's store of its current view: not kept alive by the handle.
     view_store: std::sync::Weak<ViewStore>,
     /// The node's memory figures and limit.
@@ -411,6 +431,20 @@ impl NodeHandle {
         let mut sum = ShipStats::default();
         for thread in self.ship.iter() {
             thread.add_to(&mut sum);
+        }
+        sum
+    }
+
+    /// Datagrams the node dropped, by reason: its worker threads' RPC engines (as
+    /// published within the last 32 iterations of each loop) and its lease thread (as
+    /// last published, every 50 ms). Cheap; takes the lease status's lock for an instant.
+    pub fn drop_stats(&self) -> DropStats {
+        let mut sum = DropStats::default();
+        for thread in self.drops.iter() {
+            sum.add(&thread.load());
+        }
+        if let Some(link) = &self.link {
+            sum.add(&DropStats::of_membership(&link.status().stats));
         }
         sum
     }
@@ -578,6 +612,7 @@ impl Node {
             coroutines: options.coroutines,
             rpc: Config {
                 datagram_bytes: UDP_MAX_PAYLOAD_BYTES,
+                auth: options.keys.as_ref().and_then(|k| k.current()),
                 ..Config::default()
             },
             procedures: options.procedures.clone(),
@@ -592,6 +627,10 @@ impl Node {
         let ship: Arc<[PublishedShip]> = (0..transports.len())
             .map(|_| PublishedShip::default())
             .collect();
+        let drops: Arc<[PublishedDrops]> = (0..transports.len())
+            .map(|_| PublishedDrops::default())
+            .collect();
+        let link_for_handle = link.clone();
         for (thread, transport) in transports.into_iter().enumerate() {
             let thread = u16::try_from(thread).expect("threads_per_node is a u16");
             let local = EndpointId::new(node, thread);
@@ -605,6 +644,7 @@ impl Node {
             let link = link.clone();
             let recovery = recovery.clone();
             let ship = ship.clone();
+            let drops = drops.clone();
             spawners.push(Spawner {
                 sender,
                 pending: pending.clone(),
@@ -613,6 +653,7 @@ impl Node {
             });
             let core = core.clone();
             let core_options = core_options.clone();
+            let keys = options.keys.clone();
             let stop = stop.clone();
             let idle = options.idle;
             let name = format!("ferrotx-{local}");
@@ -631,8 +672,12 @@ impl Node {
                 let published = &recovery[usize::from(thread)];
                 let mut recovery_seen = RecoveryStats::default();
                 let published_ship = &ship[usize::from(thread)];
+                let published_drops = &drops[usize::from(thread)];
+                let mut drops_seen = DropStats::default();
                 let mut ship_seen = ShipStats::default();
                 let mut iteration = 0u32;
+                // 0: no generation, so the first iteration takes the keys of now.
+                let mut keys_seen = 0;
                 let doorbell = worker.transport().doorbell();
                 let mut poller: Option<Box<dyn Poller>> = None;
                 let mut waiting: std::collections::VecDeque<Spawn> =
@@ -657,9 +702,22 @@ impl Node {
                             published_ship.store(&stats);
                             ship_seen = stats;
                         }
+                        let stats = DropStats::of_rpc(worker.shared().engine().stats());
+                        if stats != drops_seen {
+                            published_drops.store(&stats);
+                            drops_seen = stats;
+                        }
                     }
                     if let Some(m) = &mut membership {
                         m.check(&core, worker, &coordinator, epoch);
+                    }
+                    // A key rotation: one atomic load per iteration otherwise.
+                    if let Some(keys) = &keys {
+                        let generation = keys.generation();
+                        if generation != keys_seen {
+                            keys_seen = generation;
+                            worker.shared().engine().set_auth(keys.current());
+                        }
                     }
                     let mut flow = Flow::Go;
                     if let (Some(p), Some(bell)) = (&mut poller, &doorbell) {
@@ -719,6 +777,7 @@ impl Node {
                 let rpc = *worker.executor().shared().engine().stats();
                 published.store(&participant.borrow().recovery_stats());
                 published_ship.store(&ShipStats::of(&coordinator.stats()));
+                published_drops.store(&DropStats::of_rpc(&rpc));
                 let participant = participant.borrow().stats();
                 WorkerReport { rpc, participant }
             });
@@ -730,6 +789,8 @@ impl Node {
             spawners: spawners.into(),
             recovery,
             ship,
+            drops,
+            link: link_for_handle,
             view_store: core.view_store_weak(),
             memory: core.memory().clone(),
         };

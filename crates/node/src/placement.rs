@@ -74,23 +74,33 @@ impl Placement for ClusterPlacement {
         self.config.partition_of_key(partition_key).0
     }
 
+    // A partition number may come from the network (a SHIP request names its own): one
+    // out of range has no copies rather than indexing out of bounds (issue 29).
     fn primary(&self, partition: u32) -> u16 {
-        self.copies[partition as usize]
-            .first()
+        self.copies
+            .get(partition as usize)
+            .and_then(|copies| copies.first())
             .copied()
             .unwrap_or(ferrotx_txn::coordinator::NO_PRIMARY)
     }
 
     fn backups(&self, partition: u32) -> &[u16] {
-        match self.copies[partition as usize].as_slice() {
-            [] => &[],
-            [_, backups @ ..] => backups,
+        match self.copies.get(partition as usize).map(Vec::as_slice) {
+            None | Some([]) => &[],
+            Some([_, backups @ ..]) => backups,
         }
     }
 
     fn filling(&self, partition: u32) -> &[u16] {
         let backups = self.backups(partition);
-        &backups[backups.len() - usize::from(self.filling[partition as usize])..]
+        let filling = self.filling.get(partition as usize).copied().unwrap_or(0);
+        // The view's fills are among its backups (`new`): internal, so asserted.
+        assert!(usize::from(filling) <= backups.len());
+        &backups[backups.len() - usize::from(filling)..]
+    }
+
+    fn contains(&self, partition: u32) -> bool {
+        (partition as usize) < self.copies.len()
     }
 }
 
@@ -98,6 +108,29 @@ impl Placement for ClusterPlacement {
 mod tests {
     use super::*;
     use ferrotx_store::TableSpec;
+
+    /// Issue 29: a SHIP request names its partition, and a forged one named one past the
+    /// configuration's: the placement indexed out of bounds and the worker panicked.
+    #[test]
+    fn a_partition_out_of_range_has_no_copies_and_no_panic() {
+        let config = Configuration::local(3, 3, 1, 12, 7000).unwrap();
+        let count = config.partitions().partition_count();
+        let placement = ClusterPlacement::new(Arc::new(config), None);
+        assert!(placement.contains(count - 1));
+        assert_ne!(
+            placement.primary(count - 1),
+            ferrotx_txn::coordinator::NO_PRIMARY
+        );
+        for partition in [count, count + 1, u32::MAX] {
+            assert!(!placement.contains(partition));
+            assert_eq!(
+                placement.primary(partition),
+                ferrotx_txn::coordinator::NO_PRIMARY
+            );
+            assert!(placement.backups(partition).is_empty());
+            assert!(placement.filling(partition).is_empty());
+        }
+    }
 
     #[test]
     fn rows_sharing_a_partition_key_share_a_partition() {

@@ -851,7 +851,7 @@ impl Forger {
                 {
                     Status::Ok as u64 + 1
                 } else {
-                    Status::TargetRestarted as u64 + 1
+                    Status::Overtaken as u64 + 1
                 };
                 let status = self.rng.random_range(lowest..=255);
                 self.put_message(m, offset_of!(MessageHeader, status), 1, status);

@@ -35,6 +35,46 @@ use crate::reply::Reply;
 /// message for strings over `proto-max-bulk-len`).
 pub const TOO_LARGE_ERROR: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 
+/// Most bytes the replies of one plan (a command, a pipelined run, or a MULTI block) may
+/// hold. A plan's replies are built whole before the first is sent, and the client
+/// chooses how many values they carry: an MGET naming one 1 MiB key a million times
+/// asks a node for 1 TiB with a request of 10 MB. 64 MiB is also the default limit on a
+/// request (`max_request_bytes`), so a connection's buffers stay within a few times that
+/// in both directions; it takes 63 values of 1 MiB.
+pub const PLAN_REPLY_BYTES_MAX: usize = 64 << 20;
+
+/// The reply to a command whose values would take its plan's replies past
+/// [`PLAN_REPLY_BYTES_MAX`]: it does not run (it changes nothing); the commands before it
+/// do.
+pub const REPLY_TOO_LARGE_ERROR: &str = "ERR ferrotx: the values asked for would make a reply \
+     of over 64 MiB (the replies of one command, pipelined run or MULTI block); ask for \
+     fewer at a time";
+
+/// Bytes a reply carrying `key`'s value takes at most (RESP2 or RESP3): the value, its
+/// length and line ends; a missing key's null.
+fn value_reply_bytes(overlay: &Overlay, key: &[u8]) -> usize {
+    overlay.value(key).map_or(5, |value| value.len() + 16)
+}
+
+/// Bytes of values `command`'s reply would carry if it ran now against `overlay` (at
+/// most; before the command changes anything): the values of GET and its kin, and
+/// every key's of MGET. Other replies (integers, statuses, errors) are a few dozen bytes
+/// and count as none. Panics if a key the command looks at was not read.
+pub fn reply_bytes_max(command: &DataCommand, overlay: &Overlay) -> usize {
+    match command {
+        DataCommand::Get { key }
+        | DataCommand::GetEx { key, .. }
+        | DataCommand::GetSet { key, .. }
+        | DataCommand::GetDel { key }
+        | DataCommand::Set { key, get: true, .. } => value_reply_bytes(overlay, key),
+        DataCommand::MGet { keys } => keys
+            .iter()
+            .map(|key| value_reply_bytes(overlay, key))
+            .fold(16, usize::saturating_add),
+        _ => 0,
+    }
+}
+
 /// The keys a command touches, in argument order (repeats included).
 #[derive(Clone, Debug)]
 pub enum Keys<'a> {

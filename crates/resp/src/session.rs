@@ -35,7 +35,9 @@ use crate::config::ConfigRequest;
 use crate::info::{InfoRequest, InfoStats};
 use crate::protocol::Args;
 use crate::reply::{ProtocolVersion, Reply};
-use crate::semantics::{Overlay, apply};
+use crate::semantics::{
+    Overlay, PLAN_REPLY_BYTES_MAX, REPLY_TOO_LARGE_ERROR, apply, reply_bytes_max,
+};
 
 /// Default for [`SessionConfig::queued_commands_max`]: a MULTI block is one ferrotx
 /// transaction, whose reads and writes must all fit in one commit (its log records and
@@ -276,9 +278,19 @@ impl Plan {
     /// [`Overlay::set_remove_expired`] unless [`Plan::is_read_only`].
     pub fn apply(&self, overlay: &mut Overlay) -> Vec<Reply> {
         overlay.set_remove_expired(!self.is_read_only());
+        // The replies are built whole before the first is sent: a command whose values
+        // would take them past the bound does not run, and answers an error.
+        let mut reply_bytes_left = PLAN_REPLY_BYTES_MAX;
         self.commands
             .iter()
-            .map(|command| apply(command, overlay))
+            .map(|command| {
+                let reply_bytes = reply_bytes_max(command, overlay);
+                if reply_bytes > reply_bytes_left {
+                    return Reply::error_static(REPLY_TOO_LARGE_ERROR);
+                }
+                reply_bytes_left -= reply_bytes;
+                apply(command, overlay)
+            })
             .collect()
     }
 }
@@ -741,12 +753,14 @@ impl Session {
                     {
                         new.push(key);
                     }
-                }
-                if self.watched.len() + new.len() > self.config.watched_keys_max {
-                    return Action::Reply(Reply::error(format!(
-                        "ERR ferrotx watches at most {} keys per connection",
-                        self.config.watched_keys_max
-                    )));
+                    // Refused as soon as it is over the limit: the searches above cost
+                    // at most the limit's square, however many keys the client sent.
+                    if self.watched.len() + new.len() > self.config.watched_keys_max {
+                        return Action::Reply(Reply::error(format!(
+                            "ERR ferrotx watches at most {} keys per connection",
+                            self.config.watched_keys_max
+                        )));
+                    }
                 }
                 if new.is_empty() {
                     return Action::Reply(Reply::ok());

@@ -1,11 +1,13 @@
 //! Engine configuration.
 
+use ferrotx_wire::auth::{Auth, TRAILER_BYTES};
 use ferrotx_wire::{MESSAGE_OVERHEAD_BYTES, PACKET_HEADER_BYTES};
 
-/// Smallest datagram the engine accepts: room for the packet header, one message header
-/// and 1 KiB of payload, so that a message of the largest size needs a bounded number of
-/// packets (see `ferrotx_wire::MAX_PACKETS_PER_MESSAGE`).
-pub const MIN_DATAGRAM_BYTES: usize = PACKET_HEADER_BYTES + MESSAGE_OVERHEAD_BYTES + 1024;
+/// Smallest datagram the engine accepts: room for the packet header, one message header,
+/// the authentication trailer and 1 KiB of payload, so that a message of the largest size
+/// needs a bounded number of packets (see `ferrotx_wire::MAX_PACKETS_PER_MESSAGE`).
+pub const MIN_DATAGRAM_BYTES: usize =
+    PACKET_HEADER_BYTES + MESSAGE_OVERHEAD_BYTES + TRAILER_BYTES + 1024;
 
 /// Settings of one engine. All sizes are bounds: the engine allocates its tables once for
 /// them and refuses work beyond them.
@@ -42,6 +44,12 @@ pub struct Config {
     /// A peer that has answered nothing for this long while requests wait on it is
     /// reported suspect.
     pub suspect_after_ns: u64,
+    /// Seals every datagram sent and opens every datagram received (a MAC under the
+    /// cluster key, a replay window per sender: `ferrotx_wire::auth`). `None` sends and
+    /// accepts datagrams without a trailer: for tests that write datagrams by hand, and
+    /// the benchmarks' measure of what authentication costs. Room for the trailer is kept
+    /// in every datagram either way, so both modes split messages alike.
+    pub auth: Option<Auth>,
 }
 
 impl Default for Config {
@@ -66,6 +74,7 @@ impl Default for Config {
             rto_max_ns: 100_000_000,
             // FaRM uses 10 ms leases; the RPC layer only hints, so it waits longer.
             suspect_after_ns: 50_000_000,
+            auth: None,
         }
     }
 }
@@ -88,6 +97,6 @@ impl Config {
 
     /// Payload bytes one packet of a split message carries.
     pub(crate) fn fragment_bytes(&self) -> usize {
-        self.datagram_bytes - PACKET_HEADER_BYTES - MESSAGE_OVERHEAD_BYTES
+        self.datagram_bytes - PACKET_HEADER_BYTES - MESSAGE_OVERHEAD_BYTES - TRAILER_BYTES
     }
 }

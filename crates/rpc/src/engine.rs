@@ -65,6 +65,8 @@ pub struct Engine {
     pub(crate) members: HashMap<u16, u64, FixedState>,
     /// Highest configuration id reported as `Event::NewerConfiguration`.
     pub(crate) newest_reported: u64,
+    /// Bytes buffered for partly received requests, all peers together (`partial.rs`).
+    pub(crate) partial_request_bytes: usize,
 }
 
 impl Engine {
@@ -87,6 +89,7 @@ impl Engine {
             membership: false,
             members: HashMap::with_hasher(FixedState::with_seed(0)),
             newest_reported: 0,
+            partial_request_bytes: 0,
             config,
         }
     }
@@ -99,6 +102,13 @@ impl Engine {
     /// Its configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Replaces the keys and cluster id datagrams are sealed and opened with (a key
+    /// rotation: see `ferrotx_wire::auth::Keys`). Peers' sequence numbers and replay
+    /// windows carry on: they belong to lives, not keys.
+    pub fn set_auth(&mut self, auth: Option<ferrotx_wire::auth::Auth>) {
+        self.config.auth = auth;
     }
 
     /// Counters so far.
@@ -154,8 +164,9 @@ impl Engine {
             }
             Ok(_) => {
                 // Never sent over the limit: the caller gets a handler error instead.
+                self.stats.responses_over_limit += 1;
                 slot.response
-                    .extend_from_slice(b"deferred response over the message limit");
+                    .extend_from_slice(crate::receive::RESPONSE_OVER_LIMIT.as_bytes());
                 Status::HandlerError
             }
             Err(e) => {
@@ -233,7 +244,7 @@ impl Engine {
                 Some(&incarnation) => {
                     if peer.incarnation != 0 && peer.incarnation != incarnation {
                         // Another life of the node: its request numbers start again.
-                        peer.reset_for_restart();
+                        self.partial_request_bytes -= peer.reset_for_restart();
                     }
                     peer.incarnation = incarnation;
                     peer.member = true;
@@ -244,6 +255,7 @@ impl Engine {
                     peer.suspect = false;
                     peer.server.clear();
                     peer.server.shrink_to_fit();
+                    self.partial_request_bytes -= std::mem::take(&mut peer.partial_request_bytes);
                 }
             }
         }
@@ -288,6 +300,7 @@ impl Engine {
         peer.connect_reply_queued = false;
         for slot in &mut peer.server {
             slot.queued = false;
+            slot.overtaken_queued = false;
         }
         peer.tx.clear();
         peer.tx_done = 0;
@@ -419,6 +432,7 @@ impl Engine {
             Outcome::Answered(Status::UnknownRequestType) => Err(RpcError::UnknownRequestType),
             Outcome::Answered(Status::HandlerError) => Err(RpcError::Handler),
             Outcome::Answered(Status::TargetRestarted) => Err(RpcError::TargetRestarted),
+            Outcome::Answered(Status::Overtaken) => Err(RpcError::Overtaken),
             Outcome::Failed(e) => Err(e),
             Outcome::Pending => unreachable!("a done batch has no pending call"),
         }
@@ -628,6 +642,7 @@ impl Engine {
         let queued = match op {
             TxOp::Request(slot) => &mut peer.client[usize::from(slot)].queued,
             TxOp::Response(slot) => &mut peer.server[usize::from(slot)].queued,
+            TxOp::Overtaken(slot) => &mut peer.server[usize::from(slot)].overtaken_queued,
             TxOp::Connect => &mut peer.connect_queued,
             TxOp::ConnectReply => &mut peer.connect_reply_queued,
         };

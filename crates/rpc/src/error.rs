@@ -16,6 +16,12 @@ pub enum RpcError {
     /// run it, the earlier one may have. Only the layer above can tell what happened.
     #[error("the target restarted; the request may have run before the restart")]
     TargetRestarted,
+    /// The target's session slot had moved past the request: a request of this session
+    /// with a later number, forged or from a broken peer, took the slot. The request may
+    /// or may not have run (before the later one). The session's next requests are
+    /// numbered past the slot's, so they are served again.
+    #[error("a later request took the target's slot; the request may or may not have run")]
+    Overtaken,
     /// The handler at the target rejected the request; its text is the response payload.
     #[error("the handler rejected the request")]
     Handler,

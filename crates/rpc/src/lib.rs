@@ -16,8 +16,9 @@
 //! request carries its slot and a request number; the client retransmits after a timeout
 //! found by a periodic scan; the server keeps the last response of each slot, so a
 //! duplicate of a finished request gets the saved response and a duplicate of an older one
-//! is ignored (at-most-once execution). A new request on a slot tells the server that the
-//! client has the previous response, which frees it. Messages longer than a datagram are
+//! is not run (at-most-once execution; it is answered "overtaken", see `docs/rpc.md`). A
+//! new request on a slot tells the server that the client has the previous response,
+//! which frees it. Messages longer than a datagram are
 //! split into packets and reassembled. A peer that stays silent while requests wait on it
 //! is reported as suspect with [`Event::Suspect`]; the engine never gives up on a request
 //! by itself. Once the membership layer calls [`Engine::switch_configuration`], the engine
@@ -29,6 +30,7 @@ mod config;
 mod engine;
 mod error;
 mod handler;
+mod partial;
 mod receive;
 mod retransmit;
 mod rto;

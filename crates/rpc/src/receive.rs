@@ -1,13 +1,16 @@
 //! Receiving: datagram checks, the server half (execute once, answer duplicates) and the
 //! client half (match responses to waiting requests).
 
+use ferrotx_wire::auth::Refusal;
 use ferrotx_wire::{Datagram, EndpointId, MAX_MESSAGE_BYTES, Message, MessageKind, Status, decode};
 
 use crate::caller::Outcome;
 use crate::engine::{CONNECT_REQUEST_TYPE, Engine, Event};
 use crate::error::RpcError;
 use crate::handler::{Deferred, Registered, Request};
-use crate::session::{Fragment, Reassembly, ServerSlot, ServerState, TxOp};
+use crate::session::{
+    Fragment, REQUEST_NUMBER_MAX, REQUEST_NUMBER_WINDOW, Reassembly, ServerSlot, ServerState, TxOp,
+};
 use crate::stats::Stats;
 
 impl Engine {
@@ -16,6 +19,18 @@ impl Engine {
     /// a peer sends can make this panic.
     pub fn handle_datagram(&mut self, now_ns: u64, from: Option<EndpointId>, bytes: &[u8]) {
         self.stats.datagrams_received += 1;
+        // Nothing is decoded before its MAC is checked: a datagram that did not come from
+        // a holder of the cluster key is dropped here, whatever it says.
+        let (bytes, seq) = match &self.config.auth {
+            Some(auth) => match auth.open(bytes, self.local.0) {
+                Ok((body, seq)) => (body, Some(seq)),
+                Err(refusal) => {
+                    self.stats.auth_refused[refusal.index()] += 1;
+                    return;
+                }
+            },
+            None => (bytes, None),
+        };
         let datagram = match decode(bytes) {
             Ok(d) => d,
             Err(e) => {
@@ -28,7 +43,7 @@ impl Engine {
             return;
         }
         if self.membership {
-            self.handle_member_datagram(now_ns, from, &datagram);
+            self.handle_member_datagram(now_ns, from, &datagram, seq);
             return;
         }
         if datagram.configuration() != self.config.configuration {
@@ -44,6 +59,9 @@ impl Engine {
             self.stats.peers_exhausted += 1;
             return;
         };
+        if !self.fresh(p, datagram.incarnation(), seq) {
+            return;
+        }
         let peer = &mut self.peers[p as usize];
         let incarnation = datagram.incarnation();
         // Incarnation 0 means "unknown" and no endpoint has it (`Config::check`).
@@ -59,7 +77,7 @@ impl Engine {
         peer.last_heard_ns = now_ns;
         let recovered = std::mem::replace(&mut peer.suspect, false);
         if restarted {
-            peer.reset_for_restart();
+            self.partial_request_bytes -= peer.reset_for_restart();
             self.stats.peer_restarts += 1;
             self.fail_outstanding(p);
         }
@@ -84,6 +102,7 @@ impl Engine {
         now_ns: u64,
         from: Option<EndpointId>,
         datagram: &Datagram<'_>,
+        seq: Option<u64>,
     ) {
         let source = datagram.source();
         // Checked first here, so that a forged datagram cannot raise a newer configuration.
@@ -115,16 +134,34 @@ impl Engine {
                 return;
             }
         };
-        let peer = &mut self.peers[p as usize];
-        if datagram.incarnation() != peer.incarnation {
+        if datagram.incarnation() != self.peers[p as usize].incarnation {
             self.stats.not_member += 1;
             return;
         }
+        if !self.fresh(p, datagram.incarnation(), seq) {
+            return;
+        }
+        let peer = &mut self.peers[p as usize];
         peer.last_heard_ns = now_ns;
         if std::mem::replace(&mut peer.suspect, false) {
             self.push_event(Event::Recovered(source));
         }
         self.handle_messages(now_ns, p, source, datagram);
+    }
+
+    /// Whether an authentic datagram from peer `p`'s life `incarnation` with sequence
+    /// number `seq` is new (remembered from now on), or a replay (counted). Always true
+    /// without authentication (`seq` is `None`).
+    #[inline(always)]
+    fn fresh(&mut self, p: u32, incarnation: u64, seq: Option<u64>) -> bool {
+        let Some(seq) = seq else {
+            return true;
+        };
+        if self.peers[p as usize].rx_window.accept(incarnation, seq) {
+            return true;
+        }
+        self.stats.auth_refused[Refusal::Replay.index()] += 1;
+        false
     }
 
     /// The messages of a datagram accepted from peer `p`.
@@ -145,27 +182,61 @@ impl Engine {
         let current = datagram.target_incarnation() == self.config.incarnation;
         for message in datagram.messages() {
             match message.kind() {
-                MessageKind::Request => self.on_request(p, source, &message, current),
+                MessageKind::Request => self.on_request(now_ns, p, source, &message, current),
                 MessageKind::Response if current => self.on_response(p, &message, now_ns),
                 MessageKind::Response => self.stats.stale_responses += 1,
             }
         }
     }
 
-    fn on_request(&mut self, p: u32, source: EndpointId, message: &Message<'_>, current: bool) {
+    fn on_request(
+        &mut self,
+        now_ns: u64,
+        p: u32,
+        source: EndpointId,
+        message: &Message<'_>,
+        current: bool,
+    ) {
         let header = message.header;
         if header.request_type == CONNECT_REQUEST_TYPE {
             // The reply's packet header carries our incarnation; that is all it says.
             self.queue_tx(p, TxOp::ConnectReply);
             return;
         }
+        if !current {
+            // Meant for our previous life: never run here (at-most-once across restarts).
+            // Answered with a connect reply, whose packet header tells this life's
+            // incarnation: its client learns of the restart and fails what it had
+            // outstanding to the earlier life (`RpcError::TargetRestarted`). Nothing of
+            // the slot changes, as the client numbers its requests to this life afresh.
+            self.queue_tx(p, TxOp::ConnectReply);
+            return;
+        }
         let slot_number = header.slot;
         let request_number = header.request_number.get();
         let single = header.packet_count.get() == 1;
-        let slot = self.peers[p as usize].server_slot(slot_number);
+        let peer = &mut self.peers[p as usize];
+        let high = peer.request_number_high;
+        let slot = peer.server_slot(slot_number);
         if request_number < slot.request_number {
-            // An older request on this slot: the client already has its response.
-            self.stats.duplicate_requests_ignored += 1;
+            if header.packet_index.get() != 0 {
+                // One answer per transmission of a split request (see below).
+                self.stats.duplicate_requests_ignored += 1;
+                return;
+            }
+            // An older request on this slot. From a genuine client, a late duplicate: it
+            // has the response and moved on, and drops the answer as matching nothing.
+            // Or a request a forged (or broken) one with a higher number overtook: the
+            // answer tells its client, which fails it (it may have run before) and numbers
+            // its next requests past the slot's, so the slot serves it again (issue 29).
+            slot.overtaken = request_number;
+            self.stats.overtaken_requests_answered += 1;
+            self.queue_tx(p, TxOp::Overtaken(slot_number));
+            return;
+        }
+        if request_number > high.saturating_add(REQUEST_NUMBER_WINDOW) {
+            // No genuine client's request is this far ahead (see `REQUEST_NUMBER_WINDOW`).
+            self.stats.request_number_jumps += 1;
             return;
         }
         if request_number == slot.request_number {
@@ -196,16 +267,11 @@ impl Engine {
             slot.state = ServerState::Receiving;
             slot.request_type = header.request_type;
             slot.resends = 0;
-            slot.reassembly.reset();
-            if !current {
-                // Meant for our previous life: answered, never run (at-most-once across
-                // restarts), like any finished request, so duplicates get the same answer.
-                slot.response.clear();
-                slot.status = Status::TargetRestarted;
-                slot.state = ServerState::Done;
-                self.queue_tx(p, TxOp::Response(slot_number));
-                return;
-            }
+            // The client has the previous request's response; a partial one is abandoned.
+            let freed = slot.free_partial();
+            peer.request_number_high = high.max(request_number);
+            peer.partial_request_bytes -= freed;
+            self.partial_request_bytes -= freed;
         }
         let deferred = Deferred {
             peer: p,
@@ -231,16 +297,31 @@ impl Engine {
             self.stats.inconsistent_fragments += 1;
             return;
         }
-        match reassemble(
+        if slot.reassembly.starts_with(header)
+            && !self.room_for_partial(p, slot_number, header.message_len.get() as usize, now_ns)
+        {
+            self.stats.partial_requests_refused += 1;
+            return;
+        }
+        let slot = &mut self.peers[p as usize].server[usize::from(slot_number)];
+        let before = slot.reassembly.buffered_bytes();
+        let outcome = reassemble(
             &mut slot.reassembly,
             &mut slot.request,
             message,
             &mut self.stats,
-        ) {
+        );
+        let after = slot.reassembly.buffered_bytes();
+        slot.progress_ns = now_ns;
+        self.account_partial(p, before, after);
+        let slot = &mut self.peers[p as usize].server[usize::from(slot_number)];
+        match outcome {
             Fragment::New {
                 complete: false, ..
             } => {}
             Fragment::New { complete: true, .. } => {
+                // The buffer goes with the request it held: kept, up to 256 slots of every
+                // peer could each hold a mebibyte outside the bounds of `partial.rs`.
                 let request = std::mem::take(&mut slot.request);
                 let done = execute(
                     &mut self.handlers,
@@ -249,7 +330,6 @@ impl Engine {
                     deferred,
                     &request,
                 );
-                slot.request = request;
                 if done {
                     self.queue_tx(p, TxOp::Response(slot_number));
                 }
@@ -278,6 +358,21 @@ impl Engine {
             }
         };
         let status = message.status();
+        if status == Status::Overtaken {
+            // The server's slot holds a later request than ours: number past it.
+            let later = <[u8; 8]>::try_from(message.fragment).map(u64::from_le_bytes);
+            match later {
+                Ok(later) if later > waiting.request_number && later < REQUEST_NUMBER_MAX => {
+                    peer.next_request_number = peer.next_request_number.max(later + 1);
+                    self.stats.calls_overtaken += 1;
+                }
+                // Not an answer a server writes: dropped, as a forged one may be.
+                _ => {
+                    self.stats.stale_responses += 1;
+                    return;
+                }
+            }
+        }
         let client_slot = &mut peer.client[usize::from(slot_number)];
         let call =
             &mut self.callers[usize::from(waiting.caller.0)].calls[usize::from(waiting.index)];
@@ -351,6 +446,9 @@ fn reassemble(
     outcome
 }
 
+/// The handler error a caller gets for a response over the message limit.
+pub(crate) const RESPONSE_OVER_LIMIT: &str = "response over the message limit";
+
 /// Runs the handler of a complete request and saves its response in the slot: true if
 /// it answered, false if a deferred handler took it (it answers through
 /// `Engine::respond`).
@@ -377,13 +475,17 @@ fn execute(
             return false;
         }
         Some(Registered::Now(handler)) => match handler(&request, &mut slot.response) {
+            Ok(()) if slot.response.len() <= MAX_MESSAGE_BYTES as usize => Status::Ok,
             Ok(()) => {
-                assert!(
-                    slot.response.len() <= MAX_MESSAGE_BYTES as usize,
-                    "handler of request type {} wrote a response over the message limit",
-                    slot.request_type
-                );
-                Status::Ok
+                // A handler that wrote more than a message holds (a page ending on a large
+                // value) is a bug of that handler, but its input came from the network:
+                // the caller gets a handler error, as `Engine::respond` answers a deferred
+                // response over the limit, and the node stays up.
+                stats.responses_over_limit += 1;
+                slot.response.clear();
+                slot.response
+                    .extend_from_slice(RESPONSE_OVER_LIMIT.as_bytes());
+                Status::HandlerError
             }
             Err(e) => {
                 slot.response.clear();

@@ -3,12 +3,30 @@
 
 use std::collections::VecDeque;
 
+use ferrotx_wire::auth::ReplayWindow;
 use ferrotx_wire::{EndpointId, MAX_PACKETS_PER_MESSAGE, MessageHeader, Status};
 
 use crate::caller::CallerId;
 use crate::rto::RttEstimator;
 
 const BITMAP_WORDS: usize = MAX_PACKETS_PER_MESSAGE as usize / 64;
+
+/// How far past the highest request number a server accepted from a session a new
+/// request's number may be. A client numbers its requests to one life of a peer 1, 2, 3
+/// and so on, and takes a number only for a free slot, so when it sends number n, every
+/// number below n but those still outstanding (fewer than its credits, at most 255) was
+/// answered, and so seen by the server; only calls failed by a configuration change leave
+/// numbers the server may never see, at most 255 per change. 2^20 covers thousands of
+/// such changes in a row, so a genuine request is never refused, while a forged or broken
+/// request cannot jump a slot arbitrarily far: exhausting the 64-bit numbers would take
+/// 2^44 of them, each counted (`Stats::request_number_jumps`).
+pub(crate) const REQUEST_NUMBER_WINDOW: u64 = 1 << 20;
+
+/// A client does not number requests past this on an `Overtaken` answer (see
+/// `Status::Overtaken`): far beyond what a session reaches (2^62 requests are 146 years at
+/// a billion a second), it leaves the arithmetic of request numbers room to never
+/// overflow, whatever a forged answer claims.
+pub(crate) const REQUEST_NUMBER_MAX: u64 = 1 << 62;
 
 /// Reassembly of a message split into packets: which packets have arrived.
 pub(crate) struct Reassembly {
@@ -51,6 +69,23 @@ impl Reassembly {
         self.message_len = 0;
         self.packet_count = 0;
         self.received = 0;
+    }
+
+    /// Bytes its buffer holds for a message not complete yet (0 when empty or complete).
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        if self.received > 0 && self.received < self.packet_count {
+            self.message_len as usize
+        } else {
+            0
+        }
+    }
+
+    /// True if `header`'s packet would start the reassembly (again): nothing received
+    /// yet, or packets of another length or count (see `accept`).
+    pub(crate) fn starts_with(&self, header: &MessageHeader) -> bool {
+        self.received == 0
+            || self.message_len != header.message_len.get()
+            || self.packet_count != header.packet_count.get()
     }
 
     /// Accounts for one packet of a multi-packet message (decoder-validated header).
@@ -131,14 +166,22 @@ pub(crate) struct ServerSlot {
     pub(crate) state: ServerState,
     pub(crate) request_type: u8,
     pub(crate) status: Status,
-    /// Reassembly buffer of a multi-packet request.
+    /// Reassembly buffer of a multi-packet request; empty (no capacity) unless one is
+    /// partly received (see `partial.rs`).
     pub(crate) request: Vec<u8>,
+    /// When the latest packet of a partly received request arrived.
+    pub(crate) progress_ns: u64,
     /// The saved response of the last finished request.
     pub(crate) response: Vec<u8>,
     /// Times the saved response was sent again (for `transmit::first_packet`).
     pub(crate) resends: u32,
     /// A `TxOp::Response` for this slot is in the peer's queue.
     pub(crate) queued: bool,
+    /// The number of the latest request older than `request_number` that arrived, to be
+    /// answered `Status::Overtaken` (`TxOp::Overtaken`).
+    pub(crate) overtaken: u64,
+    /// A `TxOp::Overtaken` for this slot is in the peer's queue.
+    pub(crate) overtaken_queued: bool,
     pub(crate) reassembly: Reassembly,
 }
 
@@ -150,9 +193,12 @@ impl ServerSlot {
             request_type: 0,
             status: Status::Ok,
             request: Vec::new(),
+            progress_ns: 0,
             response: Vec::new(),
             resends: 0,
             queued: false,
+            overtaken: 0,
+            overtaken_queued: false,
             reassembly: Reassembly::new(),
         }
     }
@@ -165,6 +211,8 @@ pub(crate) enum TxOp {
     Request(u8),
     /// The saved response of this server slot.
     Response(u8),
+    /// The answer `Status::Overtaken` to an older request on this server slot.
+    Overtaken(u8),
     /// A connect request: learn the peer's incarnation before sending it any request.
     Connect,
     /// The answer to a peer's connect request.
@@ -181,6 +229,8 @@ pub(crate) struct Peer {
     pub(crate) member: bool,
 
     // Client half.
+    /// Number of our next request to the peer's current life: 1 for its first, then one
+    /// more per request (see `REQUEST_NUMBER_WINDOW`).
     pub(crate) next_request_number: u64,
     pub(crate) client: Vec<ClientSlot>,
     pub(crate) free_slots: Vec<u8>,
@@ -201,6 +251,10 @@ pub(crate) struct Peer {
 
     // Server half: grown on demand up to 256 slots (the slot number is one byte).
     pub(crate) server: Vec<ServerSlot>,
+    /// Highest request number accepted as new from the peer's current life, on any slot.
+    pub(crate) request_number_high: u64,
+    /// Bytes buffered for the peer's partly received requests (see `partial.rs`).
+    pub(crate) partial_request_bytes: usize,
 
     // Connection: no request is sent before the peer's incarnation is known.
     /// When the pending connect request was last sent; `None` when not connecting.
@@ -220,6 +274,14 @@ pub(crate) struct Peer {
     pub(crate) tx_packet: u16,
     /// In the engine's list of peers with something to send.
     pub(crate) queued: bool,
+
+    // Authentication (`Config::auth`).
+    /// Sequence number of the last datagram sealed for this peer. Never reset, not even
+    /// when the peer restarts: a number is never sealed twice in this engine's life, so a
+    /// datagram captured on its way to one life of the peer is a replay to the next.
+    pub(crate) tx_seq: u64,
+    /// The sequence numbers seen from the peer, per its life.
+    pub(crate) rx_window: ReplayWindow,
 }
 
 impl Peer {
@@ -246,6 +308,8 @@ impl Peer {
             last_heard_ns: 0,
             suspect: false,
             server: Vec::new(),
+            request_number_high: 0,
+            partial_request_bytes: 0,
             connect_sent_ns: None,
             connect_retransmits: 0,
             connect_queued: false,
@@ -254,6 +318,8 @@ impl Peer {
             tx_done: 0,
             tx_packet: 0,
             queued: false,
+            tx_seq: 0,
+            rx_window: ReplayWindow::default(),
         }
     }
 
@@ -274,13 +340,22 @@ impl Peer {
     /// The peer restarted. Its request numbers start again, so the server half is
     /// forgotten; responses it had begun to send us belong to its earlier life (the new
     /// one answers retransmissions afresh), so partly reassembled responses are dropped.
-    pub(crate) fn reset_for_restart(&mut self) {
+    /// Our numbering starts again too: the new life has seen none of our requests, and
+    /// accepts numbers only within `REQUEST_NUMBER_WINDOW` of those it has seen. The
+    /// caller fails what we had outstanding to the earlier life, and takes the returned
+    /// bytes of partial requests freed off the engine's count.
+    #[must_use]
+    pub(crate) fn reset_for_restart(&mut self) -> usize {
         for slot in &mut self.server {
             slot.request_number = 0;
             slot.state = ServerState::Empty;
             slot.queued = false;
-            slot.reassembly.reset();
+            slot.overtaken_queued = false;
+            slot.free_partial();
         }
+        let freed = std::mem::take(&mut self.partial_request_bytes);
+        self.request_number_high = 0;
+        self.next_request_number = 1;
         for slot in &mut self.client {
             slot.reassembly.reset();
         }
@@ -289,5 +364,6 @@ impl Peer {
         self.connect_reply_queued = false;
         self.tx_done = 0;
         self.tx_packet = 0;
+        freed
     }
 }

@@ -1,6 +1,7 @@
 //! Counters of one engine.
 
 use ferrotx_wire::DecodeError;
+use ferrotx_wire::auth::Refusal;
 
 /// What an engine has done and dropped. Counters only grow.
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,6 +23,24 @@ pub struct Stats {
     /// Duplicates of requests still being reassembled, or of older requests, and packets
     /// other than the first of a retransmitted split request already answered, ignored.
     pub duplicate_requests_ignored: u64,
+    /// Requests older than their slot's latest, answered `Status::Overtaken` (late
+    /// duplicates, whose clients drop the answer, or requests a forged one overtook).
+    pub overtaken_requests_answered: u64,
+    /// Requests whose number jumped further past the session's highest than a genuine
+    /// client's can (`REQUEST_NUMBER_WINDOW`), dropped: forged, or from a broken peer.
+    pub request_number_jumps: u64,
+    /// Calls of this client that failed with `RpcError::Overtaken`.
+    pub calls_overtaken: u64,
+    /// Packets that would have started reassembling a request past the bound on bytes
+    /// buffered for partial requests, of their peer or of the engine (see `partial.rs`),
+    /// dropped; their clients retransmit.
+    pub partial_requests_refused: u64,
+    /// Partial requests dropped, silent for the largest retransmission timeout, to make
+    /// room for another.
+    pub partial_requests_evicted: u64,
+    /// Responses a handler wrote over the message limit, answered as a handler error
+    /// ("response over the message limit") instead.
+    pub responses_over_limit: u64,
     /// Requests handed to a deferred handler, and those it answered
     /// (`Engine::respond`); the difference runs now, or was abandoned.
     pub deferred_started: u64,
@@ -29,6 +48,9 @@ pub struct Stats {
     pub deferred_answered: u64,
     /// Responses that matched no waiting request (late duplicates), dropped.
     pub stale_responses: u64,
+    /// Datagrams refused by authentication, by reason (`Refusal::index`): no valid
+    /// trailer, another cluster, an unknown key, a bad MAC, a replay.
+    pub auth_refused: [u64; Refusal::COUNT],
     /// Datagrams rejected by the decoder, by reason (`DecodeError::index`).
     pub decode_errors: [u64; DecodeError::COUNT],
     /// Datagrams of another configuration, dropped (before membership mode; see
@@ -73,9 +95,15 @@ impl Stats {
         self.decode_errors.iter().sum()
     }
 
+    /// Datagrams refused by authentication, all reasons together.
+    pub fn auth_refused_total(&self) -> u64 {
+        self.auth_refused.iter().sum()
+    }
+
     /// Every datagram dropped before its messages were looked at.
     pub fn datagrams_dropped(&self) -> u64 {
-        self.decode_errors_total()
+        self.auth_refused_total()
+            + self.decode_errors_total()
             + self.wrong_configuration
             + self.stale_configuration
             + self.newer_configuration

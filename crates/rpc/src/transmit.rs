@@ -1,5 +1,6 @@
 //! Transmitting: queued messages become datagrams, coalesced per destination.
 
+use ferrotx_wire::auth::TRAILER_BYTES;
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
     FragmentInfo, MessageFields, MessageKind, Status, message_count, push_message, start_datagram,
@@ -45,7 +46,7 @@ impl Engine {
         let fragment_bytes = config.fragment_bytes();
         let mut datagram = Datagram {
             open: false,
-            capacity: config.datagram_bytes,
+            capacity: config.datagram_bytes - TRAILER_BYTES,
         };
         while peer.tx_done < peer.tx.len() {
             // The op leaves the queue now (or once its interrupted write completes, below);
@@ -53,11 +54,13 @@ impl Engine {
             match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => peer.client[usize::from(slot)].queued = false,
                 TxOp::Response(slot) => peer.server[usize::from(slot)].queued = false,
+                TxOp::Overtaken(slot) => peer.server[usize::from(slot)].overtaken_queued = false,
                 TxOp::Connect => peer.connect_queued = false,
                 TxOp::ConnectReply => peer.connect_reply_queued = false,
             }
             // `round` counts earlier transmissions of the message: split messages start each
             // round at another packet (see `first_packet`).
+            let slot_number_bytes;
             let (fields, payload, round) = match peer.tx[peer.tx_done] {
                 TxOp::Request(slot) => match peer.client[usize::from(slot)].waiting {
                     Some(w) => {
@@ -111,6 +114,18 @@ impl Engine {
                     };
                     (fields, s.response.as_slice(), s.resends)
                 }
+                TxOp::Overtaken(slot) => {
+                    let s = &peer.server[usize::from(slot)];
+                    let fields = MessageFields {
+                        kind: MessageKind::Response,
+                        request_type: s.request_type,
+                        status: Status::Overtaken,
+                        slot,
+                        request_number: s.overtaken,
+                    };
+                    slot_number_bytes = s.request_number.to_le_bytes();
+                    (fields, &slot_number_bytes[..], 0)
+                }
             };
             // A message that fits one packet could be written as the case
             // `packet_count == 1` of the loop below, but that cost about 4% of
@@ -125,6 +140,7 @@ impl Engine {
                     *local,
                     (target, target_incarnation),
                     config,
+                    &mut peer.tx_seq,
                     fields,
                     fragment,
                     payload,
@@ -152,6 +168,7 @@ impl Engine {
                         *local,
                         (target, target_incarnation),
                         config,
+                        &mut peer.tx_seq,
                         fields,
                         fragment,
                         bytes,
@@ -168,10 +185,10 @@ impl Engine {
             peer.tx_packet = 0;
             peer.tx_done += 1;
             if !config.coalesce {
-                datagram.close(tx, stats, target);
+                datagram.close(tx, stats, target, config, &mut peer.tx_seq);
             }
         }
-        datagram.close(tx, stats, target);
+        datagram.close(tx, stats, target, config, &mut peer.tx_seq);
         true
     }
 }
@@ -205,6 +222,7 @@ impl Datagram {
         local: ferrotx_wire::EndpointId,
         (target, target_incarnation): (ferrotx_wire::EndpointId, u64),
         config: &crate::config::Config,
+        tx_seq: &mut u64,
         fields: MessageFields,
         fragment: FragmentInfo,
         payload: &[u8],
@@ -236,17 +254,25 @@ impl Datagram {
                 message_count(buf) > 0,
                 "a message that fits no datagram was queued"
             );
-            self.close(tx, stats, target);
+            self.close(tx, stats, target, config, tx_seq);
         }
     }
 
+    /// Seals the open datagram (`Config::auth`) with the peer's next sequence number and
+    /// adds it to the batch.
     fn close(
         &mut self,
         tx: &mut TxBatch,
         stats: &mut crate::stats::Stats,
         target: ferrotx_wire::EndpointId,
+        config: &crate::config::Config,
+        tx_seq: &mut u64,
     ) {
         if self.open {
+            if let Some(auth) = &config.auth {
+                *tx_seq += 1;
+                auth.seal(tx.pending_mut(), target.0, *tx_seq);
+            }
             tx.commit(target);
             stats.datagrams_sent += 1;
             self.open = false;

@@ -315,6 +315,34 @@ impl Forge {
         assert!(push_message(&mut buf, fields, fragment, payload));
         buf
     }
+
+    /// A datagram holding the first packet (of two) of a request of `message_len` bytes.
+    fn first_packet(self, slot: u8, request_number: u64, message_len: u32) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(2048);
+        start_datagram(
+            &mut buf,
+            self.source,
+            self.target,
+            self.configuration,
+            self.incarnation,
+            self.target_incarnation,
+        );
+        let fields = MessageFields {
+            kind: MessageKind::Request,
+            request_type: ECHO,
+            status: Status::Ok,
+            slot,
+            request_number,
+        };
+        let fragment = FragmentInfo {
+            message_len,
+            offset: 0,
+            packet_index: 0,
+            packet_count: 2,
+        };
+        assert!(push_message(&mut buf, fields, fragment, &[1; 16]));
+        buf
+    }
 }
 
 // 1. Duplicated request.
@@ -355,6 +383,9 @@ fn duplicate_request_runs_once_and_gets_the_saved_response() {
 
 // 2. Request older than the slot's latest.
 
+/// A late copy of an older request does not run; it is answered `Overtaken` (in case a
+/// forged request overtook it, see below), and its client, which has moved on, drops the
+/// answer.
 #[test]
 fn request_older_than_the_slots_latest_is_ignored() {
     // One credit: both requests use slot 0.
@@ -382,15 +413,173 @@ fn request_older_than_the_slots_latest_is_ignored() {
     deliver(&mut s, 10, CLIENT, &new_requests);
     let new_responses = transmit(&mut s);
 
-    // The old request, replayed late, must neither run nor be answered.
+    // The old request, replayed late, must not run; its answer says the slot moved on.
     deliver(&mut s, 20, CLIENT, &old_requests);
-    assert_eq!(s.stats().duplicate_requests_ignored, 1);
+    assert_eq!(s.stats().overtaken_requests_answered, 1);
     assert_eq!(s.stats().duplicate_requests_answered, 0);
     assert_eq!(*log.borrow(), vec![b"old".to_vec(), b"new".to_vec()]);
-    assert!(transmit(&mut s).is_empty(), "the old request was answered");
+    let overtaken = transmit(&mut s);
+    let seen = only_message(&overtaken[0]);
+    assert_eq!(
+        (seen.status, seen.request_number),
+        (Status::Overtaken, o.request_number)
+    );
 
+    // The client waits for the new request: the answer to the old one matches nothing.
+    deliver(&mut c, 20, SERVER, &overtaken);
+    assert_eq!(c.stats().stale_responses, 1);
+    assert_eq!(c.stats().calls_overtaken, 0);
     deliver(&mut c, 20, SERVER, &new_responses);
     assert_answered(&mut c, &new);
+}
+
+/// Sends `payload` as one echo request and exchanges datagrams (with retransmission
+/// timeouts) until its batch is done; `None` if it is still waiting after many timeouts.
+fn call_until_done(
+    c: &mut Engine,
+    s: &mut Engine,
+    now_ns: &mut u64,
+    payload: &[u8],
+) -> Option<Result<Vec<u8>, RpcError>> {
+    send(c, *now_ns, &[payload.to_vec()]);
+    for _ in 0..20 {
+        settle(c, s, *now_ns);
+        if c.is_done(CALLER) {
+            assert_eq!(c.poll_ready(), Some(CALLER));
+            return Some(c.result(CALLER, 0).map(<[u8]>::to_vec));
+        }
+        fire_timeout(c, now_ns);
+    }
+    None
+}
+
+/// Issue 29: a forged request (or a broken member's) with a far higher request number on
+/// a slot made every genuine request on it look like an old duplicate, forever. Such a
+/// jump cannot be genuine (request numbers grow by one per request of the session, and
+/// only a credit's worth can be unseen by the server), so it is refused and counted, and
+/// the slot goes on serving its client.
+#[test]
+fn a_forged_far_higher_request_number_does_not_stall_the_slot() {
+    let mut c = client(Config {
+        credits: 1,
+        ..Config::default()
+    });
+    let (mut s, log) = server(Config::default());
+    let mut now = 0;
+    assert_eq!(
+        call_until_done(&mut c, &mut s, &mut now, b"first"),
+        Some(Ok(answer(b"first")))
+    );
+    let forged = Forge::new(CLIENT, SERVER).message(MessageKind::Request, 0, 1 << 40, b"jump");
+    deliver(&mut s, now, CLIENT, &[forged]);
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    for round in 0..3u8 {
+        let payload = [b'a' + round; 4];
+        assert_eq!(
+            call_until_done(&mut c, &mut s, &mut now, &payload),
+            Some(Ok(answer(&payload))),
+            "genuine request {round} after the jump"
+        );
+    }
+    assert!(!log.borrow().iter().any(|p| p == b"jump"), "the jump ran");
+    assert_eq!(s.stats().request_number_jumps, 1);
+}
+
+/// A forged request ahead of the client on its slot but within what could be genuine
+/// runs (authentication is what keeps forgeries out); the client's request it overtook
+/// then fails as `Overtaken` (it may have run before the forgery), and the client's
+/// numbering moves past the forged one, so later requests are served again.
+#[test]
+fn a_slot_overtaken_by_a_forged_request_serves_its_client_again() {
+    let mut c = client(Config {
+        credits: 1,
+        ..Config::default()
+    });
+    let (mut s, log) = server(Config::default());
+    let mut now = 0;
+    assert_eq!(
+        call_until_done(&mut c, &mut s, &mut now, b"first"),
+        Some(Ok(answer(b"first")))
+    );
+    // Ten datagrams, each a little further ahead.
+    for i in 1..=10u64 {
+        let forged =
+            Forge::new(CLIENT, SERVER).message(MessageKind::Request, 0, 1 + 100 * i, b"ahead");
+        deliver(&mut s, now, CLIENT, &[forged]);
+    }
+    deliver(&mut c, now, SERVER, &transmit(&mut s));
+    assert_eq!(log.borrow().len(), 11, "the forgeries in the window ran");
+    let overtaken = call_until_done(&mut c, &mut s, &mut now, b"overtaken");
+    assert_eq!(overtaken, Some(Err(RpcError::Overtaken)));
+    for round in 0..3u8 {
+        let payload = [b'a' + round; 4];
+        assert_eq!(
+            call_until_done(&mut c, &mut s, &mut now, &payload),
+            Some(Ok(answer(&payload))),
+            "genuine request {round} after the forgeries"
+        );
+    }
+    assert_eq!(s.stats().overtaken_requests_answered, 1);
+    assert_eq!(c.stats().calls_overtaken, 1);
+}
+
+/// Issue 29: every peer could open a reassembly on each of 256 slots, each buffering a
+/// whole message (up to 1 MiB and 64 KiB) however little of it arrived. The bytes of
+/// partial requests are bounded per peer and per engine; beyond, packets are refused and
+/// counted, and silent partial requests make room once stale.
+#[test]
+fn partial_requests_are_bounded_per_peer_and_per_engine() {
+    let (mut s, _log) = server(Config::default());
+    let largest = MAX_MESSAGE_BYTES;
+    let mut now = 0;
+    let peer_max = 8 << 20;
+    let engine_max = 64 << 20;
+    // One peer, every slot.
+    for slot in 0..=255u8 {
+        let forged = Forge::new(OTHER, SERVER).first_packet(slot, 1, largest);
+        s.handle_datagram(now, Some(OTHER), &forged);
+    }
+    assert!(
+        s.partial_request_bytes() <= peer_max,
+        "one peer buffered too much"
+    );
+    assert!(s.partial_request_bytes() > peer_max - largest as usize);
+    assert!(s.stats().partial_requests_refused >= 240);
+    // Many peers.
+    for node in 3..40u16 {
+        let peer = EndpointId::new(node, 0);
+        for slot in 0..=255u8 {
+            let forged = Forge::new(peer, SERVER).first_packet(slot, 1, largest);
+            s.handle_datagram(now, Some(peer), &forged);
+        }
+    }
+    assert!(
+        s.partial_request_bytes() <= engine_max,
+        "the engine buffered too much"
+    );
+    assert!(s.partial_request_bytes() > engine_max - largest as usize);
+    assert_eq!(s.stats().partial_requests_evicted, 0, "none is stale yet");
+
+    // A genuine split request now: refused at first, then served once the partial
+    // requests are stale and evicted (its client retransmits meanwhile).
+    let mut c = client(Config::default());
+    let payload = pattern(500_000, 3);
+    send(&mut c, now, std::slice::from_ref(&payload));
+    let mut done = false;
+    for _ in 0..5000 {
+        settle(&mut c, &mut s, now);
+        if c.is_done(CALLER) {
+            done = true;
+            break;
+        }
+        fire_timeout(&mut c, &mut now);
+    }
+    assert!(done, "the genuine request was never served");
+    // Refused while the others were fresh, served once they were stale.
+    assert!(now >= Config::default().rto_max_ns);
+    assert_answered(&mut c, &[payload]);
+    assert!(s.stats().partial_requests_evicted > 0);
+    assert!(s.partial_request_bytes() <= engine_max);
 }
 
 // 3. Lost request.
@@ -937,6 +1126,55 @@ fn requests_to_a_restarted_server_fail_as_target_restarted() {
     assert_eq!(c.stats().peer_restarts, 1);
 }
 
+/// A client numbers its requests to a server's new life afresh; a late request it sent to
+/// the earlier life, with a higher number, must not take a slot of the new life (it is
+/// answered with the new incarnation and nothing else), or the fresh numbers would look
+/// old there.
+#[test]
+fn a_late_request_to_a_servers_earlier_life_does_not_block_the_new_numbering() {
+    let mut c = client(Config {
+        credits: 1,
+        ..Config::default()
+    });
+    let (mut old, _old_log) = server(Config::default());
+    let mut now = 0;
+    let mut late = Vec::new();
+    for i in 0..5u8 {
+        send(&mut c, now, &[vec![i]]);
+        late = transmit(&mut c);
+        deliver(&mut old, now, CLIENT, &late);
+        deliver(&mut c, now, SERVER, &transmit(&mut old));
+        assert_answered(&mut c, &[vec![i]]);
+    }
+    assert_eq!(only_message(&late[0]).request_number, 5);
+    drop(old);
+    let (mut new, new_log) = server(Config {
+        incarnation: 2,
+        ..Config::default()
+    });
+    deliver(&mut new, now, CLIENT, &late);
+    deliver(&mut c, now, SERVER, &transmit(&mut new));
+    assert_eq!(c.stats().peer_restarts, 1);
+    assert!(new_log.borrow().is_empty());
+    for round in 0..3u8 {
+        let payload = [b'a' + round; 3];
+        send(&mut c, now, &[payload.to_vec()]);
+        let requests = transmit(&mut c);
+        assert_eq!(
+            only_message(&requests[0]).request_number,
+            u64::from(round) + 1,
+            "numbered afresh for the new life"
+        );
+        deliver(&mut new, now, CLIENT, &requests);
+        // The late request arrives again, between the new ones.
+        deliver(&mut new, now, CLIENT, &late);
+        deliver(&mut c, now, SERVER, &transmit(&mut new));
+        assert_answered(&mut c, &[payload.to_vec()]);
+        now += 1;
+    }
+    assert_eq!(new_log.borrow().len(), 3);
+}
+
 /// A response that the server sent to the client's previous life, delayed in the
 /// network until the restarted client waits on the same slot and request number, must
 /// not be taken as the answer to the new request: it carries the old life's incarnation
@@ -1071,6 +1309,35 @@ fn oversized_requests_fail_without_sending_anything() {
     assert_eq!(c.poll_ready(), Some(CALLER));
     assert_eq!(c.result(CALLER, 0), Err(RpcError::TooLarge));
     assert!(c.result(CALLER, 1) == Ok(answer(&at_limit).as_slice()));
+}
+
+/// A handler that writes a response over the message limit (a page of values ending on
+/// a large one) must not take the server down: the caller gets a handler error, counted.
+#[test]
+fn a_response_over_the_message_limit_is_refused_not_a_panic() {
+    let mut c = client(Config::default());
+    let (mut s, _log) = server(Config::default());
+    const BIG: u8 = 10;
+    s.register(
+        BIG,
+        Box::new(|_, response| {
+            response.resize(MAX_MESSAGE_BYTES as usize + 1, 7);
+            Ok(())
+        }),
+    );
+    c.batch_push(CALLER, SERVER, BIG).extend_from_slice(b"page");
+    c.batch_push(CALLER, SERVER, ECHO)
+        .extend_from_slice(b"fine");
+    assert!(!c.submit(CALLER, 0));
+    settle(&mut c, &mut s, 0);
+    assert_eq!(c.poll_ready(), Some(CALLER));
+    assert_eq!(c.result(CALLER, 0), Err(RpcError::Handler));
+    assert_eq!(
+        c.handler_error_text(CALLER, 0),
+        b"response over the message limit"
+    );
+    assert_eq!(c.result(CALLER, 1), Ok(answer(b"fine").as_slice()));
+    assert_eq!(s.stats().responses_over_limit, 1);
 }
 
 // 11. Silent peers.
@@ -1809,7 +2076,8 @@ fn a_client_connects_before_sending_requests() {
     assert_eq!(*log.borrow(), payloads);
 }
 
-/// Requests that name no incarnation (only connect requests may) are not run.
+/// Requests that name no incarnation (only connect requests may) are not run: they are
+/// answered with a connect reply, which tells the client the server's incarnation.
 #[test]
 fn a_request_naming_no_incarnation_is_refused() {
     let (mut s, log) = server(Config::default());
@@ -1823,8 +2091,11 @@ fn a_request_naming_no_incarnation_is_refused() {
         &forged.message(MessageKind::Request, 0, 1, b"x"),
     );
     assert!(log.borrow().is_empty());
-    let answer = transmit(&mut s);
-    assert_eq!(messages(&answer[0])[0].status, Status::TargetRestarted);
+    let answer = messages(&transmit(&mut s)[0]);
+    assert_eq!(
+        (answer[0].kind, answer[0].request_type),
+        (MessageKind::Response, ferrotx_rpc::CONNECT_REQUEST_TYPE)
+    );
 }
 
 /// When anything from a server's new life arrives, the requests outstanding to its old

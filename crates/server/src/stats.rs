@@ -66,6 +66,14 @@ impl Stats {
         ];
         extra.extend(recovery_fields(recovery));
         extra.extend(ship_fields(ship));
+        // Datagrams dropped by reason (`dropped_bad_mac`, `dropped_replay`, ...).
+        extra.extend(
+            handle
+                .drop_stats()
+                .fields()
+                .iter()
+                .map(|(name, n)| (format!("dropped_{name}"), n.to_string())),
+        );
         let memory = handle.memory();
         InfoStats {
             used_memory: memory.used(),

@@ -597,8 +597,10 @@ impl SimCluster {
                 .network
                 .borrow_mut()
                 .add_endpoint(lease_endpoint(node));
-            let membership =
+            let mut membership =
                 Membership::new(node, incarnation, self.config.clone(), state.options, local);
+            // Lease datagrams are sealed as the RPC engines' are, with the same keys.
+            membership.set_auth(self.options.rpc.auth.clone());
             self.nodes[usize::from(node)].membership = Some(membership);
             self.drain(node, now);
             return;
@@ -669,7 +671,7 @@ impl SimCluster {
             match action {
                 Action::Send { to, message } => {
                     let mut bytes = Vec::new();
-                    message.encode(&mut bytes);
+                    m.encode(to, &message, &mut bytes);
                     self.sim.network.borrow_mut().send(
                         lease_endpoint(node),
                         lease_endpoint(to),

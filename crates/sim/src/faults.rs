@@ -35,11 +35,14 @@ pub enum FaultKind {
     Crash,
     /// Fault points inside production code ([`ferrotx_buggify`]).
     Buggify,
+    /// Damaged copies of datagrams delivered besides the originals: a bit flipped, cut
+    /// short, or sent to another endpoint. Authentication must drop every one.
+    Corrupt,
 }
 
 impl FaultKind {
     /// Every kind, in order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Loss,
         FaultKind::Dup,
         FaultKind::Reorder,
@@ -48,11 +51,12 @@ impl FaultKind {
         FaultKind::Drift,
         FaultKind::Crash,
         FaultKind::Buggify,
+        FaultKind::Corrupt,
     ];
 
     /// The kinds a run injects when it is not told: every kind but crashes, which the
     /// cluster cannot survive until failure handling exists (FaRM section 5).
-    pub const DEFAULT: [FaultKind; 7] = [
+    pub const DEFAULT: [FaultKind; 8] = [
         FaultKind::Loss,
         FaultKind::Dup,
         FaultKind::Reorder,
@@ -60,6 +64,7 @@ impl FaultKind {
         FaultKind::Pause,
         FaultKind::Drift,
         FaultKind::Buggify,
+        FaultKind::Corrupt,
     ];
 
     /// Its name on the command line and in reports.
@@ -73,6 +78,7 @@ impl FaultKind {
             FaultKind::Drift => "drift",
             FaultKind::Crash => "crash",
             FaultKind::Buggify => "buggify",
+            FaultKind::Corrupt => "corrupt",
         }
     }
 }
@@ -242,6 +248,11 @@ impl FaultPlan {
                 let back = at + rng.random_range(0..horizon_ns);
                 plan.schedule.push((back, FaultEvent::Restart { node }));
             }
+        }
+        // Drawn last, so that every other draw of a seed is what it was before this kind
+        // existed.
+        if has(FaultKind::Corrupt) {
+            plan.network.corrupt = rng.random_range(0.0..0.05);
         }
         // Stable: events at one instant keep the order they were drawn in.
         plan.schedule.sort_by_key(|(at, _)| *at);

@@ -23,6 +23,9 @@ pub struct Faults {
     pub loss: f64,
     /// Probability that a datagram is delivered twice (each copy delayed independently).
     pub duplicate: f64,
+    /// Probability that a damaged copy of a datagram is delivered besides it: one bit
+    /// flipped, cut short, or to another endpoint of the target's node.
+    pub corrupt: f64,
     /// Smallest one-way delay.
     pub delay_min_ns: u64,
     /// Largest one-way delay; delays are uniform in between, which reorders datagrams.
@@ -34,6 +37,7 @@ impl Default for Faults {
         Self {
             loss: 0.0,
             duplicate: 0.0,
+            corrupt: 0.0,
             delay_min_ns: 1_000,
             delay_max_ns: 5_000,
         }
@@ -77,6 +81,8 @@ pub struct NetworkCounters {
     pub lost: u64,
     /// Delivered twice.
     pub duplicated: u64,
+    /// Damaged copies delivered besides the originals.
+    pub corrupted: u64,
     /// Dropped by a partition.
     pub partitioned: u64,
     /// Dropped at a full inbox.
@@ -251,22 +257,41 @@ impl SimNetwork {
             1
         };
         for _ in 0..copies {
-            let delay = self
-                .rng
-                .random_range(self.faults.delay_min_ns..=self.faults.delay_max_ns);
-            let sequence = self.sequence;
-            self.sequence += 1;
-            self.in_flight
-                .push(Reverse((self.now_ns + delay, sequence)));
-            self.payloads.insert(
-                sequence,
-                InFlight {
-                    source,
-                    target,
-                    bytes: bytes.to_vec(),
-                },
-            );
+            self.put_in_flight(source, target, bytes.to_vec());
         }
+        // Checked first, so that a run without this fault draws what it drew before.
+        if self.faults.corrupt > 0.0 && self.rng.random_bool(self.faults.corrupt) {
+            self.counters.corrupted += 1;
+            let mut damaged = bytes.to_vec();
+            let mut to = target;
+            match self.rng.random_range(0..3) {
+                0 if !damaged.is_empty() => {
+                    let bit = self.rng.random_range(0..damaged.len() * 8);
+                    damaged[bit / 8] ^= 1 << (bit % 8);
+                }
+                1 => damaged.truncate(self.rng.random_range(0..=damaged.len())),
+                _ => to = EndpointId::new(target.node(), self.rng.random_range(0..4)),
+            }
+            self.put_in_flight(source, to, damaged);
+        }
+    }
+
+    fn put_in_flight(&mut self, source: EndpointId, target: EndpointId, bytes: Vec<u8>) {
+        let delay = self
+            .rng
+            .random_range(self.faults.delay_min_ns..=self.faults.delay_max_ns);
+        let sequence = self.sequence;
+        self.sequence += 1;
+        self.in_flight
+            .push(Reverse((self.now_ns + delay, sequence)));
+        self.payloads.insert(
+            sequence,
+            InFlight {
+                source,
+                target,
+                bytes,
+            },
+        );
     }
 }
 

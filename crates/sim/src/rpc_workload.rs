@@ -58,7 +58,7 @@ impl RpcWorkload {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_f00d);
         let partition_start = rng.random_range(0..5_000_000);
         let partition_len = rng.random_range(0..40_000_000);
-        Self {
+        let mut workload = Self {
             nodes: 3,
             threads: 2,
             coroutines: 4,
@@ -70,6 +70,7 @@ impl RpcWorkload {
             faults: Faults {
                 loss: rng.random_range(0.0..0.10),
                 duplicate: rng.random_range(0.0..0.05),
+                corrupt: 0.0,
                 delay_min_ns: 1_000,
                 delay_max_ns: rng.random_range(1_000..300_000),
             },
@@ -80,7 +81,11 @@ impl RpcWorkload {
                 .random_bool(0.3)
                 .then(|| (rng.random_range(0..10_000_000), rng.random_range(0..6))),
             deadline_ns: 30_000_000_000,
-        }
+        };
+        // Damaged copies of up to 5% of datagrams, which authentication must drop; drawn
+        // last so that the seed's other draws are what they were before.
+        workload.faults.corrupt = rng.random_range(0.0..0.05);
+        workload
     }
 }
 
@@ -186,6 +191,9 @@ fn spawn_worker(
         rto_min_ns: 200_000,
         rto_max_ns: 20_000_000,
         suspect_after_ns: 5_000_000,
+        // Sealed and opened as on real nodes: the damaged copies the network delivers
+        // must all be dropped.
+        auth: Some(crate::run::sim_auth(0)),
         ..Config::default()
     };
     let mut engine = Engine::new(endpoint, config);

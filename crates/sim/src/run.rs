@@ -265,6 +265,17 @@ pub fn digest_of(value: &impl std::fmt::Debug) -> u64 {
         })
 }
 
+/// The key and cluster id a simulated cluster seals its datagrams with, from its seed.
+pub fn sim_auth(seed: u64) -> ferrotx_wire::auth::Auth {
+    use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys};
+    let mut material = [0u8; KEY_BYTES];
+    material[..8].copy_from_slice(&seed.to_le_bytes());
+    material[8] = 0x5e;
+    let mut cluster = [0u8; 16];
+    cluster[..8].copy_from_slice(&(!seed).to_le_bytes());
+    Auth::new(Keys::one(Key::from_material(&material)), ClusterId(cluster))
+}
+
 /// Runs `scenario` once with `options`.
 pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
     let mut plan = options.plan.clone().unwrap_or_else(|| {
@@ -296,6 +307,9 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             datagram_bytes: 1_400,
             rto_min_ns: 200_000,
             suspect_after_ns: 5_000_000,
+            // Every datagram sealed and opened, as on real nodes, with a key and a
+            // cluster id drawn from the seed.
+            auth: Some(sim_auth(options.seed)),
             ..Config::default()
         },
         log_records_max: options.log_records_max,
@@ -783,6 +797,7 @@ fn finish(
                 .filter(|c| c.drift_ppm != 0 || c.offset_ns != 0)
                 .count() as u64,
             FaultKind::Buggify => 0,
+            FaultKind::Corrupt => counters.corrupted,
         };
         faults.insert(kind.name(), count);
     }

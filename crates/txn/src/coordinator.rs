@@ -1,7 +1,8 @@
 //! The coordinator side: transactions run by coroutines (FaRM 4; docs/transactions.md).
 //!
 //! One file per concern: `execution` (a transaction's reads and buffered writes),
-//! `read` (one key at its primary, and single-key reads), `commit` (FaRM 4 steps 1-5),
+//! `key_index` (where a transaction's keys are among its reads and writes), `read` (one
+//! key at its primary, and single-key reads), `commit` (FaRM 4 steps 1-5),
 //! `round` (one message of a phase to each of its nodes), `log_space` (reservations at
 //! backups), `truncation` (the truncation mark), `keyspace` (scans and counts outside
 //! transactions), `placement`, `abort` and `stats`. This file holds the coordinator
@@ -10,6 +11,7 @@
 mod abort;
 mod commit;
 mod execution;
+mod key_index;
 mod keyspace;
 mod log_space;
 mod placement;
@@ -46,6 +48,7 @@ pub use execution::Txn;
 pub use placement::Placement;
 pub use stats::CoordinatorStats;
 
+use execution::FetchSpare;
 use log_space::LogSpace;
 use truncation::Truncation;
 
@@ -112,6 +115,10 @@ pub struct Coordinator {
     next_age: Cell<u32>,
     /// The configuration this thread was built in: recovery runs for every later one.
     started_in: u64,
+    /// The map of a large transaction's keys, kept for the next one.
+    spare_keys: key_index::SpareKeyMap,
+    /// [`Txn::read_many`]'s list of keys to read, kept for the next call.
+    fetch_spare: FetchSpare,
 }
 
 impl Coordinator {
@@ -152,6 +159,8 @@ impl Coordinator {
             shipping: RefCell::new(None),
             next_age: Cell::new(0),
             started_in: configuration,
+            spare_keys: key_index::SpareKeyMap::default(),
+            fetch_spare: FetchSpare::default(),
         }
     }
 
@@ -294,6 +303,11 @@ impl Coordinator {
     /// The partition of `key` of `table`.
     pub fn partition_of(&self, table: TableId, key: &Key) -> u32 {
         self.placement.borrow().partition_of(table, key)
+    }
+
+    /// Whether `partition` exists in the current configuration.
+    pub fn has_partition(&self, partition: u32) -> bool {
+        self.placement.borrow().contains(partition)
     }
 
     /// The primary of `partition` in the current configuration ([`NO_PRIMARY`] if it

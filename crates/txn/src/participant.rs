@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
-use ferrotx_store::{Memory, Partition};
+use ferrotx_store::{Memory, Partition, VERSION_MAX};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -19,12 +19,12 @@ use ferrotx_store::Key;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
-    encode_read_response, finish_scan_response, push_scan_object, request_type,
-    set_record_versions, start_scan_response,
+    encode_read_response, finish_scan_response, request_type, set_record_versions,
+    start_scan_response,
 };
 use crate::recovery::request_type as rt;
 use crate::reservation::{Age, Reservations};
-use crate::store_scan::scan_primary;
+use crate::store_scan::scan_page;
 
 mod recovery;
 
@@ -58,10 +58,11 @@ const SPARE_BUFFER_BYTES_MAX: usize = 16 << 10;
 /// Most objects one SCAN request visits: its answer lists at most [`ITEMS_MAX`].
 pub const SCAN_OBJECTS_MAX: u32 = ITEMS_MAX as u32;
 
-/// Bytes of a SCAN answer after which it visits no more objects. A few hundred KiB keeps
-/// one scan round trip short and far below the RPC layer's message limit (1 MiB and
-/// 64 KiB); the object that passes it is still sent, and one object always fits, as a
-/// value is at most 1 MiB.
+/// Bytes of a SCAN answer past which it takes no more objects. A few hundred KiB keeps one
+/// scan round trip short and far below the RPC layer's message limit (1 MiB and 64 KiB).
+/// A page stops before the object that would pass it, unless that object is its first:
+/// one object always fits a message, as a value is at most 1 MiB
+/// ([`crate::store_scan`]).
 pub const SCAN_RESPONSE_BYTES_MAX: usize = 256 << 10;
 
 /// What a node is for a partition.
@@ -206,6 +207,9 @@ pub struct ParticipantStats {
     pub records_applied: u64,
     /// Most records any one coordinator thread's log held here at once.
     pub log_records_high_water: u64,
+    /// Requests refused with a handler error (malformed, not hosted, a version or a
+    /// count out of range, a full log), through [`Participant::handle`].
+    pub requests_refused: u64,
 }
 
 /// What this participant thread knows of one coordinator thread: its log here (as a
@@ -273,6 +277,8 @@ pub const OUT_OF_MEMORY: u8 = 3;
 pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
 
 const MALFORMED: HandlerError = HandlerError("malformed message");
+const VERSION_TOO_LARGE: HandlerError =
+    HandlerError("a write's version is past the largest an object holds");
 const NOT_HOSTED: HandlerError = HandlerError("partition not hosted in that role here");
 
 impl Participant {
@@ -369,10 +375,27 @@ impl Participant {
             engine.register(
                 request_type,
                 Box::new(move |request, response| {
-                    handler(&mut participant.borrow_mut(), request.payload, response)
+                    participant
+                        .borrow_mut()
+                        .handle(handler, request.payload, response)
                 }),
             );
         }
+    }
+
+    /// Runs `handler` on a request's `payload`, counting its refusal if it refuses
+    /// ([`ParticipantStats::requests_refused`]): what [`Participant::register`] installs.
+    pub fn handle(
+        &mut self,
+        handler: ParticipantHandler,
+        payload: &[u8],
+        response: &mut Vec<u8>,
+    ) -> Result<(), HandlerError> {
+        let result = handler(self, payload, response);
+        if result.is_err() {
+            self.stats.requests_refused += 1;
+        }
+        result
     }
 
     /// FETCH (data recovery, [`crate::refill`]): a page of a partition's objects from this
@@ -495,6 +518,13 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
+        if record.write_count() == 0 {
+            // A coordinator locks only where it writes. Granted, a LOCK with no writes
+            // would be kept until a COMMIT-PRIMARY or ABORT its sender need never send,
+            // and each naming another transaction, they would grow `locked` without
+            // bound (issue 29).
+            return Err(HandlerError("a LOCK with no writes"));
+        }
         if record.tx.configuration < self.configuration {
             // A commit of an older view: its outcome is recovery's.
             response.push(crate::recovery::UNDECIDED);
@@ -706,8 +736,13 @@ impl Participant {
             let Some(partition) = self.store.get(write.partition, Role::Backup) else {
                 return Err(NOT_HOSTED);
             };
-            // What truncation will apply must be applicable: a table this node has, a
-            // value that fits it (the primary checked the same at LOCK).
+            // What truncation will apply must be applicable: a version it can raise
+            // (it applies the next one, which must fit an object's header), a table
+            // this node has, a value that fits it (the primary checked the same at LOCK).
+            // Refused here, or truncation would panic on it later (issue 29).
+            if write.version >= VERSION_MAX {
+                return Err(VERSION_TOO_LARGE);
+            }
             if !partition.has_table(write.table)
                 || write
                     .value
@@ -898,8 +933,9 @@ impl Participant {
 
     /// SCAN: visits objects of a table at this primary from a cursor, outside any
     /// transaction: up to the request's count (at most [`SCAN_OBJECTS_MAX`]), stopping
-    /// early once the answer passes [`SCAN_RESPONSE_BYTES_MAX`]. Answers the present
-    /// objects visited with their values, and the cursor to go on from.
+    /// before an object that would take the answer past [`SCAN_RESPONSE_BYTES_MAX`]
+    /// (unless it is the first). Answers the present objects visited with their values,
+    /// and the cursor to go on from.
     pub fn scan(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let request = decode_scan(payload).map_err(|_| MALFORMED)?;
         let refuse = |response: &mut Vec<u8>| {
@@ -917,35 +953,19 @@ impl Participant {
         let Some(partition) = self.store.get(request.partition, Role::Primary) else {
             return refuse(response);
         };
-        start_scan_response(response);
         let count = request.count.min(SCAN_OBJECTS_MAX);
-        let (mut cursor, mut visited, mut objects) = (request.cursor, 0, 0);
-        // One object per step, so the answer stops at the object that fills it and the
-        // cursor says exactly where the next request goes on.
-        while visited < count && response.len() < SCAN_RESPONSE_BYTES_MAX {
-            self.scan_scratch.clear();
-            let Ok(next) =
-                scan_primary(partition, request.table, cursor, 1, &mut self.scan_scratch)
-            else {
-                return refuse(response);
-            };
-            debug_assert!(self.scan_scratch.len() <= 1, "one object per step");
-            if next == cursor && next != 0 {
-                // A locked object (a commit installing it): the page ends before it, and
-                // the caller asks again from here a little later.
-                break;
-            }
-            visited += 1;
-            for (key, value) in &self.scan_scratch {
-                push_scan_object(key, value, response);
-                objects += 1;
-            }
-            cursor = next;
-            if next == 0 {
-                break;
-            }
+        let page = scan_page(
+            partition,
+            request.table,
+            request.cursor,
+            count,
+            SCAN_RESPONSE_BYTES_MAX,
+            &mut self.scan_scratch,
+            response,
+        );
+        if page.is_err() {
+            return refuse(response);
         }
-        finish_scan_response(cursor, visited, objects, response);
         Ok(())
     }
 

@@ -38,13 +38,29 @@ pub const FETCH_KEYS_MAX: usize = 1024;
 /// must not pass.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 32 << 10;
 
+// The largest FETCH answer: its header, objects up to the budget or one object of the
+// largest value (which an answer takes when it comes first), and every key of the page
+// named as locked. It must fit one RPC message.
+const _: () = {
+    use ferrotx_store::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
+    let header = 1 + 8 + 4;
+    let object_max = 1 + KEY_BYTES_MAX + 8 + 1 + 4 + VALUE_BYTES_MAX;
+    let objects_max = if object_max > FETCH_RESPONSE_BYTES_MAX {
+        object_max
+    } else {
+        FETCH_RESPONSE_BYTES_MAX
+    };
+    let locked_max = 4 + FETCH_KEYS_MAX * (1 + KEY_BYTES_MAX);
+    assert!(header + objects_max + locked_max <= ferrotx_wire::MAX_MESSAGE_BYTES as usize);
+};
+
 /// How a node fills its new backups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RefillOptions {
     /// Most objects one FETCH visits.
     pub objects_per_fetch: u32,
-    /// Bytes of objects after which a FETCH's answer stops (the object that passes it is
-    /// still sent).
+    /// Bytes of objects past which a FETCH's answer takes no more (it stops before the
+    /// object that would pass them, unless that object comes first).
     pub bytes_per_fetch: u32,
     /// Time between two FETCHes of one worker thread: the pace that keeps foreground
     /// transactions going. A random part of it delays the first one.

@@ -115,6 +115,15 @@ type Place = (u32, TableId, Key);
 /// Entries beyond which a reservation sweeps the expired ones out of the map.
 const SWEEP_AT: usize = 256;
 
+/// Most reservations held at once: sixteen transactions of the largest size
+/// ([`crate::messages::ITEMS_MAX`] objects) reserving together, about 4 MiB. LOCK_AGED and
+/// VALIDATE_AGED reserve whatever objects they name (issue 29), so without a bound a peer
+/// could grow the map without end within one [`RESERVATION_NS`]. Beyond it a reservation
+/// is not made (counted, [`Reservations::refused`]) until those held have expired, at
+/// most [`RESERVATION_NS`] after the latest: reservations only help a transaction that
+/// keeps losing win at last, and nothing needs one for correctness.
+const RESERVATIONS_MAX: usize = 1 << 16;
+
 /// The reservations of one node's primaries, shared by its worker threads (on a cache
 /// line of its own: the store's fields beside it are read by every message).
 #[derive(Default)]
@@ -127,6 +136,12 @@ pub struct Reservations {
     /// [`RESERVATION_NS`] of the last contention).
     latest_expiry_ns: AtomicU64,
     map: Mutex<HashMap<Place, Reservation, FixedState>>,
+    /// Reservations not made because `RESERVATIONS_MAX` were held.
+    refused: AtomicU64,
+    /// Entries at which the next reservation sweeps expired ones out: twice those left by
+    /// the last sweep (at least `SWEEP_AT`), so that many live reservations are not
+    /// scanned at every reservation (changed under the map's lock).
+    sweep_at: AtomicUsize,
 }
 
 impl Reservations {
@@ -164,17 +179,28 @@ impl Reservations {
     /// unless another transaction that goes before it holds it (then nothing changes).
     pub fn reserve(&self, place: Place, age: Age, now_ns: u64) {
         let mut map = self.lock();
+        if now_ns >= self.latest_expiry_ns.load(Ordering::Relaxed) && !map.is_empty() {
+            // Every reservation has expired (as in `admits_slow`).
+            map.clear();
+            self.live.store(0, Ordering::Relaxed);
+        }
         let fresh = Reservation {
             owner: age,
             expires_ns: now_ns.saturating_add(RESERVATION_NS),
         };
         self.latest_expiry_ns
             .fetch_max(fresh.expires_ns, Ordering::Relaxed);
-        if map.len() >= SWEEP_AT {
+        if map.len() >= self.sweep_at.load(Ordering::Relaxed).max(SWEEP_AT) {
             map.retain(|_, held| held.expires_ns > now_ns);
             self.live.store(map.len(), Ordering::Relaxed);
+            self.sweep_at.store(2 * map.len(), Ordering::Relaxed);
         }
         match map.entry(place) {
+            hashbrown::hash_map::Entry::Vacant(_)
+                if self.live.load(Ordering::Relaxed) >= RESERVATIONS_MAX =>
+            {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+            }
             hashbrown::hash_map::Entry::Vacant(entry) => {
                 entry.insert(fresh);
                 self.live.fetch_add(1, Ordering::Relaxed);
@@ -205,6 +231,11 @@ impl Reservations {
     /// The map, even if a thread panicked holding it (reservations are soft state).
     fn lock(&self) -> MutexGuard<'_, HashMap<Place, Reservation, FixedState>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reservations not made because the most that may be held were held.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Reservations held (some may have expired and not been dropped yet).
@@ -305,5 +336,22 @@ mod tests {
         r.reserve(place(1000), age(1, 1), RESERVATION_NS);
         assert_eq!(r.len(), 1);
         assert!(!r.admits(place(1000), None, RESERVATION_NS + 1));
+    }
+
+    /// Issue 29: LOCK_AGED and VALIDATE_AGED reserve whatever objects they name, so a peer
+    /// sending many within one reservation's life grew the map without bound.
+    #[test]
+    fn reservations_are_bounded() {
+        let r = Reservations::default();
+        let max = 1usize << 16;
+        for k in 0..(max as u64 + 1000) {
+            r.reserve(place(k), age(1, k), 0);
+        }
+        assert!(r.len() <= max, "{} reservations", r.len());
+        assert_eq!(max, RESERVATIONS_MAX);
+        assert_eq!(r.refused(), 1000);
+        // Once they expire, reservations are made again.
+        r.reserve(place(u64::MAX), age(1, 1), RESERVATION_NS);
+        assert_eq!(r.len(), 1);
     }
 }

@@ -730,6 +730,7 @@ impl Shipping {
             }
             let Some((origin, procedure_id, partition, args)) = decode_ship(&shipped.request)
             else {
+                self.count(|s| s.ship_refused += 1);
                 match &shipped.token {
                     AnswerTo::Remote(token) => {
                         co.engine()
@@ -742,12 +743,20 @@ impl Shipping {
                 continue;
             };
             let Some(procedure) = self.procedures.get(procedure_id).cloned() else {
+                self.count(|s| s.ship_refused += 1);
                 Self::answer(co, &shipped.token, ShipStatus::Failed, b"unknown procedure");
                 continue;
             };
+            if !coordinator.has_partition(partition) {
+                // The caller chose the number: a forged or broken request (issue 29).
+                self.count(|s| s.ship_refused += 1);
+                Self::answer(co, &shipped.token, ShipStatus::Failed, b"no such partition");
+                continue;
+            }
             if coordinator.ship_thread(partition) != co.local().thread() {
                 // The callers and this node disagree on the thread count: what this
                 // thread remembers is not where a caller would ask again.
+                self.count(|s| s.ship_refused += 1);
                 Self::answer(co, &shipped.token, ShipStatus::Failed, b"wrong thread");
                 continue;
             }

@@ -61,7 +61,19 @@ struct Cluster {
     /// Node `n` at index `n - 1`.
     nodes: Vec<Node>,
     now_ns: u64,
+    /// Decides which datagrams are lost.
+    lose: Option<Lose>,
+    /// Datagrams to deliver to nodes as if from the coordinator (forged ones), at the
+    /// next exchange.
+    forged: Forged,
 }
+
+/// Decides whether a datagram is lost, given the numbers of its source and target nodes
+/// (the coordinator's is 0).
+type Lose = Box<dyn FnMut(u16, u16, &[u8]) -> bool>;
+
+/// Datagrams to deliver to nodes (given their numbers) as if from the coordinator.
+type Forged = Rc<RefCell<Vec<(u16, Vec<u8>)>>>;
 
 impl Cluster {
     fn new(layout: Layout) -> Self {
@@ -93,6 +105,8 @@ impl Cluster {
             schema,
             nodes,
             now_ns: 0,
+            lose: None,
+            forged: Rc::default(),
         }
     }
 
@@ -159,16 +173,30 @@ impl Cluster {
         self.now_ns += 1_000;
         let now = self.now_ns;
         self.executor.shared().set_now_ns(now);
+        if self.lose.is_some() {
+            // Datagrams are lost: the coordinator retransmits.
+            self.executor.shared().engine().handle_timeout(now);
+        }
         self.executor.run();
         let mut tx = TxBatch::new(64, UDP_MAX_PAYLOAD_BYTES);
         loop {
             let mut moved = false;
+            for (node, datagram) in self.forged.borrow_mut().drain(..) {
+                let engine = &mut self.nodes[usize::from(node - 1)].engine;
+                engine.handle_datagram(now, Some(COORDINATOR), &datagram);
+                moved = true;
+            }
             loop {
                 self.executor.shared().engine().poll_transmit(&mut tx);
                 if tx.is_empty() {
                     break;
                 }
                 for (target, datagram) in tx.iter() {
+                    if let Some(lose) = self.lose.as_mut()
+                        && lose(0, target.node(), datagram)
+                    {
+                        continue;
+                    }
                     let engine = &mut self.nodes[usize::from(target.node() - 1)].engine;
                     engine.handle_datagram(now, Some(COORDINATOR), datagram);
                 }
@@ -184,6 +212,11 @@ impl Cluster {
                     }
                     for (target, datagram) in tx.iter() {
                         assert_eq!(target, COORDINATOR);
+                        if let Some(lose) = self.lose.as_mut()
+                            && lose(source.node(), 0, datagram)
+                        {
+                            continue;
+                        }
                         let mut engine = self.executor.shared().engine();
                         engine.handle_datagram(now, Some(source), datagram);
                     }
@@ -380,6 +413,119 @@ fn a_lock_granted_without_its_versions_aborts_the_commit() {
     );
     assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
     let node = cluster.node(1);
+    Participant::register(&node.participant, &mut node.engine);
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// Loses the first message of `kind` and `request_type` between the coordinator and
+/// node 1 and delivers, before the coordinator's retransmission, a forged request with a
+/// later number on the same RPC slot: the retransmission is answered `Overtaken`. A lost
+/// request did not run; a lost response's request did.
+fn overtake_first(cluster: &mut Cluster, kind: ferrotx_wire::MessageKind, request_type: u8) {
+    let forged = cluster.forged.clone();
+    let mut lost = false;
+    cluster.lose = Some(Box::new(move |source, target, datagram| {
+        let datagram = ferrotx_wire::decode(datagram).unwrap();
+        let Some(message) = datagram
+            .messages()
+            .find(|m| m.kind() == kind && m.header.request_type == request_type)
+        else {
+            return false;
+        };
+        if lost || source.max(target) != 1 {
+            return false;
+        }
+        lost = true;
+        let mut buf = Vec::with_capacity(256);
+        ferrotx_wire::start_datagram(&mut buf, COORDINATOR, EndpointId::new(1, 0), 1, 1, 1);
+        let fields = ferrotx_wire::MessageFields {
+            kind: ferrotx_wire::MessageKind::Request,
+            request_type: request_type::READ,
+            status: ferrotx_wire::Status::Ok,
+            slot: message.header.slot,
+            request_number: message.header.request_number.get() + 3,
+        };
+        let whole = ferrotx_wire::FragmentInfo::whole(1);
+        assert!(ferrotx_wire::push_message(&mut buf, fields, whole, &[0]));
+        forged.borrow_mut().push((1, buf));
+        true
+    }));
+}
+
+/// Issue 29: the primary ran a LOCK and its answer was lost; before the coordinator's
+/// retransmission arrived, a forged request with a later number took the RPC slot, so the
+/// retransmission fails with `RpcError::Overtaken`. The LOCK may hold locks there: the
+/// coordinator counts it as locked and releases it, rather than leave the objects locked
+/// for good.
+#[test]
+fn a_lock_overtaken_by_a_forged_request_is_released() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    overtake_first(
+        &mut cluster,
+        ferrotx_wire::MessageKind::Response,
+        request_type::LOCK,
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    assert_eq!(
+        cluster.executor.shared().engine().stats().calls_overtaken,
+        1
+    );
+    cluster.lose = None;
+    assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
+}
+
+/// As above for COMMIT-PRIMARY, after every backup logged the record, but the request is
+/// lost this time, so the primary never ran it: the transaction is committed, and the
+/// primary must still install it, or its objects stay locked. The coordinator sends an
+/// overtaken COMMIT-PRIMARY again (had it run, installing twice is installing once).
+#[test]
+fn a_commit_primary_overtaken_by_a_forged_request_is_sent_again() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    overtake_first(
+        &mut cluster,
+        ferrotx_wire::MessageKind::Request,
+        request_type::COMMIT_PRIMARY,
+    );
+    assert_eq!(put(&mut cluster, 2), Ok(()));
+    assert_eq!(
+        cluster.executor.shared().engine().stats().calls_overtaken,
+        1
+    );
+    cluster.lose = None;
+    assert_eq!(
+        cluster.node(1).participant.borrow().locked_transactions(),
+        0
+    );
+    assert_eq!(cluster.value_at(1, 7), Some(2));
+    put(&mut cluster, 3).unwrap();
+    assert_eq!(cluster.value_at(1, 7), Some(3));
+}
+
+/// As above for ABORT: a backup refuses COMMIT-BACKUP, and the ABORT to the primary is
+/// lost and overtaken. The coordinator sends it again, so the primary lets go of the
+/// objects.
+#[test]
+fn an_abort_overtaken_by_a_forged_request_is_sent_again() {
+    let mut cluster = three_nodes();
+    put(&mut cluster, 1).unwrap();
+    cluster.node(3).engine.register(
+        request_type::COMMIT_BACKUP,
+        Box::new(|_, _| Err(HandlerError("refused"))),
+    );
+    overtake_first(
+        &mut cluster,
+        ferrotx_wire::MessageKind::Request,
+        request_type::ABORT,
+    );
+    assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
+    assert_eq!(
+        cluster.executor.shared().engine().stats().calls_overtaken,
+        1
+    );
+    cluster.lose = None;
+    let node = cluster.node(3);
     Participant::register(&node.participant, &mut node.engine);
     assert_nothing_left_of_the_failed_commit(&mut cluster, 1);
 }

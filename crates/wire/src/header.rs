@@ -111,6 +111,11 @@ pub enum Status {
     /// The request was addressed to an earlier incarnation of the target, which has
     /// restarted since: it was not run by this one (it may have run in the earlier one).
     TargetRestarted = 3,
+    /// The target's slot holds a later request of the session than this one: a late
+    /// duplicate whose client has moved on, or a request overtaken by a forged or broken
+    /// one (it may have run before). The payload is the slot's request number (8 bytes,
+    /// little-endian), past which the client numbers its next requests.
+    Overtaken = 4,
 }
 
 impl Status {
@@ -121,6 +126,7 @@ impl Status {
             1 => Some(Self::UnknownRequestType),
             2 => Some(Self::HandlerError),
             3 => Some(Self::TargetRestarted),
+            4 => Some(Self::Overtaken),
             _ => None,
         }
     }

@@ -8,6 +8,7 @@
 //! checked, or a [`DecodeError`] naming why the bytes were rejected. It never panics, and a
 //! datagram is accepted or rejected whole, so a caller never acts on half of a forged one.
 
+pub mod auth;
 pub mod batch;
 mod decode;
 mod encode;

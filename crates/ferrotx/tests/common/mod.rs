@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // Each test binary uses its own part.
 
+pub mod bank;
+pub mod capture;
 pub mod client;
 pub mod copies;
 pub mod nodes;

@@ -685,6 +685,61 @@ fn limits_on_blocks_and_watches() {
     );
 }
 
+/// A WATCH of many keys is refused in a time that does not grow with their count: the
+/// search for keys named twice stops at the limit. It went on over every key sent, in
+/// time quadratic in their count (50,000 keys: over 10 s in a debug build).
+#[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a test of running time: it measures the wall clock, not protocol time"
+)]
+fn a_watch_of_many_keys_is_refused_in_bounded_time() {
+    let mut session = Session::new(SessionConfig::default(), 1);
+    let keys = (0..50_000u32).map(|k| k.to_le_bytes().to_vec());
+    let args = ArgsBuf::new(std::iter::once(b"WATCH".to_vec()).chain(keys));
+    let started = std::time::Instant::now();
+    let action = session.handle(args.args());
+    let elapsed = started.elapsed();
+    let limit =
+        format!("ERR ferrotx watches at most {WATCHED_KEYS_MAX_DEFAULT} keys per connection");
+    assert!(matches!(action, Action::Reply(reply) if reply == Reply::error(limit)));
+    assert!(session.watched_keys().is_empty());
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+}
+
+/// A plan's replies stay within their bound whatever the client asks: an MGET that names
+/// one 1 MiB value many times (a request of a few hundred bytes) made a reply of as many
+/// MiB. A command past the bound answers an error and does not run; those before it do.
+#[test]
+fn the_replies_of_a_plan_stay_within_their_bound() {
+    let mut session = session();
+    let mut node = Node::default();
+    node.keys
+        .insert(b"big".to_vec(), (Some(vec![b'x'; 1 << 20]), 1));
+    let error = format!("-{REPLY_TOO_LARGE_ERROR}\r\n");
+    // 63 values of 1 MiB fit 64 MiB with their framing, 64 do not.
+    let fits = node.feed(&mut session, &format!("MGET{}\r\n", " big".repeat(63)));
+    assert!(fits.starts_with("*63\r\n$1048576\r\n"), "{}", &fits[..20]);
+    assert_eq!(fits.len(), 5 + 63 * (10 + (1 << 20) + 2));
+    let over = node.feed(&mut session, &format!("MGET{}\r\n", " big".repeat(128)));
+    assert!(over == error, "a reply of {} bytes", over.len());
+    // A block: the GETs past the bound answer the error, the others run, and so do the
+    // writes (GETDEL past the bound deletes nothing).
+    let block = format!(
+        "MULTI\r\n{}GETDEL big\r\nSET after 1\r\nEXEC\r\n",
+        "GET big\r\n".repeat(63)
+    );
+    let out = node.feed(&mut session, &block);
+    let replies = out.split_once("*65\r\n").expect("EXEC's 65 replies").1;
+    assert_eq!(replies.matches("$1048576\r\n").count(), 63);
+    assert!(
+        replies.ends_with(&format!("{error}+OK\r\n")),
+        "{}",
+        &replies[replies.len() - 200..]
+    );
+    assert!(node.live(b"big") && node.live(b"after"));
+}
+
 #[test]
 fn connection_commands_inside_multi_run_at_exec() {
     let mut session = with_password();

@@ -15,6 +15,12 @@ use crate::messages::{
 };
 use crate::participant::{Participant, ParticipantHandler};
 
+/// Times a COMMIT-PRIMARY or ABORT overtaken in the RPC layer is sent in all (see
+/// `Txn::send_again_if_overtaken`): each overtaking takes a forged or broken request, so
+/// a few tries get through; past them the objects stay locked until a configuration
+/// change runs recovery.
+const SENDS_IF_OVERTAKEN_MAX: usize = 4;
+
 /// One read-write commit in progress: its id, where its messages go, and how far it
 /// got. Each phase asserts that the ones before it finished.
 struct Commit {
@@ -118,12 +124,7 @@ impl Txn<'_> {
         let read_only: Vec<ReadItem> = self
             .reads
             .iter()
-            .filter(|r| {
-                !self
-                    .writes
-                    .iter()
-                    .any(|w| w.table == r.table && w.key == r.key)
-            })
+            .filter(|r| self.index.write(&self.writes, r.table, &r.key).is_none())
             .copied()
             .collect();
         if self.validation_too_large(&read_only) {
@@ -342,7 +343,7 @@ impl Txn<'_> {
             let writes = &self.writes;
             let note = &self.note;
             coordinator
-                .round(
+                .round_results(
                     self.co,
                     lock_type,
                     lock_handler,
@@ -360,7 +361,18 @@ impl Txn<'_> {
                         );
                         append_record_note(note, buffer);
                     },
-                    |node, answer| {
+                    |node, result| {
+                        let answer = match result {
+                            Ok(answer) => answer,
+                            // A later request took the primary's RPC slot (forged, or a
+                            // broken peer's): this LOCK may have run and hold locks there,
+                            // so it is counted as locked, released, and the commit fails.
+                            Err(ferrotx_rpc::RpcError::Overtaken) => {
+                                malformed = true;
+                                return true;
+                            }
+                            Err(_) => return false,
+                        };
                         if answer.first() != Some(&1) {
                             out_of_memory |= answer == [crate::participant::OUT_OF_MEMORY];
                             return false;
@@ -510,7 +522,8 @@ impl Txn<'_> {
                     use ferrotx_rpc::RpcError;
                     let certain_no = match result {
                         Ok(answer) => answer != [1] && answer != [crate::recovery::UNDECIDED],
-                        Err(RpcError::ConfigurationChanged) => false,
+                        // It may have been logged (before a later request took its slot).
+                        Err(RpcError::ConfigurationChanged | RpcError::Overtaken) => false,
                         Err(_) => true,
                     };
                     not_logged += usize::from(certain_no);
@@ -576,34 +589,61 @@ impl Txn<'_> {
         // those, never return their old values).
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
-            let answers = self
-                .coordinator
-                .round(
-                    self.co,
-                    request_type::COMMIT_PRIMARY,
-                    Participant::commit_primary,
-                    first,
-                    |_, buffer| encode_tx(&tx, buffer),
-                    yes,
-                )
+            all &= self
+                .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, first)
                 .await;
-            all &= answers.iter().all(|(_, ok)| *ok);
             buggify_delay(self.co).await;
             primaries = rest;
         }
-        let answers = self
-            .coordinator
-            .round(
-                self.co,
-                request_type::COMMIT_PRIMARY,
-                Participant::commit_primary,
-                primaries,
-                |_, buffer| encode_tx(&tx, buffer),
-                yes,
-            )
+        all &= self
+            .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, primaries)
             .await;
-        all &= answers.iter().all(|(_, ok)| *ok);
         all
+    }
+
+    /// Sends COMMIT-PRIMARY or ABORT (`request_type`) of `tx` to `nodes`: true if every
+    /// one acknowledged. One overtaken in the RPC layer (`RpcError::Overtaken`: a forged
+    /// or broken request took its slot, so it may not have run) is sent again, at most
+    /// `SENDS_IF_OVERTAKEN_MAX` times in all: not run, it would leave the transaction's
+    /// objects locked there, and both are idempotent (run again, they find nothing locked
+    /// and acknowledge all the same).
+    async fn send_again_if_overtaken(&self, request_type: u8, tx: &TxId, nodes: &[u16]) -> bool {
+        let handler: ParticipantHandler = match request_type {
+            request_type::COMMIT_PRIMARY => Participant::commit_primary,
+            request_type::ABORT => Participant::abort,
+            _ => unreachable!("only COMMIT-PRIMARY and ABORT are sent again"),
+        };
+        let mut nodes = nodes.to_vec();
+        let mut all = true;
+        for _ in 0..SENDS_IF_OVERTAKEN_MAX {
+            let mut overtaken = Vec::new();
+            let answers = self
+                .coordinator
+                .round_results(
+                    self.co,
+                    request_type,
+                    handler,
+                    &nodes,
+                    |_, buffer| encode_tx(tx, buffer),
+                    |node, result| match result {
+                        Ok(answer) => answer == [1],
+                        Err(ferrotx_rpc::RpcError::Overtaken) => {
+                            overtaken.push(node);
+                            false
+                        }
+                        Err(_) => false,
+                    },
+                )
+                .await;
+            all &= answers
+                .iter()
+                .all(|(node, ok)| *ok || overtaken.contains(node));
+            if overtaken.is_empty() {
+                return all;
+            }
+            nodes = overtaken;
+        }
+        false
     }
 
     /// FaRM 4 step 5, TRUNCATE, lazily: the transaction has ended (committed at every
@@ -689,17 +729,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.before_release") {
             buggify_delay(self.co).await;
         }
-        self.coordinator
-            .round(
-                self.co,
-                request_type::ABORT,
-                Participant::abort,
-                nodes,
-                |_, buffer| encode_tx(&tx, buffer),
-                yes,
-            )
+        self.send_again_if_overtaken(request_type::ABORT, &tx, nodes)
             .await
-            .iter()
-            .all(|(_, ok)| *ok)
     }
 }

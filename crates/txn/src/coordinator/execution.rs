@@ -1,9 +1,12 @@
 //! A transaction's execution (FaRM 4, before the commit): begin, reads, buffered writes,
 //! and read-only transactions.
 
+use std::cell::RefCell;
+
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
 
+use super::key_index::KeyIndex;
 use super::{Abort, Coordinator, buggify_delay};
 use crate::messages::{
     ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read, request_type,
@@ -12,6 +15,30 @@ use crate::participant::Role;
 
 /// Reads [`Txn::read_many`] sends in one batch (the RPC engine's default batch holds 64).
 const READ_BATCH_MAX: usize = 32;
+
+/// Most keys the list of keys [`Txn::read_many`] reads keeps room for between calls: a
+/// transaction's worth ([`ITEMS_MAX`](crate::messages::ITEMS_MAX)), so that calls in a
+/// row reuse one list while a rare huge one does not pin its memory.
+const FETCH_SPARE_KEYS_MAX: usize = crate::messages::ITEMS_MAX;
+
+/// The list of keys [`Txn::read_many`] reads, kept by the coordinator between calls so
+/// that a call allocates none. A call that finds it taken (another coroutine of the
+/// thread is in `read_many`) makes its own.
+#[derive(Debug, Default)]
+pub(super) struct FetchSpare(RefCell<Vec<(Key, u32)>>);
+
+impl FetchSpare {
+    fn take(&self) -> Vec<(Key, u32)> {
+        std::mem::take(&mut *self.0.borrow_mut())
+    }
+
+    fn give(&self, mut fetch: Vec<(Key, u32)>) {
+        if fetch.capacity() <= FETCH_SPARE_KEYS_MAX {
+            fetch.clear();
+            *self.0.borrow_mut() = fetch;
+        }
+    }
+}
 
 impl Coordinator {
     /// Begins a read-write transaction. It takes no transaction id and reserves nothing
@@ -35,6 +62,7 @@ impl Coordinator {
             reads: Vec::new(),
             values: Vec::new(),
             writes: Vec::new(),
+            index: KeyIndex::default(),
             finished: false,
             undecided: false,
             deadline_ns: u64::MAX,
@@ -58,6 +86,8 @@ pub struct Txn<'a> {
     /// Values read, parallel to `reads` (`None`: absent), so repeated reads agree.
     pub(super) values: Vec<Option<Vec<u8>>>,
     pub(super) writes: Vec<Write>,
+    /// Where each key is in `reads` and `writes`.
+    pub(super) index: KeyIndex,
     pub(super) finished: bool,
     /// Recovery has not decided its commit: it joins the truncation mark only once
     /// recovery decides it.
@@ -76,6 +106,7 @@ impl Drop for Txn<'_> {
         // A transaction dropped during its commit must still count as finished, or this
         // thread's truncation mark would stop at it and the backups' logs would fill.
         self.finish(false);
+        self.index.recycle(&self.coordinator.spare_keys);
     }
 }
 
@@ -116,10 +147,9 @@ impl Txn<'_> {
     /// earlier (Redis's WATCH) learns whether the key changed in between, up to the
     /// commit point.
     pub fn read_version(&self, table: TableId, key: &Key) -> Option<u64> {
-        self.reads
-            .iter()
-            .find(|read| read.table == table && read.key == *key)
-            .map(|read| read.version)
+        self.index
+            .read(&self.reads, table, key)
+            .map(|i| self.reads[i].version)
     }
 
     /// Reads `key` of `table`: the transaction's own write if any, else the value at its
@@ -129,19 +159,8 @@ impl Txn<'_> {
         if self.finished {
             return Err(Abort::Finished);
         }
-        if let Some(w) = self
-            .writes
-            .iter()
-            .find(|w| w.table == table && w.key == key)
-        {
-            return Ok(w.value.clone());
-        }
-        if let Some(i) = self
-            .reads
-            .iter()
-            .position(|r| r.table == table && r.key == key)
-        {
-            return Ok(self.values[i].clone());
+        if let Some(known) = self.known(table, &key) {
+            return Ok(known);
         }
         let coordinator = self.coordinator;
         coordinator.check_key(table, &key)?;
@@ -167,13 +186,7 @@ impl Txn<'_> {
             buggify_delay(self.co).await;
         }
         let value = outcome.present.then_some(value);
-        self.reads.push(ReadItem {
-            partition,
-            table,
-            key,
-            version: outcome.version,
-        });
-        self.values.push(value.clone());
+        self.record_read(partition, table, key, outcome.version, value.clone());
         Ok(value)
     }
 
@@ -194,16 +207,22 @@ impl Txn<'_> {
         for key in keys {
             coordinator.check_key(table, key)?;
         }
-        // Keys neither written nor read yet, once each, with their partitions.
-        let mut fetch: Vec<(Key, u32)> = Vec::new();
-        for &key in keys {
-            if self.known(table, &key).is_none() && !fetch.iter().any(|(k, _)| *k == key) {
-                fetch.push((
-                    key,
-                    coordinator.placement.borrow().partition_of(table, &key),
-                ));
-            }
-        }
+        // Keys neither written nor read yet, once each, with their partitions: sorted, so
+        // that copies of a key lie side by side (O(n log n) for n keys a client chose).
+        let mut fetch = coordinator.fetch_spare.take();
+        fetch.clear();
+        fetch.extend(
+            keys.iter()
+                .filter(|key| !self.is_known(table, key))
+                .map(|&key| {
+                    (
+                        key,
+                        coordinator.placement.borrow().partition_of(table, &key),
+                    )
+                }),
+        );
+        fetch.sort_unstable_by_key(|&(key, _)| key);
+        fetch.dedup_by_key(|&mut (key, _)| key);
         let local = coordinator.local.node();
         if !coordinator.accepting.get()
             && !coordinator.wait_accepting(self.co, self.deadline_ns).await
@@ -224,22 +243,23 @@ impl Txn<'_> {
             if c > 0 && ferrotx_buggify::fires("txn.read_many.between_batches") {
                 buggify_delay(self.co).await;
             }
-            let remote: Vec<(Key, u32)> = chunk
-                .iter()
-                .filter(|(_, p)| coordinator.placement.borrow().primary(*p) != local)
-                .copied()
-                .collect();
-            for (key, partition) in &remote {
-                let primary = coordinator.placement.borrow().primary(*partition);
+            // The primaries as the requests are sent: the answers are matched to the same
+            // keys after the wait, whatever the placement is by then.
+            let placement = coordinator.placement();
+            let remote = |&&(_, partition): &&(Key, u32)| placement.primary(partition) != local;
+            let mut sent = 0;
+            for (key, partition) in chunk.iter().filter(remote) {
+                let primary = placement.primary(*partition);
                 self.co
                     .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
                         encode_read(*partition, table, key, buf);
                     });
+                sent += 1;
             }
-            if !remote.is_empty() {
+            if sent > 0 {
                 self.co.call().await;
             }
-            for (i, (key, partition)) in remote.into_iter().enumerate() {
+            for (i, &(key, partition)) in chunk.iter().filter(remote).enumerate() {
                 let answer = self.co.result(i, |response| {
                     let bytes = response.map_err(Abort::from_rpc)?;
                     let (status, version, value) =
@@ -291,6 +311,7 @@ impl Txn<'_> {
                 }
             }
         }
+        coordinator.fetch_spare.give(fetch);
         for key in retry {
             self.read(table, key).await?;
         }
@@ -300,18 +321,19 @@ impl Txn<'_> {
             .collect())
     }
 
+    /// True if this transaction wrote or read `key`.
+    fn is_known(&self, table: TableId, key: &Key) -> bool {
+        self.index.write(&self.writes, table, key).is_some()
+            || self.index.read(&self.reads, table, key).is_some()
+    }
+
     /// The value of `key` as this transaction sees it, if it wrote or read it.
     fn known(&self, table: TableId, key: &Key) -> Option<Option<Vec<u8>>> {
-        if let Some(w) = self
-            .writes
-            .iter()
-            .find(|w| w.table == table && w.key == *key)
-        {
-            return Some(w.value.clone());
+        if let Some(i) = self.index.write(&self.writes, table, key) {
+            return Some(self.writes[i].value.clone());
         }
-        self.reads
-            .iter()
-            .position(|r| r.table == table && r.key == *key)
+        self.index
+            .read(&self.reads, table, key)
             .map(|i| self.values[i].clone())
     }
 
@@ -330,6 +352,8 @@ impl Txn<'_> {
             version,
         });
         self.values.push(value);
+        self.index
+            .read_pushed(&self.reads, &self.writes, &self.coordinator.spare_keys);
     }
 
     /// Refuses a write that cannot be done, before anything happens (the transaction
@@ -358,7 +382,7 @@ impl Txn<'_> {
         value: Option<Vec<u8>>,
     ) -> Result<(), Abort> {
         self.check_write(table, &key, value.as_deref())?;
-        if !self.writes.iter().any(|w| w.table == table && w.key == key) {
+        if self.index.write(&self.writes, table, &key).is_none() {
             self.read(table, key).await?;
         }
         self.put(table, key, value)
@@ -372,19 +396,11 @@ impl Txn<'_> {
     /// ordinary write.
     pub fn put(&mut self, table: TableId, key: Key, value: Option<Vec<u8>>) -> Result<(), Abort> {
         self.check_write(table, &key, value.as_deref())?;
-        if let Some(w) = self
-            .writes
-            .iter_mut()
-            .find(|w| w.table == table && w.key == key)
-        {
-            w.value = value;
+        if let Some(i) = self.index.write(&self.writes, table, &key) {
+            self.writes[i].value = value;
             return Ok(());
         }
-        let version = self
-            .reads
-            .iter()
-            .find(|r| r.table == table && r.key == key)
-            .map_or(VERSION_ANY, |r| r.version);
+        let version = self.read_version(table, &key).unwrap_or(VERSION_ANY);
         let partition = self
             .coordinator
             .placement
@@ -397,6 +413,8 @@ impl Txn<'_> {
             version,
             value,
         });
+        self.index
+            .write_pushed(&self.reads, &self.writes, &self.coordinator.spare_keys);
         Ok(())
     }
 

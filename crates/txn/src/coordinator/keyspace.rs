@@ -23,8 +23,9 @@ impl Coordinator {
     /// primary on this node is read in memory, another one with one SCAN RPC. The page
     /// may hold fewer objects than asked for, even none with a cursor to go on from: it
     /// is cut at [`SCAN_OBJECTS_MAX`](crate::participant::SCAN_OBJECTS_MAX) objects and
-    /// after [`SCAN_RESPONSE_BYTES_MAX`](crate::participant::SCAN_RESPONSE_BYTES_MAX)
-    /// bytes. Not a transaction.
+    /// before the object that would take it past
+    /// [`SCAN_RESPONSE_BYTES_MAX`](crate::participant::SCAN_RESPONSE_BYTES_MAX) bytes
+    /// (one object always comes). Not a transaction.
     ///
     /// # Panics
     ///

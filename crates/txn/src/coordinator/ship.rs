@@ -154,9 +154,11 @@ impl Coordinator {
                         Err(RpcError::NotSent | RpcError::NotMember) => Round::Unsent,
                         // Never sent: the caller runs it another way.
                         Err(RpcError::TooLarge) => Round::Answer(Some(Err(Abort::Protocol))),
-                        Err(RpcError::ConfigurationChanged | RpcError::TargetRestarted) => {
-                            Round::CutOff
-                        }
+                        Err(
+                            RpcError::ConfigurationChanged
+                            | RpcError::TargetRestarted
+                            | RpcError::Overtaken,
+                        ) => Round::CutOff,
                         Err(_) => Round::Failed,
                     }),
                     Err(local) => loop {

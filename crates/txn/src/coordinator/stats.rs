@@ -39,4 +39,8 @@ pub struct CoordinatorStats {
     /// As the primary: requests asked again in a configuration that gave their keys
     /// several primaries, unknown here, answered that they cannot run at one primary.
     pub ship_split: u64,
+    /// As the primary: requests refused without running, as a malformed request
+    /// would be: malformed, an unknown procedure, a partition that does not exist, or
+    /// one another thread serves.
+    pub ship_refused: u64,
 }
