@@ -67,34 +67,31 @@ fn regression(target: &str, name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// Open bug, found by the `participant` target: COMMIT-BACKUP logs a write whose version
+/// Fixed on main by fef8ba6 (COMMIT-BACKUP with a version truncation cannot apply is
+/// refused); found by the `participant` target: COMMIT-BACKUP logs a write whose version
 /// is `VERSION_ANY` (`u64::MAX`, which only LOCK may carry: the coordinator sends backups
 /// the version the primary locked), and the truncation that applies the record computes
 /// `write.version + 1` (crates/txn/src/participant.rs, `Participant::truncate`):
 /// "attempt to add with overflow" with overflow checks, version 0 installed without. The
 /// input: LOCK then COMMIT-BACKUP of a record writing partition 1 (a backup here) at
-/// `VERSION_ANY`, then the same record as LOCK, whose truncation mark applies it. The
-/// `participant` target leaves such requests out until it is fixed (in
-/// `Participant::commit_backup`'s input checks); then remove that filter and this
-/// `#[ignore]`.
+/// `VERSION_ANY`, then the same record as LOCK, whose truncation mark applies it. Until
+/// the fix this test was ignored and the target left such COMMIT-BACKUPs out.
 #[test]
-#[ignore = "open bug: COMMIT-BACKUP at VERSION_ANY overflows at truncation (crates/txn/src/participant.rs, Participant::truncate)"]
-fn participant_open_bug_commit_backup_version_any() {
+fn participant_regression_commit_backup_version_any() {
     participant::run_with_open_bugs(&regression("participant", "commit-backup-version-any"));
 }
 
-/// Open bug, found by the `membership` target: a member installs the view of any
+/// Fixed on main by 6ce6fc4 (a NEW-CONFIG's view is checked); found by the `membership`
+/// target: a member installs the view of any
 /// NEW-CONFIG it accepts without checking it against the configuration
 /// (`View::check`, which exists), and a view with a node twice among its members then
 /// panics at the next tick in `View::backup_cms_into` (crates/cluster/src/view.rs:246:
 /// "fewer backup CMs than members besides the CM"), from `Membership::tick_installing`
 /// (crates/membership/src/membership.rs:628). The input: three nodes bootstrap, then node
 /// 2 receives a NEW-CONFIG (from node 5, which the configuration does not have) of a view
-/// 125 ids ahead whose members are nodes 2, 5, 2. Fix in `Membership::on_message`'s
-/// NEW-CONFIG arm (drop and count a view that fails `View::check(&self.config)`); then
-/// remove the `membership` target's filter (`Cluster::deliverable`) and this `#[ignore]`.
+/// 125 ids ahead whose members are nodes 2, 5, 2. Until the fix this test was ignored
+/// and the target did not deliver such NEW-CONFIGs (`Cluster::deliverable`).
 #[test]
-#[ignore = "open bug: NEW-CONFIG with an invalid view (a member twice) panics in View::backup_cms (crates/cluster/src/view.rs)"]
-fn membership_open_bug_new_config_invalid_view() {
+fn membership_regression_new_config_invalid_view() {
     membership::run_with_open_bugs(&regression("membership", "new-config-invalid-view"));
 }
