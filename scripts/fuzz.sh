@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# A fuzzing campaign: runs every cargo-fuzz target (or those named) for SECONDS each, one
+# after the other, then prints per target libFuzzer's executions, coverage (`cov:`, the
+# edges reached) and features (`ft:`), the corpus size and the crashes found.
+#
+# Usage: scripts/fuzz.sh [--update-corpus] [--keep-going] SECONDS [TARGET...]
+#   scripts/fuzz.sh 600                  ten minutes per target
+#   scripts/fuzz.sh 3600 redis_session   one CPU-hour on one target
+#
+# Each target starts from its committed corpus (fuzz/corpus/<target>) and its regression
+# inputs (fuzz/regressions/<target>); new inputs go to fuzz/target/fuzz-work/<target>
+# (ignored by git). With --update-corpus, they are added to fuzz/corpus/<target>, which
+# is then minimised (`cargo fuzz cmin`, keeping every edge) and given its seed inputs
+# again (`--example fuzz_seeds`): commit the result. With --keep-going, libFuzzer
+# runs in fork mode and carries on past crashes, timeouts and out-of-memory inputs
+# (otherwise a target stops at its first crash). Crashes land in fuzz/artifacts/<target>/;
+# minimise one with `cargo fuzz tmin <target> <file>` and commit it under
+# fuzz/regressions/<target>/ (fuzz/README.md).
+#
+# Needs cargo-fuzz (`cargo install cargo-fuzz`) and runs it with RUSTC_BOOTSTRAP=1: its
+# sanitizer flags are nightly-only. Logs: fuzz/target/fuzz-logs/<target>.log.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+update_corpus=0
+keep_going=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --update-corpus) update_corpus=1; shift ;;
+    --keep-going) keep_going=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) break ;;
+  esac
+done
+if [ $# -lt 1 ] || ! [[ "$1" =~ ^[0-9]+$ ]]; then
+  echo "usage: scripts/fuzz.sh [--update-corpus] [--keep-going] SECONDS [TARGET...]" >&2
+  exit 2
+fi
+seconds=$1
+shift
+
+export RUSTC_BOOTSTRAP=1
+if [ $# -gt 0 ]; then
+  targets=("$@")
+else
+  mapfile -t targets < <(cargo fuzz list)
+fi
+
+echo "== building ${#targets[@]} targets"
+cargo fuzz build -O
+
+mkdir -p target/fuzz-logs
+summary=()
+reseed=0
+for target in "${targets[@]}"; do
+  work=target/fuzz-work/$target
+  log=target/fuzz-logs/$target.log
+  mkdir -p "$work" "corpus/$target" "artifacts/$target"
+  inputs=("$work" "corpus/$target")
+  [ -d "regressions/$target" ] && inputs+=("regressions/$target")
+  flags=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1)
+  if [ $keep_going = 1 ]; then
+    flags+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  fi
+  echo "== $target: ${seconds}s (log: fuzz/$log)"
+  status=0
+  cargo fuzz run -O "$target" "${inputs[@]}" -- "${flags[@]}" >"$log" 2>&1 || status=$?
+  # libFuzzer's status lines look like "#123456  DONE  cov: 2045 ft: 9871 corp: 312/40Kb
+  # ... exec/s: 1234 ..." (fork mode: "#123456: cov: 2045 ft: 9871 corp: 312 exec/s:
+  # ..."): the last one holds the totals.
+  last=$(grep -E '^#[0-9]+.*cov: [0-9]+' "$log" | tail -n 1 || true)
+  execs=$(sed -E 's/^#([0-9]+).*/\1/' <<<"$last")
+  cov=$(grep -oE 'cov: [0-9]+' <<<"$last" | awk '{ print $2 }')
+  ft=$(grep -oE 'ft: [0-9]+' <<<"$last" | awk '{ print $2 }')
+  rate=$(grep -oE 'exec/s: [0-9]+' <<<"$last" | awk '{ print $2 }')
+  crashes=$(find "artifacts/$target" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
+  result=ok
+  [ "$status" != 0 ] && result="stopped (status $status): see fuzz/$log"
+  if [ $update_corpus = 1 ]; then
+    cp -n "$work"/* "corpus/$target"/ 2>/dev/null || true
+    # Edges only (no hit counts), covered by as few inputs as libFuzzer finds: the corpus
+    # keeps every edge reached (`cov:`) in a few hundred files, not every feature (`ft:`).
+    cargo fuzz cmin -O "$target" "corpus/$target" -- -use_counters=0 -set_cover_merge=1 >>"$log" 2>&1
+    reseed=1
+  fi
+  corpus=$(find "corpus/$target" -maxdepth 1 -type f | wc -l)
+  line=$(printf '%-14s %9s execs %7s exec/s  cov %6s  ft %7s  corpus %5s  crashes %3s  %s' \
+    "$target" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$corpus" "$crashes" "$result")
+  echo "$line"
+  summary+=("$line")
+done
+
+if [ $reseed = 1 ]; then
+  # cmin renames every file after its hash: write the named seeds back.
+  (cd .. && cargo run -q -p ferrotx-fuzz-support --example fuzz_seeds >/dev/null)
+fi
+
+echo "== summary (${seconds}s per target)"
+printf '%s\n' "${summary[@]}"
