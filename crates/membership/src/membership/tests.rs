@@ -653,8 +653,8 @@ fn a_new_config_the_cm_could_never_make_is_refused() {
     if let Body::NewConfig(view) = &mut twice.body {
         // Node 1 back, listed twice (found by the membership fuzz target: backup_cms
         // panicked on it).
-        let one = before.members.iter().find(|m| m.node == 1).unwrap().clone();
-        view.members.push(one.clone());
+        let one = *before.members.iter().find(|m| m.node == 1).unwrap();
+        view.members.push(one);
         view.members.push(one);
     }
     let now = h.now;
