@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ferrotx_cluster::{CoordinationError, CoordinationService, View};
+use ferrotx_wire::auth::ClusterId;
 
 /// How often [`FileCoordination::open`] tries the liveness lock before concluding that
 /// another process holds it: [`FileCoordination::retire_if_dead`] probes other nodes' locks
@@ -112,15 +113,7 @@ pub fn read_cluster_id(state: &Path) -> Result<Option<[u8; 16]>, CoordinationErr
 
 /// A cluster id written by [`FileCoordination`]'s `cluster_id`.
 fn parse_cluster_id(text: &str) -> Option<[u8; 16]> {
-    let text = text.trim();
-    if text.len() != 32 || !text.is_ascii() {
-        return None;
-    }
-    let mut id = [0u8; 16];
-    for (i, byte) in id.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(id)
+    ClusterId::from_hex(text).map(|id| id.0)
 }
 
 /// `path` with `suffix` appended to its file name.
@@ -325,7 +318,7 @@ impl CoordinationService for FileCoordination {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(unavailable("read", &path, &e)),
         }
-        let text: String = proposed.iter().map(|b| format!("{b:02x}")).collect();
+        let text = ClusterId(proposed).to_hex();
         let tmp = with_suffix(&self.path, ".cluster-id.tmp");
         let write = || -> io::Result<()> {
             let mut file = File::create(&tmp)?;

@@ -80,12 +80,8 @@ impl DropStats {
 
     /// Adds `other`'s counters to these.
     pub fn add(&mut self, other: &DropStats) {
-        let values = other.fields();
-        let mut sum = self.fields();
-        for ((_, a), (_, b)) in sum.iter_mut().zip(values) {
-            *a += b;
-        }
-        *self = Self::from_values(sum.map(|(_, n)| n));
+        let (a, b) = (self.fields(), other.fields());
+        *self = Self::from_values(std::array::from_fn(|i| a[i].1 + b[i].1));
     }
 
     fn from_values(
