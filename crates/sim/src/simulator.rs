@@ -40,8 +40,22 @@ impl NodeClock {
             i128::from(self.drift_ppm) > -PPM,
             "a clock must move forward"
         );
-        let t = i128::from(global_ns);
-        let local = i128::from(self.offset_ns) + t + t * i128::from(self.drift_ppm) / PPM;
+        if self.drift_ppm == 0 {
+            return self
+                .offset_ns
+                .checked_add(global_ns)
+                .expect("a clock reading fits 64 bits");
+        }
+        // `t * drift / 10^6` rounded toward zero, without a 128-bit division (the
+        // simulator asks the time of every node at every step): with `t = q * 10^6 + r`,
+        // both `q * drift` and `r * drift` have drift's sign, so the quotient splits.
+        let drift = i64::from(self.drift_ppm);
+        let q = i128::from(global_ns / 1_000_000);
+        let r = (global_ns % 1_000_000) as i64;
+        let local = i128::from(self.offset_ns)
+            + i128::from(global_ns)
+            + q * i128::from(drift)
+            + i128::from(r * drift / 1_000_000);
         u64::try_from(local.max(0)).expect("a clock reading fits 64 bits")
     }
 
@@ -52,8 +66,17 @@ impl NodeClock {
             return 0;
         }
         // Invert, then correct the rounding of `local_ns` by stepping forward.
+        if self.drift_ppm == 0 {
+            return since_offset as u64;
+        }
         let rate = PPM + i128::from(self.drift_ppm);
-        let mut global = u64::try_from(since_offset * PPM / rate).unwrap_or(u64::MAX);
+        // A float estimate is exact to within a nanosecond below 2^52 ns (52 days), and
+        // the steps below make it exact.
+        let mut global = if since_offset < 1 << 52 {
+            (since_offset as i64 as f64 * 1e6 / (1e6 + f64::from(self.drift_ppm))) as u64
+        } else {
+            u64::try_from(since_offset * PPM / rate).unwrap_or(u64::MAX)
+        };
         while self.local_ns(global) < local_ns {
             global += 1;
         }
@@ -233,6 +256,29 @@ mod tests {
                 assert!(clock.local_ns(back) >= local);
                 assert!(back == 0 || clock.local_ns(back - 1) < local);
             }
+        }
+    }
+
+    #[test]
+    fn the_split_quotient_is_the_128_bit_formula() {
+        // local_ns avoids a 128-bit division; it must read exactly what the formula says.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let global = state >> 20;
+            let drift = ((state % 2_001) as i32 - 1_000) * 37;
+            let clock = NodeClock {
+                offset_ns: state % 1_000_000_007,
+                drift_ppm: drift,
+            };
+            let t = i128::from(global);
+            let expected = i128::from(clock.offset_ns) + t + t * i128::from(drift) / PPM;
+            assert_eq!(i128::from(clock.local_ns(global)), expected.max(0));
+            let back = clock.global_ns(clock.local_ns(global));
+            assert!(back <= global);
+            assert!(back == 0 || clock.local_ns(back - 1) < clock.local_ns(global));
         }
     }
 }
