@@ -94,6 +94,7 @@ impl RpcBenchOptions {
                         &[0x42; ferrotx_wire::auth::KEY_BYTES],
                     )),
                     ferrotx_wire::auth::ClusterId([7; 16]),
+                    [9; 16],
                 )
             }),
             ..Config::default()

@@ -196,14 +196,16 @@ mod tests {
             exec.run();
             exec.shared().engine().poll_transmit(&mut tx);
             for (_, d) in tx.iter() {
-                server.handle_datagram(now, Some(a), d);
+                server.handle_datagram(now, Some(a), &mut d.to_vec());
             }
             tx.clear();
             server.poll_transmit(&mut tx);
             // The coroutine is only resumed through `run`, never by the delivery itself.
             let before = finished.get();
             for (_, d) in tx.iter() {
-                exec.shared().engine().handle_datagram(now, Some(b), d);
+                exec.shared()
+                    .engine()
+                    .handle_datagram(now, Some(b), &mut d.to_vec());
             }
             assert_eq!(finished.get(), before);
             tx.clear();

@@ -624,7 +624,7 @@ fn status_auth(
     let (keys, _) = ferrotx_node::read_key_file(&ferrotx_node::key_path(path, config))?;
     let cluster = ferrotx_coord::read_cluster_id(state)?
         .with_context(|| format!("no cluster id beside {} yet", state.display()))?;
-    Ok(ferrotx_wire::auth::Auth::new(
+    Ok(ferrotx_node::process_auth(
         keys,
         ferrotx_wire::auth::ClusterId(cluster),
     ))
@@ -640,6 +640,12 @@ fn probe_members(
 ) -> Vec<Option<ProbeAnswer>> {
     use ferrotx_membership::{Body, Message};
     let incarnation = ferrotx_node::incarnation_from_clock();
+    let mut sealer = auth.map(|auth| {
+        auth.sealer(ferrotx_wire::auth::Sender::Lease {
+            node: u16::MAX,
+            incarnation,
+        })
+    });
     let mut answers = vec![None; view.members.len()];
     let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0")
         .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
@@ -660,8 +666,8 @@ fn probe_members(
             body: Body::Probe,
         }
         .encode(&mut out);
-        if let Some(auth) = auth {
-            auth.seal(&mut out, u32::from(m.node), i as u64 + 1);
+        if let Some(sealer) = &sealer {
+            sealer.seal(&mut out, u32::from(m.node), i as u64 + 1);
         }
         let _ = socket.send_to(&out, addr);
     }
@@ -676,8 +682,8 @@ fn probe_members(
         let Ok((n, _)) = socket.recv_from(&mut buf) else {
             break;
         };
-        let body = match auth {
-            Some(auth) => match auth.open(&buf[..n], u32::from(u16::MAX)) {
+        let body = match &mut sealer {
+            Some(sealer) => match sealer.open(&mut buf[..n], u32::from(u16::MAX)) {
                 Ok((body, _)) => body,
                 Err(_) => continue,
             },

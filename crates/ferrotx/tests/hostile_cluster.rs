@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_membership::{Body, Message};
-use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys, TRAILER_BYTES};
+use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys, Sealer, TRAILER_BYTES};
 
 use common::bank::Bank;
 use common::capture::{Capture, Captured, Spoofer, raw_sockets_or_skip};
@@ -587,6 +587,14 @@ fn forged_membership_messages_without_the_key_change_nothing() {
 
 /// Waits up to 500 ms for a datagram on `socket`: true if one came that opens under
 /// `auth` and is a membership probe's answer.
+/// A sealer of `auth` for a prober's life, as `ferrotx status` makes (node `u16::MAX`).
+fn prober(auth: &Auth, incarnation: u64) -> Sealer {
+    auth.sealer(ferrotx_wire::auth::Sender::Lease {
+        node: u16::MAX,
+        incarnation,
+    })
+}
+
 fn probe_answer_arrives(socket: &UdpSocket, auth: &Auth) -> bool {
     let deadline = Instant::now() + Duration::from_millis(500);
     let mut buf = vec![0u8; 1 << 16];
@@ -599,7 +607,7 @@ fn probe_answer_arrives(socket: &UdpSocket, auth: &Auth) -> bool {
         let Ok(n) = socket.recv(&mut buf) else {
             return false;
         };
-        if let Ok((body, _)) = auth.open(&buf[..n], u32::from(u16::MAX))
+        if let Ok((body, _)) = prober(auth, 1).open(&mut buf[..n], u32::from(u16::MAX))
             && let Ok(reply) = Message::decode(body)
             && matches!(reply.body, Body::ProbeReply { .. })
         {
@@ -651,7 +659,7 @@ fn a_lease_datagram_sealed_for_one_node_is_refused_by_another() {
     let cluster = cluster_id(&nodes.config);
     let (keys, _) =
         ferrotx_node::read_key_file(&ferrotx_node::key_path(&nodes.config, &config)).unwrap();
-    let auth = Auth::new(keys, cluster);
+    let auth = Auth::new(keys, cluster, [0; 16]);
     let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     socket.send_to(&probe.payload, lease[0]).unwrap();
     assert!(
@@ -724,16 +732,18 @@ fn key_of(line: &str) -> Key {
 /// within 500 ms.
 fn probe(node: u16, addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
     let mut out = Vec::new();
+    // A life after every earlier prober's, so that no replay window refuses it.
+    let incarnation = ferrotx_node::incarnation_from_clock();
     Message {
         from: u16::MAX,
-        // A life after every earlier prober's, so that no replay window refuses it.
-        incarnation: ferrotx_node::incarnation_from_clock(),
+        incarnation,
         view: 0,
         seq: 1,
         body: Body::Probe,
     }
     .encode(&mut out);
-    seal.seal(&mut out, u32::from(node), 1);
+    prober(seal, incarnation).seal(&mut out, u32::from(node), 1);
+    let mut open = prober(open, incarnation);
     let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     socket.send_to(&out, addr).unwrap();
     let deadline = Instant::now() + Duration::from_millis(500);
@@ -745,7 +755,7 @@ fn probe(node: u16, addr: SocketAddr, seal: &Auth, open: &Auth) -> Option<u32> {
         }
         socket.set_read_timeout(Some(left)).unwrap();
         let n = socket.recv(&mut buf).ok()?;
-        if let Ok((body, _)) = open.open(&buf[..n], u32::from(u16::MAX))
+        if let Ok((body, _)) = open.open(&mut buf[..n], u32::from(u16::MAX))
             && let Ok(reply) = Message::decode(body)
             && matches!(reply.body, Body::ProbeReply { .. })
         {
@@ -775,8 +785,12 @@ fn rotating_the_key_under_load_costs_no_client_an_error() {
     let old = first_key_line(&std::fs::read_to_string(&key_path).unwrap());
     let new = ferrotx_node::new_key_line().unwrap();
     let cluster = cluster_id(&nodes.config);
-    let sealed_with = |line: &str| Auth::new(Keys::one(key_of(line)), cluster);
-    let either = Auth::new(Keys::two(key_of(&old), key_of(&new)).unwrap(), cluster);
+    let sealed_with = |line: &str| Auth::new(Keys::one(key_of(line)), cluster, [1; 16]);
+    let either = Auth::new(
+        Keys::two(key_of(&old), key_of(&new)).unwrap(),
+        cluster,
+        [2; 16],
+    );
     let transfers_before = bank.transfers();
     let mut steps = Vec::new();
     let mut refused_probes = 0;

@@ -227,7 +227,7 @@ impl Cluster {
         }
         let now_ns = self.now_ns;
         if let Some(membership) = self.nodes.get_mut(usize::from(to)).and_then(Option::as_mut) {
-            membership.on_datagram(now_ns, bytes);
+            membership.on_datagram(now_ns, &mut bytes.to_vec());
             self.drain(to);
         }
     }

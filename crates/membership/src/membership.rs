@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use ferrotx_cluster::{Configuration, CoordinationError, View, ViewMember};
-use ferrotx_wire::auth::{Auth, Refusal, ReplayWindow};
+use ferrotx_wire::auth::{Auth, Refusal, ReplayWindow, Sealer, Sender};
 
 use crate::message::{Body, Message};
 
@@ -247,7 +247,7 @@ pub struct Membership {
     incarnation: u64,
     /// Seals the datagrams this node sends and opens those it receives (see
     /// [`Membership::set_auth`]); `None`: neither.
-    auth: Option<Auth>,
+    auth: Option<Sealer>,
     /// Sequence number of the last datagram sealed (one counter for every receiver: lease
     /// traffic is a few datagrams per renewal period, far inside a receiver's window).
     auth_seq: u64,
@@ -1139,7 +1139,15 @@ impl Membership {
     /// cluster key and id, as on the RPC path (`ferrotx_wire::auth`). Called once before
     /// the first datagram, and again when the keys rotate.
     pub fn set_auth(&mut self, auth: Option<Auth>) {
-        self.auth = auth;
+        self.auth = auth.map(|auth| auth.sealer(self.sender()));
+    }
+
+    /// Who this node's lease datagrams are sealed as.
+    fn sender(&self) -> Sender {
+        Sender::Lease {
+            node: self.me,
+            incarnation: self.incarnation,
+        }
     }
 
     /// Writes `message` for node `to` into `out` (cleared first) as a datagram, sealed
@@ -1158,7 +1166,7 @@ impl Membership {
     /// seal as another holder of a key would.
     #[cfg(test)]
     fn encode_with(&mut self, auth: Auth, to: u16, message: &Message, out: &mut Vec<u8>) {
-        let own = self.auth.replace(auth);
+        let own = self.auth.replace(auth.sealer(self.sender()));
         self.encode(to, message, out);
         self.auth = own;
     }
@@ -1166,8 +1174,8 @@ impl Membership {
     /// Takes a datagram from a lease socket. With authentication on, nothing is decoded
     /// before its MAC is checked, and a datagram whose sequence number its sender's life
     /// has used before is dropped. Refused and undecodable ones are counted.
-    pub fn on_datagram(&mut self, now_ns: u64, bytes: &[u8]) {
-        let (bytes, seq) = match &self.auth {
+    pub fn on_datagram(&mut self, now_ns: u64, bytes: &mut [u8]) {
+        let (bytes, seq) = match &mut self.auth {
             Some(auth) => match auth.open(bytes, u32::from(self.me)) {
                 Ok((body, seq)) => (body, Some(seq)),
                 Err(refusal) => {
@@ -1175,7 +1183,7 @@ impl Membership {
                     return;
                 }
             },
-            None => (bytes, None),
+            None => (&*bytes, None),
         };
         let m = match Message::decode(bytes) {
             Ok(m) => m,

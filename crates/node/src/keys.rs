@@ -112,6 +112,25 @@ pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     Ok(bytes)
 }
 
+/// What seals and opens this process's datagrams with `keys` for cluster `cluster`: the
+/// process's random bits ([`Auth::new`]) come from the operating system, read afresh for
+/// every value made.
+pub fn process_auth(keys: Keys, cluster: ClusterId) -> Auth {
+    let random = random_bytes().unwrap_or_else(|e| {
+        // The salts also hash each sender's id and incarnation, so lives stay apart as
+        // long as incarnations do; the random bits guard against a clock that went back.
+        tracing::warn!("cannot read /dev/urandom ({e}): sender salts use the clock instead");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let mut bytes = [0u8; 16];
+        bytes[..16].copy_from_slice(&(now ^ u128::from(std::process::id())).to_le_bytes());
+        bytes
+    });
+    Auth::new(keys, cluster, random)
+}
+
 /// One key line: 64 hexadecimal digits of fresh key material.
 pub fn new_key_line() -> io::Result<String> {
     let material: [u8; KEY_BYTES] = random_bytes()?;
@@ -303,7 +322,7 @@ impl ClusterKeys {
     /// by a thread of their own for as long as anyone holds the value returned. A file
     /// that changed and fails its checks is logged and counted, and the keys held stay.
     pub fn watch(path: PathBuf, keys: Keys, cluster: ClusterId) -> Arc<Self> {
-        let this = Self::fixed(Some(Auth::new(keys, cluster)));
+        let this = Self::fixed(Some(process_auth(keys, cluster)));
         let weak: Weak<Self> = Arc::downgrade(&this);
         let mut loaded = fs::read(&path).unwrap_or_default();
         let spawned = std::thread::Builder::new()
@@ -329,7 +348,7 @@ impl ClusterKeys {
                                 also = ?keys.also().map(|k| format!("{:08x}", k.fingerprint())),
                                 "cluster key file changed: keys replaced"
                             );
-                            this.replace(Some(Auth::new(keys, cluster)));
+                            this.replace(Some(process_auth(keys, cluster)));
                             this.reloads.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => {

@@ -388,7 +388,7 @@ impl LeaseLoop {
             // Take every datagram that arrived.
             let now = self.now();
             while let Ok((n, from)) = self.socket.recv_from(&mut self.buf) {
-                self.membership.on_datagram(now, &self.buf[..n]);
+                self.membership.on_datagram(now, &mut self.buf[..n]);
                 self.reply_to = Some(from);
                 self.perform(now);
             }

@@ -30,7 +30,7 @@ pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use keys::{
     ClusterKeys, KEY_RELOAD, KEY_WAIT, KeyError, cluster_id, key_path, load_keys, new_key_line,
-    random_bytes, read_key_file, write_new_key_file,
+    process_auth, random_bytes, read_key_file, write_new_key_file,
 };
 pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
 pub use local_cluster::{CopyRead, LocalCluster};

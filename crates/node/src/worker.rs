@@ -132,7 +132,7 @@ impl<T: Transport> Worker<T> {
         {
             let mut engine = shared.engine();
             for i in 0..received {
-                let (source, bytes) = self.rx.get(i);
+                let (source, bytes) = self.rx.get_mut(i);
                 engine.handle_datagram(now_ns, source, bytes);
             }
             if engine.next_timeout_ns().is_some_and(|t| now_ns >= t) {

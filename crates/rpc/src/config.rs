@@ -44,8 +44,9 @@ pub struct Config {
     /// A peer that has answered nothing for this long while requests wait on it is
     /// reported suspect.
     pub suspect_after_ns: u64,
-    /// Seals every datagram sent and opens every datagram received (a MAC under the
-    /// cluster key, a replay window per sender: `ferrotx_wire::auth`). `None` sends and
+    /// Seals every datagram sent and opens every datagram received (AES-GCM under a key
+    /// of the sender's life made from the cluster key, a replay window per sender:
+    /// `ferrotx_wire::auth`; the engine makes its own life's `Sealer` from it). `None` sends and
     /// accepts datagrams without a trailer: for tests that write datagrams by hand, and
     /// the benchmarks' measure of what authentication costs. Room for the trailer is kept
     /// in every datagram either way, so both modes split messages alike.

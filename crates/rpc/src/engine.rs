@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use ferrotx_wire::auth::{Auth, Sealer, Sender};
 use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Status};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
@@ -41,6 +42,14 @@ pub enum Event {
     NewerConfiguration(u64),
 }
 
+/// Who an engine seals as: its endpoint's life.
+fn rpc_sender(local: EndpointId, config: &Config) -> Sender {
+    Sender::Rpc {
+        endpoint: local.0,
+        incarnation: config.incarnation,
+    }
+}
+
 /// The RPC engine of one endpoint. See the crate documentation for the order of calls.
 pub struct Engine {
     pub(crate) config: Config,
@@ -67,6 +76,8 @@ pub struct Engine {
     pub(crate) newest_reported: u64,
     /// Bytes buffered for partly received requests, all peers together (`partial.rs`).
     pub(crate) partial_request_bytes: usize,
+    /// This endpoint life's sealer, made from `config.auth`.
+    pub(crate) sealer: Option<Sealer>,
 }
 
 impl Engine {
@@ -90,6 +101,10 @@ impl Engine {
             members: HashMap::with_hasher(FixedState::with_seed(0)),
             newest_reported: 0,
             partial_request_bytes: 0,
+            sealer: config
+                .auth
+                .as_ref()
+                .map(|auth| auth.sealer(rpc_sender(local, &config))),
             config,
         }
     }
@@ -107,7 +122,10 @@ impl Engine {
     /// Replaces the keys and cluster id datagrams are sealed and opened with (a key
     /// rotation: see `ferrotx_wire::auth::Keys`). Peers' sequence numbers and replay
     /// windows carry on: they belong to lives, not keys.
-    pub fn set_auth(&mut self, auth: Option<ferrotx_wire::auth::Auth>) {
+    pub fn set_auth(&mut self, auth: Option<Auth>) {
+        self.sealer = auth
+            .as_ref()
+            .map(|auth| auth.sealer(rpc_sender(self.local, &self.config)));
         self.config.auth = auth;
     }
 

@@ -16,20 +16,21 @@ use crate::stats::Stats;
 impl Engine {
     /// Takes one received datagram. `from` is the endpoint the transport saw it come from
     /// (`None` for an unknown address). Invalid datagrams are dropped and counted; nothing
-    /// a peer sends can make this panic.
-    pub fn handle_datagram(&mut self, now_ns: u64, from: Option<EndpointId>, bytes: &[u8]) {
+    /// a peer sends can make this panic. With authentication on, the datagram is decrypted
+    /// in place: `bytes` no longer hold what arrived.
+    pub fn handle_datagram(&mut self, now_ns: u64, from: Option<EndpointId>, bytes: &mut [u8]) {
         self.stats.datagrams_received += 1;
         // Nothing is decoded before its MAC is checked: a datagram that did not come from
         // a holder of the cluster key is dropped here, whatever it says.
-        let (bytes, seq) = match &self.config.auth {
-            Some(auth) => match auth.open(bytes, self.local.0) {
+        let (bytes, seq) = match &mut self.sealer {
+            Some(sealer) => match sealer.open(bytes, self.local.0) {
                 Ok((body, seq)) => (body, Some(seq)),
                 Err(refusal) => {
                     self.stats.auth_refused[refusal.index()] += 1;
                     return;
                 }
             },
-            None => (bytes, None),
+            None => (&*bytes, None),
         };
         let datagram = match decode(bytes) {
             Ok(d) => d,

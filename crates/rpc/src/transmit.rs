@@ -1,6 +1,6 @@
 //! Transmitting: queued messages become datagrams, coalesced per destination.
 
-use ferrotx_wire::auth::TRAILER_BYTES;
+use ferrotx_wire::auth::{Sealer, TRAILER_BYTES};
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
     FragmentInfo, MessageFields, MessageKind, Status, message_count, push_message, start_datagram,
@@ -38,6 +38,7 @@ impl Engine {
             config,
             local,
             stats,
+            sealer,
             ..
         } = self;
         let peer = &mut peers[p as usize];
@@ -47,6 +48,7 @@ impl Engine {
         let mut datagram = Datagram {
             open: false,
             capacity: config.datagram_bytes - TRAILER_BYTES,
+            sealer: sealer.as_ref(),
         };
         while peer.tx_done < peer.tx.len() {
             // The op leaves the queue now (or once its interrupted write completes, below);
@@ -185,10 +187,10 @@ impl Engine {
             peer.tx_packet = 0;
             peer.tx_done += 1;
             if !config.coalesce {
-                datagram.close(tx, stats, target, config, &mut peer.tx_seq);
+                datagram.close(tx, stats, target, &mut peer.tx_seq);
             }
         }
-        datagram.close(tx, stats, target, config, &mut peer.tx_seq);
+        datagram.close(tx, stats, target, &mut peer.tx_seq);
         true
     }
 }
@@ -206,12 +208,14 @@ fn first_packet(round: u32, packet_count: u16) -> u16 {
 }
 
 /// The datagram being filled for one destination: the buffer at the end of the batch.
-struct Datagram {
+struct Datagram<'a> {
     open: bool,
     capacity: usize,
+    /// Seals it when it closes (`Config::auth`).
+    sealer: Option<&'a Sealer>,
 }
 
-impl Datagram {
+impl Datagram<'_> {
     /// Appends a message, closing a full datagram and opening another as needed; false if
     /// a new datagram was needed and the batch is full (nothing written, nothing open).
     #[allow(clippy::too_many_arguments)]
@@ -254,24 +258,24 @@ impl Datagram {
                 message_count(buf) > 0,
                 "a message that fits no datagram was queued"
             );
-            self.close(tx, stats, target, config, tx_seq);
+            self.close(tx, stats, target, tx_seq);
         }
     }
 
     /// Seals the open datagram (`Config::auth`) with the peer's next sequence number and
-    /// adds it to the batch.
+    /// adds it to the batch. The peer's count never goes back in this endpoint's life, so
+    /// no nonce is used twice under its key.
     fn close(
         &mut self,
         tx: &mut TxBatch,
         stats: &mut crate::stats::Stats,
         target: ferrotx_wire::EndpointId,
-        config: &crate::config::Config,
         tx_seq: &mut u64,
     ) {
         if self.open {
-            if let Some(auth) = &config.auth {
+            if let Some(sealer) = self.sealer {
                 *tx_seq += 1;
-                auth.seal(tx.pending_mut(), target.0, *tx_seq);
+                sealer.seal(tx.pending_mut(), target.0, *tx_seq);
             }
             tx.commit(target);
             stats.datagrams_sent += 1;

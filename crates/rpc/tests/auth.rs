@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use ferrotx_rpc::{CallerId, Config, Engine};
-use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys, Refusal};
+use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys, Refusal, Sender};
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
     EndpointId, FragmentInfo, MessageFields, MessageKind, Status, push_message, start_datagram,
@@ -22,7 +22,7 @@ fn key(material: u8) -> Key {
 }
 
 fn auth(keys: Keys, cluster: u8) -> Option<Auth> {
-    Some(Auth::new(keys, ClusterId([cluster; 16])))
+    Some(Auth::new(keys, ClusterId([cluster; 16]), [cluster; 16]))
 }
 
 fn config(auth: Option<Auth>) -> Config {
@@ -75,10 +75,10 @@ fn round_trip(c: &mut Engine, s: &mut Engine, now: u64, len: usize) -> Vec<Vec<u
     assert!(!c.submit(CALLER, now));
     let requests = transmit(c);
     for d in &requests {
-        s.handle_datagram(now, Some(CLIENT), d);
+        s.handle_datagram(now, Some(CLIENT), &mut d.to_vec());
     }
     for d in transmit(s) {
-        c.handle_datagram(now, Some(SERVER), &d);
+        c.handle_datagram(now, Some(SERVER), &mut d.to_vec());
     }
     assert!(c.is_done(CALLER), "answered");
     assert_eq!(c.result(CALLER, 0).unwrap().len(), len);
@@ -100,12 +100,12 @@ fn every_bit_flip_and_truncation_of_a_request_is_refused_before_decoding() {
         for bit in 0..8 {
             let mut f = d.clone();
             f[byte] ^= 1 << bit;
-            s.handle_datagram(1, Some(CLIENT), &f);
+            s.handle_datagram(1, Some(CLIENT), &mut f.to_vec());
             sent += 1;
         }
     }
     for len in 0..d.len() {
-        s.handle_datagram(1, Some(CLIENT), &d[..len]);
+        s.handle_datagram(1, Some(CLIENT), &mut d[..len].to_vec());
         sent += 1;
     }
     assert_eq!(*executed.borrow(), 1, "nothing altered ran");
@@ -133,7 +133,7 @@ fn a_captured_datagram_is_accepted_once() {
     captured.extend(round_trip(&mut c, &mut s, 0, 10));
     assert_eq!(*executed.borrow(), 2);
     for d in &captured {
-        s.handle_datagram(1, Some(CLIENT), d);
+        s.handle_datagram(1, Some(CLIENT), &mut d.to_vec());
     }
     assert_eq!(
         s.stats().auth_refused[Refusal::Replay.index()],
@@ -168,13 +168,23 @@ fn datagrams_without_the_key_change_nothing() {
         FragmentInfo::whole(3),
         b"bad"
     ));
-    s.handle_datagram(1, Some(CLIENT), &forged);
+    s.handle_datagram(1, Some(CLIENT), &mut forged.to_vec());
     let mut other_key = forged.clone();
-    Auth::new(Keys::one(key(2)), ClusterId([1; 16])).seal(&mut other_key, SERVER.0, 99);
-    s.handle_datagram(1, Some(CLIENT), &other_key);
+    Auth::new(Keys::one(key(2)), ClusterId([1; 16]), [0; 16])
+        .sealer(Sender::Rpc {
+            endpoint: CLIENT.0,
+            incarnation: 1,
+        })
+        .seal(&mut other_key, SERVER.0, 99);
+    s.handle_datagram(1, Some(CLIENT), &mut other_key.to_vec());
     let mut other_cluster = forged.clone();
-    Auth::new(Keys::one(key(1)), ClusterId([2; 16])).seal(&mut other_cluster, SERVER.0, 99);
-    s.handle_datagram(1, Some(CLIENT), &other_cluster);
+    Auth::new(Keys::one(key(1)), ClusterId([2; 16]), [0; 16])
+        .sealer(Sender::Rpc {
+            endpoint: CLIENT.0,
+            incarnation: 1,
+        })
+        .seal(&mut other_cluster, SERVER.0, 99);
+    s.handle_datagram(1, Some(CLIENT), &mut other_cluster.to_vec());
     assert_eq!(*executed.borrow(), 1);
     assert_eq!(s.stats().auth_refused_total(), 3);
     // The unsealed one's last bytes are read as a trailer, whatever they hold; the other
@@ -198,7 +208,7 @@ fn engines_of_different_keys_or_clusters_never_talk() {
         c.batch_push(CALLER, SERVER, COUNT).extend_from_slice(b"x");
         assert!(!c.submit(CALLER, 0));
         for d in transmit(&mut c) {
-            s.handle_datagram(0, Some(CLIENT), &d);
+            s.handle_datagram(0, Some(CLIENT), &mut d.to_vec());
         }
         assert_eq!(*executed.borrow(), 0);
         assert_eq!(s.stats().auth_refused_total(), 1);
@@ -244,7 +254,7 @@ fn keys_rotate_with_no_datagram_refused() {
     c2.batch_push(CALLER, SERVER, COUNT).extend_from_slice(b"x");
     assert!(!c2.submit(CALLER, 0));
     for d in transmit(&mut c2) {
-        s2.handle_datagram(0, Some(CLIENT), &d);
+        s2.handle_datagram(0, Some(CLIENT), &mut d.to_vec());
     }
     assert_eq!(s2.stats().auth_refused[Refusal::UnknownKey.index()], 1);
 }

@@ -140,7 +140,7 @@ fn transmit(engine: &mut Engine) -> Vec<Vec<u8>> {
 
 fn deliver(engine: &mut Engine, now_ns: u64, from: EndpointId, datagrams: &[Vec<u8>]) {
     for datagram in datagrams {
-        engine.handle_datagram(now_ns, Some(from), datagram);
+        engine.handle_datagram(now_ns, Some(from), &mut datagram.to_vec());
     }
 }
 
@@ -537,7 +537,7 @@ fn partial_requests_are_bounded_per_peer_and_per_engine() {
     // One peer, every slot.
     for slot in 0..=255u8 {
         let forged = Forge::new(OTHER, SERVER).first_packet(slot, 1, largest);
-        s.handle_datagram(now, Some(OTHER), &forged);
+        s.handle_datagram(now, Some(OTHER), &mut forged.to_vec());
     }
     assert!(
         s.partial_request_bytes() <= peer_max,
@@ -550,7 +550,7 @@ fn partial_requests_are_bounded_per_peer_and_per_engine() {
         let peer = EndpointId::new(node, 0);
         for slot in 0..=255u8 {
             let forged = Forge::new(peer, SERVER).first_packet(slot, 1, largest);
-            s.handle_datagram(now, Some(peer), &forged);
+            s.handle_datagram(now, Some(peer), &mut forged.to_vec());
         }
     }
     assert!(
@@ -928,7 +928,7 @@ fn a_split_response_still_arriving_is_not_mistaken_for_a_lost_request() {
             fire_timeout(&mut c, &mut now);
         }
         now = arrival;
-        c.handle_datagram(now, Some(SERVER), packet);
+        c.handle_datagram(now, Some(SERVER), &mut packet.to_vec());
         assert!(
             transmit(&mut c).is_empty(),
             "retransmitted while the response flowed"
@@ -971,7 +971,7 @@ fn credits_bound_the_requests_outstanding_on_the_wire() {
                 on_wire.len()
             );
             most_on_wire = most_on_wire.max(on_wire.len());
-            s.handle_datagram(now, Some(CLIENT), &d);
+            s.handle_datagram(now, Some(CLIENT), &mut d.to_vec());
         }
     };
     pump(&mut c, &mut s, &mut on_wire, now);
@@ -985,7 +985,7 @@ fn credits_bound_the_requests_outstanding_on_the_wire() {
         for r in responses {
             let m = only_message(&r);
             assert!(on_wire.remove(&(m.slot, m.request_number)));
-            c.handle_datagram(now, Some(SERVER), &r);
+            c.handle_datagram(now, Some(SERVER), &mut r.to_vec());
             pump(&mut c, &mut s, &mut on_wire, now);
         }
     }
@@ -1217,7 +1217,7 @@ fn datagrams_of_another_configuration_target_or_source_are_dropped() {
     s.handle_datagram(
         0,
         Some(CLIENT),
-        &request(Forge {
+        &mut request(Forge {
             configuration: 2,
             ..later
         }),
@@ -1226,18 +1226,18 @@ fn datagrams_of_another_configuration_target_or_source_are_dropped() {
     s.handle_datagram(
         0,
         Some(CLIENT),
-        &request(Forge {
+        &mut request(Forge {
             target: OTHER,
             ..later
         }),
     );
     assert_eq!(s.stats().misdirected, 1);
-    s.handle_datagram(0, Some(OTHER), &request(later));
-    s.handle_datagram(0, None, &request(later));
+    s.handle_datagram(0, Some(OTHER), &mut request(later));
+    s.handle_datagram(0, None, &mut request(later));
     assert_eq!(s.stats().forged_source, 2);
     let mut garbage = request(later);
     garbage[0] ^= 0xff;
-    s.handle_datagram(0, Some(CLIENT), &garbage);
+    s.handle_datagram(0, Some(CLIENT), &mut garbage.to_vec());
     assert_eq!(s.stats().decode_errors_total(), 1);
 
     assert_eq!(s.stats().datagrams_dropped(), 5);
@@ -1246,7 +1246,7 @@ fn datagrams_of_another_configuration_target_or_source_are_dropped() {
     assert!(!s.wants_transmit());
 
     // The same request, correctly addressed, runs: the drops were for the stated reason.
-    s.handle_datagram(0, Some(CLIENT), &request(good));
+    s.handle_datagram(0, Some(CLIENT), &mut request(good));
     assert_eq!(s.stats().stale_incarnation, 0);
     assert_eq!(*log.borrow(), vec![b"x".to_vec()]);
     assert_eq!(transmit(&mut s).len(), 1);
@@ -1412,7 +1412,7 @@ fn responses_matching_no_waiting_request_are_dropped() {
     ];
     for (slot, request_number) in forged {
         let d = forge.message(MessageKind::Response, slot, request_number, b"forged");
-        c.handle_datagram(0, Some(SERVER), &d);
+        c.handle_datagram(0, Some(SERVER), &mut d.to_vec());
     }
     assert_eq!(c.stats().stale_responses, forged.len() as u64);
     assert_eq!(c.stats().calls_completed, 0);
@@ -1426,7 +1426,7 @@ fn responses_matching_no_waiting_request_are_dropped() {
 
     // Once answered, the slot is free: the same slot and number are stale now.
     let d = forge.message(MessageKind::Response, 0, 1, b"forged");
-    c.handle_datagram(0, Some(SERVER), &d);
+    c.handle_datagram(0, Some(SERVER), &mut d.to_vec());
     assert_eq!(c.stats().stale_responses, forged.len() as u64 + 1);
     assert_eq!(c.result(CALLER, 0), Ok(answer(b"real").as_slice()));
 }
@@ -1590,9 +1590,11 @@ impl World {
         } else {
             self.network.remove(position)
         };
-        self.sides[index]
-            .engine
-            .handle_datagram(self.now_ns, Some(SIDES[1 - index]), &datagram);
+        self.sides[index].engine.handle_datagram(
+            self.now_ns,
+            Some(SIDES[1 - index]),
+            &mut datagram.to_vec(),
+        );
     }
 
     fn advance(&mut self, ns: u64) {
@@ -1897,7 +1899,7 @@ fn copies_of_a_request_in_one_datagram_are_answered_once() {
         copies += 1;
     }
     assert!(copies > 1000);
-    s.handle_datagram(0, Some(CLIENT), &flood);
+    s.handle_datagram(0, Some(CLIENT), &mut flood.to_vec());
     assert_eq!(log.borrow().len(), 1);
     let answers = transmit(&mut s);
     assert_eq!(answers.len(), 1);
@@ -1927,7 +1929,7 @@ fn datagrams_claiming_incarnation_zero_are_dropped() {
     s.handle_datagram(
         0,
         Some(CLIENT),
-        &forged.message(MessageKind::Request, 0, 1, b"x"),
+        &mut forged.message(MessageKind::Request, 0, 1, b"x"),
     );
     assert!(log.borrow().is_empty());
     assert_eq!(s.stats().stale_incarnation, 1);
@@ -2017,7 +2019,7 @@ fn random_datagrams_from_a_member_never_panic_the_engine() {
                     continue;
                 }
                 let engine = if target == CLIENT { &mut c } else { &mut s };
-                engine.handle_datagram(now, Some(source), &buf);
+                engine.handle_datagram(now, Some(source), &mut buf.to_vec());
             }
             let requests = transmit(&mut c);
             if random() % 3 != 0 {
@@ -2088,7 +2090,7 @@ fn a_request_naming_no_incarnation_is_refused() {
     s.handle_datagram(
         0,
         Some(CLIENT),
-        &forged.message(MessageKind::Request, 0, 1, b"x"),
+        &mut forged.message(MessageKind::Request, 0, 1, b"x"),
     );
     assert!(log.borrow().is_empty());
     let answer = messages(&transmit(&mut s)[0]);
@@ -2122,7 +2124,7 @@ fn learning_of_a_restart_fails_the_requests_sent_to_the_earlier_life() {
         ..Forge::new(SERVER, CLIENT)
     }
     .message(MessageKind::Request, 0, 1, b"hello");
-    c.handle_datagram(10, Some(SERVER), &hello);
+    c.handle_datagram(10, Some(SERVER), &mut hello.to_vec());
     assert_eq!(c.poll_ready(), Some(CALLER));
     assert_eq!(c.result(CALLER, 0), Err(RpcError::TargetRestarted));
     assert_eq!(c.outstanding(), 0);

@@ -72,7 +72,7 @@ fn transmit(engine: &mut Engine) -> Vec<Vec<u8>> {
 
 fn deliver(engine: &mut Engine, now_ns: u64, from: EndpointId, datagrams: &[Vec<u8>]) {
     for datagram in datagrams {
-        engine.handle_datagram(now_ns, Some(from), datagram);
+        engine.handle_datagram(now_ns, Some(from), &mut datagram.to_vec());
     }
 }
 
@@ -343,8 +343,8 @@ fn datagrams_of_other_configurations_are_dropped_and_a_newer_one_reported_once()
     assert_eq!(events(&mut s), vec![Event::NewerConfiguration(8)]);
     assert_eq!(s.stats().newer_configuration, 1004);
     // A datagram whose source is forged raises nothing.
-    s.handle_datagram(0, Some(OTHER), &request(9));
-    s.handle_datagram(0, None, &request(9));
+    s.handle_datagram(0, Some(OTHER), &mut request(9));
+    s.handle_datagram(0, None, &mut request(9));
     assert_eq!(s.stats().forged_source, 2);
     assert!(events(&mut s).is_empty());
 
@@ -393,7 +393,7 @@ fn a_new_life_of_a_member_is_dropped_until_a_configuration_admits_it() {
         assert!(!answers.is_empty());
         deliver(&mut c, now, SERVER, &answers);
         let hello = forge(SERVER, CLIENT, 2, 2, 1, MessageKind::Request);
-        c.handle_datagram(now, Some(SERVER), &hello);
+        c.handle_datagram(now, Some(SERVER), &mut hello.to_vec());
         assert_eq!(
             c.poll_ready(),
             None,
@@ -538,7 +538,7 @@ fn no_combination_of_header_fields_panics_a_member_engine() {
                             );
                             now += 1000;
                             for engine in [&mut s, &mut c] {
-                                engine.handle_datagram(now, Some(source), &d);
+                                engine.handle_datagram(now, Some(source), &mut d.to_vec());
                                 engine.handle_timeout(now);
                                 let _ = transmit(engine);
                             }

@@ -829,11 +829,11 @@ impl SimCluster {
             .borrow_mut()
             .take_inbox(lease_endpoint(node));
         let delivered = !datagrams.is_empty();
-        for (_, bytes) in datagrams {
+        for (_, mut bytes) in datagrams {
             let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
                 return;
             };
-            m.on_datagram(local, &bytes);
+            m.on_datagram(local, &mut bytes);
             self.drain(node, now);
         }
         let strict = self.membership.as_ref().is_some_and(|s| s.strict_ticks);

@@ -265,7 +265,9 @@ pub fn digest_of(value: &impl std::fmt::Debug) -> u64 {
         })
 }
 
-/// The key and cluster id a simulated cluster seals its datagrams with, from its seed.
+/// The key and cluster id a simulated cluster seals its datagrams with, from its seed. Its
+/// nodes share the process's random bits too (they run in one process): their senders'
+/// salts differ by id and incarnation.
 pub fn sim_auth(seed: u64) -> ferrotx_wire::auth::Auth {
     use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys};
     let mut material = [0u8; KEY_BYTES];
@@ -273,7 +275,13 @@ pub fn sim_auth(seed: u64) -> ferrotx_wire::auth::Auth {
     material[8] = 0x5e;
     let mut cluster = [0u8; 16];
     cluster[..8].copy_from_slice(&(!seed).to_le_bytes());
-    Auth::new(Keys::one(Key::from_material(&material)), ClusterId(cluster))
+    let mut random = [0u8; 16];
+    random[..8].copy_from_slice(&seed.rotate_left(17).to_le_bytes());
+    Auth::new(
+        Keys::one(Key::from_material(&material)),
+        ClusterId(cluster),
+        random,
+    )
 }
 
 /// Runs `scenario` once with `options`.

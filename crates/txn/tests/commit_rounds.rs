@@ -183,7 +183,7 @@ impl Cluster {
             let mut moved = false;
             for (node, datagram) in self.forged.borrow_mut().drain(..) {
                 let engine = &mut self.nodes[usize::from(node - 1)].engine;
-                engine.handle_datagram(now, Some(COORDINATOR), &datagram);
+                engine.handle_datagram(now, Some(COORDINATOR), &mut datagram.to_vec());
                 moved = true;
             }
             loop {
@@ -198,7 +198,7 @@ impl Cluster {
                         continue;
                     }
                     let engine = &mut self.nodes[usize::from(target.node() - 1)].engine;
-                    engine.handle_datagram(now, Some(COORDINATOR), datagram);
+                    engine.handle_datagram(now, Some(COORDINATOR), &mut datagram.to_vec());
                 }
                 tx.clear();
                 moved = true;
@@ -218,7 +218,7 @@ impl Cluster {
                             continue;
                         }
                         let mut engine = self.executor.shared().engine();
-                        engine.handle_datagram(now, Some(source), datagram);
+                        engine.handle_datagram(now, Some(source), &mut datagram.to_vec());
                     }
                     tx.clear();
                     moved = true;

@@ -205,6 +205,14 @@ impl RxBatch {
         (self.sources[index], &self.buffers[index])
     }
 
+    /// The datagram at `index`, writable (authentication decrypts in place), and the
+    /// endpoint it came from.
+    #[inline]
+    pub fn get_mut(&mut self, index: usize) -> (Option<EndpointId>, &mut [u8]) {
+        assert!(index < self.len);
+        (self.sources[index], &mut self.buffers[index])
+    }
+
     /// Copies a datagram in; false if the batch is full. Longer datagrams are truncated
     /// to [`RxBatch::datagram_bytes`], as the kernel does, and the decoder then rejects them.
     #[inline]

@@ -536,6 +536,7 @@ fn test_auth(material: u8) -> Auth {
     Auth::new(
         Keys::one(Key::from_material(&[material; KEY_BYTES])),
         ClusterId([3; 16]),
+        [material; 16],
     )
 }
 
@@ -586,7 +587,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
             // Unsealed, sealed under another key, and sealed then altered.
             let mut plain = Vec::new();
             message.encode(&mut plain);
-            m.on_datagram(now, &plain);
+            m.on_datagram(now, &mut plain.to_vec());
             let mut other = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(2),
@@ -594,7 +595,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
                 message,
                 &mut other,
             );
-            m.on_datagram(now, &other);
+            m.on_datagram(now, &mut other.to_vec());
             let mut flipped = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(1),
@@ -603,7 +604,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
                 &mut flipped,
             );
             flipped[5] ^= 1;
-            m.on_datagram(now, &flipped);
+            m.on_datagram(now, &mut flipped.to_vec());
         }
         let stats = m.stats();
         assert_eq!(stats.auth_refused.iter().sum::<u64>(), 9, "node {n}");
@@ -632,14 +633,14 @@ fn a_sealed_lease_datagram_is_taken_once() {
     let m = h.nodes[1].as_mut().unwrap();
     m.set_auth(Some(test_auth(1)));
     // The control: with the key, the removal is taken (so the test above could fail).
-    m.on_datagram(now, &sealed);
+    m.on_datagram(now, &mut sealed.to_vec());
     assert_eq!(m.view().unwrap().id, forged.view, "adopted with the key");
-    m.on_datagram(now, &sealed);
+    m.on_datagram(now, &mut sealed.to_vec());
     assert_eq!(m.stats().auth_refused[Refusal::Replay.index()], 1);
     // Sealed for node 1, it is refused by node 2 even the first time.
     let m2 = h.nodes[2].as_mut().unwrap();
     m2.set_auth(Some(test_auth(1)));
-    m2.on_datagram(now, &sealed);
+    m2.on_datagram(now, &mut sealed.to_vec());
     assert_eq!(m2.stats().auth_refused[Refusal::OtherReceiver.index()], 1);
     assert_ne!(m2.view().unwrap().id, forged.view);
 }
