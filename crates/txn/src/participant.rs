@@ -604,6 +604,13 @@ impl Participant {
                     .map(|r| r.map(|()| write.version))
             };
             match locked {
+                // A key at the largest version a header holds takes no more writes: its
+                // commit would publish a version past it. No workload gets there, but a
+                // FETCH from a broken primary may bring one (issue 29).
+                Ok(Ok(version)) if version >= VERSION_MAX => {
+                    let _ = partition.unlock(write.table, &write.key);
+                    false
+                }
                 Ok(Ok(version)) => {
                     response.extend_from_slice(&version.to_le_bytes());
                     taken += 1;

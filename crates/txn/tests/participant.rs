@@ -536,6 +536,43 @@ fn a_lock_with_no_writes_is_refused() {
     assert_eq!(p.stats().requests_refused, 100);
 }
 
+/// Issue 29: an object at the largest version (a FETCH from a broken primary can install
+/// one) was locked, and its commit published the version after it, which panicked the
+/// primary. A LOCK of it is refused, and leaves it unlocked.
+#[test]
+fn an_object_at_the_largest_version_is_not_locked() {
+    let (mut p, primary, _) = node();
+    let max = ferrotx_store::VERSION_MAX;
+    primary
+        .apply(TABLE, &Key::from(1), max, Some(&5u64.to_le_bytes()))
+        .unwrap();
+    primary
+        .load(TABLE, Key::from(2), &5u64.to_le_bytes())
+        .unwrap();
+    for (counter, version) in [(1, max), (2, ferrotx_txn::messages::VERSION_ANY)] {
+        let lock = record(
+            counter,
+            vec![write(PRIMARY, 2, 1, 7), write(PRIMARY, 1, version, 6)],
+            0,
+        );
+        assert_eq!(
+            call(Participant::lock, &mut p, &lock),
+            [0],
+            "version {version:#x}"
+        );
+    }
+    assert_eq!(
+        read(&mut p, PRIMARY, 1),
+        (ReadStatus::Present, max, 5u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        read(&mut p, PRIMARY, 2).0,
+        ReadStatus::Present,
+        "the other lock let go"
+    );
+    assert_eq!(p.stats().locks_refused, 2);
+}
+
 /// A second LOCK of a transaction that holds locks here is refused, and the locks of the
 /// first stay held until its COMMIT-PRIMARY.
 #[test]
