@@ -22,7 +22,8 @@ use ferrotx_txn::messages::{
 use ferrotx_txn::reclaim::{ReclaimRequest, encode_reclaim};
 use ferrotx_txn::refill::{FetchRequest, FetchWhat, encode_fetch};
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, push_message, start_datagram,
+    EndpointId, FragmentInfo, MessageFields, MessageKind, RequestType, Status, push_message,
+    start_datagram,
 };
 
 /// Writes values as [`arbitrary::Unstructured`] reads them back.
@@ -117,7 +118,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
                 } else {
                     MessageKind::Response
                 },
-                request_type: 11,
+                request_type: RequestType::Lock.into(),
                 status: Status::Ok,
                 slot: i as u8,
                 request_number: 40 + i as u64,
@@ -143,7 +144,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
     );
     let fields = MessageFields {
         kind: MessageKind::Request,
-        request_type: 13,
+        request_type: RequestType::CommitBackup.into(),
         status: Status::Ok,
         slot: 0,
         request_number: 1,

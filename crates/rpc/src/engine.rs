@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use ferrotx_wire::auth::{Auth, Sealer, Sender};
-use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Status};
+use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, RequestType, Status};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -21,8 +21,9 @@ pub const MAX_PEERS: usize = 4096;
 
 /// The request type the engine keeps for itself: a connect request, answered by the
 /// engine with its incarnation (see `docs/rpc.md`, "Connecting"). Handlers cannot be
-/// registered for it.
-pub const CONNECT_REQUEST_TYPE: u8 = 0;
+/// registered for it. Its entry in the registry of request types is
+/// [`RequestType::Connect`]; this is its byte, as the engine's generic API takes it.
+pub const CONNECT_REQUEST_TYPE: u8 = RequestType::Connect as u8;
 
 /// Pending events are bounded: each peer is suspect at most once until heard from again.
 const MAX_EVENTS: usize = MAX_PEERS;

@@ -6,37 +6,6 @@
 
 use ferrotx_store::{Key, TableId};
 
-/// RPC request types of the protocol (the RPC engine keeps type 0 for itself).
-pub mod request_type {
-    /// Read one object from its primary.
-    pub const READ: u8 = 10;
-    /// Lock written objects at a primary (FaRM's LOCK record).
-    pub const LOCK: u8 = 11;
-    /// Validate objects read but not written.
-    pub const VALIDATE: u8 = 12;
-    /// Append a transaction's writes to the coordinator's log at a backup.
-    pub const COMMIT_BACKUP: u8 = 13;
-    /// Install a locked transaction's writes at a primary and unlock.
-    pub const COMMIT_PRIMARY: u8 = 14;
-    /// Release a transaction's locks at a primary.
-    pub const ABORT: u8 = 15;
-    /// A coordinator's truncation mark on its own, for when no commit-backup carries it
-    /// (an idle coordinator flushing its last transactions to the backups' copies).
-    pub const TRUNCATE: u8 = 16;
-    /// Visit objects of one table at a partition's primary from a cursor, outside any
-    /// transaction (Redis's SCAN and KEYS).
-    pub const SCAN: u8 = 17;
-    /// Count the present objects of one table at a partition's primary, outside any
-    /// transaction (Redis's DBSIZE).
-    pub const COUNT: u8 = 18;
-    /// LOCK of a transaction retried after it lost: its [`crate::reservation::Age`],
-    /// then the LOCK record. The primary also reserves the written objects for it.
-    pub const LOCK_AGED: u8 = 27;
-    /// VALIDATE of a retried transaction: its age, then the VALIDATE request. The
-    /// primary also reserves the objects for it.
-    pub const VALIDATE_AGED: u8 = 28;
-}
-
 /// A transaction id: configuration, coordinator node, thread and incarnation, and a
 /// counter that grows per coordinator thread. The incarnation (the RPC engine's, which
 /// grows with each start of the process) keeps a restarted coordinator's counters, which

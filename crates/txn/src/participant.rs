@@ -3,6 +3,7 @@
 //! t talks to participant thread t of every node); the partitions are shared by the
 //! node's threads.
 
+use ferrotx_wire::RequestType;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -19,10 +20,8 @@ use ferrotx_store::Key;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
-    encode_read_response, finish_scan_response, request_type, set_record_versions,
-    start_scan_response,
+    encode_read_response, finish_scan_response, set_record_versions, start_scan_response,
 };
-use crate::recovery::request_type as rt;
 use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_page;
 
@@ -345,35 +344,47 @@ impl Participant {
         self.locked.len()
     }
 
-    /// Registers this participant's handlers on `engine`.
+    /// The handler of `request_type`, if participants handle it: the one table of which
+    /// request of the registry ([`RequestType`]) runs what here, for the engine
+    /// ([`Participant::register`]) and for a coordinator's requests to its own node.
+    pub fn handler(request_type: RequestType) -> Option<ParticipantHandler> {
+        let handler: ParticipantHandler = match request_type {
+            RequestType::Read => Self::read,
+            RequestType::Lock => Self::lock,
+            RequestType::LockAged => Self::lock_aged,
+            RequestType::Validate => Self::validate,
+            RequestType::ValidateAged => Self::validate_aged,
+            RequestType::CommitBackup => Self::commit_backup,
+            RequestType::CommitPrimary => Self::commit_primary,
+            RequestType::Abort => Self::abort,
+            RequestType::Truncate => Self::truncate_message,
+            RequestType::Scan => Self::scan,
+            RequestType::Count => Self::count,
+            RequestType::Fetch => Self::fetch,
+            RequestType::ReclaimCheck => Self::reclaim_check,
+            RequestType::Reclaim => Self::reclaim,
+            RequestType::NeedRecovery => Self::need_recovery,
+            RequestType::ReplicateTxState => Self::replicate_tx_state,
+            RequestType::RecoveryVote => Self::recovery_vote,
+            RequestType::RequestVote => Self::request_vote,
+            RequestType::CommitRecovery => Self::commit_recovery,
+            RequestType::AbortRecovery => Self::abort_recovery,
+            RequestType::TruncateRecovery => Self::truncate_recovery,
+            // The engine's own, and SHIP's queue (`crate::ship::Shipping::register`).
+            RequestType::Connect | RequestType::Ship => return None,
+        };
+        Some(handler)
+    }
+
+    /// Registers this participant's handlers ([`Participant::handler`]) on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 21] = [
-            (request_type::TRUNCATE, Self::truncate_message),
-            (request_type::READ, Self::read),
-            (request_type::LOCK, Self::lock),
-            (request_type::LOCK_AGED, Self::lock_aged),
-            (request_type::VALIDATE, Self::validate),
-            (request_type::VALIDATE_AGED, Self::validate_aged),
-            (request_type::COMMIT_BACKUP, Self::commit_backup),
-            (request_type::COMMIT_PRIMARY, Self::commit_primary),
-            (request_type::ABORT, Self::abort),
-            (request_type::SCAN, Self::scan),
-            (request_type::COUNT, Self::count),
-            (crate::refill::FETCH, Self::fetch),
-            (crate::reclaim::RECLAIM_CHECK, Self::reclaim_check),
-            (crate::reclaim::RECLAIM, Self::reclaim),
-            (rt::NEED_RECOVERY, Self::need_recovery),
-            (rt::REPLICATE_TX_STATE, Self::replicate_tx_state),
-            (rt::RECOVERY_VOTE, Self::recovery_vote),
-            (rt::REQUEST_VOTE, Self::request_vote),
-            (rt::COMMIT_RECOVERY, Self::commit_recovery),
-            (rt::ABORT_RECOVERY, Self::abort_recovery),
-            (rt::TRUNCATE_RECOVERY, Self::truncate_recovery),
-        ];
-        for (request_type, handler) in handlers {
+        for &request_type in RequestType::ALL {
+            let Some(handler) = Self::handler(request_type) else {
+                continue;
+            };
             let participant = participant.clone();
             engine.register(
-                request_type,
+                request_type.into(),
                 Box::new(move |request, response| {
                     participant
                         .borrow_mut()

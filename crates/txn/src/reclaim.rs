@@ -36,13 +36,6 @@ use ferrotx_store::{Key, Partition, TableId};
 
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, Writer};
 
-/// The request type of RECLAIM-CHECK: is each key's delete applied here, with no older
-/// write of it waiting in this thread's logs?
-pub const RECLAIM_CHECK: u8 = 30;
-
-/// The request type of RECLAIM: raise these keys' floors, then free their tombstones.
-pub const RECLAIM: u8 = 31;
-
 /// Most keys one round names.
 pub const RECLAIM_KEYS_MAX: usize = 256;
 

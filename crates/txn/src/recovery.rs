@@ -5,26 +5,6 @@
 
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, TxId, Writer};
 
-/// RPC request types of recovery (after the commit protocol's).
-pub mod request_type {
-    /// A backup's records of transactions older than the view, to the partition's
-    /// primary (FaRM's NEED-RECOVERY, carrying the records: FETCH-TX-STATE and
-    /// SEND-TX-STATE are folded into it).
-    pub const NEED_RECOVERY: u8 = 19;
-    /// A primary's copy of a record to a backup that lacked it (REPLICATE-TX-STATE).
-    pub const REPLICATE_TX_STATE: u8 = 20;
-    /// A partition's vote on a recovering transaction, to its recovery coordinator.
-    pub const RECOVERY_VOTE: u8 = 21;
-    /// A recovery coordinator asks a partition's primary for its vote.
-    pub const REQUEST_VOTE: u8 = 22;
-    /// The decision: commit at every replica.
-    pub const COMMIT_RECOVERY: u8 = 23;
-    /// The decision: abort at every replica.
-    pub const ABORT_RECOVERY: u8 = 24;
-    /// Every replica acknowledged the decision: forget it.
-    pub const TRUNCATE_RECOVERY: u8 = 25;
-}
-
 /// What a replica holds of a transaction, or a partition's vote on it (FaRM 5.3 step 6).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 #[repr(u8)]

@@ -26,9 +26,6 @@ use ferrotx_store::{FLOOR_BUCKETS, Key, Partition, TableId};
 
 use crate::messages::{DecodeError, Reader, Writer};
 
-/// The request type of FETCH: a page of a partition's objects from its primary.
-pub const FETCH: u8 = 29;
-
 /// Most keys one FETCH names (the retries of locked keys) or answers.
 pub const FETCH_KEYS_MAX: usize = 1024;
 

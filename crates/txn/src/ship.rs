@@ -33,6 +33,7 @@
 //! from the coroutine and draws no randomness but from the origins, so the simulator
 //! replays it.
 
+use ferrotx_wire::RequestType;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -46,9 +47,6 @@ use hashbrown::hash_map::Entry;
 use hashbrown::{HashMap, HashSet};
 
 use crate::coordinator::{Abort, Coordinator};
-
-/// Request type of SHIP.
-pub const SHIP: u8 = 26;
 
 /// Most operations one batch runs; more wait for the next.
 pub const BATCH_OPERATIONS_MAX: usize = 64;
@@ -585,7 +583,7 @@ impl Shipping {
         let state = self.clone();
         let shared = Rc::downgrade(shared);
         engine.register_deferred(
-            SHIP,
+            RequestType::Ship.into(),
             Box::new(move |request, token| {
                 let Some(shared) = shared.upgrade() else {
                     return;

@@ -13,6 +13,7 @@ pub mod batch;
 mod decode;
 mod encode;
 mod header;
+mod request_type;
 
 pub use decode::{Datagram, DecodeError, Message, Messages, decode};
 pub use encode::{
@@ -23,3 +24,4 @@ pub use header::{
     EndpointId, FORMAT_VERSION, MAGIC, MAX_MESSAGE_BYTES, MAX_PACKETS_PER_MESSAGE, MessageHeader,
     MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status,
 };
+pub use request_type::{RequestType, UnknownRequestType};

@@ -1,6 +1,7 @@
 //! The commit of a transaction (FaRM 4, steps 1-5).
 
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::execution::Txn;
 use super::round::yes;
@@ -11,9 +12,8 @@ use super::{Abort, Placement, buggify_delay};
 pub const RECOVERY_WAIT_NS: u64 = 3_000_000_000;
 use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, append_record_note, encode_record, encode_tx,
-    encode_validate, record_note_len, request_type,
+    encode_validate, record_note_len,
 };
-use crate::participant::{Participant, ParticipantHandler};
 
 /// Times a COMMIT-PRIMARY or ABORT overtaken in the RPC layer is sent in all (see
 /// `Txn::send_again_if_overtaken`): each overtaking takes a forged or broken request, so
@@ -335,9 +335,9 @@ impl Txn<'_> {
         // A primary past its memory limit refused a write that would grow it.
         let mut out_of_memory = false;
         let age = self.age;
-        let (lock_type, lock_handler): (u8, ParticipantHandler) = match age {
-            None => (request_type::LOCK, Participant::lock),
-            Some(_) => (request_type::LOCK_AGED, Participant::lock_aged),
+        let lock_type = match age {
+            None => RequestType::Lock,
+            Some(_) => RequestType::LockAged,
         };
         let answers = {
             let writes = &self.writes;
@@ -346,7 +346,6 @@ impl Txn<'_> {
                 .round_results(
                     self.co,
                     lock_type,
-                    lock_handler,
                     primaries,
                     |node, buffer| {
                         if let Some(age) = age {
@@ -505,8 +504,7 @@ impl Txn<'_> {
         let answers = coordinator
             .round_results(
                 self.co,
-                request_type::COMMIT_BACKUP,
-                Participant::commit_backup,
+                RequestType::CommitBackup,
                 backups,
                 |node, buffer| {
                     encode_record(
@@ -590,13 +588,13 @@ impl Txn<'_> {
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
             all &= self
-                .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, first)
+                .send_again_if_overtaken(RequestType::CommitPrimary, &tx, first)
                 .await;
             buggify_delay(self.co).await;
             primaries = rest;
         }
         all &= self
-            .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, primaries)
+            .send_again_if_overtaken(RequestType::CommitPrimary, &tx, primaries)
             .await;
         all
     }
@@ -607,12 +605,19 @@ impl Txn<'_> {
     /// `SENDS_IF_OVERTAKEN_MAX` times in all: not run, it would leave the transaction's
     /// objects locked there, and both are idempotent (run again, they find nothing locked
     /// and acknowledge all the same).
-    async fn send_again_if_overtaken(&self, request_type: u8, tx: &TxId, nodes: &[u16]) -> bool {
-        let handler: ParticipantHandler = match request_type {
-            request_type::COMMIT_PRIMARY => Participant::commit_primary,
-            request_type::ABORT => Participant::abort,
-            _ => unreachable!("only COMMIT-PRIMARY and ABORT are sent again"),
-        };
+    async fn send_again_if_overtaken(
+        &self,
+        request_type: RequestType,
+        tx: &TxId,
+        nodes: &[u16],
+    ) -> bool {
+        assert!(
+            matches!(
+                request_type,
+                RequestType::CommitPrimary | RequestType::Abort
+            ),
+            "only COMMIT-PRIMARY and ABORT are sent again"
+        );
         let mut nodes = nodes.to_vec();
         let mut all = true;
         for _ in 0..SENDS_IF_OVERTAKEN_MAX {
@@ -622,7 +627,6 @@ impl Txn<'_> {
                 .round_results(
                     self.co,
                     request_type,
-                    handler,
                     &nodes,
                     |_, buffer| encode_tx(tx, buffer),
                     |node, result| match result {
@@ -691,16 +695,15 @@ impl Txn<'_> {
         nodes.sort_unstable();
         nodes.dedup();
         let age = self.age;
-        let (validate_type, validate_handler): (u8, ParticipantHandler) = match age {
-            None => (request_type::VALIDATE, Participant::validate),
-            Some(_) => (request_type::VALIDATE_AGED, Participant::validate_aged),
+        let validate_type = match age {
+            None => RequestType::Validate,
+            Some(_) => RequestType::ValidateAged,
         };
         let answers = self
             .coordinator
             .round(
                 self.co,
                 validate_type,
-                validate_handler,
                 &nodes,
                 |node, buffer| {
                     if let Some(age) = age {
@@ -729,7 +732,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.before_release") {
             buggify_delay(self.co).await;
         }
-        self.send_again_if_overtaken(request_type::ABORT, &tx, nodes)
+        self.send_again_if_overtaken(RequestType::Abort, &tx, nodes)
             .await
     }
 }

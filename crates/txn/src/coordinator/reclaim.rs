@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, RequestType};
 
 use super::Coordinator;
 use crate::participant::Role;
 use crate::reclaim::{
-    RECLAIM, RECLAIM_CHECK, RECLAIM_KEYS_MAX, ReclaimOptions, ReclaimRequest,
-    decode_check_response, encode_reclaim,
+    RECLAIM_KEYS_MAX, ReclaimOptions, ReclaimRequest, decode_check_response, encode_reclaim,
 };
 
 impl Coordinator {
@@ -105,9 +104,11 @@ impl Coordinator {
         let nodes: Vec<u16> = std::iter::once(me).chain(backups.iter().copied()).collect();
         for &node in &nodes {
             for thread in 0..threads {
-                co.push_with(EndpointId::new(node, thread), RECLAIM_CHECK, |buffer| {
-                    encode_reclaim(&check, buffer)
-                });
+                co.push_with(
+                    EndpointId::new(node, thread),
+                    RequestType::ReclaimCheck.into(),
+                    |buffer| encode_reclaim(&check, buffer),
+                );
             }
         }
         co.call().await;
@@ -146,7 +147,7 @@ impl Coordinator {
             keys,
         };
         for &node in &backups {
-            co.push_with(self.endpoint(node), RECLAIM, |buffer| {
+            co.push_with(self.endpoint(node), RequestType::Reclaim.into(), |buffer| {
                 encode_reclaim(&reclaim, buffer)
             });
         }

@@ -2,17 +2,18 @@
 //! background coroutine that runs a round per committed view (gather, replicate, vote),
 //! and decides the transactions this thread is recovery coordinator of.
 
+use ferrotx_wire::RequestType;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_exec::Co;
 
 use super::{Coordinator, NO_PRIMARY};
 use crate::messages::TxId;
-use crate::participant::{HeldRecord, Participant, ParticipantHandler};
+use crate::participant::HeldRecord;
 use crate::recovery::{
     Held, NOT_READY, VOTES, Vote, VoteMessage, decide, encode_decision, encode_need_recovery,
     encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes, held_encoded_len,
-    recovery_coordinator, request_type,
+    recovery_coordinator,
 };
 
 /// A partition's merged view of a transaction.
@@ -197,8 +198,7 @@ impl Coordinator {
             let answers = self
                 .round(
                     co,
-                    request_type::NEED_RECOVERY,
-                    Participant::need_recovery,
+                    RequestType::NeedRecovery,
                     &nodes,
                     |node, buffer| {
                         let k = batch.iter().find(|(n, _)| *n == node).expect("batched").1;
@@ -270,8 +270,7 @@ impl Coordinator {
                     let answers = self
                         .round(
                             co,
-                            request_type::REPLICATE_TX_STATE,
-                            Participant::replicate_tx_state,
+                            RequestType::ReplicateTxState,
                             &lacking,
                             |_, buffer| encode_replicate(view, p, &m.record, buffer),
                             |_, answer| answer == [1],
@@ -347,8 +346,7 @@ impl Coordinator {
             let answers = self
                 .round(
                     co,
-                    request_type::RECOVERY_VOTE,
-                    Participant::recovery_vote,
+                    RequestType::RecoveryVote,
                     &nodes,
                     |node, buffer| {
                         let votes = &queue.iter().find(|(n, _)| *n == node).expect("queued").1;
@@ -488,8 +486,7 @@ impl Coordinator {
             let mut answers: Vec<(u16, Vec<u8>)> = Vec::new();
             self.round(
                 co,
-                request_type::REQUEST_VOTE,
-                Participant::request_vote,
+                RequestType::RequestVote,
                 &nodes,
                 |node, buffer| encode_request_votes(view, &ask[&node], buffer),
                 |node, answer| {
@@ -519,16 +516,15 @@ impl Coordinator {
             let replicas = self.replicas_of(&partitions);
             // The decision, to every replica; final once all acknowledged (each keeps it
             // and votes it until TRUNCATE-RECOVERY).
-            let (kind, handler): (u8, ParticipantHandler) = if commit {
-                (request_type::COMMIT_RECOVERY, Participant::commit_recovery)
+            let decision = if commit {
+                RequestType::CommitRecovery
             } else {
-                (request_type::ABORT_RECOVERY, Participant::abort_recovery)
+                RequestType::AbortRecovery
             };
             let answers = self
                 .round(
                     co,
-                    kind,
-                    handler,
+                    decision,
                     &replicas,
                     |_, buffer| encode_decision(view, &tx, &partitions, buffer),
                     |_, answer| answer == [1],
@@ -567,8 +563,7 @@ impl Coordinator {
             let _ = self
                 .round(
                     co,
-                    request_type::TRUNCATE_RECOVERY,
-                    Participant::truncate_recovery,
+                    RequestType::TruncateRecovery,
                     &replicas,
                     |_, buffer| encode_tx_in_view(view, u32::MAX, &tx, buffer),
                     |_, answer| answer == [1],

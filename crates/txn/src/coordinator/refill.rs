@@ -2,6 +2,7 @@
 //! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time,
 //! taking its fills in turn.
 
+use ferrotx_wire::RequestType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -157,9 +158,11 @@ impl Coordinator {
             fill.set_done();
             return copies <= 1;
         };
-        co.push_with(self.endpoint(primary), crate::refill::FETCH, |buffer| {
-            encode_fetch(&request, buffer)
-        });
+        co.push_with(
+            self.endpoint(primary),
+            RequestType::Fetch.into(),
+            |buffer| encode_fetch(&request, buffer),
+        );
         co.call().await;
         if self.placement().primary(p) != primary {
             // The view changed meanwhile: the next step starts again if it must.

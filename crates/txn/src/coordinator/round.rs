@@ -2,9 +2,10 @@
 
 use ferrotx_exec::Co;
 use ferrotx_rpc::RpcError;
+use ferrotx_wire::RequestType;
 
 use super::Coordinator;
-use crate::participant::ParticipantHandler;
+use crate::participant::Participant;
 
 impl Coordinator {
     /// Sends one message to each of `nodes`, written by `encode(node, buffer)`: straight
@@ -17,13 +18,12 @@ impl Coordinator {
     pub(super) async fn round(
         &self,
         co: &Co,
-        request_type: u8,
-        handler: ParticipantHandler,
+        request_type: RequestType,
         nodes: &[u16],
         encode: impl Fn(u16, &mut Vec<u8>),
         mut read: impl FnMut(u16, &[u8]) -> bool,
     ) -> Vec<(u16, bool)> {
-        self.round_results(co, request_type, handler, nodes, encode, |node, result| {
+        self.round_results(co, request_type, nodes, encode, |node, result| {
             result.is_ok_and(|answer| read(node, answer))
         })
         .await
@@ -34,12 +34,13 @@ impl Coordinator {
     pub(super) async fn round_results(
         &self,
         co: &Co,
-        request_type: u8,
-        handler: ParticipantHandler,
+        request_type: RequestType,
         nodes: &[u16],
         encode: impl Fn(u16, &mut Vec<u8>),
         mut read: impl FnMut(u16, Result<&[u8], RpcError>) -> bool,
     ) -> Vec<(u16, bool)> {
+        // The request this node sends itself runs the handler the engine would.
+        let handler = Participant::handler(request_type).expect("a participant's request");
         let mut answers = Vec::with_capacity(nodes.len());
         let local = self.local.node();
         let batch_max = co.engine().config().max_batch;
@@ -68,7 +69,7 @@ impl Coordinator {
                 batch_start = i;
                 batched = 0;
             }
-            co.push_with(self.endpoint(node), request_type, |buffer| {
+            co.push_with(self.endpoint(node), request_type.into(), |buffer| {
                 encode(node, buffer)
             });
             batched += 1;

@@ -5,10 +5,10 @@ use std::rc::Rc;
 
 use ferrotx_exec::Co;
 use ferrotx_rpc::RpcError;
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, RequestType};
 
 use super::{Abort, Coordinator, NO_PRIMARY};
-use crate::ship::{LocalAnswer, Origin, SHIP, ShipResult, ShipStatus, encode_ship};
+use crate::ship::{LocalAnswer, Origin, ShipResult, ShipStatus, encode_ship};
 
 /// How long the caller waits before asking again after a "retry" answer (the primary
 /// was not the primary any more, or a configuration change aborted the operation there).
@@ -136,7 +136,7 @@ impl Coordinator {
                     encode_ship(&s.origin, procedure, s.partition, s.args, &mut request);
                     round.push((i, primary, Err(shipping.submit_local(co, request))));
                 } else {
-                    co.push_with(target, SHIP, |buffer| {
+                    co.push_with(target, RequestType::Ship.into(), |buffer| {
                         encode_ship(&s.origin, procedure, s.partition, s.args, buffer);
                     });
                     round.push((i, primary, Ok(remote)));
