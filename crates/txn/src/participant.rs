@@ -3,7 +3,6 @@
 //! t talks to participant thread t of every node); the partitions are shared by the
 //! node's threads.
 
-use ferrotx_wire::RequestType;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
@@ -12,11 +11,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
 use ferrotx_store::{Memory, Partition, VERSION_MAX};
+use ferrotx_wire::RequestType;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use ferrotx_store::Key;
 
+use crate::answer::Answer;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
@@ -194,7 +195,7 @@ pub struct ParticipantStats {
     /// LOCK requests refused (a version changed, an object locked, a bad write).
     pub locks_refused: u64,
     /// LOCK requests refused for memory: this node past its limit, or a copy of the
-    /// partition on a node past its ([`OUT_OF_MEMORY`]; not the simulator's fault point).
+    /// partition on a node past its ([`Answer::OutOfMemory`]; not the simulator's fault point).
     pub locks_refused_memory: u64,
     /// Transactions installed by COMMIT-PRIMARY.
     pub commits: u64,
@@ -262,15 +263,9 @@ pub struct Participant {
     /// The worker's clock (reservations expire by it); none: time stands at 0.
     clock: Option<std::rc::Weak<ferrotx_exec::Shared>>,
     /// The node's memory budget: past its limit, LOCK refuses writes that would grow
-    /// the store ([`OUT_OF_MEMORY`]).
+    /// the store ([`Answer::OutOfMemory`]).
     memory: Arc<Memory>,
 }
-
-/// LOCK's answer when a write would grow the store of a partition whose primary (this
-/// node) is past its memory limit, or with a copy on a node past its: nothing was locked
-/// (the other answers: 0 refused, 1 granted, then the versions, and
-/// [`crate::recovery::UNDECIDED`]).
-pub const OUT_OF_MEMORY: u8 = 3;
 
 /// A participant's handler of one request type, as `register` installs them.
 pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
@@ -463,15 +458,15 @@ impl Participant {
     }
 
     /// RECLAIM ([`crate::reclaim`]): raise the keys' floors, then free the tombstones
-    /// named that are still at their versions. Answers 0 if this node has no copy or
-    /// could not raise a floor (the primary then keeps its tombstones).
+    /// named that are still at their versions. Answers [`Answer::Refused`] if this node
+    /// has no copy or could not raise a floor (the primary then keeps its tombstones).
     pub fn reclaim(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
         let done = self
             .store
             .get_any(request.partition)
             .and_then(|copy| crate::reclaim::apply_reclaim(&request, copy));
-        response.push(u8::from(done.is_some()));
+        Answer::granted_if(done.is_some()).encode(response);
         Ok(())
     }
 
@@ -503,9 +498,11 @@ impl Participant {
     }
 
     /// LOCK (FaRM 4 step 1): lock every written object at the version read (or, for a
-    /// blind write, at whatever version it has), or none. Answers 0 if not all were
-    /// locked; else 1, then the version each write was locked at (8 bytes each, in the
-    /// record's order), which a blind write's coordinator sends on to the backups.
+    /// blind write, at whatever version it has), or none. Answers [`Answer::Refused`] if
+    /// not all were locked ([`Answer::OutOfMemory`] if refused for memory,
+    /// [`Answer::Undecided`] for an older view's); else [`Answer::Granted`], then the
+    /// version each write was locked at (8 bytes each, in the record's order), which a
+    /// blind write's coordinator sends on to the backups.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         self.lock_as(None, payload, response)
     }
@@ -538,7 +535,7 @@ impl Participant {
         }
         if record.tx.configuration < self.configuration {
             // A commit of an older view: its outcome is recovery's.
-            response.push(crate::recovery::UNDECIDED);
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         self.note_mark(&record);
@@ -552,7 +549,7 @@ impl Participant {
         // locks and aborts with a conflict, as it must for a real one.
         if ferrotx_buggify::fires("txn.participant.lock.refuse") {
             self.stats.locks_refused += 1;
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         // Past the memory limit, a write that would grow the store (a new key, a larger
@@ -566,10 +563,10 @@ impl Participant {
         {
             // Only real refusals are counted.
             self.stats.locks_refused_memory += u64::from(out_of_memory);
-            response.push(OUT_OF_MEMORY);
+            Answer::OutOfMemory.encode(response);
             return Ok(());
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         let mut taken = 0;
         // The clock is read only where reservations are (contention).
         let reservations = self.store.reservations();
@@ -631,7 +628,7 @@ impl Participant {
             }
             self.stats.locks_refused += 1;
             response.clear();
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         self.stats.locks_granted += 1;
@@ -673,7 +670,8 @@ impl Participant {
             .any(|write| (over || self.memory.crowded(write.partition)) && self.grows(&write))
     }
 
-    /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.
+    /// VALIDATE (step 2): [`Answer::Granted`] if every object is unlocked at the version
+    /// read, else [`Answer::Refused`].
     pub fn validate(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         self.validate_as(None, payload, response)
     }
@@ -701,7 +699,7 @@ impl Participant {
         // commit had changed it; the transaction aborts (read-write: before anything was
         // logged) with a conflict. Failing validation is always safe; passing it is not.
         if ferrotx_buggify::fires("txn.participant.validate.refuse") {
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         let valid = items.iter().all(|item| {
@@ -727,7 +725,7 @@ impl Participant {
                 }
             }
         }
-        response.push(u8::from(valid));
+        Answer::granted_if(valid).encode(response);
         Ok(())
     }
 
@@ -740,7 +738,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
         if record.tx.configuration < self.configuration {
-            response.push(crate::recovery::UNDECIDED);
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         for write in record.writes() {
@@ -786,7 +784,7 @@ impl Participant {
             self.stats.records_logged += 1;
             self.stats.log_records_high_water = self.stats.log_records_high_water.max(len);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -798,7 +796,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (coordinator, mark) = decode_truncate(payload).map_err(|_| MALFORMED)?;
         self.truncate(coordinator, mark);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -855,11 +853,11 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
         if tx.configuration < self.configuration {
-            response.push(crate::recovery::UNDECIDED);
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         self.install_locked(&tx);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -938,7 +936,7 @@ impl Participant {
             self.stats.aborts += 1;
             self.recycle(bytes);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 

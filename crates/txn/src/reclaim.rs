@@ -34,6 +34,7 @@
 
 use ferrotx_store::{Key, Partition, TableId};
 
+use crate::answer::Answer;
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, Writer};
 
 /// Most keys one round names.
@@ -106,7 +107,8 @@ pub fn decode_reclaim(bytes: &[u8]) -> Result<ReclaimRequest, DecodeError> {
 
 /// RECLAIM-CHECK's answer for the keys of `request` on `copy` (`None`: this node has no
 /// copy of the partition, refused), with `pending(key)` true if a record of this
-/// thread's logs writes the key: 1 then one byte per key, 1 if clear.
+/// thread's logs writes the key: [`Answer::Granted`] then one byte per key, 1 if clear;
+/// or [`Answer::Refused`].
 pub fn answer_check(
     request: &ReclaimRequest,
     copy: Option<&Partition>,
@@ -114,10 +116,10 @@ pub fn answer_check(
     response: &mut Vec<u8>,
 ) {
     let Some(copy) = copy else {
-        response.push(0);
+        Answer::Refused.encode(response);
         return;
     };
-    response.push(1);
+    Answer::Granted.encode(response);
     let mut value = Vec::new();
     for (key, version) in &request.keys {
         let applied = matches!(
@@ -146,11 +148,14 @@ pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> Option<usize
     )
 }
 
-/// Decodes RECLAIM-CHECK's answer for `keys` keys: which are clear, or `None` if refused
-/// or malformed.
+/// Decodes RECLAIM-CHECK's answer ([`answer_check`]) for `keys` keys: which are clear,
+/// or `None` if refused or malformed.
 pub fn decode_check_response(bytes: &[u8], keys: usize) -> Option<Vec<bool>> {
-    let (&status, clear) = bytes.split_first()?;
-    (status == 1 && clear.len() == keys).then(|| clear.iter().map(|&b| b == 1).collect())
+    let (status, clear) = Answer::decode_prefix(bytes).ok()?;
+    if status != Answer::Granted || clear.len() != keys || clear.iter().any(|&b| b > 1) {
+        return None;
+    }
+    Some(clear.iter().map(|&b| b == 1).collect())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! change. The participant side is in `participant::recovery`, the driver that runs the
 //! steps in `coordinator::recovery`.
 
+use crate::answer::Answer;
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, TxId, Writer};
 
 /// What a replica holds of a transaction, or a partition's vote on it (FaRM 5.3 step 6).
@@ -85,13 +86,6 @@ pub fn decide(votes: impl IntoIterator<Item = Option<Vote>>) -> Option<bool> {
         Some(commit_backup && !other)
     }
 }
-
-/// The answer of a primary asked for a vote before it gathered its backups' records.
-pub const NOT_READY: u8 = 0xff;
-
-/// The answer of a participant to LOCK, COMMIT-BACKUP or COMMIT-PRIMARY of a transaction
-/// of an older view: its outcome is recovery's ("undecided"), never "aborted".
-pub const UNDECIDED: u8 = 2;
 
 /// The recovery coordinator of `tx` in a view whose members are `members` (node,
 /// incarnation), in order: `tx`'s own coordinator thread if that life is a member, else
@@ -298,13 +292,30 @@ pub fn decode_votes(bytes: &[u8]) -> Result<Vec<VoteMessage>, DecodeError> {
 }
 
 /// Encodes REQUEST-VOTE: a view and (partition, transaction) pairs; the answer is one
-/// byte per pair, the vote or [`NOT_READY`].
+/// byte per pair ([`encode_vote_answer`]).
 pub fn encode_request_votes(view: u64, asks: &[(u32, TxId)], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u64(view).u16(asks.len() as u16);
     for (p, tx) in asks {
         w.u32(*p).tx(tx);
     }
+}
+
+/// Appends one pair's byte of REQUEST-VOTE's answer: the vote, or [`Answer::NotReady`]
+/// (`None`) while the primary has not gathered the partition's records.
+pub fn encode_vote_answer(vote: Option<Vote>, out: &mut Vec<u8>) {
+    match vote {
+        Some(vote) => out.push(vote as u8),
+        None => Answer::NotReady.encode(out),
+    }
+}
+
+/// Decodes one pair's byte of REQUEST-VOTE's answer: `None` for not ready.
+pub fn decode_vote_answer(byte: u8) -> Result<Option<Vote>, DecodeError> {
+    if byte == Answer::NotReady as u8 {
+        return Ok(None);
+    }
+    Vote::from_u8(byte).map(Some).ok_or(DecodeError::Invalid)
 }
 
 /// Decodes REQUEST-VOTE.

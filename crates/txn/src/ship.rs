@@ -33,7 +33,6 @@
 //! from the coroutine and draws no randomness but from the origins, so the simulator
 //! replays it.
 
-use ferrotx_wire::RequestType;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -42,6 +41,7 @@ use std::sync::Arc;
 use ferrotx_exec::{Co, Shared, Signal};
 use ferrotx_rpc::{Deferred, Engine, HandlerError};
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 use foldhash::fast::FixedState;
 use hashbrown::hash_map::Entry;
 use hashbrown::{HashMap, HashSet};

@@ -6,6 +6,7 @@ use ferrotx_wire::RequestType;
 use super::execution::Txn;
 use super::round::yes;
 use super::{Abort, Placement, buggify_delay};
+use crate::answer::Answer;
 
 /// Longest a commit interrupted by a view change waits for recovery's decision before
 /// it answers [`Abort::OutcomeUnknown`].
@@ -372,12 +373,15 @@ impl Txn<'_> {
                             }
                             Err(_) => return false,
                         };
-                        if answer.first() != Some(&1) {
-                            out_of_memory |= answer == [crate::participant::OUT_OF_MEMORY];
-                            return false;
-                        }
+                        let locked_at = match Answer::decode_prefix(answer) {
+                            Ok((Answer::Granted, locked_at)) => locked_at,
+                            Ok((Answer::OutOfMemory, rest)) => {
+                                out_of_memory |= rest.is_empty();
+                                return false;
+                            }
+                            _ => return false,
+                        };
                         if blind {
-                            let locked_at = &answer[1..];
                             let expected = writes.iter().filter(at_primary(placement, node));
                             if locked_at.len() != expected.count() * 8 {
                                 malformed = true;
@@ -519,13 +523,16 @@ impl Txn<'_> {
                 |_, result| {
                     use ferrotx_rpc::RpcError;
                     let certain_no = match result {
-                        Ok(answer) => answer != [1] && answer != [crate::recovery::UNDECIDED],
+                        Ok(answer) => !matches!(
+                            Answer::decode(answer),
+                            Ok(Answer::Granted | Answer::Undecided)
+                        ),
                         // It may have been logged (before a later request took its slot).
                         Err(RpcError::ConfigurationChanged | RpcError::Overtaken) => false,
                         Err(_) => true,
                     };
                     not_logged += usize::from(certain_no);
-                    result.is_ok_and(|answer| answer == [1])
+                    result.is_ok_and(Answer::is_granted)
                 },
             )
             .await;
@@ -630,7 +637,7 @@ impl Txn<'_> {
                     &nodes,
                     |_, buffer| encode_tx(tx, buffer),
                     |node, result| match result {
-                        Ok(answer) => answer == [1],
+                        Ok(answer) => Answer::is_granted(answer),
                         Err(ferrotx_rpc::RpcError::Overtaken) => {
                             overtaken.push(node);
                             false

@@ -1,11 +1,11 @@
 //! A transaction's execution (FaRM 4, before the commit): begin, reads, buffered writes,
 //! and read-only transactions.
 
-use ferrotx_wire::RequestType;
 use std::cell::RefCell;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::key_index::KeyIndex;
 use super::{Abort, Coordinator, buggify_delay};

@@ -10,6 +10,7 @@ use ferrotx_store::{Key, TableId};
 use ferrotx_wire::{EndpointId, RequestType};
 
 use super::Coordinator;
+use crate::answer::Answer;
 use crate::participant::Role;
 use crate::reclaim::{
     RECLAIM_KEYS_MAX, ReclaimOptions, ReclaimRequest, decode_check_response, encode_reclaim,
@@ -154,7 +155,7 @@ impl Coordinator {
         if !backups.is_empty() {
             co.call().await;
             for i in 0..backups.len() {
-                let done = co.result(i, |response| matches!(response, Ok([1])));
+                let done = co.result(i, |response| response.is_ok_and(Answer::is_granted));
                 if !done {
                     // A backup may not have raised its floor: the primary keeps its
                     // tombstones (versions read here stay at or below every backup's).

@@ -2,18 +2,19 @@
 //! background coroutine that runs a round per committed view (gather, replicate, vote),
 //! and decides the transactions this thread is recovery coordinator of.
 
-use ferrotx_wire::RequestType;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_exec::Co;
+use ferrotx_wire::RequestType;
 
+use super::round::yes;
 use super::{Coordinator, NO_PRIMARY};
 use crate::messages::TxId;
 use crate::participant::HeldRecord;
 use crate::recovery::{
-    Held, NOT_READY, VOTES, Vote, VoteMessage, decide, encode_decision, encode_need_recovery,
-    encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes, held_encoded_len,
-    recovery_coordinator,
+    Held, VOTES, Vote, VoteMessage, decide, decode_vote_answer, encode_decision,
+    encode_need_recovery, encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes,
+    held_encoded_len, recovery_coordinator,
 };
 
 /// A partition's merged view of a transaction.
@@ -204,7 +205,7 @@ impl Coordinator {
                         let k = batch.iter().find(|(n, _)| *n == node).expect("batched").1;
                         buffer.extend_from_slice(&messages[k].1);
                     },
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             let mut accepted = false;
@@ -273,7 +274,7 @@ impl Coordinator {
                             RequestType::ReplicateTxState,
                             &lacking,
                             |_, buffer| encode_replicate(view, p, &m.record, buffer),
-                            |_, answer| answer == [1],
+                            yes,
                         )
                         .await;
                     if answers.iter().all(|(_, ok)| *ok) {
@@ -352,7 +353,7 @@ impl Coordinator {
                         let votes = &queue.iter().find(|(n, _)| *n == node).expect("queued").1;
                         encode_votes(votes, buffer)
                     },
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             let mut sent = false;
@@ -501,12 +502,11 @@ impl Coordinator {
             let mut participant = self.participant.borrow_mut();
             for (node, answer) in answers {
                 for ((p, tx), b) in ask[&node].iter().zip(answer) {
-                    if b == NOT_READY {
+                    // Not ready yet, or a byte no vote has: asked again next round.
+                    let Ok(Some(vote)) = decode_vote_answer(b) else {
                         continue;
-                    }
-                    if let (Some(vote), Some(r)) =
-                        (Vote::from_u8(b), participant.recovery.table.get_mut(tx))
-                    {
+                    };
+                    if let Some(r) = participant.recovery.table.get_mut(tx) {
                         r.votes.insert(*p, vote);
                     }
                 }
@@ -527,7 +527,7 @@ impl Coordinator {
                     decision,
                     &replicas,
                     |_, buffer| encode_decision(view, &tx, &partitions, buffer),
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             if self.view_changed(view) || answers.iter().any(|(_, ok)| !ok) {
@@ -566,7 +566,7 @@ impl Coordinator {
                     RequestType::TruncateRecovery,
                     &replicas,
                     |_, buffer| encode_tx_in_view(view, u32::MAX, &tx, buffer),
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             if self.view_changed(view) {

@@ -2,12 +2,12 @@
 //! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time,
 //! taking its fills in turn.
 
-use ferrotx_wire::RequestType;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::{Coordinator, NO_PRIMARY};
 use crate::refill::{

@@ -5,6 +5,7 @@ use ferrotx_rpc::RpcError;
 use ferrotx_wire::RequestType;
 
 use super::Coordinator;
+use crate::answer::Answer;
 use crate::participant::Participant;
 
 impl Coordinator {
@@ -13,8 +14,8 @@ impl Coordinator {
     /// `max_batch` requests (one batch, one round trip, unless a phase reaches more
     /// remote nodes than that); into a scratch buffer for this node, handled here and now
     /// by this thread's participant. Returns, for each node, whether `read` took its
-    /// answer as a yes (most phases: [`yes`], an answer of exactly `1`: granted, valid,
-    /// logged, done); an answer that did not arrive (an RPC error) is a no.
+    /// answer as a yes (most phases: [`yes`], exactly [`Answer::Granted`]: locked,
+    /// valid, logged, done); an answer that did not arrive (an RPC error) is a no.
     pub(super) async fn round(
         &self,
         co: &Co,
@@ -105,7 +106,7 @@ impl Coordinator {
     }
 }
 
-/// The answer of most phases: exactly `1`.
+/// The answer of most phases: exactly [`Answer::Granted`].
 pub(super) fn yes(_: u16, answer: &[u8]) -> bool {
-    answer == [1]
+    Answer::is_granted(answer)
 }

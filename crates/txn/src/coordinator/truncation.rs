@@ -1,10 +1,10 @@
 //! The truncation mark (FaRM 4 step 5): the counter up to which every transaction of
 //! this coordinator thread has finished, which backups may apply and free.
 
-use ferrotx_wire::RequestType;
 use std::collections::BTreeSet;
 
 use ferrotx_exec::Co;
+use ferrotx_wire::RequestType;
 
 use super::Coordinator;
 use super::round::yes;

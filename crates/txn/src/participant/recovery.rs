@@ -9,10 +9,11 @@ use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use super::{MALFORMED, Participant, Role};
+use crate::answer::Answer;
 use crate::messages::{CoordinatorId, RecordView, TxId, VERSION_ANY};
 use crate::recovery::{
-    NOT_READY, Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
-    decode_tx_in_view, decode_votes,
+    Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
+    decode_tx_in_view, decode_votes, encode_vote_answer,
 };
 
 /// Counters of recovery in one thread.
@@ -174,7 +175,7 @@ impl Participant {
         out
     }
 
-    /// NEED-RECOVERY at a primary: a backup's records. Answers 1, or [`NOT_READY`] if
+    /// NEED-RECOVERY at a primary: a backup's records. Answers [`Answer::Granted`], or [`Answer::NotReady`] if
     /// this thread has not started gathering for that view (the backup asks again).
     pub fn need_recovery(
         &mut self,
@@ -183,7 +184,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (view, from, last, parts) = decode_need_recovery(payload).map_err(|_| MALFORMED)?;
         let Some(gather) = self.recovery.gather.as_mut().filter(|g| g.view >= view) else {
-            response.push(NOT_READY);
+            Answer::NotReady.encode(response);
             return Ok(());
         };
         if gather.view == view {
@@ -212,7 +213,7 @@ impl Participant {
                 }
             }
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -242,7 +243,7 @@ impl Participant {
                     .or_insert_with(|| bytes.to_vec());
             }
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -276,12 +277,12 @@ impl Participant {
             }
             entry.votes.insert(m.partition, m.vote);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
     /// REQUEST-VOTE at a primary: one byte per (partition, transaction) asked, the vote or
-    /// [`NOT_READY`] while the partition's records are not gathered.
+    /// [`Answer::NotReady`] while the partition's records are not gathered.
     pub fn request_vote(
         &mut self,
         payload: &[u8],
@@ -290,7 +291,7 @@ impl Participant {
         let (view, asks) = decode_request_votes(payload).map_err(|_| MALFORMED)?;
         for (partition, tx) in asks {
             let vote = self.vote_of(view, partition, &tx);
-            response.push(vote.map_or(NOT_READY, |v| v as u8));
+            encode_vote_answer(vote, response);
         }
         Ok(())
     }
@@ -337,7 +338,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
         self.decide_here(&tx, true, &partitions);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -350,7 +351,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
         self.decide_here(&tx, false, &partitions);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -362,7 +363,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, _, tx) = decode_tx_in_view(payload).map_err(|_| MALFORMED)?;
         self.recovery.decided.remove(&tx);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
