@@ -22,8 +22,8 @@ use ferrotx_txn::messages::{
 use ferrotx_txn::reclaim::{ReclaimRequest, encode_reclaim};
 use ferrotx_txn::refill::{FetchRequest, FetchWhat, encode_fetch};
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MessageFields, MessageKind, RequestType, Status, push_message,
-    start_datagram,
+    EndpointId, FragmentInfo, MessageFields, MessageKind, RequestType, Status, ViewId,
+    push_message, start_datagram,
 };
 
 /// Writes values as [`arbitrary::Unstructured`] reads them back.
@@ -107,7 +107,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
             &mut buf,
             EndpointId::new(1, 2),
             EndpointId::new(3, 0),
-            5,
+            ViewId(5),
             1,
             2,
         );
@@ -138,7 +138,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
         &mut buf,
         EndpointId::new(0, 0),
         EndpointId::new(1, 1),
-        1,
+        ViewId(1),
         1,
         1,
     );
@@ -484,7 +484,7 @@ const PARTICIPANT_OPS: u32 = 15;
 
 fn participant() -> Vec<(String, Vec<u8>)> {
     let tx = |counter: u64| TxId {
-        configuration: 0,
+        view: ViewId(0),
         node: 1,
         thread: 0,
         incarnation: 1,

@@ -5,15 +5,16 @@
 //! with an error and changes nothing.
 
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::ViewId;
 
-/// A transaction id: configuration, coordinator node, thread and incarnation, and a
+/// A transaction id: view, coordinator node, thread and incarnation, and a
 /// counter that grows per coordinator thread. The incarnation (the RPC engine's, which
 /// grows with each start of the process) keeps a restarted coordinator's counters, which
 /// start again at 1, from meeting its earlier life's in logs and lock tables.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct TxId {
-    /// Configuration the transaction started in.
-    pub configuration: u64,
+    /// The view the transaction started in.
+    pub view: ViewId,
     /// Coordinator node.
     pub node: u16,
     /// Coordinator thread.
@@ -127,9 +128,13 @@ impl Writer<'_> {
         self.0.extend_from_slice(bytes);
         self
     }
+    /// A view id.
+    pub fn view(&mut self, view: ViewId) -> &mut Self {
+        self.u64(view.0)
+    }
     /// A transaction id.
     pub fn tx(&mut self, tx: &TxId) -> &mut Self {
-        self.u64(tx.configuration)
+        self.view(tx.view)
             .u16(tx.node)
             .u16(tx.thread)
             .u64(tx.incarnation)
@@ -181,10 +186,14 @@ impl<'a> Reader<'a> {
         let len = usize::from(self.u8()?);
         Key::from_bytes(self.take(len)?).map_err(|_| DecodeError::KeyTooLong)
     }
+    /// A view id.
+    pub fn view(&mut self) -> Result<ViewId, DecodeError> {
+        self.u64().map(ViewId)
+    }
     /// A transaction id.
     pub fn tx(&mut self) -> Result<TxId, DecodeError> {
         Ok(TxId {
-            configuration: self.u64()?,
+            view: self.view()?,
             node: self.u16()?,
             thread: self.u16()?,
             incarnation: self.u64()?,
@@ -817,7 +826,7 @@ mod tests {
     fn record() -> LockRecord {
         LockRecord {
             tx: TxId {
-                configuration: 3,
+                view: ViewId(3),
                 node: 1,
                 thread: 2,
                 incarnation: 5,

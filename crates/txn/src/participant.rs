@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
 use ferrotx_store::{Memory, Partition, VERSION_MAX};
-use ferrotx_wire::RequestType;
+use ferrotx_wire::{RequestType, ViewId};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -32,7 +32,7 @@ pub(crate) use recovery::HeldRecord;
 pub use recovery::RecoveryStats;
 
 /// A recovery coordinator's entry for a transaction first heard of in `view`.
-pub(crate) fn recovery_entry(view: u64) -> recovery::Recovering {
+pub(crate) fn recovery_entry(view: ViewId) -> recovery::Recovering {
     recovery::Recovering {
         view,
         partitions: Vec::new(),
@@ -251,7 +251,7 @@ pub struct Participant {
     stats: ParticipantStats,
     /// The view this participant serves (LOCK and COMMIT-* of older views are
     /// recovery's).
-    configuration: u64,
+    view: ViewId,
     /// Recovery's state in this thread (docs/recovery.md).
     pub(crate) recovery: recovery::RecoveryState,
     /// Results of shipped operations whose records this replica applied (or whose batch
@@ -287,7 +287,7 @@ impl Participant {
             scan_scratch: Vec::new(),
             fetch_locked: Vec::new(),
             stats: ParticipantStats::default(),
-            configuration: 0,
+            view: ViewId::NONE,
             recovery: recovery::RecoveryState::default(),
             shipped: crate::ship::ShipResults::new(crate::ship::RESULTS_MAX),
             aged_locks: HashMap::with_hasher(FixedState::with_seed(0)),
@@ -322,8 +322,8 @@ impl Participant {
     /// roles). A backup promoted to primary applies nothing here: its partition is
     /// blocked until transaction-state recovery decided every transaction its replicas
     /// hold records of, and applied the committed ones (docs/recovery.md).
-    pub fn set_store(&mut self, configuration: u64, store: Arc<NodeStore>) {
-        self.configuration = self.configuration.max(configuration);
+    pub fn set_store(&mut self, view: ViewId, store: Arc<NodeStore>) {
+        self.view = self.view.max(view);
         self.store = store;
         // The new store holds no reservations: the owners' next attempts reserve again.
         self.aged_locks.clear();
@@ -533,7 +533,7 @@ impl Participant {
             // bound (issue 29).
             return Err(HandlerError("a LOCK with no writes"));
         }
-        if record.tx.configuration < self.configuration {
+        if record.tx.view < self.view {
             // A commit of an older view: its outcome is recovery's.
             Answer::Undecided.encode(response);
             return Ok(());
@@ -737,7 +737,7 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
-        if record.tx.configuration < self.configuration {
+        if record.tx.view < self.view {
             Answer::Undecided.encode(response);
             return Ok(());
         }
@@ -852,7 +852,7 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
-        if tx.configuration < self.configuration {
+        if tx.view < self.view {
             Answer::Undecided.encode(response);
             return Ok(());
         }

@@ -5,6 +5,7 @@
 
 use crate::answer::Answer;
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, TxId, Writer};
+use ferrotx_wire::ViewId;
 
 /// What a replica holds of a transaction, or a partition's vote on it (FaRM 5.3 step 6).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -104,7 +105,7 @@ pub fn recovery_coordinator(tx: &TxId, members: &[(u16, u64)]) -> u16 {
     // A fixed mix of the id (FNV-1a over its fields): the same on every node.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in [
-        tx.configuration,
+        tx.view.0,
         u64::from(tx.node),
         u64::from(tx.thread),
         tx.incarnation,
@@ -137,14 +138,14 @@ pub struct Held<'a> {
 /// up whose primary is the destination, records it holds. A backup's records may take
 /// several messages; `last` marks its final one.
 pub fn encode_need_recovery(
-    view: u64,
+    view: ViewId,
     from: u16,
     last: bool,
     parts: &[(u32, Vec<Held<'_>>)],
     out: &mut Vec<u8>,
 ) {
     let mut w = Writer(out);
-    w.u64(view)
+    w.view(view)
         .u16(from)
         .u8(u8::from(last))
         .u16(parts.len() as u16);
@@ -169,12 +170,12 @@ pub fn held_encoded_len(held: &Held<'_>) -> usize {
 
 /// What a NEED-RECOVERY message carries: view, sender, whether it is the sender's last,
 /// and records per partition.
-pub type NeedRecovery<'a> = (u64, u16, bool, Vec<(u32, Vec<Held<'a>>)>);
+pub type NeedRecovery<'a> = (ViewId, u16, bool, Vec<(u32, Vec<Held<'a>>)>);
 
 /// Decodes NEED-RECOVERY.
 pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let from = r.u16()?;
     let last = match r.u8()? {
         0 => false,
@@ -216,14 +217,14 @@ pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeErro
 }
 
 /// Encodes REPLICATE-TX-STATE: view, partition, and the record.
-pub fn encode_replicate(view: u64, partition: u32, record: &[u8], out: &mut Vec<u8>) {
-    Writer(out).u64(view).u32(partition).bytes(record);
+pub fn encode_replicate(view: ViewId, partition: u32, record: &[u8], out: &mut Vec<u8>) {
+    Writer(out).view(view).u32(partition).bytes(record);
 }
 
 /// Decodes REPLICATE-TX-STATE.
-pub fn decode_replicate(bytes: &[u8]) -> Result<(u64, u32, &[u8]), DecodeError> {
+pub fn decode_replicate(bytes: &[u8]) -> Result<(ViewId, u32, &[u8]), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let partition = r.u32()?;
     let record = r.bytes()?;
     r.finish()?;
@@ -234,7 +235,7 @@ pub fn decode_replicate(bytes: &[u8]) -> Result<(u64, u32, &[u8]), DecodeError> 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct VoteMessage {
     /// The view the vote is for.
-    pub view: u64,
+    pub view: ViewId,
     /// The partition voting.
     pub partition: u32,
     /// The transaction.
@@ -250,7 +251,7 @@ pub fn encode_votes(votes: &[VoteMessage], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u16(votes.len() as u16);
     for m in votes {
-        w.u64(m.view)
+        w.view(m.view)
             .u32(m.partition)
             .tx(&m.tx)
             .u8(m.vote as u8)
@@ -270,7 +271,7 @@ pub fn decode_votes(bytes: &[u8]) -> Result<Vec<VoteMessage>, DecodeError> {
     }
     let mut votes = Vec::with_capacity(n);
     for _ in 0..n {
-        let view = r.u64()?;
+        let view = r.view()?;
         let partition = r.u32()?;
         let tx = r.tx()?;
         let vote = Vote::from_u8(r.u8()?).ok_or(DecodeError::Invalid)?;
@@ -293,9 +294,9 @@ pub fn decode_votes(bytes: &[u8]) -> Result<Vec<VoteMessage>, DecodeError> {
 
 /// Encodes REQUEST-VOTE: a view and (partition, transaction) pairs; the answer is one
 /// byte per pair ([`encode_vote_answer`]).
-pub fn encode_request_votes(view: u64, asks: &[(u32, TxId)], out: &mut Vec<u8>) {
+pub fn encode_request_votes(view: ViewId, asks: &[(u32, TxId)], out: &mut Vec<u8>) {
     let mut w = Writer(out);
-    w.u64(view).u16(asks.len() as u16);
+    w.view(view).u16(asks.len() as u16);
     for (p, tx) in asks {
         w.u32(*p).tx(tx);
     }
@@ -319,9 +320,9 @@ pub fn decode_vote_answer(byte: u8) -> Result<Option<Vote>, DecodeError> {
 }
 
 /// Decodes REQUEST-VOTE.
-pub fn decode_request_votes(bytes: &[u8]) -> Result<(u64, Vec<(u32, TxId)>), DecodeError> {
+pub fn decode_request_votes(bytes: &[u8]) -> Result<(ViewId, Vec<(u32, TxId)>), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let n = usize::from(r.u16()?);
     if n > ITEMS_MAX {
         return Err(DecodeError::Invalid);
@@ -336,18 +337,18 @@ pub fn decode_request_votes(bytes: &[u8]) -> Result<(u64, Vec<(u32, TxId)>), Dec
 /// Encodes COMMIT-RECOVERY or ABORT-RECOVERY: the view, the transaction, and every
 /// partition it writes (kept with the decision, so that a replica that had no record of
 /// it still reports it for the right partitions).
-pub fn encode_decision(view: u64, tx: &TxId, partitions: &[u32], out: &mut Vec<u8>) {
+pub fn encode_decision(view: ViewId, tx: &TxId, partitions: &[u32], out: &mut Vec<u8>) {
     let mut w = Writer(out);
-    w.u64(view).tx(tx).u16(partitions.len() as u16);
+    w.view(view).tx(tx).u16(partitions.len() as u16);
     for &p in partitions {
         w.u32(p);
     }
 }
 
 /// Decodes what [`encode_decision`] wrote.
-pub fn decode_decision(bytes: &[u8]) -> Result<(u64, TxId, Vec<u32>), DecodeError> {
+pub fn decode_decision(bytes: &[u8]) -> Result<(ViewId, TxId, Vec<u32>), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let tx = r.tx()?;
     let n = usize::from(r.u16()?);
     if n > ITEMS_MAX {
@@ -360,14 +361,14 @@ pub fn decode_decision(bytes: &[u8]) -> Result<(u64, TxId, Vec<u32>), DecodeErro
 
 /// Encodes REQUEST-VOTE, COMMIT-RECOVERY, ABORT-RECOVERY and TRUNCATE-RECOVERY: a view,
 /// a partition (`u32::MAX` where none applies) and a transaction.
-pub fn encode_tx_in_view(view: u64, partition: u32, tx: &TxId, out: &mut Vec<u8>) {
-    Writer(out).u64(view).u32(partition).tx(tx);
+pub fn encode_tx_in_view(view: ViewId, partition: u32, tx: &TxId, out: &mut Vec<u8>) {
+    Writer(out).view(view).u32(partition).tx(tx);
 }
 
 /// Decodes what [`encode_tx_in_view`] wrote.
-pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(u64, u32, TxId), DecodeError> {
+pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(ViewId, u32, TxId), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let partition = r.u32()?;
     let tx = r.tx()?;
     r.finish()?;
@@ -380,7 +381,7 @@ mod tests {
 
     fn tx(counter: u64) -> TxId {
         TxId {
-            configuration: 3,
+            view: ViewId(3),
             node: 1,
             thread: 0,
             incarnation: 7,
@@ -420,9 +421,9 @@ mod tests {
             record: &record,
             partitions: vec![9, 11],
         }];
-        encode_need_recovery(4, 2, true, &[(9, held)], &mut out);
+        encode_need_recovery(ViewId(4), 2, true, &[(9, held)], &mut out);
         let (view, from, last, parts) = decode_need_recovery(&out).unwrap();
-        assert_eq!((view, from, last, parts.len()), (4, 2, true, 1));
+        assert_eq!((view, from, last, parts.len()), (ViewId(4), 2, true, 1));
         assert_eq!(parts[0].1[0].partitions, [9, 11]);
         assert_eq!(parts[0].0, 9);
         assert_eq!(parts[0].1[0].tx, tx(5));
@@ -430,7 +431,7 @@ mod tests {
         assert!(decode_need_recovery(&out[..out.len() - 1]).is_err());
 
         let m = VoteMessage {
-            view: 4,
+            view: ViewId(4),
             partition: 2,
             tx: tx(8),
             partitions: vec![2, 5],
@@ -443,11 +444,17 @@ mod tests {
         assert!(decode_votes(&out).is_err());
 
         out.clear();
-        encode_decision(4, &tx(2), &[1, 3], &mut out);
-        assert_eq!(decode_decision(&out).unwrap(), (4, tx(2), vec![1, 3]));
+        encode_decision(ViewId(4), &tx(2), &[1, 3], &mut out);
+        assert_eq!(
+            decode_decision(&out).unwrap(),
+            (ViewId(4), tx(2), vec![1, 3])
+        );
         out.clear();
-        encode_request_votes(4, &[(3, tx(1))], &mut out);
-        assert_eq!(decode_request_votes(&out).unwrap(), (4, vec![(3, tx(1))]));
+        encode_request_votes(ViewId(4), &[(3, tx(1))], &mut out);
+        assert_eq!(
+            decode_request_votes(&out).unwrap(),
+            (ViewId(4), vec![(3, tx(1))])
+        );
     }
 
     #[test]

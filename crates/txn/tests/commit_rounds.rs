@@ -14,7 +14,7 @@ use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_transport::{TxBatch, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
 use ferrotx_txn::participant::{NodeStore, Participant, Role};
-use ferrotx_wire::{EndpointId, RequestType};
+use ferrotx_wire::{EndpointId, RequestType, ViewId};
 
 const TABLE: TableId = TableId(1);
 
@@ -91,7 +91,7 @@ impl Cluster {
         let participant = Rc::new(RefCell::new(Participant::new(Arc::new(NodeStore::new()))));
         let coordinator = Coordinator::new(
             COORDINATOR,
-            1,
+            ViewId(1),
             1,
             participant,
             layout.clone(),
@@ -440,7 +440,14 @@ fn overtake_first(
         }
         lost = true;
         let mut buf = Vec::with_capacity(256);
-        ferrotx_wire::start_datagram(&mut buf, COORDINATOR, EndpointId::new(1, 0), 1, 1, 1);
+        ferrotx_wire::start_datagram(
+            &mut buf,
+            COORDINATOR,
+            EndpointId::new(1, 0),
+            ViewId(1),
+            1,
+            1,
+        );
         let fields = ferrotx_wire::MessageFields {
             kind: ferrotx_wire::MessageKind::Request,
             request_type: RequestType::Read.into(),

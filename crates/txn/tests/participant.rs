@@ -13,6 +13,7 @@ use ferrotx_txn::participant::{
     NodeStore, Participant, ParticipantHandler, Role, SCAN_RESPONSE_BYTES_MAX,
 };
 use ferrotx_txn::reservation::Age;
+use ferrotx_wire::ViewId;
 
 const TABLE: TableId = TableId(1);
 const PRIMARY: u32 = 0;
@@ -30,7 +31,7 @@ fn node() -> (Participant, Arc<Partition>, Arc<Partition>) {
 
 fn tx(counter: u64) -> TxId {
     TxId {
-        configuration: 1,
+        view: ViewId(1),
         node: 2,
         thread: 0,
         incarnation: 1,

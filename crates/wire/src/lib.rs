@@ -22,6 +22,6 @@ pub use encode::{
 };
 pub use header::{
     EndpointId, FORMAT_VERSION, MAGIC, MAX_MESSAGE_BYTES, MAX_PACKETS_PER_MESSAGE, MessageHeader,
-    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status,
+    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status, ViewId,
 };
 pub use request_type::{RequestType, UnknownRequestType};

@@ -114,7 +114,7 @@ impl Txn<'_> {
         let placement = &*placement_now;
         // The view the placement belongs to: the transaction must be of this view, or its
         // messages would go to one view's nodes under another view's id.
-        let view = coordinator.configuration.get();
+        let view = coordinator.view.get();
         if self
             .writes
             .iter()
@@ -188,7 +188,7 @@ impl Txn<'_> {
         // Log space at every backup, and with it the transaction's id.
         let counter = coordinator.reserve_log_space(self.co, &backups).await?;
         let tx = TxId {
-            configuration: coordinator.configuration.get(),
+            view: coordinator.view.get(),
             node: coordinator.local.node(),
             thread: coordinator.local.thread(),
             incarnation: coordinator.incarnation,
@@ -213,7 +213,7 @@ impl Txn<'_> {
                 .release(&commit.backups, counter);
             abort
         };
-        if tx.configuration != view {
+        if tx.view != view {
             // The view changed while log space was reserved: the primaries and backups
             // computed above are the old view's, and the new one may have others (a
             // promoted primary, a backup being filled) that would never see this commit.
@@ -228,7 +228,7 @@ impl Txn<'_> {
             buggify_delay(self.co).await;
         }
         let result = self.lock(&mut commit).await;
-        if coordinator.configuration() != tx.configuration {
+        if coordinator.view() != tx.view {
             // The view changed before any COMMIT-BACKUP: recovery can only abort it
             // (and releases what the old view's LOCKs hold). Nothing took effect.
             return Err(abort(&commit, Abort::Unavailable));
@@ -250,7 +250,7 @@ impl Txn<'_> {
             return Err(abort(&commit, Abort::Conflict));
         }
         let result = self.validate(&mut commit, &read_only).await;
-        if coordinator.configuration() != tx.configuration {
+        if coordinator.view() != tx.view {
             return Err(abort(&commit, Abort::Unavailable));
         }
         if let Err(conflict) = result {
@@ -271,7 +271,7 @@ impl Txn<'_> {
         // The records go out now: an abort from here on keeps the reservations, and from
         // a view change on the outcome is recovery's.
         let logged_everywhere = self.commit_backup(&mut commit).await?;
-        if !logged_everywhere || coordinator.configuration() != tx.configuration {
+        if !logged_everywhere || coordinator.view() != tx.view {
             return self.await_recovery(&commit).await;
         }
         // Fault point: a pause between COMMIT-BACKUP and COMMIT-PRIMARY: the transaction
@@ -280,7 +280,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.after_commit_backup") {
             buggify_delay(self.co).await;
         }
-        if !self.commit_primary(&commit).await && coordinator.configuration() != tx.configuration {
+        if !self.commit_primary(&commit).await && coordinator.view() != tx.view {
             return self.await_recovery(&commit).await;
         }
         Ok(())
@@ -548,8 +548,7 @@ impl Txn<'_> {
             }
         }
         let missing = commit.backups.len() - logged;
-        if missing > 0 && (not_logged < missing || coordinator.configuration() != tx.configuration)
-        {
+        if missing > 0 && (not_logged < missing || coordinator.view() != tx.view) {
             // A backup did not answer (the call failed: its view changed) or answered
             // "undecided" (a newer view there): it may have logged the record, and
             // recovery in the next view decides the transaction (the caller waits).
@@ -561,7 +560,7 @@ impl Txn<'_> {
             holders.extend_from_slice(&commit.backups);
             holders.sort_unstable();
             holders.dedup();
-            if !self.release(&holders).await || coordinator.configuration() != tx.configuration {
+            if !self.release(&holders).await || coordinator.view() != tx.view {
                 // Some holder may keep its lock or record into the next view, whose
                 // recovery then decides: the outcome is recovery's.
                 return Ok(false);

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_exec::Co;
-use ferrotx_wire::RequestType;
+use ferrotx_wire::{RequestType, ViewId};
 
 use super::round::yes;
 use super::{Coordinator, NO_PRIMARY};
@@ -38,7 +38,7 @@ const NEED_RECOVERY_BYTES_MAX: usize = 256 << 10;
 /// A backup's NEED-RECOVERY messages to one primary for the records `held` of each
 /// partition: as few as fit [`NEED_RECOVERY_BYTES_MAX`] and [`VOTES_PER_MESSAGE`]
 /// records each, the last one marked (one message, marked, when there are none).
-fn need_recovery_messages(view: u64, me: u16, held: &[(u32, Vec<HeldRecord>)]) -> Vec<Vec<u8>> {
+fn need_recovery_messages(view: ViewId, me: u16, held: &[(u32, Vec<HeldRecord>)]) -> Vec<Vec<u8>> {
     let mut chunks: Vec<Vec<(u32, Vec<Held<'_>>)>> = vec![Vec::new()];
     let (mut bytes, mut count) = (0, 0);
     for (p, records) in held {
@@ -101,7 +101,7 @@ impl Coordinator {
         let mut recovered = self.started_in;
         let mut last_mark = 0;
         loop {
-            let view = self.configuration();
+            let view = self.view();
             if self.accepting.get() && view > recovered {
                 recovered = view;
                 self.recovery_round(&co, view).await;
@@ -135,14 +135,14 @@ impl Coordinator {
         }
     }
 
-    fn view_changed(&self, view: u64) -> bool {
-        self.configuration() != view
+    fn view_changed(&self, view: ViewId) -> bool {
+        self.view() != view
     }
 
     /// One view's round in this thread: backups send their records to the primaries;
     /// primaries gather them, replicate what a replica (themselves included) lacks, and
     /// vote. Whatever fails short of a view change is tried again.
-    async fn recovery_round(&self, co: &Co, view: u64) {
+    async fn recovery_round(&self, co: &Co, view: ViewId) {
         let placement = self.placement();
         let me = self.local.node();
         self.participant
@@ -373,7 +373,7 @@ impl Coordinator {
     /// What the replicas of partition `p` (this primary and the backups that reported)
     /// hold of each transaction older than `view`: the partition's vote, a record with
     /// its writes, and who holds one.
-    fn merge(&self, view: u64, p: u32) -> BTreeMap<TxId, Merged> {
+    fn merge(&self, view: ViewId, p: u32) -> BTreeMap<TxId, Merged> {
         let me = self.local.node();
         let participant = self.participant.borrow();
         let mut merged: BTreeMap<TxId, Merged> = BTreeMap::new();
@@ -421,7 +421,7 @@ impl Coordinator {
     /// One pass over the transactions this thread coordinates the recovery of: asks for
     /// missing votes, decides, and applies decisions. True if any is left.
     async fn coordinate_recoveries(&self, co: &Co) -> bool {
-        let view = self.configuration();
+        let view = self.view();
         if !self.accepting.get() {
             // Nothing to do before the view is committed; the commit wakes the driver
             // (`opened`), so it need not poll fast meanwhile.

@@ -113,7 +113,7 @@ impl Coordinator {
                 }
                 break;
             }
-            let view = self.configuration();
+            let view = self.view();
             // This round's requests: (shipment, primary, remote batch index or local answer).
             let mut round: Vec<(usize, u16, Result<usize, Rc<LocalAnswer>>)> = Vec::new();
             let mut remote = 0;
@@ -194,7 +194,7 @@ impl Coordinator {
                     Round::CutOff => {
                         s.in_doubt = Some(primary);
                         // The engine moved on first: wait a little for the coordinator.
-                        pause |= self.configuration() == view;
+                        pause |= self.view() == view;
                     }
                     Round::Failed => s.result = Some(Err(gave_up(s.in_doubt))),
                 }

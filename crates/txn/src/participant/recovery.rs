@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_rpc::HandlerError;
+use ferrotx_wire::ViewId;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -64,13 +65,13 @@ pub(crate) struct PartitionGather {
 /// This thread's gathering in one view.
 #[derive(Default)]
 pub(crate) struct Gather {
-    pub(crate) view: u64,
+    pub(crate) view: ViewId,
     pub(crate) partitions: Vec<PartitionGather>,
 }
 
 /// A transaction this thread coordinates the recovery of.
 pub(crate) struct Recovering {
-    pub(crate) view: u64,
+    pub(crate) view: ViewId,
     /// Every partition it writes (empty until a vote or the local coordinator says).
     pub(crate) partitions: Vec<u32>,
     pub(crate) votes: BTreeMap<u32, Vote>,
@@ -91,8 +92,8 @@ pub(crate) struct RecoveryState {
 
 impl Participant {
     /// The view this participant serves.
-    pub fn configuration(&self) -> u64 {
-        self.configuration
+    pub fn view(&self) -> ViewId {
+        self.view
     }
 
     /// Recovery counters so far.
@@ -120,14 +121,14 @@ impl Participant {
     /// LOCK record holds the writes of the partitions the node is primary of, a logged
     /// one those it backs up): a record of the same transaction for another partition
     /// says nothing of this one. Commit-backup records come before lock records.
-    pub(crate) fn held_for(&self, view: u64, partition: u32) -> Vec<HeldRecord> {
+    pub(crate) fn held_for(&self, view: ViewId, partition: u32) -> Vec<HeldRecord> {
         let mut out: Vec<HeldRecord> = Vec::new();
         let writes_partition = |r: &RecordView<'_>| r.writes().any(|w| w.partition == partition);
         let push = |out: &mut Vec<HeldRecord>, vote: Vote, bytes: &[u8]| {
             let Ok(record) = RecordView::parse(bytes) else {
                 return;
             };
-            if record.tx.configuration < view
+            if record.tx.view < view
                 && writes_partition(&record)
                 && !out.iter().any(|h| h.tx == record.tx)
             {
@@ -155,9 +156,7 @@ impl Participant {
             }
         }
         for (tx, (committed, partitions)) in &self.recovery.decided {
-            if tx.configuration < view
-                && partitions.contains(&partition)
-                && !out.iter().any(|h| h.tx == *tx)
+            if tx.view < view && partitions.contains(&partition) && !out.iter().any(|h| h.tx == *tx)
             {
                 let vote = if *committed {
                     Vote::CommitPrimary
@@ -255,7 +254,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let votes = decode_votes(payload).map_err(|_| MALFORMED)?;
         for m in votes {
-            if m.view != self.configuration {
+            if m.view != self.view {
                 continue;
             }
             let entry = self
@@ -297,7 +296,7 @@ impl Participant {
     }
 
     /// This primary's vote for `partition` on `tx` in `view`, if it has gathered.
-    pub(crate) fn vote_of(&self, view: u64, partition: u32, tx: &TxId) -> Option<Vote> {
+    pub(crate) fn vote_of(&self, view: ViewId, partition: u32, tx: &TxId) -> Option<Vote> {
         let gather = self.recovery.gather.as_ref().filter(|g| g.view == view)?;
         let pg = gather
             .partitions
@@ -444,7 +443,7 @@ impl Participant {
 
     /// Starts gathering for `view`: the partitions this thread is primary of, each
     /// waiting for its backups (`backups_of`).
-    pub(crate) fn start_gather(&mut self, view: u64, backups_of: impl Fn(u32) -> Vec<u16>) {
+    pub(crate) fn start_gather(&mut self, view: ViewId, backups_of: impl Fn(u32) -> Vec<u16>) {
         let blocked: Vec<u32> = self.store.blocked().collect();
         let mut partitions = Vec::new();
         for (partition, role) in self.store.hosted() {
