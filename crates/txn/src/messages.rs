@@ -758,6 +758,107 @@ pub fn decode_count_response(bytes: &[u8]) -> Result<Option<u64>, DecodeError> {
     Ok(count)
 }
 
+/// Proptest strategies for the messages' fields, shared by the round-trip tests of every
+/// module that encodes messages.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use super::*;
+    use ferrotx_store::KEY_BYTES_MAX;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Any transaction id.
+    pub(crate) fn tx() -> impl Strategy<Value = TxId> {
+        (
+            any::<u64>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(view, node, thread, incarnation, counter)| TxId {
+                view: ViewId(view),
+                node,
+                thread,
+                incarnation,
+                counter,
+            })
+    }
+
+    /// Any key the store accepts.
+    pub(crate) fn key() -> impl Strategy<Value = Key> {
+        vec(any::<u8>(), 0..=KEY_BYTES_MAX).prop_map(|b| Key::from_bytes(&b).expect("short"))
+    }
+
+    /// Any table.
+    pub(crate) fn table() -> impl Strategy<Value = TableId> {
+        any::<u16>().prop_map(TableId)
+    }
+
+    /// Small byte strings (values, records, notes).
+    pub(crate) fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        vec(any::<u8>(), 0..40)
+    }
+
+    /// Any write.
+    pub(crate) fn write() -> impl Strategy<Value = Write> {
+        (
+            any::<u32>(),
+            table(),
+            key(),
+            any::<u64>(),
+            proptest::option::of(bytes()),
+        )
+            .prop_map(|(partition, table, key, version, value)| Write {
+                partition,
+                table,
+                key,
+                version,
+                value,
+            })
+    }
+
+    /// Any object read.
+    pub(crate) fn read_item() -> impl Strategy<Value = ReadItem> {
+        (any::<u32>(), table(), key(), any::<u64>()).prop_map(|(partition, table, key, version)| {
+            ReadItem {
+                partition,
+                table,
+                key,
+                version,
+            }
+        })
+    }
+
+    /// Any record.
+    pub(crate) fn record() -> impl Strategy<Value = LockRecord> {
+        (
+            tx(),
+            vec(any::<u32>(), 0..6),
+            vec(write(), 0..6),
+            any::<u64>(),
+        )
+            .prop_map(|(tx, partitions, writes, truncate_up_to)| LockRecord {
+                tx,
+                partitions,
+                writes,
+                truncate_up_to,
+            })
+    }
+
+    /// Any READ status.
+    pub(crate) fn read_status() -> impl Strategy<Value = ReadStatus> {
+        prop_oneof![
+            Just(ReadStatus::Present),
+            Just(ReadStatus::Absent),
+            Just(ReadStatus::Locked),
+            Just(ReadStatus::Contended),
+            Just(ReadStatus::Refused),
+            Just(ReadStatus::Recovering),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -933,6 +1034,95 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn records_round_trip(record in strategies::record(), note in strategies::bytes()) {
+            let mut buf = Vec::new();
+            record.encode(&mut buf);
+            prop_assert_eq!(
+                LockRecord::encoded_len(record.partitions.len(), &record.writes),
+                buf.len()
+            );
+            append_record_note(&note, &mut buf);
+            prop_assert_eq!(LockRecord::decode(&buf), Ok(record.clone()));
+            let view = RecordView::parse(&buf).unwrap();
+            prop_assert_eq!(view.tx, record.tx);
+            prop_assert_eq!(view.truncate_up_to, record.truncate_up_to);
+            prop_assert_eq!(view.partitions().collect::<Vec<_>>(), record.partitions.clone());
+            prop_assert_eq!(view.note(), &note[..]);
+            for (seen, sent) in view.writes().zip(&record.writes) {
+                prop_assert_eq!(
+                    (seen.partition, seen.table, seen.key, seen.version, seen.value),
+                    (sent.partition, sent.table, sent.key, sent.version, sent.value.as_deref())
+                );
+            }
+            // The versions a primary locked at, written into the record in place.
+            let versions: Vec<u8> = (0..record.writes.len() as u64)
+                .flat_map(|v| (v * 7).to_le_bytes())
+                .collect();
+            set_record_versions(&mut buf, &versions).unwrap();
+            let locked = LockRecord::decode(&buf).unwrap();
+            for (i, write) in locked.writes.iter().enumerate() {
+                prop_assert_eq!(write.version, i as u64 * 7);
+            }
+        }
+
+        #[test]
+        fn requests_and_answers_round_trip(
+            items in proptest::collection::vec(strategies::read_item(), 0..6),
+            (partition, table, key) in (any::<u32>(), strategies::table(), strategies::key()),
+            (status, version, value) in (strategies::read_status(), any::<u64>(), strategies::bytes()),
+            (tx, coordinator, mark) in (strategies::tx(), any::<(u16, u16, u64)>(), any::<u64>()),
+            (cursor, count) in (any::<u64>(), any::<u32>()),
+            objects in proptest::collection::vec((strategies::key(), strategies::bytes()), 0..6),
+            counted in proptest::option::of(any::<u64>()),
+        ) {
+            let mut buf = Vec::new();
+            encode_validate(&items, &mut buf);
+            prop_assert_eq!(decode_validate(&buf), Ok(items));
+
+            buf.clear();
+            encode_read(partition, table, &key, &mut buf);
+            prop_assert_eq!(decode_read(&buf), Ok((partition, table, key)));
+
+            buf.clear();
+            encode_read_response(status, version, &value, &mut buf);
+            prop_assert_eq!(decode_read_response(&buf), Ok((status, version, &value[..])));
+
+            buf.clear();
+            encode_truncate(coordinator, mark, &mut buf);
+            prop_assert_eq!(decode_truncate(&buf), Ok((coordinator, mark)));
+
+            buf.clear();
+            encode_tx(&tx, &mut buf);
+            prop_assert_eq!(decode_tx(&buf), Ok(tx));
+
+            buf.clear();
+            encode_scan(partition, table, cursor, count, &mut buf);
+            prop_assert_eq!(
+                decode_scan(&buf),
+                Ok(ScanRequest { partition, table, cursor, count })
+            );
+
+            buf.clear();
+            start_scan_response(&mut buf);
+            for (key, value) in &objects {
+                push_scan_object(key, value, &mut buf);
+            }
+            finish_scan_response(cursor, count, objects.len(), &mut buf);
+            prop_assert_eq!(
+                decode_scan_response(&buf),
+                Ok(Some(ScanPage { next_cursor: cursor, visited: count, objects }))
+            );
+
+            buf.clear();
+            encode_count(partition, table, &mut buf);
+            prop_assert_eq!(decode_count(&buf), Ok((partition, table)));
+
+            buf.clear();
+            encode_count_response(counted, &mut buf);
+            prop_assert_eq!(decode_count_response(&buf), Ok(counted));
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             // The view accepts exactly the records decode accepts.

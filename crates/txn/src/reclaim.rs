@@ -161,7 +161,9 @@ pub fn decode_check_response(bytes: &[u8], keys: usize) -> Option<Vec<bool>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::strategies;
     use ferrotx_store::{PartitionId, TableSpec};
+    use proptest::prelude::*;
 
     #[test]
     fn requests_round_trip_and_forged_counts_are_refused() {
@@ -233,5 +235,41 @@ mod tests {
         let read = copy.read(table, &Key::from(0), &mut out).unwrap().unwrap();
         assert_eq!((read.version, read.present), (4, false));
         assert_eq!(copy.apply(table, &Key::from(0), 6, Some(&[1; 8])), Ok(true));
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_round_trips(
+            partition in any::<u32>(),
+            table in strategies::table(),
+            keys in proptest::collection::vec((strategies::key(), any::<u64>()), 0..8),
+        ) {
+            let request = ReclaimRequest { partition, table, keys };
+            let mut bytes = Vec::new();
+            encode_reclaim(&request, &mut bytes);
+            prop_assert_eq!(decode_reclaim(&bytes), Ok(request));
+        }
+
+        #[test]
+        fn any_check_answer_round_trips(clear in proptest::option::of(proptest::collection::vec(any::<bool>(), 0..8))) {
+            // The encoder's shape ([`answer_check`] reads a partition): the status, then
+            // a byte per key.
+            let mut bytes = Vec::new();
+            match &clear {
+                None => Answer::Refused.encode(&mut bytes),
+                Some(clear) => {
+                    Answer::Granted.encode(&mut bytes);
+                    bytes.extend(clear.iter().map(|&c| u8::from(c)));
+                }
+            }
+            let keys = clear.as_ref().map_or(0, Vec::len);
+            prop_assert_eq!(decode_check_response(&bytes, keys), clear);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), keys in 0usize..8) {
+            let _ = decode_reclaim(&bytes);
+            let _ = decode_check_response(&bytes, keys);
+        }
     }
 }

@@ -378,6 +378,9 @@ pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(ViewId, u32, TxId), DecodeErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::strategies;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
 
     fn tx(counter: u64) -> TxId {
         TxId {
@@ -478,5 +481,103 @@ mod tests {
             seen.insert(r);
         }
         assert_eq!(seen.len(), 2);
+    }
+
+    fn vote() -> impl Strategy<Value = Vote> {
+        (0..VOTES.len()).prop_map(|i| VOTES[i])
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_round_trips(
+            (view, from, last, partition) in (any::<u64>(), any::<u16>(), any::<bool>(), any::<u32>()),
+            held in vec((vote(), strategies::tx(), strategies::bytes(), vec(any::<u32>(), 0..4)), 0..4),
+            votes in vec((any::<u64>(), any::<u32>(), strategies::tx(), vec(any::<u32>(), 0..4), vote()), 0..4),
+            asks in vec((any::<u32>(), strategies::tx()), 0..4),
+            tx in strategies::tx(),
+            partitions in vec(any::<u32>(), 0..4),
+            answer in proptest::option::of(vote()),
+        ) {
+            let view = ViewId(view);
+            let mut out = Vec::new();
+            let sent: Vec<Held<'_>> = held
+                .iter()
+                .map(|(vote, tx, record, partitions)| Held {
+                    vote: *vote,
+                    tx: *tx,
+                    record,
+                    partitions: partitions.clone(),
+                })
+                .collect();
+            let expected_len: usize = sent.iter().map(held_encoded_len).sum();
+            encode_need_recovery(view, from, last, &[(partition, sent.clone())], &mut out);
+            prop_assert_eq!(out.len(), 8 + 2 + 1 + 2 + 4 + 2 + expected_len);
+            let (v, f, l, parts) = decode_need_recovery(&out).unwrap();
+            prop_assert_eq!((v, f, l, parts.len()), (view, from, last, 1));
+            prop_assert_eq!(parts[0].0, partition);
+            prop_assert_eq!(parts[0].1.len(), sent.len());
+            for (got, want) in parts[0].1.iter().zip(&sent) {
+                prop_assert_eq!(
+                    (got.vote, got.tx, got.record, &got.partitions),
+                    (want.vote, want.tx, want.record, &want.partitions)
+                );
+            }
+
+            out.clear();
+            encode_replicate(view, partition, &partitions_bytes(&partitions), &mut out);
+            prop_assert_eq!(
+                decode_replicate(&out),
+                Ok((view, partition, &partitions_bytes(&partitions)[..]))
+            );
+
+            let messages: Vec<VoteMessage> = votes
+                .into_iter()
+                .map(|(view, partition, tx, partitions, vote)| VoteMessage {
+                    view: ViewId(view),
+                    partition,
+                    tx,
+                    partitions,
+                    vote,
+                })
+                .collect();
+            out.clear();
+            encode_votes(&messages, &mut out);
+            prop_assert_eq!(decode_votes(&out), Ok(messages));
+
+            out.clear();
+            encode_request_votes(view, &asks, &mut out);
+            prop_assert_eq!(decode_request_votes(&out), Ok((view, asks)));
+
+            out.clear();
+            encode_decision(view, &tx, &partitions, &mut out);
+            prop_assert_eq!(decode_decision(&out), Ok((view, tx, partitions)));
+
+            out.clear();
+            encode_tx_in_view(view, partition, &tx, &mut out);
+            prop_assert_eq!(decode_tx_in_view(&out), Ok((view, partition, tx)));
+
+            out.clear();
+            encode_vote_answer(answer, &mut out);
+            prop_assert_eq!(out.len(), 1);
+            prop_assert_eq!(decode_vote_answer(out[0]), Ok(answer));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in vec(any::<u8>(), 0..200)) {
+            let _ = decode_need_recovery(&bytes);
+            let _ = decode_replicate(&bytes);
+            let _ = decode_votes(&bytes);
+            let _ = decode_request_votes(&bytes);
+            let _ = decode_decision(&bytes);
+            let _ = decode_tx_in_view(&bytes);
+            for &b in &bytes {
+                let _ = decode_vote_answer(b);
+            }
+        }
+    }
+
+    /// Some record bytes.
+    fn partitions_bytes(partitions: &[u32]) -> Vec<u8> {
+        partitions.iter().flat_map(|p| p.to_le_bytes()).collect()
     }
 }
