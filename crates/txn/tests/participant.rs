@@ -199,7 +199,7 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
     );
     assert_eq!(call(Participant::abort, &mut p, &tx_message(10)), GRANTED);
     // Past the limit: an insert (with an update beside it) takes nothing and answers
-    // OUT_OF_MEMORY.
+    // Answer::OutOfMemory.
     memory.set_store((1 << 20) + 1);
     let both = record(
         2,
