@@ -24,6 +24,7 @@ use ferrotx_txn::participant::{NodeStore, Participant, ParticipantHandler, Role}
 use ferrotx_txn::reclaim::{ReclaimRequest, encode_reclaim};
 use ferrotx_txn::refill::{FetchRequest, FetchWhat, encode_fetch};
 use ferrotx_txn::reservation::Age;
+use ferrotx_wire::ViewId;
 
 /// Operations per input.
 const OPS_MAX: usize = 64;
@@ -72,7 +73,7 @@ struct Tx {
 impl Tx {
     fn id(self) -> TxId {
         TxId {
-            configuration: u64::from(self.configuration % 3),
+            view: ViewId(u64::from(self.configuration % 3)),
             node: u16::from(self.node % 3),
             thread: u16::from(self.thread % 2),
             incarnation: u64::from(self.incarnation % 2) + 1,
@@ -535,7 +536,7 @@ impl Node {
                 self.promoted |= roles & 1 == 1;
                 let store = Self::store(&self.partitions, self.promoted, roles);
                 self.participant
-                    .set_store(u64::from(configuration % 3), store);
+                    .set_store(ViewId(u64::from(configuration % 3)), store);
             }
         }
     }

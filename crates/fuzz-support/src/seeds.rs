@@ -22,7 +22,8 @@ use ferrotx_txn::messages::{
 use ferrotx_txn::reclaim::{ReclaimRequest, encode_reclaim};
 use ferrotx_txn::refill::{FetchRequest, FetchWhat, encode_fetch};
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, push_message, start_datagram,
+    EndpointId, FragmentInfo, MessageFields, MessageKind, RequestType, Status, ViewId,
+    push_message, start_datagram,
 };
 
 /// Writes values as [`arbitrary::Unstructured`] reads them back.
@@ -106,7 +107,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
             &mut buf,
             EndpointId::new(1, 2),
             EndpointId::new(3, 0),
-            5,
+            ViewId(5),
             1,
             2,
         );
@@ -117,7 +118,7 @@ fn decode() -> Vec<(String, Vec<u8>)> {
                 } else {
                     MessageKind::Response
                 },
-                request_type: 11,
+                request_type: RequestType::Lock.into(),
                 status: Status::Ok,
                 slot: i as u8,
                 request_number: 40 + i as u64,
@@ -137,13 +138,13 @@ fn decode() -> Vec<(String, Vec<u8>)> {
         &mut buf,
         EndpointId::new(0, 0),
         EndpointId::new(1, 1),
-        1,
+        ViewId(1),
         1,
         1,
     );
     let fields = MessageFields {
         kind: MessageKind::Request,
-        request_type: 13,
+        request_type: RequestType::CommitBackup.into(),
         status: Status::Ok,
         slot: 0,
         request_number: 1,
@@ -483,7 +484,7 @@ const PARTICIPANT_OPS: u32 = 15;
 
 fn participant() -> Vec<(String, Vec<u8>)> {
     let tx = |counter: u64| TxId {
-        configuration: 0,
+        view: ViewId(0),
         node: 1,
         thread: 0,
         incarnation: 1,

@@ -24,7 +24,7 @@ use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
 use ferrotx_txn::reclaim::ReclaimOptions;
 use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
 use ferrotx_txn::ship::{Executors, Procedures, Shipping};
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, ViewId};
 
 use crate::copies::{CopiesError, CopyDigests, ViewStore, digests_of_view_store};
 use crate::placement::ClusterPlacement;
@@ -381,10 +381,10 @@ impl NodeCore {
             .executor()
             .shared()
             .engine()
-            .switch_configuration(now_ns, view.id, &members);
+            .switch_configuration(now_ns, ViewId(view.id), &members);
         coordinator.set_accepting(false);
         coordinator.switch_configuration(
-            view.id,
+            ViewId(view.id),
             members.into(),
             self.placement_for(view),
             self.store_for(view),
@@ -425,7 +425,7 @@ impl NodeCore {
         let mut engine = Engine::new(
             local,
             Config {
-                configuration: self.config.id(),
+                view: ViewId(self.config.id()),
                 incarnation: self.incarnation,
                 // More in the background: recovery, data recovery, reclamation, the
                 // memory figures, and the executors of shipped operations.
@@ -439,7 +439,7 @@ impl NodeCore {
         let coordinator = Rc::new(
             Coordinator::new(
                 local,
-                self.config.id(),
+                ViewId(self.config.id()),
                 self.incarnation,
                 participant.clone(),
                 placement,

@@ -333,7 +333,7 @@ impl WorkerMembership {
         if !worker.events().is_empty() {
             for event in worker.events().drain(..) {
                 if let Event::NewerConfiguration(id) = event {
-                    self.link.heard_of(id);
+                    self.link.heard_of(id.get());
                 }
             }
         }

@@ -34,7 +34,7 @@ use ferrotx_transport::{AddressBook, Transport, TransportStats, UDP_MAX_PAYLOAD_
 use ferrotx_wire::{
     DecodeError, EndpointId, FORMAT_VERSION, FragmentInfo, MAGIC, MAX_MESSAGE_BYTES,
     MAX_PACKETS_PER_MESSAGE, MessageFields, MessageHeader, MessageKind, PACKET_HEADER_BYTES,
-    PacketHeader, Status, decode, push_message, start_datagram,
+    PacketHeader, Status, ViewId, decode, push_message, start_datagram,
 };
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -327,7 +327,7 @@ struct ClientTally {
 
 fn engine_config(callers: usize) -> Config {
     Config {
-        configuration: CONFIGURATION,
+        view: ViewId(CONFIGURATION),
         incarnation: INCARNATION,
         callers,
         max_batch: BATCH,
@@ -563,7 +563,7 @@ fn classify(bytes: &[u8], victim: EndpointId) -> usize {
     match decode(bytes) {
         Err(e) => e.index(),
         Ok(d) if d.target() != victim => MISDIRECTED,
-        Ok(d) if d.configuration() != CONFIGURATION => WRONG_CONFIGURATION,
+        Ok(d) if d.view() != ViewId(CONFIGURATION) => WRONG_CONFIGURATION,
         Ok(_) => FORGED_SOURCE,
     }
 }
@@ -931,7 +931,14 @@ impl Forger {
         incarnation: u64,
         issued: u64,
     ) {
-        start_datagram(&mut self.buf, source, target, configuration, incarnation, 0);
+        start_datagram(
+            &mut self.buf,
+            source,
+            target,
+            ViewId(configuration),
+            incarnation,
+            0,
+        );
         self.messages.clear();
         let count = self.rng.random_range(1..=4);
         for _ in 0..count {

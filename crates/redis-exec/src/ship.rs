@@ -20,7 +20,9 @@ use ferrotx_txn::ship::{BatchView, Procedure, Procedures};
 
 use crate::kv_table::{KvTable, store_key};
 
-/// The id of the Redis plan procedure.
+/// The id of the Redis plan procedure, inside a SHIP request
+/// (`ferrotx_wire::RequestType::Ship`). Procedure ids are not request types: each front end
+/// chooses its own (the benchmarks' KV increment is 2, `ferrotx_workload::kv_ship`).
 pub const REDIS_PLAN: u8 = 1;
 
 /// The procedures of the Redis front end, for the nodes that serve `kv`.

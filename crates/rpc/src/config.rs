@@ -1,7 +1,7 @@
 //! Engine configuration.
 
 use ferrotx_wire::auth::{Auth, TRAILER_BYTES};
-use ferrotx_wire::{MESSAGE_OVERHEAD_BYTES, PACKET_HEADER_BYTES};
+use ferrotx_wire::{MESSAGE_OVERHEAD_BYTES, PACKET_HEADER_BYTES, ViewId};
 
 /// Smallest datagram the engine accepts: room for the packet header, one message header,
 /// the authentication trailer and 1 KiB of payload, so that a message of the largest size
@@ -13,8 +13,8 @@ pub const MIN_DATAGRAM_BYTES: usize =
 /// them and refuses work beyond them.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Configuration id stamped on every datagram; datagrams of another id are dropped.
-    pub configuration: u64,
+    /// View stamped on every datagram; datagrams of another view are dropped.
+    pub view: ViewId,
     /// Incarnation of this endpoint: must grow each time the process starts.
     pub incarnation: u64,
     /// Number of callers (coroutine slots) that can have a batch in flight.
@@ -56,7 +56,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            configuration: 1,
+            view: ViewId(1),
             incarnation: 1,
             callers: 20,
             max_batch: 64,

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use ferrotx_wire::auth::{Auth, Sealer, Sender};
-use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, Status};
+use ferrotx_wire::{EndpointId, MAX_MESSAGE_BYTES, RequestType, Status, ViewId};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
@@ -21,8 +21,9 @@ pub const MAX_PEERS: usize = 4096;
 
 /// The request type the engine keeps for itself: a connect request, answered by the
 /// engine with its incarnation (see `docs/rpc.md`, "Connecting"). Handlers cannot be
-/// registered for it.
-pub const CONNECT_REQUEST_TYPE: u8 = 0;
+/// registered for it. Its entry in the registry of request types is
+/// [`RequestType::Connect`]; this is its byte, as the engine's generic API takes it.
+pub const CONNECT_REQUEST_TYPE: u8 = RequestType::Connect as u8;
 
 /// Pending events are bounded: each peer is suspect at most once until heard from again.
 const MAX_EVENTS: usize = MAX_PEERS;
@@ -39,7 +40,7 @@ pub enum Event {
     /// received (and dropped). Reported once per id higher than any reported before, so a
     /// flood of them makes one event; the membership layer should fetch the new
     /// configuration and call `Engine::switch_configuration`.
-    NewerConfiguration(u64),
+    NewerConfiguration(ViewId),
 }
 
 /// Who an engine seals as: its endpoint's life.
@@ -73,7 +74,7 @@ pub struct Engine {
     /// Membership mode: the members' nodes and their incarnations.
     pub(crate) members: HashMap<u16, u64, FixedState>,
     /// Highest configuration id reported as `Event::NewerConfiguration`.
-    pub(crate) newest_reported: u64,
+    pub(crate) newest_reported: ViewId,
     /// Bytes buffered for partly received requests, all peers together (`partial.rs`).
     pub(crate) partial_request_bytes: usize,
     /// This endpoint life's sealer, made from `config.auth`.
@@ -99,7 +100,7 @@ impl Engine {
             stats: Stats::default(),
             membership: false,
             members: HashMap::with_hasher(FixedState::with_seed(0)),
-            newest_reported: 0,
+            newest_reported: ViewId::NONE,
             partial_request_bytes: 0,
             sealer: config
                 .auth
@@ -240,18 +241,18 @@ impl Engine {
     /// `id` must not be lower than the current configuration (it may equal it: the
     /// members are replaced and what is outstanding fails all the same). Not for the hot
     /// path: it visits every peer.
-    pub fn switch_configuration(&mut self, now_ns: u64, id: u64, members: &[(u16, u64)]) {
+    pub fn switch_configuration(&mut self, now_ns: u64, id: ViewId, members: &[(u16, u64)]) {
         assert!(
-            id >= self.config.configuration,
-            "configuration ids only grow: {} after {}",
+            id >= self.config.view,
+            "view ids only grow: {} after {}",
             id,
-            self.config.configuration
+            self.config.view
         );
         assert!(
             members.iter().all(|&(_, incarnation)| incarnation > 0),
             "incarnation 0 means unknown"
         );
-        self.config.configuration = id;
+        self.config.view = id;
         self.membership = true;
         self.members.clear();
         self.members.extend(members.iter().copied());

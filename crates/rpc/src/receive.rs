@@ -47,7 +47,7 @@ impl Engine {
             self.handle_member_datagram(now_ns, from, &datagram, seq);
             return;
         }
-        if datagram.configuration() != self.config.configuration {
+        if datagram.view() != self.config.view {
             self.stats.wrong_configuration += 1;
             return;
         }
@@ -111,15 +111,15 @@ impl Engine {
             self.stats.forged_source += 1;
             return;
         }
-        let configuration = datagram.configuration();
-        if configuration != self.config.configuration {
-            if configuration < self.config.configuration {
+        let view = datagram.view();
+        if view != self.config.view {
+            if view < self.config.view {
                 self.stats.stale_configuration += 1;
             } else {
                 self.stats.newer_configuration += 1;
-                if configuration > self.newest_reported {
-                    self.newest_reported = configuration;
-                    self.push_event(Event::NewerConfiguration(configuration));
+                if view > self.newest_reported {
+                    self.newest_reported = view;
+                    self.push_event(Event::NewerConfiguration(view));
                 }
             }
             return;

@@ -240,7 +240,7 @@ impl Datagram<'_> {
                     buf,
                     local,
                     target,
-                    config.configuration,
+                    config.view,
                     config.incarnation,
                     target_incarnation,
                 );

@@ -9,7 +9,8 @@ use ferrotx_rpc::{CallerId, Config, Engine};
 use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys, Refusal, Sender};
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, push_message, start_datagram,
+    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, ViewId, push_message,
+    start_datagram,
 };
 
 const CLIENT: EndpointId = EndpointId::new(0, 0);
@@ -154,7 +155,7 @@ fn datagrams_without_the_key_change_nothing() {
     // A request built with the real encoder, as an attacker can: no trailer, then one
     // under another key, then one of another cluster under the right key.
     let mut forged = Vec::with_capacity(1200);
-    start_datagram(&mut forged, CLIENT, SERVER, 1, 1, 1);
+    start_datagram(&mut forged, CLIENT, SERVER, ViewId(1), 1, 1);
     let fields = MessageFields {
         kind: MessageKind::Request,
         request_type: COUNT,

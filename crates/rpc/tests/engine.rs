@@ -12,8 +12,8 @@ use std::rc::Rc;
 use ferrotx_rpc::{CallerId, Config, Engine, Event, HandlerError, RpcError};
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MAX_MESSAGE_BYTES, MessageFields, MessageKind, Status, decode,
-    push_message, start_datagram,
+    EndpointId, FragmentInfo, MAX_MESSAGE_BYTES, MessageFields, MessageKind, Status, ViewId,
+    decode, push_message, start_datagram,
 };
 use proptest::prelude::*;
 
@@ -247,7 +247,7 @@ fn split(datagram: &[u8]) -> Vec<Vec<u8>> {
                 &mut buf,
                 d.source(),
                 d.target(),
-                d.configuration(),
+                d.view(),
                 d.incarnation(),
                 d.target_incarnation(),
             );
@@ -276,7 +276,7 @@ fn split(datagram: &[u8]) -> Vec<Vec<u8>> {
 struct Forge {
     source: EndpointId,
     target: EndpointId,
-    configuration: u64,
+    view: ViewId,
     incarnation: u64,
     target_incarnation: u64,
 }
@@ -287,7 +287,7 @@ impl Forge {
         Self {
             source,
             target,
-            configuration: Config::default().configuration,
+            view: Config::default().view,
             incarnation: Config::default().incarnation,
             target_incarnation: Config::default().incarnation,
         }
@@ -300,7 +300,7 @@ impl Forge {
             &mut buf,
             self.source,
             self.target,
-            self.configuration,
+            self.view,
             self.incarnation,
             self.target_incarnation,
         );
@@ -323,7 +323,7 @@ impl Forge {
             &mut buf,
             self.source,
             self.target,
-            self.configuration,
+            self.view,
             self.incarnation,
             self.target_incarnation,
         );
@@ -1218,7 +1218,7 @@ fn datagrams_of_another_configuration_target_or_source_are_dropped() {
         0,
         Some(CLIENT),
         &mut request(Forge {
-            configuration: 2,
+            view: ViewId(2),
             ..later
         }),
     );
@@ -1886,7 +1886,7 @@ fn copies_of_a_request_in_one_datagram_are_answered_once() {
     let copy = messages(&requests[0]);
     assert_eq!(copy.len(), 1);
     let mut flood = Vec::with_capacity(65_507);
-    start_datagram(&mut flood, CLIENT, SERVER, 1, 1, 1);
+    start_datagram(&mut flood, CLIENT, SERVER, ViewId(1), 1, 1);
     let fields = MessageFields {
         kind: MessageKind::Request,
         request_type: ECHO,
@@ -1966,7 +1966,14 @@ fn random_datagrams_from_a_member_never_panic_the_engine() {
                 let mut buf = Vec::with_capacity(1200);
                 let incarnation = [0u64, 1, 2, 1, 1, 1][(random() % 6) as usize];
                 let target_incarnation = [0u64, 1, 2, 1][(random() % 4) as usize];
-                start_datagram(&mut buf, source, target, 1, incarnation, target_incarnation);
+                start_datagram(
+                    &mut buf,
+                    source,
+                    target,
+                    ViewId(1),
+                    incarnation,
+                    target_incarnation,
+                );
                 for _ in 0..(1 + random() % 4) {
                     let kind = if random() % 2 == 0 {
                         MessageKind::Request

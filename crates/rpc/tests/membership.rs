@@ -5,7 +5,7 @@
 use ferrotx_rpc::{CONNECT_REQUEST_TYPE, CallerId, Config, Engine, Event, RpcError};
 use ferrotx_wire::batch::TxBatch;
 use ferrotx_wire::{
-    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, decode, push_message,
+    EndpointId, FragmentInfo, MessageFields, MessageKind, Status, ViewId, decode, push_message,
     start_datagram,
 };
 
@@ -127,7 +127,7 @@ fn requests(datagrams: &[Vec<u8>]) -> Vec<(u8, u64)> {
 fn forge(
     source: EndpointId,
     target: EndpointId,
-    configuration: u64,
+    view: u64,
     incarnation: u64,
     target_incarnation: u64,
     kind: MessageKind,
@@ -137,7 +137,7 @@ fn forge(
         &mut buf,
         source,
         target,
-        configuration,
+        ViewId(view),
         incarnation,
         target_incarnation,
     );
@@ -166,7 +166,7 @@ fn calls_sent_under_the_old_configuration_fail_as_configuration_changed() {
     assert_eq!(requests(&sent).len(), 2);
     assert_eq!(c.outstanding(), 2);
 
-    c.switch_configuration(10, 2, BOTH);
+    c.switch_configuration(10, ViewId(2), BOTH);
     assert_eq!(
         results(&mut c),
         vec![
@@ -177,7 +177,7 @@ fn calls_sent_under_the_old_configuration_fail_as_configuration_changed() {
     assert_eq!(c.outstanding(), 0);
     assert_eq!(c.next_timeout_ns(), None, "nothing is left to retransmit");
     assert_eq!(c.stats().calls_failed_by_reconfiguration, 2);
-    assert_eq!(c.config().configuration, 2);
+    assert_eq!(c.config().view, ViewId(2));
     assert!(transmit(&mut c).is_empty());
 
     // The server, switched too, drops the late requests of configuration 1 unrun, and
@@ -191,7 +191,7 @@ fn calls_sent_under_the_old_configuration_fail_as_configuration_changed() {
     assert_eq!(c.stats().stale_configuration, answers.len() as u64);
     assert_eq!(c.poll_ready(), None);
 
-    s.switch_configuration(10, 2, BOTH);
+    s.switch_configuration(10, ViewId(2), BOTH);
     deliver(&mut s, 20, CLIENT, &sent);
     assert_eq!(s.stats().stale_configuration, sent.len() as u64);
     assert_eq!(s.stats().requests_executed, 0);
@@ -209,7 +209,7 @@ fn calls_never_sent_fail_as_not_sent() {
     c.set_peer_incarnation(SERVER, 1);
     send(&mut c, 0, &[b"a", b"b", b"c"]);
     assert_eq!(requests(&transmit(&mut c)).len(), 1);
-    c.switch_configuration(10, 2, BOTH);
+    c.switch_configuration(10, ViewId(2), BOTH);
     assert_eq!(
         results(&mut c),
         vec![
@@ -223,7 +223,7 @@ fn calls_never_sent_fail_as_not_sent() {
     let mut c = Engine::new(CLIENT, Config::default());
     c.set_peer_incarnation(SERVER, 1);
     send(&mut c, 0, &[b"a"]);
-    c.switch_configuration(10, 2, BOTH);
+    c.switch_configuration(10, ViewId(2), BOTH);
     assert_eq!(results(&mut c), vec![Err(RpcError::NotSent)]);
     assert!(transmit(&mut c).is_empty(), "a failed call was sent");
 
@@ -233,7 +233,7 @@ fn calls_never_sent_fail_as_not_sent() {
     let connect = transmit(&mut c);
     assert_eq!(requests(&connect), vec![(CONNECT_REQUEST_TYPE, 0)]);
     assert!(c.next_timeout_ns().is_some());
-    c.switch_configuration(10, 2, BOTH);
+    c.switch_configuration(10, ViewId(2), BOTH);
     assert_eq!(results(&mut c), vec![Err(RpcError::NotSent)]);
     assert_eq!(c.next_timeout_ns(), None);
     c.handle_timeout(1_000_000_000);
@@ -248,7 +248,7 @@ fn a_batch_spanning_sent_waiting_and_non_member_targets_completes_once() {
     };
     let mut c = Engine::new(CLIENT, config);
     c.set_peer_incarnation(SERVER, 1);
-    c.switch_configuration(0, 1, &[(0, 1), (1, 1)]);
+    c.switch_configuration(0, ViewId(1), &[(0, 1), (1, 1)]);
     for (target, payload) in [(SERVER, b"a"), (SERVER, b"b"), (OTHER, b"c")] {
         c.batch_push(CALLER, target, ECHO)
             .extend_from_slice(payload);
@@ -256,7 +256,7 @@ fn a_batch_spanning_sent_waiting_and_non_member_targets_completes_once() {
     assert!(!c.submit(CALLER, 0));
     assert_eq!(c.poll_ready(), None);
     assert_eq!(requests(&transmit(&mut c)).len(), 1);
-    c.switch_configuration(5, 2, BOTH);
+    c.switch_configuration(5, ViewId(2), BOTH);
     assert_eq!(
         results(&mut c),
         vec![
@@ -271,14 +271,14 @@ fn a_batch_spanning_sent_waiting_and_non_member_targets_completes_once() {
 fn requests_to_a_node_not_in_the_configuration_fail_without_being_sent() {
     let mut c = Engine::new(CLIENT, Config::default());
     let mut s = server(Config::default());
-    c.switch_configuration(0, 2, BOTH);
-    s.switch_configuration(0, 2, BOTH);
+    c.switch_configuration(0, ViewId(2), BOTH);
+    s.switch_configuration(0, ViewId(2), BOTH);
     send(&mut c, 0, &[b"a"]);
     settle(&mut c, &mut s, 0);
     assert_eq!(results(&mut c), vec![Ok(answer(b"a"))]);
 
     // The server's node leaves the configuration.
-    c.switch_configuration(10, 3, &[(0, 1)]);
+    c.switch_configuration(10, ViewId(3), &[(0, 1)]);
     for target in [SERVER, SERVER_1, OTHER] {
         assert!(
             send_to(&mut c, 20, target, &[b"b", b"c"]),
@@ -320,7 +320,7 @@ fn requests_to_a_node_not_in_the_configuration_fail_without_being_sent() {
 #[test]
 fn datagrams_of_other_configurations_are_dropped_and_a_newer_one_reported_once() {
     let mut s = server(Config::default());
-    s.switch_configuration(0, 5, BOTH);
+    s.switch_configuration(0, ViewId(5), BOTH);
     let request = |configuration| forge(CLIENT, SERVER, configuration, 1, 1, MessageKind::Request);
 
     deliver(&mut s, 0, CLIENT, &[request(1), request(4)]);
@@ -332,7 +332,7 @@ fn datagrams_of_other_configurations_are_dropped_and_a_newer_one_reported_once()
         deliver(&mut s, 0, CLIENT, &[request(6)]);
     }
     assert_eq!(s.stats().newer_configuration, 1000);
-    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(6)]);
+    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(ViewId(6))]);
     // A still newer one is reported; one in between or lower, not again.
     deliver(
         &mut s,
@@ -340,7 +340,7 @@ fn datagrams_of_other_configurations_are_dropped_and_a_newer_one_reported_once()
         CLIENT,
         &[request(8), request(7), request(6), request(8)],
     );
-    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(8)]);
+    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(ViewId(8))]);
     assert_eq!(s.stats().newer_configuration, 1004);
     // A datagram whose source is forged raises nothing.
     s.handle_datagram(0, Some(OTHER), &mut request(9));
@@ -359,17 +359,17 @@ fn datagrams_of_other_configurations_are_dropped_and_a_newer_one_reported_once()
     assert_eq!(transmit(&mut s).len(), 1);
 
     // After switching past them, ids up to the switch are no longer newer.
-    s.switch_configuration(0, 8, BOTH);
+    s.switch_configuration(0, ViewId(8), BOTH);
     deliver(&mut s, 0, CLIENT, &[request(8), request(9)]);
-    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(9)]);
+    assert_eq!(events(&mut s), vec![Event::NewerConfiguration(ViewId(9))]);
 }
 
 #[test]
 fn a_new_life_of_a_member_is_dropped_until_a_configuration_admits_it() {
     let mut c = Engine::new(CLIENT, Config::default());
     let mut s = server(Config::default());
-    c.switch_configuration(0, 2, BOTH);
-    s.switch_configuration(0, 2, BOTH);
+    c.switch_configuration(0, ViewId(2), BOTH);
+    s.switch_configuration(0, ViewId(2), BOTH);
     send(&mut c, 0, &[b"a"]);
     settle(&mut c, &mut s, 0);
     assert_eq!(results(&mut c), vec![Ok(answer(b"a"))]);
@@ -381,7 +381,7 @@ fn a_new_life_of_a_member_is_dropped_until_a_configuration_admits_it() {
         incarnation: 2,
         ..Config::default()
     });
-    reborn.switch_configuration(0, 2, &[(0, 1), (1, 2)]);
+    reborn.switch_configuration(0, ViewId(2), &[(0, 1), (1, 2)]);
     let mut now = 10;
     send(&mut c, now, &[b"b"]);
     for round in 0..3 {
@@ -411,9 +411,9 @@ fn a_new_life_of_a_member_is_dropped_until_a_configuration_admits_it() {
 
     // The membership layer admits the new life.
     now += 1;
-    c.switch_configuration(now, 3, &[(0, 1), (1, 2)]);
+    c.switch_configuration(now, ViewId(3), &[(0, 1), (1, 2)]);
     assert_eq!(results(&mut c), vec![Err(RpcError::ConfigurationChanged)]);
-    reborn.switch_configuration(now, 3, &[(0, 1), (1, 2)]);
+    reborn.switch_configuration(now, ViewId(3), &[(0, 1), (1, 2)]);
     send(&mut c, now, &[b"c", b"d"]);
     settle(&mut c, &mut reborn, now);
     assert_eq!(results(&mut c), vec![Ok(answer(b"c")), Ok(answer(b"d"))]);
@@ -423,7 +423,7 @@ fn a_new_life_of_a_member_is_dropped_until_a_configuration_admits_it() {
 #[test]
 fn a_restarted_client_is_ignored_by_the_server_until_admitted() {
     let mut s = server(Config::default());
-    s.switch_configuration(0, 2, BOTH);
+    s.switch_configuration(0, ViewId(2), BOTH);
     let mut reborn = Engine::new(
         CLIENT,
         Config {
@@ -431,7 +431,7 @@ fn a_restarted_client_is_ignored_by_the_server_until_admitted() {
             ..Config::default()
         },
     );
-    reborn.switch_configuration(0, 2, &[(0, 2), (1, 1)]);
+    reborn.switch_configuration(0, ViewId(2), &[(0, 2), (1, 1)]);
     send(&mut reborn, 0, &[b"a"]);
     let sent = transmit(&mut reborn);
     deliver(&mut s, 0, CLIENT, &sent);
@@ -440,8 +440,8 @@ fn a_restarted_client_is_ignored_by_the_server_until_admitted() {
     assert_eq!(s.stats().peer_restarts, 0);
     assert!(!s.wants_transmit());
 
-    s.switch_configuration(10, 3, &[(0, 2), (1, 1)]);
-    reborn.switch_configuration(10, 3, &[(0, 2), (1, 1)]);
+    s.switch_configuration(10, ViewId(3), &[(0, 2), (1, 1)]);
+    reborn.switch_configuration(10, ViewId(3), &[(0, 2), (1, 1)]);
     assert_eq!(
         results(&mut reborn),
         vec![Err(RpcError::ConfigurationChanged)]
@@ -458,7 +458,7 @@ fn engines_in_the_same_configuration_call_each_other_without_connecting() {
     let mut s = server(Config::default());
     let mut s1 = server_at(SERVER_1, Config::default());
     for engine in [&mut c, &mut s, &mut s1] {
-        engine.switch_configuration(0, 2, BOTH);
+        engine.switch_configuration(0, ViewId(2), BOTH);
     }
     send(&mut c, 0, &[b"a", b"b"]);
     let sent = transmit(&mut c);
@@ -482,8 +482,8 @@ fn engines_in_the_same_configuration_call_each_other_without_connecting() {
 
     // The sessions continue across a configuration with the same members: request
     // numbers keep growing, and the server runs each request once.
-    c.switch_configuration(10, 3, BOTH);
-    s.switch_configuration(10, 3, BOTH);
+    c.switch_configuration(10, ViewId(3), BOTH);
+    s.switch_configuration(10, ViewId(3), BOTH);
     send(&mut c, 20, &[b"c"]);
     let sent = transmit(&mut c);
     assert_eq!(requests(&sent), vec![(ECHO, 3)]);
@@ -503,7 +503,7 @@ fn a_session_learned_by_connecting_carries_into_membership_mode() {
     settle(&mut c, &mut s, 0);
     assert_eq!(results(&mut c), vec![Ok(answer(b"a"))]);
     for engine in [&mut c, &mut s] {
-        engine.switch_configuration(10, 2, BOTH);
+        engine.switch_configuration(10, ViewId(2), BOTH);
     }
     send(&mut c, 20, &[b"b"]);
     let sent = transmit(&mut c);
@@ -516,9 +516,9 @@ fn a_session_learned_by_connecting_carries_into_membership_mode() {
 #[test]
 fn no_combination_of_header_fields_panics_a_member_engine() {
     let mut s = server(Config::default());
-    s.switch_configuration(0, 2, BOTH);
+    s.switch_configuration(0, ViewId(2), BOTH);
     let mut c = Engine::new(CLIENT, Config::default());
-    c.switch_configuration(0, 2, BOTH);
+    c.switch_configuration(0, ViewId(2), BOTH);
     send(&mut c, 0, &[b"pending"]);
     let _ = transmit(&mut c);
     let mut now = 0;
@@ -548,11 +548,11 @@ fn no_combination_of_header_fields_panics_a_member_engine() {
             }
         }
         // Switch back and forth between member sets, with a call outstanding.
-        c.switch_configuration(now, c.config().configuration + 1, &[(0, 1)]);
+        c.switch_configuration(now, c.config().view.next(), &[(0, 1)]);
         let _ = c.poll_ready();
         let members: &[(u16, u64)] = if source == OTHER { &[] } else { BOTH };
-        c.switch_configuration(now, c.config().configuration + 1, members);
-        s.switch_configuration(now, c.config().configuration, members);
+        c.switch_configuration(now, c.config().view.next(), members);
+        s.switch_configuration(now, c.config().view, members);
         let _ = send_to(&mut c, now, SERVER, &[b"again"]);
         let _ = transmit(&mut c);
     }

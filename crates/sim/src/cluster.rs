@@ -934,7 +934,7 @@ impl SimCluster {
                     continue;
                 }
                 if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
-                    m.hint_newer(local, id);
+                    m.hint_newer(local, id.get());
                     self.membership.as_mut().expect("membership runs").hints += 1;
                     self.drain(node, now);
                 }

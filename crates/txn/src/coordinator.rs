@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use ferrotx_exec::{Co, Signal};
 use ferrotx_store::{Key, StoreError, TableId, TableSpec};
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, ViewId};
 
 use crate::messages::TxId;
 use crate::participant::{LOG_RECORDS_MAX, NodeStore, Participant};
@@ -77,7 +77,7 @@ pub struct Coordinator {
     /// That participant's response.
     response: RefCell<Vec<u8>>,
     local: EndpointId,
-    configuration: Cell<u64>,
+    view: Cell<ViewId>,
     incarnation: u64,
     participant: Rc<RefCell<Participant>>,
     /// The node's partitions, for reads at a local primary without RPC.
@@ -113,8 +113,8 @@ pub struct Coordinator {
     shipping: RefCell<Option<Rc<crate::ship::Shipping>>>,
     /// The counter that makes this thread's ages unique.
     next_age: Cell<u32>,
-    /// The configuration this thread was built in: recovery runs for every later one.
-    started_in: u64,
+    /// The view this thread was built in: recovery runs for every later one.
+    started_in: ViewId,
     /// The map of a large transaction's keys, kept for the next one.
     spare_keys: key_index::SpareKeyMap,
     /// [`Txn::read_many`]'s list of keys to read, kept for the next call.
@@ -127,7 +127,7 @@ impl Coordinator {
     /// the others, and `schema` to refuse bad input before anything is sent.
     pub fn new(
         local: EndpointId,
-        configuration: u64,
+        view: ViewId,
         incarnation: u64,
         participant: Rc<RefCell<Participant>>,
         placement: Arc<dyn Placement>,
@@ -138,7 +138,7 @@ impl Coordinator {
             scratch: RefCell::new(Vec::new()),
             response: RefCell::new(Vec::new()),
             local,
-            configuration: Cell::new(configuration),
+            view: Cell::new(view),
             incarnation,
             participant,
             store: RefCell::new(store),
@@ -158,7 +158,7 @@ impl Coordinator {
             next_ship_seq: Cell::new(1),
             shipping: RefCell::new(None),
             next_age: Cell::new(0),
-            started_in: configuration,
+            started_in: view,
             spare_keys: key_index::SpareKeyMap::default(),
             fetch_spare: FetchSpare::default(),
         }
@@ -221,24 +221,22 @@ impl Coordinator {
         self.store.borrow().clone()
     }
 
-    /// Switches to configuration `configuration`: its placement, and the node's
+    /// Switches to view `view`: its placement, and the node's
     /// partitions with their roles in it (FaRM 5.2 step 6). The engine switches at the
     /// same time, failing every call outstanding under the old configuration, so a
     /// transaction that began before fails rather than mixing the two.
     pub fn switch_configuration(
         &self,
-        configuration: u64,
+        view: ViewId,
         members: Arc<[(u16, u64)]>,
         placement: Arc<dyn Placement>,
         store: Arc<NodeStore>,
     ) {
-        self.configuration.set(configuration);
+        self.view.set(view);
         *self.members.borrow_mut() = members;
         *self.placement.borrow_mut() = placement;
         *self.store.borrow_mut() = store.clone();
-        self.participant
-            .borrow_mut()
-            .set_store(configuration, store);
+        self.participant.borrow_mut().set_store(view, store);
     }
 
     /// Whether new transactions may start: false from NEW-CONFIG until NEW-CONFIG-COMMIT.
@@ -273,9 +271,9 @@ impl Coordinator {
         self.accepting.get()
     }
 
-    /// The current configuration id.
-    pub fn configuration(&self) -> u64 {
-        self.configuration.get()
+    /// The current view.
+    pub fn view(&self) -> ViewId {
+        self.view.get()
     }
 
     /// Counters so far.

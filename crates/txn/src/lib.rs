@@ -5,6 +5,7 @@
 //! encoded and decoded totally (any bytes decode or are refused with a reason), and the
 //! participant side (`participant`): what primaries and backups do with them.
 
+pub mod answer;
 pub mod coordinator;
 pub mod messages;
 pub mod participant;

@@ -5,46 +5,16 @@
 //! with an error and changes nothing.
 
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::ViewId;
 
-/// RPC request types of the protocol (the RPC engine keeps type 0 for itself).
-pub mod request_type {
-    /// Read one object from its primary.
-    pub const READ: u8 = 10;
-    /// Lock written objects at a primary (FaRM's LOCK record).
-    pub const LOCK: u8 = 11;
-    /// Validate objects read but not written.
-    pub const VALIDATE: u8 = 12;
-    /// Append a transaction's writes to the coordinator's log at a backup.
-    pub const COMMIT_BACKUP: u8 = 13;
-    /// Install a locked transaction's writes at a primary and unlock.
-    pub const COMMIT_PRIMARY: u8 = 14;
-    /// Release a transaction's locks at a primary.
-    pub const ABORT: u8 = 15;
-    /// A coordinator's truncation mark on its own, for when no commit-backup carries it
-    /// (an idle coordinator flushing its last transactions to the backups' copies).
-    pub const TRUNCATE: u8 = 16;
-    /// Visit objects of one table at a partition's primary from a cursor, outside any
-    /// transaction (Redis's SCAN and KEYS).
-    pub const SCAN: u8 = 17;
-    /// Count the present objects of one table at a partition's primary, outside any
-    /// transaction (Redis's DBSIZE).
-    pub const COUNT: u8 = 18;
-    /// LOCK of a transaction retried after it lost: its [`crate::reservation::Age`],
-    /// then the LOCK record. The primary also reserves the written objects for it.
-    pub const LOCK_AGED: u8 = 27;
-    /// VALIDATE of a retried transaction: its age, then the VALIDATE request. The
-    /// primary also reserves the objects for it.
-    pub const VALIDATE_AGED: u8 = 28;
-}
-
-/// A transaction id: configuration, coordinator node, thread and incarnation, and a
+/// A transaction id: view, coordinator node, thread and incarnation, and a
 /// counter that grows per coordinator thread. The incarnation (the RPC engine's, which
 /// grows with each start of the process) keeps a restarted coordinator's counters, which
 /// start again at 1, from meeting its earlier life's in logs and lock tables.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct TxId {
-    /// Configuration the transaction started in.
-    pub configuration: u64,
+    /// The view the transaction started in.
+    pub view: ViewId,
     /// Coordinator node.
     pub node: u16,
     /// Coordinator thread.
@@ -158,9 +128,13 @@ impl Writer<'_> {
         self.0.extend_from_slice(bytes);
         self
     }
+    /// A view id.
+    pub fn view(&mut self, view: ViewId) -> &mut Self {
+        self.u64(view.0)
+    }
     /// A transaction id.
     pub fn tx(&mut self, tx: &TxId) -> &mut Self {
-        self.u64(tx.configuration)
+        self.view(tx.view)
             .u16(tx.node)
             .u16(tx.thread)
             .u64(tx.incarnation)
@@ -212,10 +186,14 @@ impl<'a> Reader<'a> {
         let len = usize::from(self.u8()?);
         Key::from_bytes(self.take(len)?).map_err(|_| DecodeError::KeyTooLong)
     }
+    /// A view id.
+    pub fn view(&mut self) -> Result<ViewId, DecodeError> {
+        self.u64().map(ViewId)
+    }
     /// A transaction id.
     pub fn tx(&mut self) -> Result<TxId, DecodeError> {
         Ok(TxId {
-            configuration: self.u64()?,
+            view: self.view()?,
             node: self.u16()?,
             thread: self.u16()?,
             incarnation: self.u64()?,
@@ -780,6 +758,107 @@ pub fn decode_count_response(bytes: &[u8]) -> Result<Option<u64>, DecodeError> {
     Ok(count)
 }
 
+/// Proptest strategies for the messages' fields, shared by the round-trip tests of every
+/// module that encodes messages.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use super::*;
+    use ferrotx_store::KEY_BYTES_MAX;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Any transaction id.
+    pub(crate) fn tx() -> impl Strategy<Value = TxId> {
+        (
+            any::<u64>(),
+            any::<u16>(),
+            any::<u16>(),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(view, node, thread, incarnation, counter)| TxId {
+                view: ViewId(view),
+                node,
+                thread,
+                incarnation,
+                counter,
+            })
+    }
+
+    /// Any key the store accepts.
+    pub(crate) fn key() -> impl Strategy<Value = Key> {
+        vec(any::<u8>(), 0..=KEY_BYTES_MAX).prop_map(|b| Key::from_bytes(&b).expect("short"))
+    }
+
+    /// Any table.
+    pub(crate) fn table() -> impl Strategy<Value = TableId> {
+        any::<u16>().prop_map(TableId)
+    }
+
+    /// Small byte strings (values, records, notes).
+    pub(crate) fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        vec(any::<u8>(), 0..40)
+    }
+
+    /// Any write.
+    pub(crate) fn write() -> impl Strategy<Value = Write> {
+        (
+            any::<u32>(),
+            table(),
+            key(),
+            any::<u64>(),
+            proptest::option::of(bytes()),
+        )
+            .prop_map(|(partition, table, key, version, value)| Write {
+                partition,
+                table,
+                key,
+                version,
+                value,
+            })
+    }
+
+    /// Any object read.
+    pub(crate) fn read_item() -> impl Strategy<Value = ReadItem> {
+        (any::<u32>(), table(), key(), any::<u64>()).prop_map(|(partition, table, key, version)| {
+            ReadItem {
+                partition,
+                table,
+                key,
+                version,
+            }
+        })
+    }
+
+    /// Any record.
+    pub(crate) fn record() -> impl Strategy<Value = LockRecord> {
+        (
+            tx(),
+            vec(any::<u32>(), 0..6),
+            vec(write(), 0..6),
+            any::<u64>(),
+        )
+            .prop_map(|(tx, partitions, writes, truncate_up_to)| LockRecord {
+                tx,
+                partitions,
+                writes,
+                truncate_up_to,
+            })
+    }
+
+    /// Any READ status.
+    pub(crate) fn read_status() -> impl Strategy<Value = ReadStatus> {
+        prop_oneof![
+            Just(ReadStatus::Present),
+            Just(ReadStatus::Absent),
+            Just(ReadStatus::Locked),
+            Just(ReadStatus::Contended),
+            Just(ReadStatus::Refused),
+            Just(ReadStatus::Recovering),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -848,7 +927,7 @@ mod tests {
     fn record() -> LockRecord {
         LockRecord {
             tx: TxId {
-                configuration: 3,
+                view: ViewId(3),
                 node: 1,
                 thread: 2,
                 incarnation: 5,
@@ -955,6 +1034,95 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn records_round_trip(record in strategies::record(), note in strategies::bytes()) {
+            let mut buf = Vec::new();
+            record.encode(&mut buf);
+            prop_assert_eq!(
+                LockRecord::encoded_len(record.partitions.len(), &record.writes),
+                buf.len()
+            );
+            append_record_note(&note, &mut buf);
+            prop_assert_eq!(LockRecord::decode(&buf), Ok(record.clone()));
+            let view = RecordView::parse(&buf).unwrap();
+            prop_assert_eq!(view.tx, record.tx);
+            prop_assert_eq!(view.truncate_up_to, record.truncate_up_to);
+            prop_assert_eq!(view.partitions().collect::<Vec<_>>(), record.partitions.clone());
+            prop_assert_eq!(view.note(), &note[..]);
+            for (seen, sent) in view.writes().zip(&record.writes) {
+                prop_assert_eq!(
+                    (seen.partition, seen.table, seen.key, seen.version, seen.value),
+                    (sent.partition, sent.table, sent.key, sent.version, sent.value.as_deref())
+                );
+            }
+            // The versions a primary locked at, written into the record in place.
+            let versions: Vec<u8> = (0..record.writes.len() as u64)
+                .flat_map(|v| (v * 7).to_le_bytes())
+                .collect();
+            set_record_versions(&mut buf, &versions).unwrap();
+            let locked = LockRecord::decode(&buf).unwrap();
+            for (i, write) in locked.writes.iter().enumerate() {
+                prop_assert_eq!(write.version, i as u64 * 7);
+            }
+        }
+
+        #[test]
+        fn requests_and_answers_round_trip(
+            items in proptest::collection::vec(strategies::read_item(), 0..6),
+            (partition, table, key) in (any::<u32>(), strategies::table(), strategies::key()),
+            (status, version, value) in (strategies::read_status(), any::<u64>(), strategies::bytes()),
+            (tx, coordinator, mark) in (strategies::tx(), any::<(u16, u16, u64)>(), any::<u64>()),
+            (cursor, count) in (any::<u64>(), any::<u32>()),
+            objects in proptest::collection::vec((strategies::key(), strategies::bytes()), 0..6),
+            counted in proptest::option::of(any::<u64>()),
+        ) {
+            let mut buf = Vec::new();
+            encode_validate(&items, &mut buf);
+            prop_assert_eq!(decode_validate(&buf), Ok(items));
+
+            buf.clear();
+            encode_read(partition, table, &key, &mut buf);
+            prop_assert_eq!(decode_read(&buf), Ok((partition, table, key)));
+
+            buf.clear();
+            encode_read_response(status, version, &value, &mut buf);
+            prop_assert_eq!(decode_read_response(&buf), Ok((status, version, &value[..])));
+
+            buf.clear();
+            encode_truncate(coordinator, mark, &mut buf);
+            prop_assert_eq!(decode_truncate(&buf), Ok((coordinator, mark)));
+
+            buf.clear();
+            encode_tx(&tx, &mut buf);
+            prop_assert_eq!(decode_tx(&buf), Ok(tx));
+
+            buf.clear();
+            encode_scan(partition, table, cursor, count, &mut buf);
+            prop_assert_eq!(
+                decode_scan(&buf),
+                Ok(ScanRequest { partition, table, cursor, count })
+            );
+
+            buf.clear();
+            start_scan_response(&mut buf);
+            for (key, value) in &objects {
+                push_scan_object(key, value, &mut buf);
+            }
+            finish_scan_response(cursor, count, objects.len(), &mut buf);
+            prop_assert_eq!(
+                decode_scan_response(&buf),
+                Ok(Some(ScanPage { next_cursor: cursor, visited: count, objects }))
+            );
+
+            buf.clear();
+            encode_count(partition, table, &mut buf);
+            prop_assert_eq!(decode_count(&buf), Ok((partition, table)));
+
+            buf.clear();
+            encode_count_response(counted, &mut buf);
+            prop_assert_eq!(decode_count_response(&buf), Ok(counted));
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             // The view accepts exactly the records decode accepts.

@@ -11,18 +11,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrotx_rpc::{Engine, HandlerError};
 use ferrotx_store::{Memory, Partition, VERSION_MAX};
+use ferrotx_wire::{RequestType, ViewId};
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use ferrotx_store::Key;
 
+use crate::answer::Answer;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
-    encode_read_response, finish_scan_response, request_type, set_record_versions,
-    start_scan_response,
+    encode_read_response, finish_scan_response, set_record_versions, start_scan_response,
 };
-use crate::recovery::request_type as rt;
 use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_page;
 
@@ -32,7 +32,7 @@ pub(crate) use recovery::HeldRecord;
 pub use recovery::RecoveryStats;
 
 /// A recovery coordinator's entry for a transaction first heard of in `view`.
-pub(crate) fn recovery_entry(view: u64) -> recovery::Recovering {
+pub(crate) fn recovery_entry(view: ViewId) -> recovery::Recovering {
     recovery::Recovering {
         view,
         partitions: Vec::new(),
@@ -195,7 +195,7 @@ pub struct ParticipantStats {
     /// LOCK requests refused (a version changed, an object locked, a bad write).
     pub locks_refused: u64,
     /// LOCK requests refused for memory: this node past its limit, or a copy of the
-    /// partition on a node past its ([`OUT_OF_MEMORY`]; not the simulator's fault point).
+    /// partition on a node past its ([`Answer::OutOfMemory`]; not the simulator's fault point).
     pub locks_refused_memory: u64,
     /// Transactions installed by COMMIT-PRIMARY.
     pub commits: u64,
@@ -251,7 +251,7 @@ pub struct Participant {
     stats: ParticipantStats,
     /// The view this participant serves (LOCK and COMMIT-* of older views are
     /// recovery's).
-    configuration: u64,
+    view: ViewId,
     /// Recovery's state in this thread (docs/recovery.md).
     pub(crate) recovery: recovery::RecoveryState,
     /// Results of shipped operations whose records this replica applied (or whose batch
@@ -263,15 +263,9 @@ pub struct Participant {
     /// The worker's clock (reservations expire by it); none: time stands at 0.
     clock: Option<std::rc::Weak<ferrotx_exec::Shared>>,
     /// The node's memory budget: past its limit, LOCK refuses writes that would grow
-    /// the store ([`OUT_OF_MEMORY`]).
+    /// the store ([`Answer::OutOfMemory`]).
     memory: Arc<Memory>,
 }
-
-/// LOCK's answer when a write would grow the store of a partition whose primary (this
-/// node) is past its memory limit, or with a copy on a node past its: nothing was locked
-/// (the other answers: 0 refused, 1 granted, then the versions, and
-/// [`crate::recovery::UNDECIDED`]).
-pub const OUT_OF_MEMORY: u8 = 3;
 
 /// A participant's handler of one request type, as `register` installs them.
 pub type ParticipantHandler = fn(&mut Participant, &[u8], &mut Vec<u8>) -> Result<(), HandlerError>;
@@ -293,7 +287,7 @@ impl Participant {
             scan_scratch: Vec::new(),
             fetch_locked: Vec::new(),
             stats: ParticipantStats::default(),
-            configuration: 0,
+            view: ViewId::NONE,
             recovery: recovery::RecoveryState::default(),
             shipped: crate::ship::ShipResults::new(crate::ship::RESULTS_MAX),
             aged_locks: HashMap::with_hasher(FixedState::with_seed(0)),
@@ -328,8 +322,8 @@ impl Participant {
     /// roles). A backup promoted to primary applies nothing here: its partition is
     /// blocked until transaction-state recovery decided every transaction its replicas
     /// hold records of, and applied the committed ones (docs/recovery.md).
-    pub fn set_store(&mut self, configuration: u64, store: Arc<NodeStore>) {
-        self.configuration = self.configuration.max(configuration);
+    pub fn set_store(&mut self, view: ViewId, store: Arc<NodeStore>) {
+        self.view = self.view.max(view);
         self.store = store;
         // The new store holds no reservations: the owners' next attempts reserve again.
         self.aged_locks.clear();
@@ -345,35 +339,47 @@ impl Participant {
         self.locked.len()
     }
 
-    /// Registers this participant's handlers on `engine`.
+    /// The handler of `request_type`, if participants handle it: the one table of which
+    /// request of the registry ([`RequestType`]) runs what here, for the engine
+    /// ([`Participant::register`]) and for a coordinator's requests to its own node.
+    pub fn handler(request_type: RequestType) -> Option<ParticipantHandler> {
+        let handler: ParticipantHandler = match request_type {
+            RequestType::Read => Self::read,
+            RequestType::Lock => Self::lock,
+            RequestType::LockAged => Self::lock_aged,
+            RequestType::Validate => Self::validate,
+            RequestType::ValidateAged => Self::validate_aged,
+            RequestType::CommitBackup => Self::commit_backup,
+            RequestType::CommitPrimary => Self::commit_primary,
+            RequestType::Abort => Self::abort,
+            RequestType::Truncate => Self::truncate_message,
+            RequestType::Scan => Self::scan,
+            RequestType::Count => Self::count,
+            RequestType::Fetch => Self::fetch,
+            RequestType::ReclaimCheck => Self::reclaim_check,
+            RequestType::Reclaim => Self::reclaim,
+            RequestType::NeedRecovery => Self::need_recovery,
+            RequestType::ReplicateTxState => Self::replicate_tx_state,
+            RequestType::RecoveryVote => Self::recovery_vote,
+            RequestType::RequestVote => Self::request_vote,
+            RequestType::CommitRecovery => Self::commit_recovery,
+            RequestType::AbortRecovery => Self::abort_recovery,
+            RequestType::TruncateRecovery => Self::truncate_recovery,
+            // The engine's own, and SHIP's queue (`crate::ship::Shipping::register`).
+            RequestType::Connect | RequestType::Ship => return None,
+        };
+        Some(handler)
+    }
+
+    /// Registers this participant's handlers ([`Participant::handler`]) on `engine`.
     pub fn register(participant: &Rc<RefCell<Self>>, engine: &mut Engine) {
-        let handlers: [(u8, ParticipantHandler); 21] = [
-            (request_type::TRUNCATE, Self::truncate_message),
-            (request_type::READ, Self::read),
-            (request_type::LOCK, Self::lock),
-            (request_type::LOCK_AGED, Self::lock_aged),
-            (request_type::VALIDATE, Self::validate),
-            (request_type::VALIDATE_AGED, Self::validate_aged),
-            (request_type::COMMIT_BACKUP, Self::commit_backup),
-            (request_type::COMMIT_PRIMARY, Self::commit_primary),
-            (request_type::ABORT, Self::abort),
-            (request_type::SCAN, Self::scan),
-            (request_type::COUNT, Self::count),
-            (crate::refill::FETCH, Self::fetch),
-            (crate::reclaim::RECLAIM_CHECK, Self::reclaim_check),
-            (crate::reclaim::RECLAIM, Self::reclaim),
-            (rt::NEED_RECOVERY, Self::need_recovery),
-            (rt::REPLICATE_TX_STATE, Self::replicate_tx_state),
-            (rt::RECOVERY_VOTE, Self::recovery_vote),
-            (rt::REQUEST_VOTE, Self::request_vote),
-            (rt::COMMIT_RECOVERY, Self::commit_recovery),
-            (rt::ABORT_RECOVERY, Self::abort_recovery),
-            (rt::TRUNCATE_RECOVERY, Self::truncate_recovery),
-        ];
-        for (request_type, handler) in handlers {
+        for &request_type in RequestType::ALL {
+            let Some(handler) = Self::handler(request_type) else {
+                continue;
+            };
             let participant = participant.clone();
             engine.register(
-                request_type,
+                request_type.into(),
                 Box::new(move |request, response| {
                     participant
                         .borrow_mut()
@@ -452,15 +458,15 @@ impl Participant {
     }
 
     /// RECLAIM ([`crate::reclaim`]): raise the keys' floors, then free the tombstones
-    /// named that are still at their versions. Answers 0 if this node has no copy or
-    /// could not raise a floor (the primary then keeps its tombstones).
+    /// named that are still at their versions. Answers [`Answer::Refused`] if this node
+    /// has no copy or could not raise a floor (the primary then keeps its tombstones).
     pub fn reclaim(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         let request = crate::reclaim::decode_reclaim(payload).map_err(|_| MALFORMED)?;
         let done = self
             .store
             .get_any(request.partition)
             .and_then(|copy| crate::reclaim::apply_reclaim(&request, copy));
-        response.push(u8::from(done.is_some()));
+        Answer::granted_if(done.is_some()).encode(response);
         Ok(())
     }
 
@@ -492,9 +498,11 @@ impl Participant {
     }
 
     /// LOCK (FaRM 4 step 1): lock every written object at the version read (or, for a
-    /// blind write, at whatever version it has), or none. Answers 0 if not all were
-    /// locked; else 1, then the version each write was locked at (8 bytes each, in the
-    /// record's order), which a blind write's coordinator sends on to the backups.
+    /// blind write, at whatever version it has), or none. Answers [`Answer::Refused`] if
+    /// not all were locked ([`Answer::OutOfMemory`] if refused for memory,
+    /// [`Answer::Undecided`] for an older view's); else [`Answer::Granted`], then the
+    /// version each write was locked at (8 bytes each, in the record's order), which a
+    /// blind write's coordinator sends on to the backups.
     pub fn lock(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         self.lock_as(None, payload, response)
     }
@@ -525,9 +533,9 @@ impl Participant {
             // bound (issue 29).
             return Err(HandlerError("a LOCK with no writes"));
         }
-        if record.tx.configuration < self.configuration {
+        if record.tx.view < self.view {
             // A commit of an older view: its outcome is recovery's.
-            response.push(crate::recovery::UNDECIDED);
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         self.note_mark(&record);
@@ -541,7 +549,7 @@ impl Participant {
         // locks and aborts with a conflict, as it must for a real one.
         if ferrotx_buggify::fires("txn.participant.lock.refuse") {
             self.stats.locks_refused += 1;
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         // Past the memory limit, a write that would grow the store (a new key, a larger
@@ -555,10 +563,10 @@ impl Participant {
         {
             // Only real refusals are counted.
             self.stats.locks_refused_memory += u64::from(out_of_memory);
-            response.push(OUT_OF_MEMORY);
+            Answer::OutOfMemory.encode(response);
             return Ok(());
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         let mut taken = 0;
         // The clock is read only where reservations are (contention).
         let reservations = self.store.reservations();
@@ -627,7 +635,7 @@ impl Participant {
             }
             self.stats.locks_refused += 1;
             response.clear();
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         self.stats.locks_granted += 1;
@@ -669,7 +677,8 @@ impl Participant {
             .any(|write| (over || self.memory.crowded(write.partition)) && self.grows(&write))
     }
 
-    /// VALIDATE (step 2): 1 if every object is unlocked at the version read, else 0.
+    /// VALIDATE (step 2): [`Answer::Granted`] if every object is unlocked at the version
+    /// read, else [`Answer::Refused`].
     pub fn validate(&mut self, payload: &[u8], response: &mut Vec<u8>) -> Result<(), HandlerError> {
         self.validate_as(None, payload, response)
     }
@@ -697,7 +706,7 @@ impl Participant {
         // commit had changed it; the transaction aborts (read-write: before anything was
         // logged) with a conflict. Failing validation is always safe; passing it is not.
         if ferrotx_buggify::fires("txn.participant.validate.refuse") {
-            response.push(0);
+            Answer::Refused.encode(response);
             return Ok(());
         }
         let valid = items.iter().all(|item| {
@@ -723,7 +732,7 @@ impl Participant {
                 }
             }
         }
-        response.push(u8::from(valid));
+        Answer::granted_if(valid).encode(response);
         Ok(())
     }
 
@@ -735,8 +744,8 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let record = RecordView::parse(payload).map_err(|_| MALFORMED)?;
-        if record.tx.configuration < self.configuration {
-            response.push(crate::recovery::UNDECIDED);
+        if record.tx.view < self.view {
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         for write in record.writes() {
@@ -782,7 +791,7 @@ impl Participant {
             self.stats.records_logged += 1;
             self.stats.log_records_high_water = self.stats.log_records_high_water.max(len);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -794,7 +803,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (coordinator, mark) = decode_truncate(payload).map_err(|_| MALFORMED)?;
         self.truncate(coordinator, mark);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -850,12 +859,12 @@ impl Participant {
         response: &mut Vec<u8>,
     ) -> Result<(), HandlerError> {
         let tx = decode_tx(payload).map_err(|_| MALFORMED)?;
-        if tx.configuration < self.configuration {
-            response.push(crate::recovery::UNDECIDED);
+        if tx.view < self.view {
+            Answer::Undecided.encode(response);
             return Ok(());
         }
         self.install_locked(&tx);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -934,7 +943,7 @@ impl Participant {
             self.stats.aborts += 1;
             self.recycle(bytes);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 

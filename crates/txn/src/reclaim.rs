@@ -34,14 +34,8 @@
 
 use ferrotx_store::{Key, Partition, TableId};
 
+use crate::answer::Answer;
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, Writer};
-
-/// The request type of RECLAIM-CHECK: is each key's delete applied here, with no older
-/// write of it waiting in this thread's logs?
-pub const RECLAIM_CHECK: u8 = 30;
-
-/// The request type of RECLAIM: raise these keys' floors, then free their tombstones.
-pub const RECLAIM: u8 = 31;
 
 /// Most keys one round names.
 pub const RECLAIM_KEYS_MAX: usize = 256;
@@ -113,7 +107,8 @@ pub fn decode_reclaim(bytes: &[u8]) -> Result<ReclaimRequest, DecodeError> {
 
 /// RECLAIM-CHECK's answer for the keys of `request` on `copy` (`None`: this node has no
 /// copy of the partition, refused), with `pending(key)` true if a record of this
-/// thread's logs writes the key: 1 then one byte per key, 1 if clear.
+/// thread's logs writes the key: [`Answer::Granted`] then one byte per key, 1 if clear;
+/// or [`Answer::Refused`].
 pub fn answer_check(
     request: &ReclaimRequest,
     copy: Option<&Partition>,
@@ -121,10 +116,10 @@ pub fn answer_check(
     response: &mut Vec<u8>,
 ) {
     let Some(copy) = copy else {
-        response.push(0);
+        Answer::Refused.encode(response);
         return;
     };
-    response.push(1);
+    Answer::Granted.encode(response);
     let mut value = Vec::new();
     for (key, version) in &request.keys {
         let applied = matches!(
@@ -153,17 +148,22 @@ pub fn apply_reclaim(request: &ReclaimRequest, copy: &Partition) -> Option<usize
     )
 }
 
-/// Decodes RECLAIM-CHECK's answer for `keys` keys: which are clear, or `None` if refused
-/// or malformed.
+/// Decodes RECLAIM-CHECK's answer ([`answer_check`]) for `keys` keys: which are clear,
+/// or `None` if refused or malformed.
 pub fn decode_check_response(bytes: &[u8], keys: usize) -> Option<Vec<bool>> {
-    let (&status, clear) = bytes.split_first()?;
-    (status == 1 && clear.len() == keys).then(|| clear.iter().map(|&b| b == 1).collect())
+    let (status, clear) = Answer::decode_prefix(bytes).ok()?;
+    if status != Answer::Granted || clear.len() != keys || clear.iter().any(|&b| b > 1) {
+        return None;
+    }
+    Some(clear.iter().map(|&b| b == 1).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::strategies;
     use ferrotx_store::{PartitionId, TableSpec};
+    use proptest::prelude::*;
 
     #[test]
     fn requests_round_trip_and_forged_counts_are_refused() {
@@ -235,5 +235,41 @@ mod tests {
         let read = copy.read(table, &Key::from(0), &mut out).unwrap().unwrap();
         assert_eq!((read.version, read.present), (4, false));
         assert_eq!(copy.apply(table, &Key::from(0), 6, Some(&[1; 8])), Ok(true));
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_round_trips(
+            partition in any::<u32>(),
+            table in strategies::table(),
+            keys in proptest::collection::vec((strategies::key(), any::<u64>()), 0..8),
+        ) {
+            let request = ReclaimRequest { partition, table, keys };
+            let mut bytes = Vec::new();
+            encode_reclaim(&request, &mut bytes);
+            prop_assert_eq!(decode_reclaim(&bytes), Ok(request));
+        }
+
+        #[test]
+        fn any_check_answer_round_trips(clear in proptest::option::of(proptest::collection::vec(any::<bool>(), 0..8))) {
+            // The encoder's shape ([`answer_check`] reads a partition): the status, then
+            // a byte per key.
+            let mut bytes = Vec::new();
+            match &clear {
+                None => Answer::Refused.encode(&mut bytes),
+                Some(clear) => {
+                    Answer::Granted.encode(&mut bytes);
+                    bytes.extend(clear.iter().map(|&c| u8::from(c)));
+                }
+            }
+            let keys = clear.as_ref().map_or(0, Vec::len);
+            prop_assert_eq!(decode_check_response(&bytes, keys), clear);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), keys in 0usize..8) {
+            let _ = decode_reclaim(&bytes);
+            let _ = decode_check_response(&bytes, keys);
+        }
     }
 }

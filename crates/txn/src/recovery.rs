@@ -3,27 +3,9 @@
 //! change. The participant side is in `participant::recovery`, the driver that runs the
 //! steps in `coordinator::recovery`.
 
+use crate::answer::Answer;
 use crate::messages::{DecodeError, ITEMS_MAX, Reader, TxId, Writer};
-
-/// RPC request types of recovery (after the commit protocol's).
-pub mod request_type {
-    /// A backup's records of transactions older than the view, to the partition's
-    /// primary (FaRM's NEED-RECOVERY, carrying the records: FETCH-TX-STATE and
-    /// SEND-TX-STATE are folded into it).
-    pub const NEED_RECOVERY: u8 = 19;
-    /// A primary's copy of a record to a backup that lacked it (REPLICATE-TX-STATE).
-    pub const REPLICATE_TX_STATE: u8 = 20;
-    /// A partition's vote on a recovering transaction, to its recovery coordinator.
-    pub const RECOVERY_VOTE: u8 = 21;
-    /// A recovery coordinator asks a partition's primary for its vote.
-    pub const REQUEST_VOTE: u8 = 22;
-    /// The decision: commit at every replica.
-    pub const COMMIT_RECOVERY: u8 = 23;
-    /// The decision: abort at every replica.
-    pub const ABORT_RECOVERY: u8 = 24;
-    /// Every replica acknowledged the decision: forget it.
-    pub const TRUNCATE_RECOVERY: u8 = 25;
-}
+use ferrotx_wire::ViewId;
 
 /// What a replica holds of a transaction, or a partition's vote on it (FaRM 5.3 step 6).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -106,13 +88,6 @@ pub fn decide(votes: impl IntoIterator<Item = Option<Vote>>) -> Option<bool> {
     }
 }
 
-/// The answer of a primary asked for a vote before it gathered its backups' records.
-pub const NOT_READY: u8 = 0xff;
-
-/// The answer of a participant to LOCK, COMMIT-BACKUP or COMMIT-PRIMARY of a transaction
-/// of an older view: its outcome is recovery's ("undecided"), never "aborted".
-pub const UNDECIDED: u8 = 2;
-
 /// The recovery coordinator of `tx` in a view whose members are `members` (node,
 /// incarnation), in order: `tx`'s own coordinator thread if that life is a member, else
 /// the same thread of a member chosen by hashing `tx` (so every primary picks the same
@@ -130,7 +105,7 @@ pub fn recovery_coordinator(tx: &TxId, members: &[(u16, u64)]) -> u16 {
     // A fixed mix of the id (FNV-1a over its fields): the same on every node.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for v in [
-        tx.configuration,
+        tx.view.0,
         u64::from(tx.node),
         u64::from(tx.thread),
         tx.incarnation,
@@ -163,14 +138,14 @@ pub struct Held<'a> {
 /// up whose primary is the destination, records it holds. A backup's records may take
 /// several messages; `last` marks its final one.
 pub fn encode_need_recovery(
-    view: u64,
+    view: ViewId,
     from: u16,
     last: bool,
     parts: &[(u32, Vec<Held<'_>>)],
     out: &mut Vec<u8>,
 ) {
     let mut w = Writer(out);
-    w.u64(view)
+    w.view(view)
         .u16(from)
         .u8(u8::from(last))
         .u16(parts.len() as u16);
@@ -195,12 +170,12 @@ pub fn held_encoded_len(held: &Held<'_>) -> usize {
 
 /// What a NEED-RECOVERY message carries: view, sender, whether it is the sender's last,
 /// and records per partition.
-pub type NeedRecovery<'a> = (u64, u16, bool, Vec<(u32, Vec<Held<'a>>)>);
+pub type NeedRecovery<'a> = (ViewId, u16, bool, Vec<(u32, Vec<Held<'a>>)>);
 
 /// Decodes NEED-RECOVERY.
 pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let from = r.u16()?;
     let last = match r.u8()? {
         0 => false,
@@ -242,14 +217,14 @@ pub fn decode_need_recovery(bytes: &[u8]) -> Result<NeedRecovery<'_>, DecodeErro
 }
 
 /// Encodes REPLICATE-TX-STATE: view, partition, and the record.
-pub fn encode_replicate(view: u64, partition: u32, record: &[u8], out: &mut Vec<u8>) {
-    Writer(out).u64(view).u32(partition).bytes(record);
+pub fn encode_replicate(view: ViewId, partition: u32, record: &[u8], out: &mut Vec<u8>) {
+    Writer(out).view(view).u32(partition).bytes(record);
 }
 
 /// Decodes REPLICATE-TX-STATE.
-pub fn decode_replicate(bytes: &[u8]) -> Result<(u64, u32, &[u8]), DecodeError> {
+pub fn decode_replicate(bytes: &[u8]) -> Result<(ViewId, u32, &[u8]), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let partition = r.u32()?;
     let record = r.bytes()?;
     r.finish()?;
@@ -260,7 +235,7 @@ pub fn decode_replicate(bytes: &[u8]) -> Result<(u64, u32, &[u8]), DecodeError> 
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct VoteMessage {
     /// The view the vote is for.
-    pub view: u64,
+    pub view: ViewId,
     /// The partition voting.
     pub partition: u32,
     /// The transaction.
@@ -276,7 +251,7 @@ pub fn encode_votes(votes: &[VoteMessage], out: &mut Vec<u8>) {
     let mut w = Writer(out);
     w.u16(votes.len() as u16);
     for m in votes {
-        w.u64(m.view)
+        w.view(m.view)
             .u32(m.partition)
             .tx(&m.tx)
             .u8(m.vote as u8)
@@ -296,7 +271,7 @@ pub fn decode_votes(bytes: &[u8]) -> Result<Vec<VoteMessage>, DecodeError> {
     }
     let mut votes = Vec::with_capacity(n);
     for _ in 0..n {
-        let view = r.u64()?;
+        let view = r.view()?;
         let partition = r.u32()?;
         let tx = r.tx()?;
         let vote = Vote::from_u8(r.u8()?).ok_or(DecodeError::Invalid)?;
@@ -318,19 +293,36 @@ pub fn decode_votes(bytes: &[u8]) -> Result<Vec<VoteMessage>, DecodeError> {
 }
 
 /// Encodes REQUEST-VOTE: a view and (partition, transaction) pairs; the answer is one
-/// byte per pair, the vote or [`NOT_READY`].
-pub fn encode_request_votes(view: u64, asks: &[(u32, TxId)], out: &mut Vec<u8>) {
+/// byte per pair ([`encode_vote_answer`]).
+pub fn encode_request_votes(view: ViewId, asks: &[(u32, TxId)], out: &mut Vec<u8>) {
     let mut w = Writer(out);
-    w.u64(view).u16(asks.len() as u16);
+    w.view(view).u16(asks.len() as u16);
     for (p, tx) in asks {
         w.u32(*p).tx(tx);
     }
 }
 
+/// Appends one pair's byte of REQUEST-VOTE's answer: the vote, or [`Answer::NotReady`]
+/// (`None`) while the primary has not gathered the partition's records.
+pub fn encode_vote_answer(vote: Option<Vote>, out: &mut Vec<u8>) {
+    match vote {
+        Some(vote) => out.push(vote as u8),
+        None => Answer::NotReady.encode(out),
+    }
+}
+
+/// Decodes one pair's byte of REQUEST-VOTE's answer: `None` for not ready.
+pub fn decode_vote_answer(byte: u8) -> Result<Option<Vote>, DecodeError> {
+    if byte == Answer::NotReady as u8 {
+        return Ok(None);
+    }
+    Vote::from_u8(byte).map(Some).ok_or(DecodeError::Invalid)
+}
+
 /// Decodes REQUEST-VOTE.
-pub fn decode_request_votes(bytes: &[u8]) -> Result<(u64, Vec<(u32, TxId)>), DecodeError> {
+pub fn decode_request_votes(bytes: &[u8]) -> Result<(ViewId, Vec<(u32, TxId)>), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let n = usize::from(r.u16()?);
     if n > ITEMS_MAX {
         return Err(DecodeError::Invalid);
@@ -345,18 +337,18 @@ pub fn decode_request_votes(bytes: &[u8]) -> Result<(u64, Vec<(u32, TxId)>), Dec
 /// Encodes COMMIT-RECOVERY or ABORT-RECOVERY: the view, the transaction, and every
 /// partition it writes (kept with the decision, so that a replica that had no record of
 /// it still reports it for the right partitions).
-pub fn encode_decision(view: u64, tx: &TxId, partitions: &[u32], out: &mut Vec<u8>) {
+pub fn encode_decision(view: ViewId, tx: &TxId, partitions: &[u32], out: &mut Vec<u8>) {
     let mut w = Writer(out);
-    w.u64(view).tx(tx).u16(partitions.len() as u16);
+    w.view(view).tx(tx).u16(partitions.len() as u16);
     for &p in partitions {
         w.u32(p);
     }
 }
 
 /// Decodes what [`encode_decision`] wrote.
-pub fn decode_decision(bytes: &[u8]) -> Result<(u64, TxId, Vec<u32>), DecodeError> {
+pub fn decode_decision(bytes: &[u8]) -> Result<(ViewId, TxId, Vec<u32>), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let tx = r.tx()?;
     let n = usize::from(r.u16()?);
     if n > ITEMS_MAX {
@@ -369,14 +361,14 @@ pub fn decode_decision(bytes: &[u8]) -> Result<(u64, TxId, Vec<u32>), DecodeErro
 
 /// Encodes REQUEST-VOTE, COMMIT-RECOVERY, ABORT-RECOVERY and TRUNCATE-RECOVERY: a view,
 /// a partition (`u32::MAX` where none applies) and a transaction.
-pub fn encode_tx_in_view(view: u64, partition: u32, tx: &TxId, out: &mut Vec<u8>) {
-    Writer(out).u64(view).u32(partition).tx(tx);
+pub fn encode_tx_in_view(view: ViewId, partition: u32, tx: &TxId, out: &mut Vec<u8>) {
+    Writer(out).view(view).u32(partition).tx(tx);
 }
 
 /// Decodes what [`encode_tx_in_view`] wrote.
-pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(u64, u32, TxId), DecodeError> {
+pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(ViewId, u32, TxId), DecodeError> {
     let mut r = Reader(bytes);
-    let view = r.u64()?;
+    let view = r.view()?;
     let partition = r.u32()?;
     let tx = r.tx()?;
     r.finish()?;
@@ -386,10 +378,13 @@ pub fn decode_tx_in_view(bytes: &[u8]) -> Result<(u64, u32, TxId), DecodeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::strategies;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
 
     fn tx(counter: u64) -> TxId {
         TxId {
-            configuration: 3,
+            view: ViewId(3),
             node: 1,
             thread: 0,
             incarnation: 7,
@@ -429,9 +424,9 @@ mod tests {
             record: &record,
             partitions: vec![9, 11],
         }];
-        encode_need_recovery(4, 2, true, &[(9, held)], &mut out);
+        encode_need_recovery(ViewId(4), 2, true, &[(9, held)], &mut out);
         let (view, from, last, parts) = decode_need_recovery(&out).unwrap();
-        assert_eq!((view, from, last, parts.len()), (4, 2, true, 1));
+        assert_eq!((view, from, last, parts.len()), (ViewId(4), 2, true, 1));
         assert_eq!(parts[0].1[0].partitions, [9, 11]);
         assert_eq!(parts[0].0, 9);
         assert_eq!(parts[0].1[0].tx, tx(5));
@@ -439,7 +434,7 @@ mod tests {
         assert!(decode_need_recovery(&out[..out.len() - 1]).is_err());
 
         let m = VoteMessage {
-            view: 4,
+            view: ViewId(4),
             partition: 2,
             tx: tx(8),
             partitions: vec![2, 5],
@@ -452,11 +447,17 @@ mod tests {
         assert!(decode_votes(&out).is_err());
 
         out.clear();
-        encode_decision(4, &tx(2), &[1, 3], &mut out);
-        assert_eq!(decode_decision(&out).unwrap(), (4, tx(2), vec![1, 3]));
+        encode_decision(ViewId(4), &tx(2), &[1, 3], &mut out);
+        assert_eq!(
+            decode_decision(&out).unwrap(),
+            (ViewId(4), tx(2), vec![1, 3])
+        );
         out.clear();
-        encode_request_votes(4, &[(3, tx(1))], &mut out);
-        assert_eq!(decode_request_votes(&out).unwrap(), (4, vec![(3, tx(1))]));
+        encode_request_votes(ViewId(4), &[(3, tx(1))], &mut out);
+        assert_eq!(
+            decode_request_votes(&out).unwrap(),
+            (ViewId(4), vec![(3, tx(1))])
+        );
     }
 
     #[test]
@@ -480,5 +481,103 @@ mod tests {
             seen.insert(r);
         }
         assert_eq!(seen.len(), 2);
+    }
+
+    fn vote() -> impl Strategy<Value = Vote> {
+        (0..VOTES.len()).prop_map(|i| VOTES[i])
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_round_trips(
+            (view, from, last, partition) in (any::<u64>(), any::<u16>(), any::<bool>(), any::<u32>()),
+            held in vec((vote(), strategies::tx(), strategies::bytes(), vec(any::<u32>(), 0..4)), 0..4),
+            votes in vec((any::<u64>(), any::<u32>(), strategies::tx(), vec(any::<u32>(), 0..4), vote()), 0..4),
+            asks in vec((any::<u32>(), strategies::tx()), 0..4),
+            tx in strategies::tx(),
+            partitions in vec(any::<u32>(), 0..4),
+            answer in proptest::option::of(vote()),
+        ) {
+            let view = ViewId(view);
+            let mut out = Vec::new();
+            let sent: Vec<Held<'_>> = held
+                .iter()
+                .map(|(vote, tx, record, partitions)| Held {
+                    vote: *vote,
+                    tx: *tx,
+                    record,
+                    partitions: partitions.clone(),
+                })
+                .collect();
+            let expected_len: usize = sent.iter().map(held_encoded_len).sum();
+            encode_need_recovery(view, from, last, &[(partition, sent.clone())], &mut out);
+            prop_assert_eq!(out.len(), 8 + 2 + 1 + 2 + 4 + 2 + expected_len);
+            let (v, f, l, parts) = decode_need_recovery(&out).unwrap();
+            prop_assert_eq!((v, f, l, parts.len()), (view, from, last, 1));
+            prop_assert_eq!(parts[0].0, partition);
+            prop_assert_eq!(parts[0].1.len(), sent.len());
+            for (got, want) in parts[0].1.iter().zip(&sent) {
+                prop_assert_eq!(
+                    (got.vote, got.tx, got.record, &got.partitions),
+                    (want.vote, want.tx, want.record, &want.partitions)
+                );
+            }
+
+            out.clear();
+            encode_replicate(view, partition, &partitions_bytes(&partitions), &mut out);
+            prop_assert_eq!(
+                decode_replicate(&out),
+                Ok((view, partition, &partitions_bytes(&partitions)[..]))
+            );
+
+            let messages: Vec<VoteMessage> = votes
+                .into_iter()
+                .map(|(view, partition, tx, partitions, vote)| VoteMessage {
+                    view: ViewId(view),
+                    partition,
+                    tx,
+                    partitions,
+                    vote,
+                })
+                .collect();
+            out.clear();
+            encode_votes(&messages, &mut out);
+            prop_assert_eq!(decode_votes(&out), Ok(messages));
+
+            out.clear();
+            encode_request_votes(view, &asks, &mut out);
+            prop_assert_eq!(decode_request_votes(&out), Ok((view, asks)));
+
+            out.clear();
+            encode_decision(view, &tx, &partitions, &mut out);
+            prop_assert_eq!(decode_decision(&out), Ok((view, tx, partitions)));
+
+            out.clear();
+            encode_tx_in_view(view, partition, &tx, &mut out);
+            prop_assert_eq!(decode_tx_in_view(&out), Ok((view, partition, tx)));
+
+            out.clear();
+            encode_vote_answer(answer, &mut out);
+            prop_assert_eq!(out.len(), 1);
+            prop_assert_eq!(decode_vote_answer(out[0]), Ok(answer));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in vec(any::<u8>(), 0..200)) {
+            let _ = decode_need_recovery(&bytes);
+            let _ = decode_replicate(&bytes);
+            let _ = decode_votes(&bytes);
+            let _ = decode_request_votes(&bytes);
+            let _ = decode_decision(&bytes);
+            let _ = decode_tx_in_view(&bytes);
+            for &b in &bytes {
+                let _ = decode_vote_answer(b);
+            }
+        }
+    }
+
+    /// Some record bytes.
+    fn partitions_bytes(partitions: &[u32]) -> Vec<u8> {
+        partitions.iter().flat_map(|p| p.to_le_bytes()).collect()
     }
 }

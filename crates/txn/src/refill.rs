@@ -26,9 +26,6 @@ use ferrotx_store::{FLOOR_BUCKETS, Key, Partition, TableId};
 
 use crate::messages::{DecodeError, Reader, Writer};
 
-/// The request type of FETCH: a page of a partition's objects from its primary.
-pub const FETCH: u8 = 29;
-
 /// Most keys one FETCH names (the retries of locked keys) or answers.
 pub const FETCH_KEYS_MAX: usize = 1024;
 
@@ -468,7 +465,9 @@ impl<'a> FetchPage<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::strategies;
     use ferrotx_store::{PartitionId, TableSpec};
+    use proptest::prelude::*;
 
     const T: TableId = TableId(1);
 
@@ -696,5 +695,44 @@ mod tests {
         };
         answer_fetch(&unknown, Some(&p), false, &mut scratch, &mut out);
         assert_eq!(decode_fetch_response(&out).unwrap().0, FetchStatus::Refused);
+    }
+
+    fn what() -> impl Strategy<Value = FetchWhat> {
+        prop_oneof![
+            (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(cursor, count, bytes_max)| {
+                FetchWhat::Page {
+                    cursor,
+                    count,
+                    bytes_max,
+                }
+            }),
+            proptest::collection::vec(strategies::key(), 0..8).prop_map(FetchWhat::Keys),
+            Just(FetchWhat::Floors),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_round_trips(
+            partition in any::<u32>(),
+            table in strategies::table(),
+            what in what(),
+        ) {
+            let request = FetchRequest { partition, table, what };
+            let mut bytes = Vec::new();
+            encode_fetch(&request, &mut bytes);
+            prop_assert_eq!(decode_fetch(&bytes), Ok(request));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_fetch(&bytes);
+            if let Ok((_, Some(page))) = decode_fetch_response(&bytes) {
+                let _ = page.visit(|_| {}, |_| {});
+            }
+            if let Ok((_, Some(page))) = decode_fetch_response(&bytes) {
+                let _ = page.floors();
+            }
+        }
     }
 }

@@ -252,6 +252,7 @@ impl Reservations {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn age(lost: u64, who: u64) -> Age {
         Age { lost, who }
@@ -353,5 +354,23 @@ mod tests {
         // Once they expire, reservations are made again.
         r.reserve(place(u64::MAX), age(1, 1), RESERVATION_NS);
         assert_eq!(r.len(), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn any_age_round_trips(lost in any::<u64>(), who in any::<u64>(), rest in proptest::collection::vec(any::<u8>(), 0..8)) {
+            let mut bytes = Vec::new();
+            age(lost, who).encode(&mut bytes);
+            prop_assert_eq!(bytes.len(), Age::BYTES);
+            bytes.extend_from_slice(&rest);
+            let (decoded, after) = Age::decode(&bytes).unwrap();
+            prop_assert_eq!(decoded, age(lost, who));
+            prop_assert_eq!(after, &rest[..]);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(Age::decode(&bytes).is_some(), bytes.len() >= Age::BYTES);
+        }
     }
 }

@@ -41,14 +41,12 @@ use std::sync::Arc;
 use ferrotx_exec::{Co, Shared, Signal};
 use ferrotx_rpc::{Deferred, Engine, HandlerError};
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 use foldhash::fast::FixedState;
 use hashbrown::hash_map::Entry;
 use hashbrown::{HashMap, HashSet};
 
 use crate::coordinator::{Abort, Coordinator};
-
-/// Request type of SHIP.
-pub const SHIP: u8 = 26;
 
 /// Most operations one batch runs; more wait for the next.
 pub const BATCH_OPERATIONS_MAX: usize = 64;
@@ -232,6 +230,29 @@ pub enum ShipStatus {
 }
 
 impl ShipStatus {
+    /// Appends the answer to a SHIP request: this status, then `body` (the result of
+    /// [`ShipStatus::Done`], the text of [`ShipStatus::Failed`]).
+    fn encode_answer(self, body: &[u8], out: &mut Vec<u8>) {
+        out.push(self as u8);
+        out.extend_from_slice(body);
+    }
+
+    /// The caller's reading of an answer: `None` for [`ShipStatus::Retry`].
+    pub(crate) fn outcome(answer: &[u8]) -> Option<ShipResult> {
+        let (&status, body) = answer.split_first()?;
+        Some(match ShipStatus::from_byte(status) {
+            Some(ShipStatus::Done) => Ok(body.to_vec()),
+            Some(ShipStatus::Retry) => return None,
+            Some(ShipStatus::Unknown) => Err(Abort::OutcomeUnknown),
+            Some(ShipStatus::Conflict) => Err(Abort::Conflict),
+            Some(ShipStatus::TooLarge) => Err(Abort::TooLarge),
+            Some(ShipStatus::OutOfMemory) => Err(Abort::OutOfMemory),
+            // Nothing ran: the caller runs it another way (or, if an earlier request may
+            // have run, reports its outcome unknown).
+            Some(ShipStatus::Split | ShipStatus::Failed) | None => Err(Abort::Protocol),
+        })
+    }
+
     fn from_byte(byte: u8) -> Option<Self> {
         Some(match byte {
             0 => Self::Done,
@@ -585,7 +606,7 @@ impl Shipping {
         let state = self.clone();
         let shared = Rc::downgrade(shared);
         engine.register_deferred(
-            SHIP,
+            RequestType::Ship.into(),
             Box::new(move |request, token| {
                 let Some(shared) = shared.upgrade() else {
                     return;
@@ -687,8 +708,7 @@ impl Shipping {
             (status, body)
         };
         let mut answer = Vec::with_capacity(1 + body.len());
-        answer.push(status as u8);
-        answer.extend_from_slice(body);
+        status.encode_answer(body, &mut answer);
         match token {
             AnswerTo::Remote(token) => {
                 co.engine().respond(*token, Ok(&answer));
@@ -1044,27 +1064,11 @@ async fn attempt(
 /// How the caller's [`Coordinator::ship`] ended.
 pub type ShipResult = Result<Vec<u8>, Abort>;
 
-impl ShipStatus {
-    /// The caller's reading of an answer: `None` for [`ShipStatus::Retry`].
-    pub(crate) fn outcome(answer: &[u8]) -> Option<ShipResult> {
-        let (&status, body) = answer.split_first()?;
-        Some(match ShipStatus::from_byte(status) {
-            Some(ShipStatus::Done) => Ok(body.to_vec()),
-            Some(ShipStatus::Retry) => return None,
-            Some(ShipStatus::Unknown) => Err(Abort::OutcomeUnknown),
-            Some(ShipStatus::Conflict) => Err(Abort::Conflict),
-            Some(ShipStatus::TooLarge) => Err(Abort::TooLarge),
-            Some(ShipStatus::OutOfMemory) => Err(Abort::OutOfMemory),
-            // Nothing ran: the caller runs it another way (or, if an earlier request may
-            // have run, reports its outcome unknown).
-            Some(ShipStatus::Split | ShipStatus::Failed) | None => Err(Abort::Protocol),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
 
     fn origin(seq: u64) -> Origin {
         Origin {
@@ -1217,5 +1221,63 @@ mod tests {
         let other = Key::from_bytes(&[2; 16]).unwrap();
         assert!(!view.put(TableId(1), &other, None));
         assert_eq!(view.get(TableId(1), &other), None);
+    }
+
+    fn any_origin() -> impl Strategy<Value = Origin> {
+        any::<(u16, u16, u64, u64)>().prop_map(|(node, thread, incarnation, seq)| Origin {
+            node,
+            thread,
+            incarnation,
+            seq,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_request_round_trips(
+            origin in any_origin(),
+            procedure in any::<u8>(),
+            partition in any::<u32>(),
+            args in vec(any::<u8>(), 0..40),
+        ) {
+            let mut bytes = Vec::new();
+            encode_ship(&origin, procedure, partition, &args, &mut bytes);
+            prop_assert_eq!(decode_ship(&bytes), Some((origin, procedure, partition, &args[..])));
+        }
+
+        #[test]
+        fn any_answer_round_trips(status in 0u8..8, body in vec(any::<u8>(), 0..40)) {
+            let status = ShipStatus::from_byte(status).expect("0..8 are statuses");
+            let mut answer = Vec::new();
+            status.encode_answer(&body, &mut answer);
+            let expected = match status {
+                ShipStatus::Done => Some(Ok(body.clone())),
+                ShipStatus::Retry => None,
+                ShipStatus::Unknown => Some(Err(Abort::OutcomeUnknown)),
+                ShipStatus::Conflict => Some(Err(Abort::Conflict)),
+                ShipStatus::TooLarge => Some(Err(Abort::TooLarge)),
+                ShipStatus::OutOfMemory => Some(Err(Abort::OutOfMemory)),
+                ShipStatus::Split | ShipStatus::Failed => Some(Err(Abort::Protocol)),
+            };
+            prop_assert_eq!(ShipStatus::outcome(&answer), expected);
+        }
+
+        #[test]
+        fn any_note_round_trips(entries in vec((any_origin(), vec(any::<u8>(), 0..40)), 0..6)) {
+            let note = encode_note(entries.iter().map(|(o, r)| (*o, &r[..])));
+            let decoded: Vec<_> = note_entries(&note).collect();
+            prop_assert_eq!(decoded.len(), entries.len());
+            for ((origin, result), (o, r)) in decoded.into_iter().zip(&entries) {
+                prop_assert_eq!(origin, *o);
+                prop_assert_eq!(result, Some(&r[..]));
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in vec(any::<u8>(), 0..200)) {
+            let _ = decode_ship(&bytes);
+            let _ = ShipStatus::outcome(&bytes);
+            let _ = note_entries(&bytes).count();
+        }
     }
 }

@@ -13,9 +13,8 @@ use ferrotx_rpc::{Config, Engine, HandlerError};
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_transport::{TxBatch, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::{Abort, Coordinator, Placement};
-use ferrotx_txn::messages::request_type;
 use ferrotx_txn::participant::{NodeStore, Participant, Role};
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, RequestType, ViewId};
 
 const TABLE: TableId = TableId(1);
 
@@ -92,7 +91,7 @@ impl Cluster {
         let participant = Rc::new(RefCell::new(Participant::new(Arc::new(NodeStore::new()))));
         let coordinator = Coordinator::new(
             COORDINATOR,
-            1,
+            ViewId(1),
             1,
             participant,
             layout.clone(),
@@ -348,7 +347,7 @@ fn a_refused_commit_backup_aborts_the_commit() {
     let mut cluster = three_nodes();
     put(&mut cluster, 1).unwrap();
     cluster.node(3).engine.register(
-        request_type::COMMIT_BACKUP,
+        RequestType::CommitBackup.into(),
         Box::new(|_, _| Err(HandlerError("refused"))),
     );
     assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
@@ -365,7 +364,7 @@ fn a_malformed_commit_backup_answer_aborts_the_commit() {
     let node = cluster.node(3);
     let participant = node.participant.clone();
     node.engine.register(
-        request_type::COMMIT_BACKUP,
+        RequestType::CommitBackup.into(),
         Box::new(move |request, response| {
             Participant::commit_backup(&mut participant.borrow_mut(), request.payload, response)?;
             response.push(9);
@@ -404,7 +403,7 @@ fn a_lock_granted_without_its_versions_aborts_the_commit() {
     let node = cluster.node(1);
     let participant = node.participant.clone();
     node.engine.register(
-        request_type::LOCK,
+        RequestType::Lock.into(),
         Box::new(move |request, response| {
             Participant::lock(&mut participant.borrow_mut(), request.payload, response)?;
             response.truncate(1);
@@ -421,14 +420,18 @@ fn a_lock_granted_without_its_versions_aborts_the_commit() {
 /// node 1 and delivers, before the coordinator's retransmission, a forged request with a
 /// later number on the same RPC slot: the retransmission is answered `Overtaken`. A lost
 /// request did not run; a lost response's request did.
-fn overtake_first(cluster: &mut Cluster, kind: ferrotx_wire::MessageKind, request_type: u8) {
+fn overtake_first(
+    cluster: &mut Cluster,
+    kind: ferrotx_wire::MessageKind,
+    request_type: RequestType,
+) {
     let forged = cluster.forged.clone();
     let mut lost = false;
     cluster.lose = Some(Box::new(move |source, target, datagram| {
         let datagram = ferrotx_wire::decode(datagram).unwrap();
         let Some(message) = datagram
             .messages()
-            .find(|m| m.kind() == kind && m.header.request_type == request_type)
+            .find(|m| m.kind() == kind && m.header.request_type == u8::from(request_type))
         else {
             return false;
         };
@@ -437,10 +440,17 @@ fn overtake_first(cluster: &mut Cluster, kind: ferrotx_wire::MessageKind, reques
         }
         lost = true;
         let mut buf = Vec::with_capacity(256);
-        ferrotx_wire::start_datagram(&mut buf, COORDINATOR, EndpointId::new(1, 0), 1, 1, 1);
+        ferrotx_wire::start_datagram(
+            &mut buf,
+            COORDINATOR,
+            EndpointId::new(1, 0),
+            ViewId(1),
+            1,
+            1,
+        );
         let fields = ferrotx_wire::MessageFields {
             kind: ferrotx_wire::MessageKind::Request,
-            request_type: request_type::READ,
+            request_type: RequestType::Read.into(),
             status: ferrotx_wire::Status::Ok,
             slot: message.header.slot,
             request_number: message.header.request_number.get() + 3,
@@ -464,7 +474,7 @@ fn a_lock_overtaken_by_a_forged_request_is_released() {
     overtake_first(
         &mut cluster,
         ferrotx_wire::MessageKind::Response,
-        request_type::LOCK,
+        RequestType::Lock,
     );
     assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
     assert_eq!(
@@ -486,7 +496,7 @@ fn a_commit_primary_overtaken_by_a_forged_request_is_sent_again() {
     overtake_first(
         &mut cluster,
         ferrotx_wire::MessageKind::Request,
-        request_type::COMMIT_PRIMARY,
+        RequestType::CommitPrimary,
     );
     assert_eq!(put(&mut cluster, 2), Ok(()));
     assert_eq!(
@@ -511,13 +521,13 @@ fn an_abort_overtaken_by_a_forged_request_is_sent_again() {
     let mut cluster = three_nodes();
     put(&mut cluster, 1).unwrap();
     cluster.node(3).engine.register(
-        request_type::COMMIT_BACKUP,
+        RequestType::CommitBackup.into(),
         Box::new(|_, _| Err(HandlerError("refused"))),
     );
     overtake_first(
         &mut cluster,
         ferrotx_wire::MessageKind::Request,
-        request_type::ABORT,
+        RequestType::Abort,
     );
     assert_eq!(put(&mut cluster, 2), Err(Abort::Protocol));
     assert_eq!(

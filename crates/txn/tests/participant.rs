@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
+use ferrotx_txn::answer::Answer;
 use ferrotx_txn::messages::{
     LockRecord, ReadItem, ReadStatus, ScanPage, TxId, Write, decode_count_response,
     decode_read_response, decode_scan_response, encode_count, encode_read, encode_scan, encode_tx,
@@ -12,6 +13,7 @@ use ferrotx_txn::participant::{
     NodeStore, Participant, ParticipantHandler, Role, SCAN_RESPONSE_BYTES_MAX,
 };
 use ferrotx_txn::reservation::Age;
+use ferrotx_wire::ViewId;
 
 const TABLE: TableId = TableId(1);
 const PRIMARY: u32 = 0;
@@ -29,7 +31,7 @@ fn node() -> (Participant, Arc<Partition>, Arc<Partition>) {
 
 fn tx(counter: u64) -> TxId {
     TxId {
-        configuration: 1,
+        view: ViewId(1),
         node: 2,
         thread: 0,
         incarnation: 1,
@@ -74,8 +76,12 @@ fn read(participant: &mut Participant, partition: u32, key: u64) -> (ReadStatus,
 }
 
 /// A LOCK's answer when granted: 1, then the version each write was locked at.
+/// The one-byte answers, as a participant writes them.
+const GRANTED: [u8; 1] = [Answer::Granted as u8];
+const REFUSED: [u8; 1] = [Answer::Refused as u8];
+
 fn granted(versions: &[u64]) -> Vec<u8> {
-    let mut answer = vec![1];
+    let mut answer = vec![Answer::Granted as u8];
     for v in versions {
         answer.extend_from_slice(&v.to_le_bytes());
     }
@@ -140,7 +146,7 @@ fn a_failed_lock_takes_no_lock_and_abort_releases() {
         vec![write(PRIMARY, 1, 1, 11), write(PRIMARY, 2, 7, 21)],
         0,
     );
-    assert_eq!(call(Participant::lock, &mut p, &stale), [0]);
+    assert_eq!(call(Participant::lock, &mut p, &stale), REFUSED);
     assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
     // A value of the wrong size fails the lock too.
     let mut bad = write(PRIMARY, 1, 1, 0);
@@ -158,7 +164,7 @@ fn a_failed_lock_takes_no_lock_and_abort_releases() {
         ),
         granted(&[1])
     );
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(3)), [1]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(3)), GRANTED);
     assert_eq!(
         read(&mut p, PRIMARY, 1),
         (ReadStatus::Present, 1, 10u64.to_le_bytes().to_vec())
@@ -184,16 +190,16 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
         call(Participant::lock, &mut p, &insert(1, 2)),
         granted(&[0])
     );
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(1)), [1]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(1)), GRANTED);
     // At the limit, an insert still goes (Redis refuses past it, not at it).
     memory.set_store(1 << 20);
     assert_eq!(
         call(Participant::lock, &mut p, &insert(10, 6)),
         granted(&[0])
     );
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(10)), [1]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(10)), GRANTED);
     // Past the limit: an insert (with an update beside it) takes nothing and answers
-    // OUT_OF_MEMORY.
+    // Answer::OutOfMemory.
     memory.set_store((1 << 20) + 1);
     let both = record(
         2,
@@ -202,7 +208,7 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
     );
     assert_eq!(
         call(Participant::lock, &mut p, &both),
-        [ferrotx_txn::participant::OUT_OF_MEMORY]
+        [Answer::OutOfMemory as u8]
     );
     assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
     assert_eq!(p.locked_transactions(), 0);
@@ -230,7 +236,7 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
             &mut p,
             &record(5, vec![write(PRIMARY, 1, 3, 12)], 0)
         ),
-        [ferrotx_txn::participant::OUT_OF_MEMORY]
+        [Answer::OutOfMemory as u8]
     );
     assert_eq!(p.stats().locks_refused_memory, 2);
     // Back under the limit (deletes reclaimed): granted again.
@@ -239,13 +245,13 @@ fn past_its_memory_limit_a_primary_refuses_only_writes_that_grow_it() {
         call(Participant::lock, &mut p, &insert(6, 3)),
         granted(&[0])
     );
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(6)), [1]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(6)), GRANTED);
     // Under its own limit, but the partition has a copy on a node past its limit (the
     // CM's figures): an insert is refused, an update in place is not.
     memory.set_crowded([PRIMARY]);
     assert_eq!(
         call(Participant::lock, &mut p, &insert(7, 4)),
-        [ferrotx_txn::participant::OUT_OF_MEMORY]
+        [Answer::OutOfMemory as u8]
     );
     assert!(
         primary
@@ -282,8 +288,8 @@ fn validation_fails_on_a_changed_or_locked_object() {
         );
         buf
     };
-    assert_eq!(call(Participant::validate, &mut p, &validate(1)), [1]);
-    assert_eq!(call(Participant::validate, &mut p, &validate(0)), [0]);
+    assert_eq!(call(Participant::validate, &mut p, &validate(1)), GRANTED);
+    assert_eq!(call(Participant::validate, &mut p, &validate(0)), REFUSED);
     assert_eq!(
         call(
             Participant::lock,
@@ -422,7 +428,7 @@ fn a_restarted_coordinator_logs_afresh() {
         truncate_up_to: 0,
     }
     .encode(&mut buf);
-    assert_eq!(call(Participant::commit_backup, &mut p, &buf), [1]);
+    assert_eq!(call(Participant::commit_backup, &mut p, &buf), GRANTED);
     assert_eq!(
         p.stats().records_logged,
         3,
@@ -430,7 +436,7 @@ fn a_restarted_coordinator_logs_afresh() {
     );
     let mut flush = Vec::new();
     ferrotx_txn::messages::encode_truncate((2, 0, 2), 1, &mut flush);
-    assert_eq!(call(Participant::truncate_message, &mut p, &flush), [1]);
+    assert_eq!(call(Participant::truncate_message, &mut p, &flush), GRANTED);
     let mut out = Vec::new();
     assert!(
         backup
@@ -506,7 +512,7 @@ fn records_with_versions_past_the_largest_are_refused() {
         vec![write(BACKUP, 1, ferrotx_store::VERSION_MAX - 1, 6)],
         0,
     );
-    assert_eq!(call(Participant::commit_backup, &mut p, &fine), [1]);
+    assert_eq!(call(Participant::commit_backup, &mut p, &fine), GRANTED);
     truncate.clear();
     ferrotx_txn::messages::encode_truncate((2, 0, 1), 4, &mut truncate);
     call(Participant::truncate_message, &mut p, &truncate);
@@ -624,7 +630,7 @@ fn blind_writes_lock_at_the_current_version() {
     assert_eq!(call(Participant::lock, &mut p, &lock), granted(&[1, 0]));
     // Another blind write of key 1 meets the lock.
     let again = record(2, vec![write(PRIMARY, 1, any, 8)], 0);
-    assert_eq!(call(Participant::lock, &mut p, &again), [0]);
+    assert_eq!(call(Participant::lock, &mut p, &again), REFUSED);
     assert_eq!(
         call(Participant::commit_primary, &mut p, &tx_message(1)),
         [1]
@@ -743,12 +749,12 @@ fn abort_drops_a_logged_record_so_truncation_never_applies_it() {
     let mut out = Vec::new();
     for counter in [1, 2] {
         let logged = record(counter, vec![write(BACKUP, 5, counter - 1, counter)], 0);
-        assert_eq!(call(Participant::commit_backup, &mut p, &logged), [1]);
+        assert_eq!(call(Participant::commit_backup, &mut p, &logged), GRANTED);
     }
     // Transaction 2 failed at another backup: its coordinator aborts it everywhere.
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(2)), [1]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(2)), GRANTED);
     let mark = record(3, vec![write(BACKUP, 6, 0, 60)], 2);
-    assert_eq!(call(Participant::commit_backup, &mut p, &mark), [1]);
+    assert_eq!(call(Participant::commit_backup, &mut p, &mark), GRANTED);
     let outcome = backup
         .read(TABLE, &Key::from(5), &mut out)
         .unwrap()
@@ -777,16 +783,16 @@ fn a_transaction_that_lost_reserves_its_objects_until_it_commits() {
     // The aged transaction read key 1 at a stale version: its LOCK fails, but reserves
     // the key for it.
     let stale = aged(loser, &record(1, vec![write(PRIMARY, 1, 9, 11)], 0));
-    assert_eq!(call(Participant::lock_aged, &mut p, &stale), [0]);
+    assert_eq!(call(Participant::lock_aged, &mut p, &stale), REFUSED);
     assert_eq!(p.store().reservations().len(), 1);
     // A first attempt, or one that lost as often with a larger number, is refused...
     let first = record(2, vec![write(PRIMARY, 1, 1, 12)], 0);
-    assert_eq!(call(Participant::lock, &mut p, &first), [0]);
+    assert_eq!(call(Participant::lock, &mut p, &first), REFUSED);
     let later = aged(
         Age { lost: 1, who: 8 },
         &record(3, vec![write(PRIMARY, 1, 1, 13)], 0),
     );
-    assert_eq!(call(Participant::lock_aged, &mut p, &later), [0]);
+    assert_eq!(call(Participant::lock_aged, &mut p, &later), REFUSED);
     // Reads are not refused.
     assert_eq!(read(&mut p, PRIMARY, 1).0, ReadStatus::Present);
     // The owner's next attempt locks it; ABORT keeps the reservation.
@@ -795,8 +801,8 @@ fn a_transaction_that_lost_reserves_its_objects_until_it_commits() {
         &record(4, vec![write(PRIMARY, 1, 1, 14)], 0),
     );
     assert_eq!(call(Participant::lock_aged, &mut p, &again), granted(&[1]));
-    assert_eq!(call(Participant::abort, &mut p, &tx_message(4)), [1]);
-    assert_eq!(call(Participant::lock, &mut p, &first), [0]);
+    assert_eq!(call(Participant::abort, &mut p, &tx_message(4)), GRANTED);
+    assert_eq!(call(Participant::lock, &mut p, &first), REFUSED);
     // Its COMMIT-PRIMARY installs the key and releases the reservation.
     let last = aged(
         loser.after(3),
@@ -839,13 +845,19 @@ fn an_aged_validation_that_fails_reserves_what_it_read() {
         request
     };
     // A validation that passes reserves nothing: nothing would release it.
-    assert_eq!(call(Participant::validate_aged, &mut p, &request(1)), [1]);
+    assert_eq!(
+        call(Participant::validate_aged, &mut p, &request(1)),
+        GRANTED
+    );
     assert!(p.store().reservations().is_empty());
     // One that fails reserves what it read against later writers.
-    assert_eq!(call(Participant::validate_aged, &mut p, &request(0)), [0]);
+    assert_eq!(
+        call(Participant::validate_aged, &mut p, &request(0)),
+        REFUSED
+    );
     assert_eq!(p.store().reservations().len(), 1);
     let writer = record(1, vec![write(PRIMARY, 1, 1, 11)], 0);
-    assert_eq!(call(Participant::lock, &mut p, &writer), [0]);
+    assert_eq!(call(Participant::lock, &mut p, &writer), REFUSED);
     // Objects of partitions this node is not primary of are never reserved.
     let mut backup_item = Vec::new();
     Age { lost: 2, who: 1 }.encode(&mut backup_item);
@@ -858,7 +870,10 @@ fn an_aged_validation_that_fails_reserves_what_it_read() {
         }],
         &mut backup_item,
     );
-    assert_eq!(call(Participant::validate_aged, &mut p, &backup_item), [0]);
+    assert_eq!(
+        call(Participant::validate_aged, &mut p, &backup_item),
+        REFUSED
+    );
     assert_eq!(p.store().reservations().len(), 1);
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_txn::messages::{LockRecord, TxId, Write, encode_tx};
 use ferrotx_txn::participant::{NodeStore, Participant, Role};
+use ferrotx_wire::ViewId;
 
 /// Counts this thread's allocations (other test threads do not disturb the count).
 struct Counting;
@@ -46,7 +47,7 @@ const TABLE: TableId = TableId(1);
 
 fn tx(counter: u64) -> TxId {
     TxId {
-        configuration: 1,
+        view: ViewId(1),
         node: 2,
         thread: 0,
         incarnation: 1,

@@ -7,6 +7,7 @@ use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
 use ferrotx_txn::messages::{LockRecord, TxId, VERSION_ANY, Write, encode_truncate};
 use ferrotx_txn::participant::{NodeStore, Participant, ParticipantHandler, Role};
 use ferrotx_txn::recovery::{encode_decision, encode_replicate};
+use ferrotx_wire::ViewId;
 
 const TABLE: TableId = TableId(1);
 const P: u32 = 0;
@@ -24,7 +25,7 @@ fn node(role: Role) -> (Participant, Arc<Partition>) {
 
 fn tx(counter: u64) -> TxId {
     TxId {
-        configuration: 1,
+        view: ViewId(1),
         node: 2,
         thread: 0,
         incarnation: 1,
@@ -69,13 +70,13 @@ fn value(part: &Partition) -> (u64, u64) {
 
 fn replicate(p: &mut Participant, record: &[u8]) -> Result<Vec<u8>, ()> {
     let mut m = Vec::new();
-    encode_replicate(2, P, record, &mut m);
+    encode_replicate(ViewId(2), P, record, &mut m);
     call(Participant::replicate_tx_state, p, &m)
 }
 
 fn decide(p: &mut Participant, counter: u64, commit: bool) {
     let mut m = Vec::new();
-    encode_decision(2, &tx(counter), &[P], &mut m);
+    encode_decision(ViewId(2), &tx(counter), &[P], &mut m);
     let handler: ParticipantHandler = if commit {
         Participant::commit_recovery
     } else {

@@ -4,7 +4,7 @@ use zerocopy::FromBytes;
 
 use crate::header::{
     EndpointId, FORMAT_VERSION, MAGIC, MAX_MESSAGE_BYTES, MAX_PACKETS_PER_MESSAGE, MessageHeader,
-    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status,
+    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status, ViewId,
 };
 
 /// Why a datagram was rejected. Each variant is counted separately by the receiver.
@@ -106,9 +106,9 @@ impl<'a> Datagram<'a> {
         EndpointId(self.header.target.get())
     }
 
-    /// Configuration id of the sender.
-    pub fn configuration(&self) -> u64 {
-        self.header.configuration.get()
+    /// The sender's view.
+    pub fn view(&self) -> ViewId {
+        ViewId(self.header.view.get())
     }
 
     /// Incarnation of the sending endpoint.
@@ -243,7 +243,7 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut buf = Vec::with_capacity(512);
-        start_datagram(&mut buf, EndpointId(7), EndpointId(9), 3, 11, 13);
+        start_datagram(&mut buf, EndpointId(7), EndpointId(9), ViewId(3), 11, 13);
         let request = MessageFields {
             kind: MessageKind::Request,
             request_type: 4,
@@ -278,7 +278,7 @@ mod tests {
         let d = decode(&buf).unwrap();
         assert_eq!(d.source(), EndpointId(7));
         assert_eq!(d.target(), EndpointId(9));
-        assert_eq!(d.configuration(), 3);
+        assert_eq!(d.view(), ViewId(3));
         assert_eq!(d.incarnation(), 11);
         assert_eq!(d.target_incarnation(), 13);
         let m: Vec<_> = d.messages().collect();
@@ -288,6 +288,16 @@ mod tests {
         assert_eq!(m[0].header.request_number.get(), 100);
         assert_eq!(m[1].kind(), MessageKind::Response);
         assert_eq!(m[1].header.slot, 1);
+    }
+
+    #[test]
+    fn a_view_id_is_a_little_endian_u64_at_bytes_16_to_24() {
+        let mut buf = Vec::with_capacity(512);
+        let view = ViewId(0x0102_0304_0506_0708);
+        start_datagram(&mut buf, EndpointId(7), EndpointId(9), view, 11, 13);
+        assert_eq!(buf[16..24], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(view.to_string(), "72623859790382856");
+        assert_eq!(view.next(), ViewId(0x0102_0304_0506_0709));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 
 use crate::header::{
     EndpointId, FORMAT_VERSION, MAGIC, MessageHeader, MessageKind, PACKET_HEADER_BYTES,
-    PacketHeader, Status,
+    PacketHeader, Status, ViewId,
 };
 
 /// Bytes a message adds to a datagram besides its payload.
@@ -64,7 +64,7 @@ pub fn start_datagram(
     buf: &mut Vec<u8>,
     source: EndpointId,
     target: EndpointId,
-    configuration: u64,
+    view: ViewId,
     incarnation: u64,
     target_incarnation: u64,
 ) {
@@ -78,7 +78,7 @@ pub fn start_datagram(
         reserved: U16::new(0),
         source: U32::new(source.0),
         target: U32::new(target.0),
-        configuration: U64::new(configuration),
+        view: U64::new(view.0),
         incarnation: U64::new(incarnation),
         target_incarnation: U64::new(target_incarnation),
     };

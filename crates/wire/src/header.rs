@@ -56,6 +56,40 @@ impl std::fmt::Display for EndpointId {
     }
 }
 
+/// The id of a view: the cluster's membership and partition map at one time, which
+/// reconfiguration replaces by the next id (FaRM's configuration id, section 5.2; not the
+/// static `Configuration` file). Every datagram carries its sender's, and a node drops
+/// datagrams of another view (precise membership). On the wire, a little-endian u64.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
+pub struct ViewId(pub u64);
+
+impl ViewId {
+    /// The id that precedes every view: a node that has joined none.
+    pub const NONE: ViewId = ViewId(0);
+
+    /// The id as a number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The id of the view that replaces this one.
+    pub const fn next(self) -> ViewId {
+        ViewId(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for ViewId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl From<u64> for ViewId {
+    fn from(id: u64) -> Self {
+        Self(id)
+    }
+}
+
 /// The fixed header at the start of every datagram (40 bytes).
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
 #[repr(C)]
@@ -74,9 +108,9 @@ pub struct PacketHeader {
     pub source: U32,
     /// Endpoint the datagram is for.
     pub target: U32,
-    /// Configuration id of the sender (FaRM's precise membership): a node drops datagrams
-    /// from another configuration.
-    pub configuration: U64,
+    /// [`ViewId`] of the sender (FaRM's precise membership): a node drops datagrams of
+    /// another view.
+    pub view: U64,
     /// Incarnation of the sending endpoint: grows each time its process starts, so that a
     /// receiver can tell a restarted peer (reset its sessions) from a late packet of the
     /// peer's previous life (drop it).

@@ -13,6 +13,7 @@ pub mod batch;
 mod decode;
 mod encode;
 mod header;
+mod request_type;
 
 pub use decode::{Datagram, DecodeError, Message, Messages, decode};
 pub use encode::{
@@ -21,5 +22,6 @@ pub use encode::{
 };
 pub use header::{
     EndpointId, FORMAT_VERSION, MAGIC, MAX_MESSAGE_BYTES, MAX_PACKETS_PER_MESSAGE, MessageHeader,
-    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status,
+    MessageKind, PACKET_HEADER_BYTES, PacketHeader, Status, ViewId,
 };
+pub use request_type::{RequestType, UnknownRequestType};

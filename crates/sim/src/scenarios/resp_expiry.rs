@@ -588,7 +588,7 @@ impl Client {
     ) -> (Vec<RespValue>, Vec<usize>) {
         let start = self.ticks.tick();
         let inv_ns = self.co.now_ns();
-        let configuration = self.coordinator.configuration();
+        let view = self.coordinator.view();
         let indices = {
             let mut log = self.log.borrow_mut();
             let first = log.records.len();
@@ -621,7 +621,7 @@ impl Client {
         let end = self.ticks.tick();
         let comp_ns = self.co.now_ns();
         // A reconfiguration meanwhile may have moved the primary anywhere (membership).
-        let moved = self.coordinator.configuration() != configuration;
+        let moved = self.coordinator.view() != view;
         let every: Vec<u16> = (0..self.clocks.len() as u16).collect();
         let mut log = self.log.borrow_mut();
         for &i in &indices {

@@ -1,19 +1,20 @@
 //! The commit of a transaction (FaRM 4, steps 1-5).
 
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::execution::Txn;
 use super::round::yes;
 use super::{Abort, Placement, buggify_delay};
+use crate::answer::Answer;
 
 /// Longest a commit interrupted by a view change waits for recovery's decision before
 /// it answers [`Abort::OutcomeUnknown`].
 pub const RECOVERY_WAIT_NS: u64 = 3_000_000_000;
 use crate::messages::{
     LockRecord, ReadItem, TxId, VERSION_ANY, Write, append_record_note, encode_record, encode_tx,
-    encode_validate, record_note_len, request_type,
+    encode_validate, record_note_len,
 };
-use crate::participant::{Participant, ParticipantHandler};
 
 /// Times a COMMIT-PRIMARY or ABORT overtaken in the RPC layer is sent in all (see
 /// `Txn::send_again_if_overtaken`): each overtaking takes a forged or broken request, so
@@ -113,7 +114,7 @@ impl Txn<'_> {
         let placement = &*placement_now;
         // The view the placement belongs to: the transaction must be of this view, or its
         // messages would go to one view's nodes under another view's id.
-        let view = coordinator.configuration.get();
+        let view = coordinator.view.get();
         if self
             .writes
             .iter()
@@ -187,7 +188,7 @@ impl Txn<'_> {
         // Log space at every backup, and with it the transaction's id.
         let counter = coordinator.reserve_log_space(self.co, &backups).await?;
         let tx = TxId {
-            configuration: coordinator.configuration.get(),
+            view: coordinator.view.get(),
             node: coordinator.local.node(),
             thread: coordinator.local.thread(),
             incarnation: coordinator.incarnation,
@@ -212,7 +213,7 @@ impl Txn<'_> {
                 .release(&commit.backups, counter);
             abort
         };
-        if tx.configuration != view {
+        if tx.view != view {
             // The view changed while log space was reserved: the primaries and backups
             // computed above are the old view's, and the new one may have others (a
             // promoted primary, a backup being filled) that would never see this commit.
@@ -227,7 +228,7 @@ impl Txn<'_> {
             buggify_delay(self.co).await;
         }
         let result = self.lock(&mut commit).await;
-        if coordinator.configuration() != tx.configuration {
+        if coordinator.view() != tx.view {
             // The view changed before any COMMIT-BACKUP: recovery can only abort it
             // (and releases what the old view's LOCKs hold). Nothing took effect.
             return Err(abort(&commit, Abort::Unavailable));
@@ -249,7 +250,7 @@ impl Txn<'_> {
             return Err(abort(&commit, Abort::Conflict));
         }
         let result = self.validate(&mut commit, &read_only).await;
-        if coordinator.configuration() != tx.configuration {
+        if coordinator.view() != tx.view {
             return Err(abort(&commit, Abort::Unavailable));
         }
         if let Err(conflict) = result {
@@ -270,7 +271,7 @@ impl Txn<'_> {
         // The records go out now: an abort from here on keeps the reservations, and from
         // a view change on the outcome is recovery's.
         let logged_everywhere = self.commit_backup(&mut commit).await?;
-        if !logged_everywhere || coordinator.configuration() != tx.configuration {
+        if !logged_everywhere || coordinator.view() != tx.view {
             return self.await_recovery(&commit).await;
         }
         // Fault point: a pause between COMMIT-BACKUP and COMMIT-PRIMARY: the transaction
@@ -279,7 +280,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.after_commit_backup") {
             buggify_delay(self.co).await;
         }
-        if !self.commit_primary(&commit).await && coordinator.configuration() != tx.configuration {
+        if !self.commit_primary(&commit).await && coordinator.view() != tx.view {
             return self.await_recovery(&commit).await;
         }
         Ok(())
@@ -335,9 +336,9 @@ impl Txn<'_> {
         // A primary past its memory limit refused a write that would grow it.
         let mut out_of_memory = false;
         let age = self.age;
-        let (lock_type, lock_handler): (u8, ParticipantHandler) = match age {
-            None => (request_type::LOCK, Participant::lock),
-            Some(_) => (request_type::LOCK_AGED, Participant::lock_aged),
+        let lock_type = match age {
+            None => RequestType::Lock,
+            Some(_) => RequestType::LockAged,
         };
         let answers = {
             let writes = &self.writes;
@@ -346,7 +347,6 @@ impl Txn<'_> {
                 .round_results(
                     self.co,
                     lock_type,
-                    lock_handler,
                     primaries,
                     |node, buffer| {
                         if let Some(age) = age {
@@ -373,12 +373,15 @@ impl Txn<'_> {
                             }
                             Err(_) => return false,
                         };
-                        if answer.first() != Some(&1) {
-                            out_of_memory |= answer == [crate::participant::OUT_OF_MEMORY];
-                            return false;
-                        }
+                        let locked_at = match Answer::decode_prefix(answer) {
+                            Ok((Answer::Granted, locked_at)) => locked_at,
+                            Ok((Answer::OutOfMemory, rest)) => {
+                                out_of_memory |= rest.is_empty();
+                                return false;
+                            }
+                            _ => return false,
+                        };
                         if blind {
-                            let locked_at = &answer[1..];
                             let expected = writes.iter().filter(at_primary(placement, node));
                             if locked_at.len() != expected.count() * 8 {
                                 malformed = true;
@@ -505,8 +508,7 @@ impl Txn<'_> {
         let answers = coordinator
             .round_results(
                 self.co,
-                request_type::COMMIT_BACKUP,
-                Participant::commit_backup,
+                RequestType::CommitBackup,
                 backups,
                 |node, buffer| {
                     encode_record(
@@ -521,13 +523,16 @@ impl Txn<'_> {
                 |_, result| {
                     use ferrotx_rpc::RpcError;
                     let certain_no = match result {
-                        Ok(answer) => answer != [1] && answer != [crate::recovery::UNDECIDED],
+                        Ok(answer) => !matches!(
+                            Answer::decode(answer),
+                            Ok(Answer::Granted | Answer::Undecided)
+                        ),
                         // It may have been logged (before a later request took its slot).
                         Err(RpcError::ConfigurationChanged | RpcError::Overtaken) => false,
                         Err(_) => true,
                     };
                     not_logged += usize::from(certain_no);
-                    result.is_ok_and(|answer| answer == [1])
+                    result.is_ok_and(Answer::is_granted)
                 },
             )
             .await;
@@ -543,8 +548,7 @@ impl Txn<'_> {
             }
         }
         let missing = commit.backups.len() - logged;
-        if missing > 0 && (not_logged < missing || coordinator.configuration() != tx.configuration)
-        {
+        if missing > 0 && (not_logged < missing || coordinator.view() != tx.view) {
             // A backup did not answer (the call failed: its view changed) or answered
             // "undecided" (a newer view there): it may have logged the record, and
             // recovery in the next view decides the transaction (the caller waits).
@@ -556,7 +560,7 @@ impl Txn<'_> {
             holders.extend_from_slice(&commit.backups);
             holders.sort_unstable();
             holders.dedup();
-            if !self.release(&holders).await || coordinator.configuration() != tx.configuration {
+            if !self.release(&holders).await || coordinator.view() != tx.view {
                 // Some holder may keep its lock or record into the next view, whose
                 // recovery then decides: the outcome is recovery's.
                 return Ok(false);
@@ -590,13 +594,13 @@ impl Txn<'_> {
         if primaries.len() > 1 && ferrotx_buggify::fires("txn.commit.between_commit_primaries") {
             let (first, rest) = primaries.split_at(1);
             all &= self
-                .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, first)
+                .send_again_if_overtaken(RequestType::CommitPrimary, &tx, first)
                 .await;
             buggify_delay(self.co).await;
             primaries = rest;
         }
         all &= self
-            .send_again_if_overtaken(request_type::COMMIT_PRIMARY, &tx, primaries)
+            .send_again_if_overtaken(RequestType::CommitPrimary, &tx, primaries)
             .await;
         all
     }
@@ -607,12 +611,19 @@ impl Txn<'_> {
     /// `SENDS_IF_OVERTAKEN_MAX` times in all: not run, it would leave the transaction's
     /// objects locked there, and both are idempotent (run again, they find nothing locked
     /// and acknowledge all the same).
-    async fn send_again_if_overtaken(&self, request_type: u8, tx: &TxId, nodes: &[u16]) -> bool {
-        let handler: ParticipantHandler = match request_type {
-            request_type::COMMIT_PRIMARY => Participant::commit_primary,
-            request_type::ABORT => Participant::abort,
-            _ => unreachable!("only COMMIT-PRIMARY and ABORT are sent again"),
-        };
+    async fn send_again_if_overtaken(
+        &self,
+        request_type: RequestType,
+        tx: &TxId,
+        nodes: &[u16],
+    ) -> bool {
+        assert!(
+            matches!(
+                request_type,
+                RequestType::CommitPrimary | RequestType::Abort
+            ),
+            "only COMMIT-PRIMARY and ABORT are sent again"
+        );
         let mut nodes = nodes.to_vec();
         let mut all = true;
         for _ in 0..SENDS_IF_OVERTAKEN_MAX {
@@ -622,11 +633,10 @@ impl Txn<'_> {
                 .round_results(
                     self.co,
                     request_type,
-                    handler,
                     &nodes,
                     |_, buffer| encode_tx(tx, buffer),
                     |node, result| match result {
-                        Ok(answer) => answer == [1],
+                        Ok(answer) => Answer::is_granted(answer),
                         Err(ferrotx_rpc::RpcError::Overtaken) => {
                             overtaken.push(node);
                             false
@@ -691,16 +701,15 @@ impl Txn<'_> {
         nodes.sort_unstable();
         nodes.dedup();
         let age = self.age;
-        let (validate_type, validate_handler): (u8, ParticipantHandler) = match age {
-            None => (request_type::VALIDATE, Participant::validate),
-            Some(_) => (request_type::VALIDATE_AGED, Participant::validate_aged),
+        let validate_type = match age {
+            None => RequestType::Validate,
+            Some(_) => RequestType::ValidateAged,
         };
         let answers = self
             .coordinator
             .round(
                 self.co,
                 validate_type,
-                validate_handler,
                 &nodes,
                 |node, buffer| {
                     if let Some(age) = age {
@@ -729,7 +738,7 @@ impl Txn<'_> {
         if ferrotx_buggify::fires("txn.commit.before_release") {
             buggify_delay(self.co).await;
         }
-        self.send_again_if_overtaken(request_type::ABORT, &tx, nodes)
+        self.send_again_if_overtaken(RequestType::Abort, &tx, nodes)
             .await
     }
 }

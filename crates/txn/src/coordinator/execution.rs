@@ -5,11 +5,12 @@ use std::cell::RefCell;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::key_index::KeyIndex;
 use super::{Abort, Coordinator, buggify_delay};
 use crate::messages::{
-    ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read, request_type,
+    ReadItem, ReadStatus, TxId, VERSION_ANY, Write, decode_read_response, encode_read,
 };
 use crate::participant::Role;
 
@@ -250,10 +251,13 @@ impl Txn<'_> {
             let mut sent = 0;
             for (key, partition) in chunk.iter().filter(remote) {
                 let primary = placement.primary(*partition);
-                self.co
-                    .push_with(coordinator.endpoint(primary), request_type::READ, |buf| {
+                self.co.push_with(
+                    coordinator.endpoint(primary),
+                    RequestType::Read.into(),
+                    |buf| {
                         encode_read(*partition, table, key, buf);
-                    });
+                    },
+                );
                 sent += 1;
             }
             if sent > 0 {

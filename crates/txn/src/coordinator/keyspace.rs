@@ -9,10 +9,11 @@
 
 use ferrotx_exec::Co;
 use ferrotx_store::TableId;
+use ferrotx_wire::RequestType;
 
 use super::{Abort, Coordinator};
 use crate::messages::{
-    ScanPage, decode_count_response, decode_scan_response, encode_count, encode_scan, request_type,
+    ScanPage, decode_count_response, decode_scan_response, encode_count, encode_scan,
 };
 use crate::participant::Participant;
 
@@ -48,7 +49,7 @@ impl Coordinator {
                 .map_err(|_| Abort::Protocol)?;
             decode_scan_response(&response).map_err(|_| Abort::Protocol)?
         } else {
-            co.push_with(self.endpoint(primary), request_type::SCAN, |buffer| {
+            co.push_with(self.endpoint(primary), RequestType::Scan.into(), |buffer| {
                 encode_scan(partition, table, cursor, count, buffer)
             });
             co.call().await;
@@ -94,9 +95,11 @@ impl Coordinator {
                     // Refused: not primary here, or blocked by recovery: retry later.
                     total += count.ok_or(Abort::Unavailable)?;
                 } else {
-                    co.push_with(self.endpoint(primary), request_type::COUNT, |buffer| {
-                        encode_count(partition, table, buffer)
-                    });
+                    co.push_with(
+                        self.endpoint(primary),
+                        RequestType::Count.into(),
+                        |buffer| encode_count(partition, table, buffer),
+                    );
                     remote += 1;
                 }
             }

@@ -3,9 +3,10 @@
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, ReadError, ReadOutcome, TableId};
+use ferrotx_wire::RequestType;
 
 use super::{Abort, Coordinator, buggify_delay};
-use crate::messages::{ReadStatus, decode_read_response, encode_read, request_type};
+use crate::messages::{ReadStatus, decode_read_response, encode_read};
 use crate::participant::Role;
 
 /// Attempts at reading a locked object before the transaction aborts. The lock holder is
@@ -110,7 +111,7 @@ impl Coordinator {
                         .map_err(Some)
                 }
             } else {
-                co.push_with(self.endpoint(primary), request_type::READ, |buf| {
+                co.push_with(self.endpoint(primary), RequestType::Read.into(), |buf| {
                     encode_read(partition, table, key, buf);
                 });
                 co.call().await;

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, RequestType};
 
 use super::Coordinator;
+use crate::answer::Answer;
 use crate::participant::Role;
 use crate::reclaim::{
-    RECLAIM, RECLAIM_CHECK, RECLAIM_KEYS_MAX, ReclaimOptions, ReclaimRequest,
-    decode_check_response, encode_reclaim,
+    RECLAIM_KEYS_MAX, ReclaimOptions, ReclaimRequest, decode_check_response, encode_reclaim,
 };
 
 impl Coordinator {
@@ -105,9 +105,11 @@ impl Coordinator {
         let nodes: Vec<u16> = std::iter::once(me).chain(backups.iter().copied()).collect();
         for &node in &nodes {
             for thread in 0..threads {
-                co.push_with(EndpointId::new(node, thread), RECLAIM_CHECK, |buffer| {
-                    encode_reclaim(&check, buffer)
-                });
+                co.push_with(
+                    EndpointId::new(node, thread),
+                    RequestType::ReclaimCheck.into(),
+                    |buffer| encode_reclaim(&check, buffer),
+                );
             }
         }
         co.call().await;
@@ -146,14 +148,14 @@ impl Coordinator {
             keys,
         };
         for &node in &backups {
-            co.push_with(self.endpoint(node), RECLAIM, |buffer| {
+            co.push_with(self.endpoint(node), RequestType::Reclaim.into(), |buffer| {
                 encode_reclaim(&reclaim, buffer)
             });
         }
         if !backups.is_empty() {
             co.call().await;
             for i in 0..backups.len() {
-                let done = co.result(i, |response| matches!(response, Ok([1])));
+                let done = co.result(i, |response| response.is_ok_and(Answer::is_granted));
                 if !done {
                     // A backup may not have raised its floor: the primary keeps its
                     // tombstones (versions read here stay at or below every backup's).

@@ -5,14 +5,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_exec::Co;
+use ferrotx_wire::{RequestType, ViewId};
 
+use super::round::yes;
 use super::{Coordinator, NO_PRIMARY};
 use crate::messages::TxId;
-use crate::participant::{HeldRecord, Participant, ParticipantHandler};
+use crate::participant::HeldRecord;
 use crate::recovery::{
-    Held, NOT_READY, VOTES, Vote, VoteMessage, decide, encode_decision, encode_need_recovery,
-    encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes, held_encoded_len,
-    recovery_coordinator, request_type,
+    Held, VOTES, Vote, VoteMessage, decide, decode_vote_answer, encode_decision,
+    encode_need_recovery, encode_replicate, encode_request_votes, encode_tx_in_view, encode_votes,
+    held_encoded_len, recovery_coordinator,
 };
 
 /// A partition's merged view of a transaction.
@@ -36,7 +38,7 @@ const NEED_RECOVERY_BYTES_MAX: usize = 256 << 10;
 /// A backup's NEED-RECOVERY messages to one primary for the records `held` of each
 /// partition: as few as fit [`NEED_RECOVERY_BYTES_MAX`] and [`VOTES_PER_MESSAGE`]
 /// records each, the last one marked (one message, marked, when there are none).
-fn need_recovery_messages(view: u64, me: u16, held: &[(u32, Vec<HeldRecord>)]) -> Vec<Vec<u8>> {
+fn need_recovery_messages(view: ViewId, me: u16, held: &[(u32, Vec<HeldRecord>)]) -> Vec<Vec<u8>> {
     let mut chunks: Vec<Vec<(u32, Vec<Held<'_>>)>> = vec![Vec::new()];
     let (mut bytes, mut count) = (0, 0);
     for (p, records) in held {
@@ -99,7 +101,7 @@ impl Coordinator {
         let mut recovered = self.started_in;
         let mut last_mark = 0;
         loop {
-            let view = self.configuration();
+            let view = self.view();
             if self.accepting.get() && view > recovered {
                 recovered = view;
                 self.recovery_round(&co, view).await;
@@ -133,14 +135,14 @@ impl Coordinator {
         }
     }
 
-    fn view_changed(&self, view: u64) -> bool {
-        self.configuration() != view
+    fn view_changed(&self, view: ViewId) -> bool {
+        self.view() != view
     }
 
     /// One view's round in this thread: backups send their records to the primaries;
     /// primaries gather them, replicate what a replica (themselves included) lacks, and
     /// vote. Whatever fails short of a view change is tried again.
-    async fn recovery_round(&self, co: &Co, view: u64) {
+    async fn recovery_round(&self, co: &Co, view: ViewId) {
         let placement = self.placement();
         let me = self.local.node();
         self.participant
@@ -197,14 +199,13 @@ impl Coordinator {
             let answers = self
                 .round(
                     co,
-                    request_type::NEED_RECOVERY,
-                    Participant::need_recovery,
+                    RequestType::NeedRecovery,
                     &nodes,
                     |node, buffer| {
                         let k = batch.iter().find(|(n, _)| *n == node).expect("batched").1;
                         buffer.extend_from_slice(&messages[k].1);
                     },
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             let mut accepted = false;
@@ -270,11 +271,10 @@ impl Coordinator {
                     let answers = self
                         .round(
                             co,
-                            request_type::REPLICATE_TX_STATE,
-                            Participant::replicate_tx_state,
+                            RequestType::ReplicateTxState,
                             &lacking,
                             |_, buffer| encode_replicate(view, p, &m.record, buffer),
-                            |_, answer| answer == [1],
+                            yes,
                         )
                         .await;
                     if answers.iter().all(|(_, ok)| *ok) {
@@ -347,14 +347,13 @@ impl Coordinator {
             let answers = self
                 .round(
                     co,
-                    request_type::RECOVERY_VOTE,
-                    Participant::recovery_vote,
+                    RequestType::RecoveryVote,
                     &nodes,
                     |node, buffer| {
                         let votes = &queue.iter().find(|(n, _)| *n == node).expect("queued").1;
                         encode_votes(votes, buffer)
                     },
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             let mut sent = false;
@@ -374,7 +373,7 @@ impl Coordinator {
     /// What the replicas of partition `p` (this primary and the backups that reported)
     /// hold of each transaction older than `view`: the partition's vote, a record with
     /// its writes, and who holds one.
-    fn merge(&self, view: u64, p: u32) -> BTreeMap<TxId, Merged> {
+    fn merge(&self, view: ViewId, p: u32) -> BTreeMap<TxId, Merged> {
         let me = self.local.node();
         let participant = self.participant.borrow();
         let mut merged: BTreeMap<TxId, Merged> = BTreeMap::new();
@@ -422,7 +421,7 @@ impl Coordinator {
     /// One pass over the transactions this thread coordinates the recovery of: asks for
     /// missing votes, decides, and applies decisions. True if any is left.
     async fn coordinate_recoveries(&self, co: &Co) -> bool {
-        let view = self.configuration();
+        let view = self.view();
         if !self.accepting.get() {
             // Nothing to do before the view is committed; the commit wakes the driver
             // (`opened`), so it need not poll fast meanwhile.
@@ -488,8 +487,7 @@ impl Coordinator {
             let mut answers: Vec<(u16, Vec<u8>)> = Vec::new();
             self.round(
                 co,
-                request_type::REQUEST_VOTE,
-                Participant::request_vote,
+                RequestType::RequestVote,
                 &nodes,
                 |node, buffer| encode_request_votes(view, &ask[&node], buffer),
                 |node, answer| {
@@ -504,12 +502,11 @@ impl Coordinator {
             let mut participant = self.participant.borrow_mut();
             for (node, answer) in answers {
                 for ((p, tx), b) in ask[&node].iter().zip(answer) {
-                    if b == NOT_READY {
+                    // Not ready yet, or a byte no vote has: asked again next round.
+                    let Ok(Some(vote)) = decode_vote_answer(b) else {
                         continue;
-                    }
-                    if let (Some(vote), Some(r)) =
-                        (Vote::from_u8(b), participant.recovery.table.get_mut(tx))
-                    {
+                    };
+                    if let Some(r) = participant.recovery.table.get_mut(tx) {
                         r.votes.insert(*p, vote);
                     }
                 }
@@ -519,19 +516,18 @@ impl Coordinator {
             let replicas = self.replicas_of(&partitions);
             // The decision, to every replica; final once all acknowledged (each keeps it
             // and votes it until TRUNCATE-RECOVERY).
-            let (kind, handler): (u8, ParticipantHandler) = if commit {
-                (request_type::COMMIT_RECOVERY, Participant::commit_recovery)
+            let decision = if commit {
+                RequestType::CommitRecovery
             } else {
-                (request_type::ABORT_RECOVERY, Participant::abort_recovery)
+                RequestType::AbortRecovery
             };
             let answers = self
                 .round(
                     co,
-                    kind,
-                    handler,
+                    decision,
                     &replicas,
                     |_, buffer| encode_decision(view, &tx, &partitions, buffer),
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             if self.view_changed(view) || answers.iter().any(|(_, ok)| !ok) {
@@ -567,11 +563,10 @@ impl Coordinator {
             let _ = self
                 .round(
                     co,
-                    request_type::TRUNCATE_RECOVERY,
-                    Participant::truncate_recovery,
+                    RequestType::TruncateRecovery,
                     &replicas,
                     |_, buffer| encode_tx_in_view(view, u32::MAX, &tx, buffer),
-                    |_, answer| answer == [1],
+                    yes,
                 )
                 .await;
             if self.view_changed(view) {

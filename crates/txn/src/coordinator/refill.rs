@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
+use ferrotx_wire::RequestType;
 
 use super::{Coordinator, NO_PRIMARY};
 use crate::refill::{
@@ -157,9 +158,11 @@ impl Coordinator {
             fill.set_done();
             return copies <= 1;
         };
-        co.push_with(self.endpoint(primary), crate::refill::FETCH, |buffer| {
-            encode_fetch(&request, buffer)
-        });
+        co.push_with(
+            self.endpoint(primary),
+            RequestType::Fetch.into(),
+            |buffer| encode_fetch(&request, buffer),
+        );
         co.call().await;
         if self.placement().primary(p) != primary {
             // The view changed meanwhile: the next step starts again if it must.

@@ -2,9 +2,11 @@
 
 use ferrotx_exec::Co;
 use ferrotx_rpc::RpcError;
+use ferrotx_wire::RequestType;
 
 use super::Coordinator;
-use crate::participant::ParticipantHandler;
+use crate::answer::Answer;
+use crate::participant::Participant;
 
 impl Coordinator {
     /// Sends one message to each of `nodes`, written by `encode(node, buffer)`: straight
@@ -12,18 +14,17 @@ impl Coordinator {
     /// `max_batch` requests (one batch, one round trip, unless a phase reaches more
     /// remote nodes than that); into a scratch buffer for this node, handled here and now
     /// by this thread's participant. Returns, for each node, whether `read` took its
-    /// answer as a yes (most phases: [`yes`], an answer of exactly `1`: granted, valid,
-    /// logged, done); an answer that did not arrive (an RPC error) is a no.
+    /// answer as a yes (most phases: [`yes`], exactly [`Answer::Granted`]: locked,
+    /// valid, logged, done); an answer that did not arrive (an RPC error) is a no.
     pub(super) async fn round(
         &self,
         co: &Co,
-        request_type: u8,
-        handler: ParticipantHandler,
+        request_type: RequestType,
         nodes: &[u16],
         encode: impl Fn(u16, &mut Vec<u8>),
         mut read: impl FnMut(u16, &[u8]) -> bool,
     ) -> Vec<(u16, bool)> {
-        self.round_results(co, request_type, handler, nodes, encode, |node, result| {
+        self.round_results(co, request_type, nodes, encode, |node, result| {
             result.is_ok_and(|answer| read(node, answer))
         })
         .await
@@ -34,12 +35,13 @@ impl Coordinator {
     pub(super) async fn round_results(
         &self,
         co: &Co,
-        request_type: u8,
-        handler: ParticipantHandler,
+        request_type: RequestType,
         nodes: &[u16],
         encode: impl Fn(u16, &mut Vec<u8>),
         mut read: impl FnMut(u16, Result<&[u8], RpcError>) -> bool,
     ) -> Vec<(u16, bool)> {
+        // The request this node sends itself runs the handler the engine would.
+        let handler = Participant::handler(request_type).expect("a participant's request");
         let mut answers = Vec::with_capacity(nodes.len());
         let local = self.local.node();
         let batch_max = co.engine().config().max_batch;
@@ -68,7 +70,7 @@ impl Coordinator {
                 batch_start = i;
                 batched = 0;
             }
-            co.push_with(self.endpoint(node), request_type, |buffer| {
+            co.push_with(self.endpoint(node), request_type.into(), |buffer| {
                 encode(node, buffer)
             });
             batched += 1;
@@ -104,7 +106,7 @@ impl Coordinator {
     }
 }
 
-/// The answer of most phases: exactly `1`.
+/// The answer of most phases: exactly [`Answer::Granted`].
 pub(super) fn yes(_: u16, answer: &[u8]) -> bool {
-    answer == [1]
+    Answer::is_granted(answer)
 }

@@ -5,10 +5,10 @@ use std::rc::Rc;
 
 use ferrotx_exec::Co;
 use ferrotx_rpc::RpcError;
-use ferrotx_wire::EndpointId;
+use ferrotx_wire::{EndpointId, RequestType};
 
 use super::{Abort, Coordinator, NO_PRIMARY};
-use crate::ship::{LocalAnswer, Origin, SHIP, ShipResult, ShipStatus, encode_ship};
+use crate::ship::{LocalAnswer, Origin, ShipResult, ShipStatus, encode_ship};
 
 /// How long the caller waits before asking again after a "retry" answer (the primary
 /// was not the primary any more, or a configuration change aborted the operation there).
@@ -113,7 +113,7 @@ impl Coordinator {
                 }
                 break;
             }
-            let view = self.configuration();
+            let view = self.view();
             // This round's requests: (shipment, primary, remote batch index or local answer).
             let mut round: Vec<(usize, u16, Result<usize, Rc<LocalAnswer>>)> = Vec::new();
             let mut remote = 0;
@@ -136,7 +136,7 @@ impl Coordinator {
                     encode_ship(&s.origin, procedure, s.partition, s.args, &mut request);
                     round.push((i, primary, Err(shipping.submit_local(co, request))));
                 } else {
-                    co.push_with(target, SHIP, |buffer| {
+                    co.push_with(target, RequestType::Ship.into(), |buffer| {
                         encode_ship(&s.origin, procedure, s.partition, s.args, buffer);
                     });
                     round.push((i, primary, Ok(remote)));
@@ -194,7 +194,7 @@ impl Coordinator {
                     Round::CutOff => {
                         s.in_doubt = Some(primary);
                         // The engine moved on first: wait a little for the coordinator.
-                        pause |= self.configuration() == view;
+                        pause |= self.view() == view;
                     }
                     Round::Failed => s.result = Some(Err(gave_up(s.in_doubt))),
                 }

@@ -3,6 +3,7 @@ use super::*;
 use ferrotx_exec::{Co, Executor};
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Partition, PartitionId};
+use ferrotx_wire::ViewId;
 
 use crate::participant::Role;
 
@@ -35,7 +36,7 @@ fn one_node() -> (Executor, Rc<Coordinator>, [Arc<Partition>; 2]) {
         store.host(Role::Primary, partition.clone());
     }
     let participant = Rc::new(RefCell::new(Participant::new(Arc::new(store))));
-    let coordinator = Coordinator::new(local, 1, 1, participant, Arc::new(OneNode), schema);
+    let coordinator = Coordinator::new(local, ViewId(1), 1, participant, Arc::new(OneNode), schema);
     let executor = Executor::new(Engine::new(local, Config::default()));
     (executor, Rc::new(coordinator), partitions)
 }

@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 
 use ferrotx_exec::Co;
+use ferrotx_wire::RequestType;
 
 use super::Coordinator;
 use super::round::yes;
-use crate::messages::{encode_truncate, request_type};
-use crate::participant::Participant;
+use crate::messages::encode_truncate;
 
 /// Tracks which transactions of this coordinator thread have finished, to compute the
 /// truncation mark (FaRM 4 step 5): every counter up to the mark is done.
@@ -46,8 +46,7 @@ impl Coordinator {
         let answers = self
             .round(
                 co,
-                request_type::TRUNCATE,
-                Participant::truncate_message,
+                RequestType::Truncate,
                 nodes,
                 |_, buffer| encode_truncate(id, mark, buffer),
                 yes,

@@ -5,14 +5,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferrotx_rpc::HandlerError;
+use ferrotx_wire::ViewId;
 use foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use super::{MALFORMED, Participant, Role};
+use crate::answer::Answer;
 use crate::messages::{CoordinatorId, RecordView, TxId, VERSION_ANY};
 use crate::recovery::{
-    NOT_READY, Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
-    decode_tx_in_view, decode_votes,
+    Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
+    decode_tx_in_view, decode_votes, encode_vote_answer,
 };
 
 /// Counters of recovery in one thread.
@@ -63,13 +65,13 @@ pub(crate) struct PartitionGather {
 /// This thread's gathering in one view.
 #[derive(Default)]
 pub(crate) struct Gather {
-    pub(crate) view: u64,
+    pub(crate) view: ViewId,
     pub(crate) partitions: Vec<PartitionGather>,
 }
 
 /// A transaction this thread coordinates the recovery of.
 pub(crate) struct Recovering {
-    pub(crate) view: u64,
+    pub(crate) view: ViewId,
     /// Every partition it writes (empty until a vote or the local coordinator says).
     pub(crate) partitions: Vec<u32>,
     pub(crate) votes: BTreeMap<u32, Vote>,
@@ -90,8 +92,8 @@ pub(crate) struct RecoveryState {
 
 impl Participant {
     /// The view this participant serves.
-    pub fn configuration(&self) -> u64 {
-        self.configuration
+    pub fn view(&self) -> ViewId {
+        self.view
     }
 
     /// Recovery counters so far.
@@ -119,14 +121,14 @@ impl Participant {
     /// LOCK record holds the writes of the partitions the node is primary of, a logged
     /// one those it backs up): a record of the same transaction for another partition
     /// says nothing of this one. Commit-backup records come before lock records.
-    pub(crate) fn held_for(&self, view: u64, partition: u32) -> Vec<HeldRecord> {
+    pub(crate) fn held_for(&self, view: ViewId, partition: u32) -> Vec<HeldRecord> {
         let mut out: Vec<HeldRecord> = Vec::new();
         let writes_partition = |r: &RecordView<'_>| r.writes().any(|w| w.partition == partition);
         let push = |out: &mut Vec<HeldRecord>, vote: Vote, bytes: &[u8]| {
             let Ok(record) = RecordView::parse(bytes) else {
                 return;
             };
-            if record.tx.configuration < view
+            if record.tx.view < view
                 && writes_partition(&record)
                 && !out.iter().any(|h| h.tx == record.tx)
             {
@@ -154,9 +156,7 @@ impl Participant {
             }
         }
         for (tx, (committed, partitions)) in &self.recovery.decided {
-            if tx.configuration < view
-                && partitions.contains(&partition)
-                && !out.iter().any(|h| h.tx == *tx)
+            if tx.view < view && partitions.contains(&partition) && !out.iter().any(|h| h.tx == *tx)
             {
                 let vote = if *committed {
                     Vote::CommitPrimary
@@ -174,7 +174,7 @@ impl Participant {
         out
     }
 
-    /// NEED-RECOVERY at a primary: a backup's records. Answers 1, or [`NOT_READY`] if
+    /// NEED-RECOVERY at a primary: a backup's records. Answers [`Answer::Granted`], or [`Answer::NotReady`] if
     /// this thread has not started gathering for that view (the backup asks again).
     pub fn need_recovery(
         &mut self,
@@ -183,7 +183,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (view, from, last, parts) = decode_need_recovery(payload).map_err(|_| MALFORMED)?;
         let Some(gather) = self.recovery.gather.as_mut().filter(|g| g.view >= view) else {
-            response.push(NOT_READY);
+            Answer::NotReady.encode(response);
             return Ok(());
         };
         if gather.view == view {
@@ -212,7 +212,7 @@ impl Participant {
                 }
             }
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -242,7 +242,7 @@ impl Participant {
                     .or_insert_with(|| bytes.to_vec());
             }
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -254,7 +254,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let votes = decode_votes(payload).map_err(|_| MALFORMED)?;
         for m in votes {
-            if m.view != self.configuration {
+            if m.view != self.view {
                 continue;
             }
             let entry = self
@@ -276,12 +276,12 @@ impl Participant {
             }
             entry.votes.insert(m.partition, m.vote);
         }
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
     /// REQUEST-VOTE at a primary: one byte per (partition, transaction) asked, the vote or
-    /// [`NOT_READY`] while the partition's records are not gathered.
+    /// [`Answer::NotReady`] while the partition's records are not gathered.
     pub fn request_vote(
         &mut self,
         payload: &[u8],
@@ -290,13 +290,13 @@ impl Participant {
         let (view, asks) = decode_request_votes(payload).map_err(|_| MALFORMED)?;
         for (partition, tx) in asks {
             let vote = self.vote_of(view, partition, &tx);
-            response.push(vote.map_or(NOT_READY, |v| v as u8));
+            encode_vote_answer(vote, response);
         }
         Ok(())
     }
 
     /// This primary's vote for `partition` on `tx` in `view`, if it has gathered.
-    pub(crate) fn vote_of(&self, view: u64, partition: u32, tx: &TxId) -> Option<Vote> {
+    pub(crate) fn vote_of(&self, view: ViewId, partition: u32, tx: &TxId) -> Option<Vote> {
         let gather = self.recovery.gather.as_ref().filter(|g| g.view == view)?;
         let pg = gather
             .partitions
@@ -337,7 +337,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
         self.decide_here(&tx, true, &partitions);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -350,7 +350,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, tx, partitions) = decode_decision(payload).map_err(|_| MALFORMED)?;
         self.decide_here(&tx, false, &partitions);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -362,7 +362,7 @@ impl Participant {
     ) -> Result<(), HandlerError> {
         let (_view, _, tx) = decode_tx_in_view(payload).map_err(|_| MALFORMED)?;
         self.recovery.decided.remove(&tx);
-        response.push(1);
+        Answer::Granted.encode(response);
         Ok(())
     }
 
@@ -443,7 +443,7 @@ impl Participant {
 
     /// Starts gathering for `view`: the partitions this thread is primary of, each
     /// waiting for its backups (`backups_of`).
-    pub(crate) fn start_gather(&mut self, view: u64, backups_of: impl Fn(u32) -> Vec<u16>) {
+    pub(crate) fn start_gather(&mut self, view: ViewId, backups_of: impl Fn(u32) -> Vec<u16>) {
         let blocked: Vec<u32> = self.store.blocked().collect();
         let mut partitions = Vec::new();
         for (partition, role) in self.store.hosted() {
