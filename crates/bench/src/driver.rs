@@ -382,7 +382,7 @@ fn drive_keys(
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
     let cluster = ferrotx_node::cluster_id(&mut coordination)?;
     Ok(Some(ferrotx_node::ClusterKeys::fixed(Some(
-        ferrotx_node::process_auth(keys, cluster),
+        ferrotx_node::process_auth(keys, cluster)?,
     ))))
 }
 

@@ -105,7 +105,8 @@ pub fn node(
     // the cluster's id; it accepts no other.
     let (keys, key_path) = ferrotx_node::load_keys(path, &config, id, ferrotx_node::KEY_WAIT)?;
     let cluster = ferrotx_node::cluster_id(&mut coordination)?;
-    let keys = ferrotx_node::ClusterKeys::watch(key_path.clone(), keys, cluster);
+    let keys = ferrotx_node::ClusterKeys::watch(key_path.clone(), keys, cluster)
+        .context("reading /dev/urandom for this process's sender salts")?;
     let incarnation = ferrotx_node::incarnation_from_clock();
     // The workers' clock counts from `epoch`; Unix time is that plus the offset read now.
     let epoch = Instant::now();
@@ -627,7 +628,7 @@ fn status_auth(
     Ok(ferrotx_node::process_auth(
         keys,
         ferrotx_wire::auth::ClusterId(cluster),
-    ))
+    )?)
 }
 
 /// Probes every member of `view` on its lease socket (membership nodes answer probes from
@@ -646,6 +647,10 @@ fn probe_members(
             incarnation,
         })
     });
+    // Probes are numbered from a random base, and an answer counts only with its probe's
+    // number and from the member probed: a replayed answer of an earlier run (sealed
+    // for node `u16::MAX` too) matches no probe of this one.
+    let base = ferrotx_node::random_bytes::<8>().map_or(0, u64::from_le_bytes);
     let mut answers = vec![None; view.members.len()];
     let Ok(socket) = std::net::UdpSocket::bind("127.0.0.1:0")
         .or_else(|_| std::net::UdpSocket::bind("0.0.0.0:0"))
@@ -662,7 +667,7 @@ fn probe_members(
             from: u16::MAX,
             incarnation,
             view: 0,
-            seq: i as u64,
+            seq: base.wrapping_add(i as u64),
             body: Body::Probe,
         }
         .encode(&mut out);
@@ -692,7 +697,15 @@ fn probe_members(
         let Ok(m) = Message::decode(body) else {
             continue;
         };
-        if let (Body::ProbeReply { .. }, Some(slot)) = (&m.body, answers.get_mut(m.seq as usize)) {
+        let index = m.seq.wrapping_sub(base);
+        let probed = usize::try_from(index).ok().filter(|&i| {
+            view.members
+                .get(i)
+                .is_some_and(|member| member.node == m.from)
+        });
+        if let (Body::ProbeReply { .. }, Some(slot)) =
+            (&m.body, probed.and_then(|i| answers.get_mut(i)))
+        {
             *slot = Some(ProbeAnswer {
                 view: m.view,
                 incarnation: m.incarnation,

@@ -248,9 +248,10 @@ pub struct Membership {
     /// Seals the datagrams this node sends and opens those it receives (see
     /// [`Membership::set_auth`]); `None`: neither.
     auth: Option<Sealer>,
-    /// Sequence number of the last datagram sealed (one counter for every receiver: lease
-    /// traffic is a few datagrams per renewal period, far inside a receiver's window).
-    auth_seq: u64,
+    /// Sequence number of the last datagram sealed for each receiver: consecutive at each
+    /// receiver, so its replay window measures reordering only, however many members.
+    /// At most one entry per node id the configuration names, made when sending.
+    auth_seq: BTreeMap<u16, u64>,
     /// The sequence numbers seen from each node's lease socket, per life. An entry is
     /// made only for an authentic datagram, so outsiders cannot grow it; at most one per
     /// node id (and one for `ferrotx status`, which probes as node `u16::MAX`).
@@ -330,7 +331,7 @@ impl Membership {
             me,
             incarnation,
             auth: None,
-            auth_seq: 0,
+            auth_seq: BTreeMap::new(),
             windows: BTreeMap::new(),
             options,
             config,
@@ -1157,8 +1158,9 @@ impl Membership {
         out.clear();
         message.encode(out);
         if let Some(auth) = &self.auth {
-            self.auth_seq += 1;
-            auth.seal(out, u32::from(to), self.auth_seq);
+            let seq = self.auth_seq.entry(to).or_insert(0);
+            *seq += 1;
+            auth.seal(out, u32::from(to), *seq);
         }
     }
 

@@ -112,23 +112,20 @@ pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     Ok(bytes)
 }
 
-/// What seals and opens this process's datagrams with `keys` for cluster `cluster`: the
-/// process's random bits ([`Auth::new`]) come from the operating system, read afresh for
-/// every value made.
-pub fn process_auth(keys: Keys, cluster: ClusterId) -> Auth {
-    let random = random_bytes().unwrap_or_else(|e| {
-        // The salts also hash each sender's id and incarnation, so lives stay apart as
-        // long as incarnations do; the random bits guard against a clock that went back.
-        tracing::warn!("cannot read /dev/urandom ({e}): sender salts use the clock instead");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        let mut bytes = [0u8; 16];
-        bytes[..16].copy_from_slice(&(now ^ u128::from(std::process::id())).to_le_bytes());
-        bytes
-    });
-    Auth::new(keys, cluster, random)
+/// What seals and opens this process's datagrams with `keys` for cluster `cluster`. The
+/// process's random bits ([`Auth::new`]) are read from the operating system once, the
+/// first time: a rotation later needs no file descriptor, and cannot fall back on anything
+/// weaker. Fails only if that first read fails.
+pub fn process_auth(keys: Keys, cluster: ClusterId) -> io::Result<Auth> {
+    static RANDOM: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    let random = match RANDOM.get() {
+        Some(random) => *random,
+        None => {
+            let drawn: [u8; 16] = random_bytes()?;
+            *RANDOM.get_or_init(|| drawn)
+        }
+    };
+    Ok(Auth::new(keys, cluster, random))
 }
 
 /// One key line: 64 hexadecimal digits of fresh key material.
@@ -321,8 +318,9 @@ impl ClusterKeys {
     /// Keys read from `path` now, for cluster `cluster`, and again every [`KEY_RELOAD`]
     /// by a thread of their own for as long as anyone holds the value returned. A file
     /// that changed and fails its checks is logged and counted, and the keys held stay.
-    pub fn watch(path: PathBuf, keys: Keys, cluster: ClusterId) -> Arc<Self> {
-        let this = Self::fixed(Some(process_auth(keys, cluster)));
+    /// Fails only if the process's random bits cannot be read ([`process_auth`]).
+    pub fn watch(path: PathBuf, keys: Keys, cluster: ClusterId) -> io::Result<Arc<Self>> {
+        let this = Self::fixed(Some(process_auth(keys, cluster)?));
         let weak: Weak<Self> = Arc::downgrade(&this);
         let mut loaded = fs::read(&path).unwrap_or_default();
         let spawned = std::thread::Builder::new()
@@ -348,8 +346,16 @@ impl ClusterKeys {
                                 also = ?keys.also().map(|k| format!("{:08x}", k.fingerprint())),
                                 "cluster key file changed: keys replaced"
                             );
-                            this.replace(Some(process_auth(keys, cluster)));
-                            this.reloads.fetch_add(1, Ordering::Relaxed);
+                            match process_auth(keys, cluster) {
+                                Ok(auth) => {
+                                    this.replace(Some(auth));
+                                    this.reloads.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => {
+                                    tracing::error!("{e}: keeping the keys held");
+                                    this.refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
                         }
                         Err(e) => {
                             tracing::error!("{e}; keeping the keys held");
@@ -361,7 +367,7 @@ impl ClusterKeys {
         if let Err(e) = spawned {
             tracing::error!("cannot start the key file's watcher ({e}): keys will not reload");
         }
-        this
+        Ok(this)
     }
 
     /// Changes with every replacement of the keys.

@@ -27,7 +27,9 @@
 //! endpoint and incarnation, a lease message's `from` and incarnation) is authentic once
 //! the tag checks. Nothing is decoded before that. Then the sequence number goes through
 //! the [`ReplayWindow`] the receiver keeps for that sender and life, so a captured
-//! datagram sent again is dropped, as is one of an earlier life.
+//! datagram sent again to the same receiver life is dropped, as is one of an earlier
+//! sender life. A restarted receiver starts with empty windows: the sealed fields name
+//! the receiver, not its life (docs/rpc.md, "Authentication").
 //!
 //! One shared key keeps outsiders out: whoever does not hold it can neither read, forge
 //! nor alter a datagram. It does not stop a rogue member, which holds the key and can
@@ -78,8 +80,8 @@ const FIELDS_BYTES: usize = TRAILER_BYTES - TAG_BYTES;
 pub const REPLAY_WINDOW: u64 = 128;
 
 /// Sender lives whose keys a [`Sealer`] keeps for opening. Each is an authentic sender
-/// life heard (only a datagram whose tag checked adds one), about 500 bytes each; past
-/// this many the cache starts again, which costs one key derivation per live sender.
+/// life heard (only a datagram whose tag checked, sealed for this receiver, adds one),
+/// about 500 bytes each; past this many, one is dropped for each new one.
 pub const OPEN_KEYS_MAX: usize = 4_096;
 
 /// BLAKE3 key-derivation contexts: globally unique, fixed strings (BLAKE3's rule).
@@ -460,15 +462,20 @@ impl Sealer {
         if opened.is_err() {
             return Err(Refusal::BadMac);
         }
-        if let Some(k) = derived {
-            if self.open.len() >= OPEN_KEYS_MAX {
-                self.open.clear();
-            }
-            self.open.insert(salt_id, (fingerprint, k));
-        }
-        // Checked once authentic, so that the count says where real datagrams went.
+        // Checked once authentic, so that the count says where real datagrams went. A
+        // datagram for another receiver leaves no key behind: replays of datagrams captured
+        // on their way elsewhere cannot churn the keys kept.
         if receiver != me.to_le_bytes() {
             return Err(Refusal::OtherReceiver);
+        }
+        if let Some(k) = derived {
+            if self.open.len() >= OPEN_KEYS_MAX {
+                // One out, not all: the other live senders keep their keys.
+                if let Some(&old) = self.open.keys().next() {
+                    self.open.remove(&old);
+                }
+            }
+            self.open.insert(salt_id, (fingerprint, k));
         }
         let mut seq_bytes = [0u8; 8];
         seq_bytes.copy_from_slice(seq);
@@ -639,6 +646,12 @@ mod tests {
         let salt_at = d.len() - TAG_BYTES - 8 - SALT_BYTES;
         d[salt_at] ^= 1;
         assert_eq!(receiver.open(&mut d, 3), Err(Refusal::BadMac));
+        assert_eq!(receiver.open.len(), 1);
+        // An authentic datagram of another life, sealed for another receiver, is refused
+        // and leaves no key behind either.
+        let mut other = b"x".to_vec();
+        life(&a, 2).seal(&mut other, 4, 1);
+        assert_eq!(receiver.open(&mut other, 3), Err(Refusal::OtherReceiver));
         assert_eq!(receiver.open.len(), 1);
     }
 

@@ -645,6 +645,33 @@ fn a_sealed_lease_datagram_is_taken_once() {
     assert_ne!(m2.view().unwrap().id, forged.view);
 }
 
+/// Lease datagrams are numbered per receiver: each receiver sees consecutive numbers,
+/// so its replay window of 128 measures reordering only, however many members a CM
+/// writes to between two datagrams to it (review of issue 29: one counter for all
+/// receivers put a CM's datagrams to one member of a 40-node cluster over 128 apart).
+#[test]
+fn lease_sequence_numbers_are_counted_per_receiver() {
+    use ferrotx_wire::auth::TAG_BYTES;
+    let h = Harness::new(3);
+    let mut m = Membership::new(0, 7, h.config.clone(), Harness::options(), 0);
+    m.set_auth(Some(test_auth(1)));
+    let probe = Message {
+        from: 0,
+        incarnation: 7,
+        view: 0,
+        seq: 1,
+        body: Body::Probe,
+    };
+    let mut seqs = Vec::new();
+    for to in [1u16, 2, 2, 1, 2] {
+        let mut out = Vec::new();
+        m.encode(to, &probe, &mut out);
+        let at = out.len() - TAG_BYTES - 8;
+        seqs.push(u64::from_le_bytes(out[at..at + 8].try_into().unwrap()));
+    }
+    assert_eq!(seqs, [1, 1, 2, 2, 3]);
+}
+
 #[test]
 fn a_new_config_the_cm_could_never_make_is_refused() {
     let mut h = Harness::new(3);
