@@ -3,9 +3,14 @@
 # after the other, then prints per target libFuzzer's executions, coverage (`cov:`, the
 # edges reached) and features (`ft:`), the corpus size and the crashes found.
 #
-# Usage: scripts/fuzz.sh [--update-corpus] [--keep-going] SECONDS [TARGET...]
-#   scripts/fuzz.sh 600                  ten minutes per target
-#   scripts/fuzz.sh 3600 redis_session   one CPU-hour on one target
+# Usage: scripts/fuzz.sh [--update-corpus] [--keep-going] [--cpu] SECONDS [TARGET...]
+#   scripts/fuzz.sh 600                        ten minutes per target
+#   scripts/fuzz.sh --cpu 3600 redis_session   one CPU-hour on one target
+#
+# SECONDS is wall time (libFuzzer's -max_total_time), which a busy machine stretches: a
+# campaign of 3,900 s next to builds got 42 CPU-minutes. With --cpu, SECONDS is the CPU
+# time of the fuzzing process instead: a watcher interrupts it (SIGINT: libFuzzer prints
+# its final figures and stops) once /proc says it has used that much.
 #
 # Each target starts from its committed corpus (fuzz/corpus/<target>) and its regression
 # inputs (fuzz/regressions/<target>); new inputs go to fuzz/target/fuzz-work/<target>
@@ -24,16 +29,18 @@ cd "$(dirname "$0")/../fuzz"
 
 update_corpus=0
 keep_going=0
+cpu=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --update-corpus) update_corpus=1; shift ;;
     --keep-going) keep_going=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --cpu) cpu=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
 if [ $# -lt 1 ] || ! [[ "$1" =~ ^[0-9]+$ ]]; then
-  echo "usage: scripts/fuzz.sh [--update-corpus] [--keep-going] SECONDS [TARGET...]" >&2
+  echo "usage: scripts/fuzz.sh [--update-corpus] [--keep-going] [--cpu] SECONDS [TARGET...]" >&2
   exit 2
 fi
 seconds=$1
@@ -58,13 +65,40 @@ for target in "${targets[@]}"; do
   mkdir -p "$work" "corpus/$target" "artifacts/$target"
   inputs=("$work" "corpus/$target")
   [ -d "regressions/$target" ] && inputs+=("regressions/$target")
-  flags=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1)
+  wall=$seconds
+  # With --cpu, the wall-time limit is only a backstop (ten times the CPU asked).
+  [ $cpu = 1 ] && wall=$((seconds * 10))
+  flags=(-max_total_time="$wall" -timeout=10 -print_final_stats=1)
   if [ $keep_going = 1 ]; then
     flags+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   fi
   echo "== $target: ${seconds}s (log: fuzz/$log)"
   status=0
+  watcher=
+  if [ $cpu = 1 ]; then
+    # Every 5 s: the CPU time of the fuzzing processes alive (in fork mode, children that
+    # ended are not counted, so the campaign runs longer than asked); SIGINT to them once
+    # it reaches SECONDS.
+    (
+      tick=$(getconf CLK_TCK)
+      while sleep 5; do
+        pids=$(pgrep -f "release/$target -artifact_prefix" || true)
+        [ -z "$pids" ] && continue
+        used=0
+        for pid in $pids; do
+          t=$(awk -v tick="$tick" '{ print int(($14 + $15) / tick) }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+          used=$((used + t))
+        done
+        if [ "$used" -ge "$seconds" ]; then
+          kill -INT $pids 2>/dev/null || true
+          break
+        fi
+      done
+    ) &
+    watcher=$!
+  fi
   cargo fuzz run -O "$target" "${inputs[@]}" -- "${flags[@]}" >"$log" 2>&1 || status=$?
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null || true
   # libFuzzer's status lines look like "#123456  DONE  cov: 2045 ft: 9871 corp: 312/40Kb
   # ... exec/s: 1234 ..." (fork mode: "#123456: cov: 2045 ft: 9871 corp: 312 exec/s:
   # ..."): the last one holds the totals.
@@ -75,7 +109,10 @@ for target in "${targets[@]}"; do
   rate=$(grep -oE 'exec/s: [0-9]+' <<<"$last" | awk '{ print $2 }')
   crashes=$(find "artifacts/$target" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   result=ok
-  [ "$status" != 0 ] && result="stopped (status $status): see fuzz/$log"
+  # An interrupt is how --cpu ends a run (libFuzzer exits 72 on SIGINT, or 130 through cargo).
+  if [ "$status" != 0 ] && ! { [ $cpu = 1 ] && { [ "$status" = 72 ] || [ "$status" = 130 ]; }; }; then
+    result="stopped (status $status): see fuzz/$log"
+  fi
   if [ $update_corpus = 1 ]; then
     cp -n "$work"/* "corpus/$target"/ 2>/dev/null || true
     # Edges only (no hit counts), covered by as few inputs as libFuzzer finds: the corpus
