@@ -109,8 +109,8 @@ for target in "${targets[@]}"; do
   rate=$(grep -oE 'exec/s: [0-9]+' <<<"$last" | awk '{ print $2 }')
   crashes=$(find "artifacts/$target" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   result=ok
-  # An interrupt is how --cpu ends a run (libFuzzer exits 72 on SIGINT, or 130 through cargo).
-  if [ "$status" != 0 ] && ! { [ $cpu = 1 ] && { [ "$status" = 72 ] || [ "$status" = 130 ]; }; }; then
+  # An interrupt is how --cpu ends a run (libFuzzer exits 72 on SIGINT, cargo fuzz then 1).
+  if [ "$status" != 0 ] && ! { [ $cpu = 1 ] && grep -q "libFuzzer: run interrupted" "$log"; }; then
     result="stopped (status $status): see fuzz/$log"
   fi
   if [ $update_corpus = 1 ]; then
