@@ -28,6 +28,24 @@ pub mod wire_decode;
 /// A target's body: runs one input, panics on a bug.
 pub type Body = fn(&[u8]);
 
+/// Appends the operations left in `input`, up to `max`, one `Debug` line each: what a
+/// target's `describe` prints of a crash's input.
+fn describe_ops<'a, Op: arbitrary::Arbitrary<'a> + std::fmt::Debug>(
+    input: &mut arbitrary::Unstructured<'a>,
+    max: usize,
+    lines: &mut String,
+) {
+    for _ in 0..max {
+        if input.is_empty() {
+            break;
+        }
+        match Op::arbitrary(input) {
+            Ok(op) => lines.push_str(&format!("{op:?}\n")),
+            Err(_) => break,
+        }
+    }
+}
+
 /// Every target: its name (the cargo-fuzz target's and its corpus directory's) and body.
 pub const TARGETS: [(&str, Body); 5] = [
     ("decode", wire_decode::run),

@@ -547,15 +547,7 @@ impl Node {
 pub fn describe(data: &[u8]) -> String {
     let mut input = Unstructured::new(data);
     let mut lines = String::new();
-    for _ in 0..OPS_MAX {
-        if input.is_empty() {
-            break;
-        }
-        match Op::arbitrary(&mut input) {
-            Ok(op) => lines.push_str(&format!("{op:?}\n")),
-            Err(_) => break,
-        }
-    }
+    crate::describe_ops::<Op>(&mut input, OPS_MAX, &mut lines);
     lines
 }
 

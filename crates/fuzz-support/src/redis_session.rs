@@ -539,15 +539,7 @@ pub fn describe(data: &[u8]) -> String {
         return String::new();
     };
     let mut lines = format!("{settings:?}\n");
-    for _ in 0..OPS_MAX {
-        if input.is_empty() {
-            break;
-        }
-        match Op::arbitrary(&mut input) {
-            Ok(op) => lines.push_str(&format!("{op:?}\n")),
-            Err(_) => break,
-        }
-    }
+    crate::describe_ops::<Op>(&mut input, OPS_MAX, &mut lines);
     lines
 }
 
