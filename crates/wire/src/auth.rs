@@ -444,13 +444,10 @@ impl Sealer {
         tag_bytes.copy_from_slice(tag);
         // A sender life heard before opens with its kept key; another's key is derived,
         // and kept only once a datagram of that life proves authentic.
-        let derived = match self.open.get(&salt_id) {
-            Some((print, _)) if *print == fingerprint => None,
-            _ => Some(key.life_key(&self.auth.cluster, &salt_bytes)),
-        };
-        let life_key = match &derived {
-            Some(k) => k,
-            None => &self.open[&salt_id].1,
+        let mut derived = None;
+        let life_key = match self.open.get(&salt_id) {
+            Some((print, kept)) if *print == fingerprint => kept,
+            _ => derived.insert(key.life_key(&self.auth.cluster, &salt_bytes)),
         };
         let opened = life_key.open_in_place_separate_tag(
             nonce(receiver, seq),
