@@ -45,29 +45,14 @@ banned=(
   ferrotx-bench
 )
 
-# Crates allowed to reach banned ones, with why. ring is ferrotx's AEAD (AES-GCM for the
-# cluster's datagrams, crates/wire/src/auth.rs): its tree holds getrandom (and libc under
-# it) for ring::rand::SystemRandom, which protocol code never calls (lints/sans-io.clippy.toml
-# bans it). The tree is checked with ring's own dependencies pruned, so a banned crate
-# reached any other way still fails.
-pruned=(ring)
-
-base=(--locked -e normal)
+flags=(--locked -e normal)
 if [ "${1:-}" = "--offline" ]; then
-  base+=(--offline)
+  flags+=(--offline)
 fi
 
 failed=0
 for crate in "${protocol_crates[@]}"; do
-  # One line per package of the crate's tree: "name vX.Y.Z", with the allowed crates'
-  # dependencies pruned (cargo refuses to prune a crate the tree does not hold).
-  flags=("${base[@]}")
-  packages=$(cargo tree "${flags[@]}" -p "$crate" --prefix none --format '{p}' | awk '{ print $1 }' | sort -u)
-  for name in "${pruned[@]}"; do
-    if grep -qx -- "$name" <<<"$packages"; then
-      flags+=(--prune "$name")
-    fi
-  done
+  # One line per package of the crate's tree: "name vX.Y.Z".
   packages=$(cargo tree "${flags[@]}" -p "$crate" --prefix none --format '{p}' | awk '{ print $1 }' | sort -u)
   for name in "${banned[@]}"; do
     if grep -qx -- "$name" <<<"$packages"; then
@@ -86,4 +71,4 @@ if [ "$failed" -ne 0 ]; then
   echo "Protocol crates must stay sans-IO: take time, randomness and I/O from the caller, and move the dependency to an edge crate (transport, node, server, bench)." >&2
   exit 1
 fi
-echo "sans-IO dependencies: ok (${#protocol_crates[@]} protocol crates, none reaches ${banned[*]} but through ${pruned[*]})"
+echo "sans-IO dependencies: ok (${#protocol_crates[@]} protocol crates, none reaches ${banned[*]})"

@@ -677,7 +677,8 @@ fn probe_members(
         let _ = socket.send_to(&out, addr);
     }
     let deadline = start + Duration::from_millis(500);
-    let mut buf = vec![0u8; ferrotx_membership::MESSAGE_BYTES_MAX];
+    let mut buf =
+        vec![0u8; ferrotx_membership::MESSAGE_BYTES_MAX + ferrotx_wire::auth::TRAILER_BYTES];
     while answers.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

@@ -1,6 +1,7 @@
 //! The hot path allocates nothing: once a client and a server have warmed up (buffers at
 //! their working sizes, sessions created), whole rounds of batched RPCs run without a
-//! single heap allocation, counted by a global allocator that wraps the system one.
+//! single heap allocation, counted by a global allocator that wraps the system one. Every
+//! datagram is sealed and opened (`Config::auth`), as in production.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -11,6 +12,7 @@ use ferrotx_node::Worker;
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_transport::mem::MemNetwork;
 use ferrotx_wire::EndpointId;
+use ferrotx_wire::auth::{Auth, ClusterId, KEY_BYTES, Key, Keys};
 
 struct Counting;
 
@@ -45,12 +47,18 @@ fn steady_state_rounds_allocate_nothing() {
     const COROUTINES: usize = 20;
     const BATCH: usize = 8;
     let network = MemNetwork::new();
+    let auth = Auth::new(
+        Keys::one(Key::from_material(&[5; KEY_BYTES])),
+        ClusterId([6; 16]),
+        [7; 16],
+    );
     let client_id = EndpointId::new(1, 0);
     let server_id = EndpointId::new(0, 0);
     let mut server_engine = Engine::new(
         server_id,
         Config {
             callers: 1,
+            auth: Some(auth.clone()),
             ..Config::default()
         },
     );
@@ -66,6 +74,7 @@ fn steady_state_rounds_allocate_nothing() {
         callers: COROUTINES,
         max_batch: BATCH,
         credits: 160,
+        auth: Some(auth),
         ..Config::default()
     };
     // The client learns the server's incarnation by connecting, as in production.
@@ -105,6 +114,16 @@ fn steady_state_rounds_allocate_nothing() {
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     let rounds_measured = rounds.get() - warm;
     assert!(rounds_measured >= 200 * COROUTINES as u64 - COROUTINES as u64);
+    let engine = server.shared().engine();
+    let stats = engine.stats();
+    let (received, refused) = (
+        stats.datagrams_received,
+        stats.auth_refused.iter().sum::<u64>(),
+    );
+    assert!(
+        received > 0 && refused == 0,
+        "{received} received, {refused} refused"
+    );
     assert_eq!(
         allocations, 0,
         "{allocations} allocations in {rounds_measured} batches of {BATCH} RPCs"
