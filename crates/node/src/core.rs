@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
-use ferrotx_store::{Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
+use ferrotx_store::{Epoch, Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
@@ -121,6 +121,8 @@ pub struct NodeCore {
     view_store: Arc<ViewStore>,
     /// The node's memory figures and limit (`maxmemory`), refreshed from its copies.
     memory: Arc<Memory>,
+    /// The epoch its partitions' lookups pin: the process's, or a simulation's own.
+    epoch: Epoch,
 }
 
 impl NodeCore {
@@ -131,6 +133,12 @@ impl NodeCore {
     ///
     /// If `node` is not a member of `config`, or `incarnation` is 0.
     pub fn new(config: Arc<Configuration>, node: u16, incarnation: u64) -> Self {
+        Self::new_in(config, node, incarnation, Epoch::process())
+    }
+
+    /// [`NodeCore::new`] with partitions whose lookups pin `epoch` (a simulation gives
+    /// each cluster its own, so that a run replays whatever else the process runs).
+    pub fn new_in(config: Arc<Configuration>, node: u16, incarnation: u64, epoch: Epoch) -> Self {
         assert!(config.member(node).is_some(), "node {node} is not a member");
         assert!(incarnation > 0, "incarnations start at 1");
         // The configuration file's map, as the first view of a cluster would give it.
@@ -143,7 +151,7 @@ impl NodeCore {
             })
             .collect();
         let first = View::initial(config.id(), &config, members);
-        let core = Self::from_view(config.clone(), &first, node, incarnation);
+        let core = Self::from_view_in(config.clone(), &first, node, incarnation, epoch);
         Self {
             placement: Arc::new(ClusterPlacement::new(config, None)),
             ..core
@@ -158,6 +166,18 @@ impl NodeCore {
     ///
     /// If (`node`, `incarnation`) is not a member of `view`.
     pub fn from_view(config: Arc<Configuration>, view: &View, node: u16, incarnation: u64) -> Self {
+        Self::from_view_in(config, view, node, incarnation, Epoch::process())
+    }
+
+    /// [`NodeCore::from_view`] with partitions whose lookups pin `epoch` (see
+    /// [`NodeCore::new_in`]).
+    pub fn from_view_in(
+        config: Arc<Configuration>,
+        view: &View,
+        node: u16,
+        incarnation: u64,
+        epoch: Epoch,
+    ) -> Self {
         assert!(
             view.is_member(node, incarnation),
             "node {node} is not a member of view {}",
@@ -169,7 +189,8 @@ impl NodeCore {
             let id = PartitionId(u32::try_from(index).expect("at most PARTITIONS_MAX partitions"));
             if let Some(i) = nodes.iter().position(|&n| n == node) {
                 let role = if i == 0 { Role::Primary } else { Role::Backup };
-                copies.push((id, role, Arc::new(Partition::new(id, &schema))));
+                let partition = Partition::with_epoch(id, &schema, &epoch);
+                copies.push((id, role, Arc::new(partition)));
             }
         }
         let empty = Arc::new(NodeStore::new());
@@ -184,6 +205,7 @@ impl NodeCore {
             copies: Arc::new(Mutex::new(copies)),
             fills: Arc::new(Mutex::new(BTreeMap::new())),
             memory: Arc::new(Memory::unlimited()),
+            epoch,
         };
         // The view's copies, and the backups it has this node fill.
         let store = Arc::new(core.build_store(view, true));
@@ -265,7 +287,11 @@ impl NodeCore {
                     let partition = match found {
                         Some((_, _, partition)) => partition.clone(),
                         None => {
-                            let partition = Arc::new(Partition::new(PartitionId(p), &self.schema));
+                            let partition = Arc::new(Partition::with_epoch(
+                                PartitionId(p),
+                                &self.schema,
+                                &self.epoch,
+                            ));
                             copies.push((PartitionId(p), Role::Backup, partition.clone()));
                             partition
                         }

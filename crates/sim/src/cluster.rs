@@ -13,7 +13,7 @@ use ferrotx_exec::Co;
 use ferrotx_membership::{Action, Membership, Options, Phase};
 use ferrotx_node::{ClusterPlacement, CoreOptions, CoreWorker, NodeCore};
 use ferrotx_rpc::Event;
-use ferrotx_store::{Key, Partition, PartitionId, TableId};
+use ferrotx_store::{Epoch, Key, Partition, PartitionId, TableId};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{Participant, RecoveryStats, Role};
@@ -77,6 +77,10 @@ pub struct SimCluster {
     pub attack_log: Vec<String>,
     /// Nodes the attack struck (crashed, paused, cut off).
     pub attack_struck: std::collections::BTreeSet<u16>,
+    /// The epoch every node's partitions pin, the cluster's own: reclaimed records are
+    /// made again, and so keys numbered and scanned, at points the run alone decides, not
+    /// when other threads of the process (other seeds) let the process's epoch advance.
+    epoch: Epoch,
 }
 
 /// What the simulator does to a node when a trap armed at a fault point springs there.
@@ -196,6 +200,7 @@ impl SimCluster {
             after_commit: None,
             attack_log: Vec::new(),
             attack_struck: std::collections::BTreeSet::new(),
+            epoch: Epoch::private(),
         };
         for (node, clock) in clocks.iter().enumerate() {
             cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
@@ -605,7 +610,7 @@ impl SimCluster {
             self.drain(node, now);
             return;
         }
-        let core = NodeCore::new(self.config.clone(), node, incarnation);
+        let core = NodeCore::new_in(self.config.clone(), node, incarnation, self.epoch.clone());
         self.build_workers(node, core);
     }
 
@@ -690,8 +695,13 @@ impl SimCluster {
                     state.installs += 1;
                     let incarnation = self.nodes[usize::from(node)].incarnation;
                     if self.nodes[usize::from(node)].core.is_none() {
-                        let core =
-                            NodeCore::from_view(self.config.clone(), &view, node, incarnation);
+                        let core = NodeCore::from_view_in(
+                            self.config.clone(),
+                            &view,
+                            node,
+                            incarnation,
+                            self.epoch.clone(),
+                        );
                         self.build_workers(node, core);
                         self.feed_memory(node);
                     }

@@ -42,11 +42,12 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::sync::Mutex;
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_epoch::Guard;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use foldhash::fast::FixedState;
 
+use crate::epoch::Epoch;
 use crate::key::Key;
 use crate::object::{ObjectRef, RecordLayout};
 use crate::table::ValueSize;
@@ -243,6 +244,8 @@ pub(crate) struct Index {
     tombstones_maybe: AtomicBool,
     /// Numbers of reclaimed records no lookup can still be reading, to make again.
     free: Arc<SegQueue<u32>>,
+    /// The epoch lookups pin and reclaims wait for (see [`Epoch`]).
+    epoch: Epoch,
     /// Bytes of live records and of tables of slots (see [`Index::used_bytes`]); changed
     /// under the mutex, read by anyone.
     used: CachePadded<std::sync::atomic::AtomicUsize>,
@@ -260,8 +263,9 @@ unsafe impl Sync for Index {}
 type Found<'a> = (&'a Slots, usize, usize);
 
 impl Index {
-    /// An empty index of a table whose values are of `size`, hashing with `seed`.
-    pub(crate) fn new(seed: u64, size: ValueSize) -> Self {
+    /// An empty index of a table whose values are of `size`, hashing with `seed`, whose
+    /// lookups pin `epoch`.
+    pub(crate) fn new(seed: u64, size: ValueSize, epoch: Epoch) -> Self {
         let first = Box::new(Slots::new(INITIAL_SLOTS));
         let floors: Box<[AtomicU64]> = (0..FLOOR_BUCKETS).map(|_| AtomicU64::new(0)).collect();
         let used = CachePadded::new(std::sync::atomic::AtomicUsize::new(
@@ -276,6 +280,7 @@ impl Index {
             floors,
             tombstones_maybe: AtomicBool::new(false),
             free: Arc::new(SegQueue::new()),
+            epoch,
             used,
             inner: Mutex::new(Inner {
                 made: 0,
@@ -369,8 +374,14 @@ impl Index {
         self.tombstones_maybe.swap(false, Ordering::AcqRel)
     }
 
-    /// The object of `key`, if it has one. Takes no lock; `guard` keeps the object's
-    /// record from being made again for another key while it is used.
+    /// Pins the index's epoch: the guard that lookups take ([`Index::get`]).
+    #[inline]
+    pub(crate) fn pin(&self) -> Guard {
+        self.epoch.pin()
+    }
+
+    /// The object of `key`, if it has one. Takes no lock; `guard` (from [`Index::pin`])
+    /// keeps the object's record from being made again for another key while it is used.
     #[inline]
     pub(crate) fn get<'g>(&'g self, key: &Key, guard: &'g Guard) -> Option<ObjectRef<'g>> {
         self.find(self.hash(key) >> 32, key, guard)
@@ -388,7 +399,11 @@ impl Index {
     }
 
     #[inline]
-    fn find<'g>(&'g self, tag: u64, key: &Key, _guard: &'g Guard) -> Option<ObjectRef<'g>> {
+    fn find<'g>(&'g self, tag: u64, key: &Key, guard: &'g Guard) -> Option<ObjectRef<'g>> {
+        debug_assert!(
+            self.epoch.pinned_by(guard),
+            "a lookup pinned another epoch than its index's"
+        );
         let (len, words) = key.to_words();
         // The current table, then (on a miss) the previous one. Growing publishes
         // `previous` before `current` and clears it only after the move, so a reader that
@@ -561,7 +576,7 @@ impl Index {
         inner.live -= 1;
         self.add_used(-(self.records.layout.stride() as isize));
         let free = Arc::clone(&self.free);
-        let guard = epoch::pin();
+        let guard = self.epoch.pin();
         guard.defer(move || free.push(n as u32));
         guard.flush();
         true
@@ -603,7 +618,7 @@ impl Index {
             self.previous.store(std::ptr::null_mut(), Ordering::Release);
             self.add_used(-(from.bytes() as isize));
             let retired = previous as usize;
-            let guard = epoch::pin();
+            let guard = self.epoch.pin();
             // SAFETY: no longer reachable from the index; lookups that may still probe it
             // were pinned before this, and the epoch frees it only after they unpin.
             unsafe {
@@ -716,9 +731,10 @@ impl Drop for Index {
 #[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
+    use crossbeam_epoch as epoch;
 
     fn index(seed: u64) -> Index {
-        Index::new(seed, ValueSize::Fixed(8))
+        Index::new(seed, ValueSize::Fixed(8), Epoch::process())
     }
 
     /// Inserts `key` at `version`, holding the version as its value.
@@ -782,7 +798,7 @@ mod tests {
             ValueSize::Fixed(2000),
             ValueSize::Variable(1 << 20),
         ] {
-            let index = Index::new(9, size);
+            let index = Index::new(9, size, Epoch::process());
             let value = |i: usize| -> Vec<u8> {
                 let len = match size {
                     ValueSize::Fixed(n) => n,
@@ -818,7 +834,7 @@ mod tests {
 
     /// Deletes `key` (lock, install nothing) and returns the tombstone's version.
     fn delete(index: &Index, key: u64) -> u64 {
-        let guard = epoch::pin();
+        let guard = index.pin();
         let object = index.get(&Key::from(key), &guard).expect("a key to delete");
         let version = object.try_lock_any().unwrap();
         object.install(None);
@@ -843,6 +859,56 @@ mod tests {
             std::thread::yield_now();
         }
         panic!("the epoch never advanced in 30 s");
+    }
+
+    /// Pins of `index`'s epoch (each flushed) after a reclaim until its record comes back,
+    /// while another thread holds the process's epoch pinned if `pinned`.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "another thread pins the process's epoch meanwhile"
+    )]
+    fn pins_until_a_record_comes_back(index: &Index, pinned: bool) -> Option<usize> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = pinned.then(|| {
+            std::thread::spawn(move || {
+                let _guard = epoch::pin();
+                ready_tx.send(()).unwrap();
+                // Until the sender is dropped.
+                let _ = done_rx.recv();
+            })
+        });
+        if other.is_some() {
+            ready_rx.recv().unwrap();
+        }
+        let key = 1_000 + index.records() as u64;
+        insert(index, key, 5, &index.pin()).unwrap();
+        let version = delete(index, key);
+        assert!(index.reclaim(&Key::from(key), version));
+        let pins = (1..=1_000).find(|_| {
+            index.pin().flush();
+            !index.free.is_empty()
+        });
+        while index.free.pop().is_some() {}
+        drop(done_tx);
+        if let Some(other) = other {
+            other.join().unwrap();
+        }
+        pins
+    }
+
+    #[test]
+    fn in_a_private_epoch_records_come_back_whatever_other_threads_pin() {
+        // A simulation's stores: which record a new key gets (the order scans visit keys
+        // in) must not depend on other threads, or a seed would not replay.
+        let private = Index::new(3, ValueSize::Fixed(8), Epoch::private());
+        let alone = pins_until_a_record_comes_back(&private, false);
+        assert!(alone.is_some(), "the private epoch advances");
+        assert_eq!(pins_until_a_record_comes_back(&private, true), alone);
+        assert_eq!(pins_until_a_record_comes_back(&private, false), alone);
+        // The process's epoch, which node threads share, waits for every thread.
+        let shared = index(3);
+        assert_eq!(pins_until_a_record_comes_back(&shared, true), None);
     }
 
     #[test]
@@ -983,7 +1049,7 @@ mod tests {
         assert!(index.bytes() >= 10_000 * stride);
 
         // Values out of line count for what their buffers hold.
-        let large = Index::new(5, ValueSize::Variable(1 << 20));
+        let large = Index::new(5, ValueSize::Variable(1 << 20), Epoch::process());
         let base = large.used_bytes();
         let stride = large.records.layout.stride();
         let guard = epoch::pin();

@@ -16,6 +16,7 @@
 //! returns a version, and validation catches an insert or delete in between like any
 //! other write.
 
+mod epoch;
 mod error;
 mod header;
 mod index;
@@ -27,6 +28,7 @@ mod sync;
 mod table;
 mod value;
 
+pub use epoch::Epoch;
 pub use error::{LockError, ReadError, StoreError};
 pub use header::{Header, HeaderWord, VERSION_MAX};
 pub use index::FLOOR_BUCKETS;

@@ -1,7 +1,8 @@
 //! A partition: one hash index per table, shared by a node's worker threads.
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_epoch::Guard;
 
+use crate::epoch::Epoch;
 use crate::error::{LockError, ReadError, StoreError};
 use crate::header::VERSION_MAX;
 use crate::index::Index;
@@ -69,11 +70,20 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// An empty partition of the tables of `schema`.
+    /// An empty partition of the tables of `schema`, in the process's epoch.
     pub fn new(id: PartitionId, schema: &[TableSpec]) -> Self {
+        Self::with_epoch(id, schema, &Epoch::process())
+    }
+
+    /// An empty partition of the tables of `schema`, whose lookups pin `epoch` (a
+    /// simulation's own, see [`Epoch`]).
+    pub fn with_epoch(id: PartitionId, schema: &[TableSpec], epoch: &Epoch) -> Self {
         let tables = schema
             .iter()
-            .map(|spec| (spec.clone(), Index::new(u64::from(id.0), spec.value_size)))
+            .map(|spec| {
+                let index = Index::new(u64::from(id.0), spec.value_size, epoch.clone());
+                (spec.clone(), index)
+            })
             .collect();
         Self { id, tables }
     }
@@ -100,7 +110,7 @@ impl Partition {
         out: &mut Vec<u8>,
     ) -> Result<Result<ReadOutcome, ReadError>, StoreError> {
         let (_, index) = self.table(table)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         let hash = index.hash(key);
         // A key with an object (the common case) needs no floor.
         if let Some(object) = index.get_hashed(hash, key, &guard) {
@@ -131,7 +141,7 @@ impl Partition {
     /// True if `key` is unlocked at `version` (a key with no object: at its floor).
     pub fn validate(&self, table: TableId, key: &Key, version: u64) -> Result<bool, StoreError> {
         let (_, index) = self.table(table)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         let hash = index.hash(key);
         if let Some(object) = index.get_hashed(hash, key, &guard) {
             return Ok(object.validate(version));
@@ -153,7 +163,7 @@ impl Partition {
         version: u64,
     ) -> Result<Result<(), LockError>, StoreError> {
         let (_, index) = self.table(table)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         let hash = index.hash(key);
         let object = match index.get_hashed(hash, key, &guard) {
             Some(object) => object,
@@ -177,7 +187,7 @@ impl Partition {
     ) -> Result<Result<u64, LockError>, StoreError> {
         let (spec, index) = self.table(table)?;
         spec.check_key(key)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         Ok(object_or_absent(index, key, None, &guard).try_lock_any())
     }
 
@@ -208,7 +218,7 @@ impl Partition {
         if value.is_none() {
             index.note_tombstone();
         }
-        let guard = epoch::pin();
+        let guard = index.pin();
         let object = index
             .get(key, &guard)
             .expect("install into a key that was never locked");
@@ -218,7 +228,7 @@ impl Partition {
     /// Unlocks the locked `key` without a change. Panics if it is not locked.
     pub fn unlock(&self, table: TableId, key: &Key) -> Result<(), StoreError> {
         let (_, index) = self.table(table)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         index
             .get(key, &guard)
             .expect("unlock of a key that was never locked")
@@ -246,7 +256,7 @@ impl Partition {
         if value.is_none() {
             index.note_tombstone();
         }
-        let guard = epoch::pin();
+        let guard = index.pin();
         Ok(object_or_absent(index, key, Some(0), &guard).apply(version, value))
     }
 
@@ -267,7 +277,7 @@ impl Partition {
         if value.is_none() {
             index.note_tombstone();
         }
-        let guard = epoch::pin();
+        let guard = index.pin();
         Ok(object_or_absent(index, key, Some(0), &guard).apply_unless_locked(version, value))
     }
 
@@ -277,7 +287,7 @@ impl Partition {
         let (spec, index) = self.table(table)?;
         spec.check_key(&key)?;
         spec.check_value(value)?;
-        let guard = epoch::pin();
+        let guard = index.pin();
         Ok(index.insert(key, Some(1), Some(value), &guard).is_ok())
     }
 
@@ -373,7 +383,7 @@ impl Partition {
         let Some(value) = value else {
             return Ok(false);
         };
-        let guard = epoch::pin();
+        let guard = index.pin();
         Ok(match index.get(key, &guard) {
             Some(object) => !object.header().allocated() || !object.has_room(value.len()),
             None => true,
