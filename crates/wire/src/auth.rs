@@ -50,11 +50,12 @@
 //! in 256-bit vector registers. It is used through the `aegis` crate, which compiles
 //! libaegis (by an author of the draft) and picks its AES-NI, VAES or AVX-512 code at
 //! run time. `cargo run --release -p ferrotx-bench --example mac_cost` compares it here:
-//! sealing 64 bytes takes about 55 ns and 9,600 bytes about 330 ns (0.035 ns a byte),
-//! where ring's AES-128-GCM took 80 ns and 1,050 ns, and BLAKE3's keyed hash (this
-//! module's first MAC) 70 ns and 2,000 ns. On the data path, a coalesced datagram of 160
-//! RPCs is sealed and opened once each way in every round trip of `bench rpc`: AES-GCM
-//! made it 13% slower, and AEGIS-128X2 about 4%. The crate's own randomness (a feature
+//! sealing 64 bytes took 53 ns and 9,600 bytes 327 ns (0.035 ns a byte), where ring's
+//! AES-128-GCM took 75 ns and 1,067 ns; BLAKE3's keyed hash (this module's first MAC)
+//! took 1.1 ns a byte below 4 KiB. On the data path, a coalesced datagram of 160 RPCs is
+//! sealed and opened once each way in every round trip of `bench rpc`: with AES-GCM it
+//! ran at 0.873 of `--no-auth`, with AEGIS-128X2 at 1.012 (docs/results.md,
+//! "Authentication", has the runs). The crate's own randomness (a feature
 //! left off) is never used: protocol code takes randomness from its caller, and
 //! `scripts/check_sans_io.sh` checks it.
 
