@@ -1937,6 +1937,8 @@ mod tests {
                 .collect(),
             copies,
             filling,
+            suspended: Vec::new(),
+            suspended_copies: Vec::new(),
         }
     }
 

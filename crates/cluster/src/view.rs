@@ -73,6 +73,20 @@ pub struct View {
     /// it into `copies` once it reported the copy complete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filling: Vec<Vec<u16>>,
+    /// Lives that held the last copies of some partitions when they became unreachable (a
+    /// partition, a pause, a lost lease): not members (no lease, no acknowledgement awaited,
+    /// nothing sent to them), but not removed either, since they may be alive with the
+    /// data. In node order. A suspended life that answers again is readmitted with its
+    /// copies; a newer life of its node proves it dead, and so does an operator who accepts
+    /// the loss (`ferrotx cluster forget`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended: Vec<ViewMember>,
+    /// Per partition (`p` at index `p`; empty, or shorter than `copies`, where none are):
+    /// the suspended lives' copies, in promotion order, of a partition that has no copy on
+    /// a member. Such a partition is unavailable (its keys answer `-CLUSTERDOWN`, like a
+    /// lost one's) but not lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_copies: Vec<Vec<u16>>,
 }
 
 /// Why a view could not be made or read.
@@ -110,6 +124,8 @@ impl View {
             members,
             copies,
             filling: Vec::new(),
+            suspended: Vec::new(),
+            suspended_copies: Vec::new(),
         }
     }
 
@@ -122,6 +138,8 @@ impl View {
             members: Vec::new(),
             copies: vec![Vec::new(); partition_count],
             filling: Vec::new(),
+            suspended: Vec::new(),
+            suspended_copies: Vec::new(),
         }
     }
 
@@ -141,6 +159,41 @@ impl View {
     /// True if (`node`, `incarnation`) is a member.
     pub fn is_member(&self, node: u16, incarnation: u64) -> bool {
         self.incarnation(node) == Some(incarnation)
+    }
+
+    /// The incarnation of `node`'s suspended life, if it has one ([`View::suspended`]).
+    pub fn suspended_incarnation(&self, node: u16) -> Option<u64> {
+        self.suspended
+            .iter()
+            .find(|m| m.node == node)
+            .map(|m| m.incarnation)
+    }
+
+    /// True if (`node`, `incarnation`) is suspended ([`View::suspended`]).
+    pub fn is_suspended(&self, node: u16, incarnation: u64) -> bool {
+        self.suspended_incarnation(node) == Some(incarnation)
+    }
+
+    /// The life of `node` this view names, member or suspended.
+    pub fn life(&self, node: u16) -> Option<u64> {
+        self.incarnation(node)
+            .or_else(|| self.suspended_incarnation(node))
+    }
+
+    /// The suspended lives holding `partition`'s copies, in promotion order (empty unless
+    /// the partition has no copy on a member and a suspended life holds one).
+    pub fn suspended_copies(&self, partition: u32) -> &[u16] {
+        self.suspended_copies
+            .get(partition as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Partitions with no copy on a member but one on a suspended life: unavailable until
+    /// it is readmitted, not lost.
+    pub fn unavailable(&self) -> usize {
+        (0..self.copies.len())
+            .filter(|&p| self.copies[p].is_empty() && !self.suspended_copies(p as u32).is_empty())
+            .count()
     }
 
     /// The node of the primary of `partition`, or [`NO_NODE`] if no copy is left.
@@ -182,7 +235,8 @@ impl View {
             .flat_map(|(p, nodes)| nodes.iter().map(move |&n| (p as u32, n)))
     }
 
-    /// Partitions with fewer than `replicas` copies, and with none.
+    /// Partitions with fewer than `replicas` copies, and with none (lost, or held only by
+    /// suspended lives: [`View::unavailable`] tells those apart).
     pub fn short_and_lost(&self, replicas: usize) -> (usize, usize) {
         let short = self
             .copies
@@ -191,6 +245,11 @@ impl View {
             .count();
         let lost = self.copies.iter().filter(|c| c.is_empty()).count();
         (short, lost)
+    }
+
+    /// Partitions whose every copy is gone: none on a member, none on a suspended life.
+    pub fn lost(&self) -> usize {
+        self.short_and_lost(1).1 - self.unavailable()
     }
 
     /// The backup CMs, `count` of them (at most [`BACKUP_CMS_MAX`]): taken one by one from
@@ -248,33 +307,81 @@ impl View {
         count
     }
 
-    /// The next view: id + 1, with `members` (the survivors and any admitted lives) and
-    /// `cm`. Remap (FaRM 5.2 step 4): each partition keeps its copies on surviving members,
-    /// in order, so that where the primary was lost its first surviving backup is
-    /// promoted. No backup is added: a new, empty backup would count as a copy before it
-    /// holds the data. A partition with no surviving copy is left empty (lost).
+    /// [`View::next_without`] with no life known dead but the earlier lives of nodes that
+    /// have a newer one in `members`.
     pub fn next(&self, cm: u16, members: Vec<ViewMember>) -> Self {
+        self.next_without(cm, members, &BTreeSet::new())
+    }
+
+    /// The next view: id + 1, with `members` (the lives that stay and any admitted) and
+    /// `cm`. Remap (FaRM 5.2 step 4), under one rule: a copy is lost only when its life is
+    /// dead, which is when it is in `dead` (an operator accepted the loss, a newer life
+    /// asked to join) or `members` has a newer life of its node. Each partition's holders
+    /// (its copies, or where it has none its suspended lives' copies) become:
+    ///
+    /// - those that stay members (the same life), in order: where the primary left, its
+    ///   first backup that stays is promoted, and a suspended life readmitted in `members`
+    ///   serves its copies again. No backup is added: a new, empty backup would count as a
+    ///   copy before it holds the data;
+    /// - if none stays, the ones not dead, as suspended copies ([`View::suspended`]): the
+    ///   partition is unavailable, not lost, while a holder may be alive;
+    /// - if every holder is dead, nothing: the partition is lost.
+    pub fn next_without(
+        &self,
+        cm: u16,
+        members: Vec<ViewMember>,
+        dead: &BTreeSet<ViewMember>,
+    ) -> Self {
         let mut members = members;
         members.sort();
         members.dedup_by_key(|m| m.node);
-        let survivors: BTreeSet<u16> = members
-            .iter()
-            .filter(|m| self.is_member(m.node, m.incarnation))
-            .map(|m| m.node)
-            .collect();
-        let kept = |c: &Vec<u16>| -> Vec<u16> {
-            c.iter()
-                .copied()
-                .filter(|n| survivors.contains(n))
-                .collect()
+        let life = |node: u16| self.life(node);
+        let stays = |n: u16| {
+            life(n).is_some_and(|i| members.iter().any(|m| m.node == n && m.incarnation == i))
         };
-        let copies: Vec<Vec<u16>> = self.copies.iter().map(kept).collect();
-        // A fill whose partition lost every copy has nothing left to copy from.
+        let is_dead = |n: u16| {
+            life(n).is_none_or(|i| {
+                dead.contains(&ViewMember {
+                    node: n,
+                    incarnation: i,
+                }) || members.iter().any(|m| m.node == n && m.incarnation > i)
+            })
+        };
+        let partitions = self.copies.len();
+        let mut copies = Vec::with_capacity(partitions);
+        let mut suspended_copies = vec![Vec::new(); partitions];
+        for (p, held) in suspended_copies.iter_mut().enumerate() {
+            let holders: &[u16] = if self.copies[p].is_empty() {
+                self.suspended_copies(p as u32)
+            } else {
+                &self.copies[p]
+            };
+            let kept: Vec<u16> = holders.iter().copied().filter(|&n| stays(n)).collect();
+            if kept.is_empty() {
+                *held = holders.iter().copied().filter(|&n| !is_dead(n)).collect();
+            }
+            copies.push(kept);
+        }
+        // A fill whose partition has no copy left to serve has nothing to copy from.
         let filling = self
             .filling
             .iter()
             .zip(&copies)
-            .map(|(f, c)| if c.is_empty() { Vec::new() } else { kept(f) })
+            .map(|(f, c)| {
+                if c.is_empty() {
+                    Vec::new()
+                } else {
+                    f.iter().copied().filter(|&n| stays(n)).collect()
+                }
+            })
+            .collect();
+        let holding: BTreeSet<u16> = suspended_copies.iter().flatten().copied().collect();
+        let suspended = holding
+            .into_iter()
+            .map(|node| ViewMember {
+                node,
+                incarnation: life(node).expect("a holder is a life of this view"),
+            })
             .collect();
         let mut next = Self {
             id: self.id + 1,
@@ -282,9 +389,18 @@ impl View {
             members,
             copies,
             filling,
+            suspended,
+            suspended_copies,
         };
         next.trim_filling();
         next
+    }
+
+    /// This view with `lives` forgotten: an operator accepted that they are dead (a host
+    /// that will not come back), so partitions that only they hold are lost. Same id: the
+    /// caller stores it as the next one ([`View::next_without`] with `lives` dead).
+    pub fn forgetting(&self, lives: &BTreeSet<ViewMember>) -> Self {
+        self.next_without(self.cm, self.members.clone(), lives)
     }
 
     /// Data recovery's changes to a view made by [`View::next`] (FaRM 5.4), in order:
@@ -468,19 +584,33 @@ impl View {
         if self.filling.iter().all(Vec::is_empty) {
             self.filling.clear();
         }
+        if self.suspended_copies.iter().all(Vec::is_empty) {
+            self.suspended_copies.clear();
+        }
     }
 
-    /// Partitions that had a copy in `self` and have none in `next` although a node that
-    /// held one in `self` is still a member of `next` with the same life: a remap that
-    /// would lose data that is still alive. Empty for every view made by [`View::next`].
-    pub fn orphaned_in(&self, next: &View) -> Vec<u32> {
+    /// Partitions that have a holder in `self` (a copy, or a suspended life's copy) and
+    /// none in `next` although a life that held one is not known dead: not in `dead`, and
+    /// no newer life of its node is in `next`. A remap that would lose data that may be
+    /// alive. Empty for every view made by [`View::next_without`] with the same `dead`.
+    pub fn orphaned_in(&self, next: &View, dead: &BTreeSet<ViewMember>) -> Vec<u32> {
         let mut orphaned = Vec::new();
-        for (p, (old, new)) in self.copies.iter().zip(&next.copies).enumerate() {
-            let alive = old
-                .iter()
-                .any(|&n| self.incarnation(n).is_some_and(|i| next.is_member(n, i)));
-            if new.is_empty() && alive {
-                orphaned.push(p as u32);
+        for p in 0..self.copies.len().min(next.copies.len()) {
+            let pi = p as u32;
+            if !next.copies[p].is_empty() || !next.suspended_copies(pi).is_empty() {
+                continue;
+            }
+            let holders = self.copies[p].iter().chain(self.suspended_copies(pi));
+            let alive = holders
+                .filter_map(|&n| self.life(n).map(|i| (n, i)))
+                .any(|(n, i)| {
+                    !dead.contains(&ViewMember {
+                        node: n,
+                        incarnation: i,
+                    }) && next.life(n).is_none_or(|j| j <= i)
+                });
+            if alive {
+                orphaned.push(pi);
             }
         }
         orphaned
@@ -544,6 +674,43 @@ impl View {
                 self.copies.len()
             )));
         }
+        let mut suspended = BTreeSet::new();
+        for m in &self.suspended {
+            if config.member(m.node).is_none() || seen.contains(&m.node) {
+                return Err(invalid(format!(
+                    "node {} is suspended and a member, or not in the configuration file",
+                    m.node
+                )));
+            }
+            if !suspended.insert(m.node) || m.incarnation == 0 {
+                return Err(invalid(format!(
+                    "node {} is suspended twice or with incarnation 0",
+                    m.node
+                )));
+            }
+        }
+        if self.suspended_copies.len() > self.copies.len() {
+            return Err(invalid(format!(
+                "{} partitions with suspended copies, {} partitions",
+                self.suspended_copies.len(),
+                self.copies.len()
+            )));
+        }
+        for (p, held) in self.suspended_copies.iter().enumerate() {
+            if !held.is_empty() && !self.copies[p].is_empty() {
+                return Err(invalid(format!(
+                    "partition {p} has copies on members and on suspended lives"
+                )));
+            }
+            let mut on = BTreeSet::new();
+            for n in held {
+                if !suspended.contains(n) || !on.insert(*n) {
+                    return Err(invalid(format!(
+                        "partition {p} has a suspended copy on node {n}, not suspended or twice"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -585,7 +752,7 @@ mod tests {
             assert_eq!(&kept, new);
             assert_eq!(new.len(), 2);
         }
-        assert!(v.orphaned_in(&next).is_empty());
+        assert!(v.orphaned_in(&next, &BTreeSet::new()).is_empty());
         assert_eq!(next.short_and_lost(3), (12, 0));
     }
 
@@ -610,20 +777,126 @@ mod tests {
             })
             .collect();
         let v = View::initial(1, &config, members);
-        let next = v.next(0, v.members[..2].to_vec());
+        let dead: BTreeSet<ViewMember> = [v.members[2]].into_iter().collect();
+        let next = v.next_without(0, v.members[..2].to_vec(), &dead);
         assert_eq!(next.short_and_lost(1).1, 2);
+        assert_eq!(next.lost(), 2);
+        assert!(next.suspended.is_empty());
         assert_eq!(
             next.primary(next.copies.iter().position(Vec::is_empty).unwrap() as u32),
             NO_NODE
         );
-        assert!(v.orphaned_in(&next).is_empty());
+        assert!(v.orphaned_in(&next, &dead).is_empty());
+        // Without knowing node 2 dead, the same map orphans its partitions.
+        assert_eq!(v.orphaned_in(&next, &BTreeSet::new()).len(), 2);
         // A hand-made map that drops node 0's copies while node 0 stays a member.
         let mut bad = next.clone();
         for c in &mut bad.copies {
             c.retain(|&n| n != 0);
         }
-        assert!(!v.orphaned_in(&bad).is_empty());
+        assert!(!v.orphaned_in(&bad, &dead).is_empty());
         bad.check(&config).unwrap();
+    }
+
+    #[test]
+    fn an_unreachable_last_holder_is_suspended_and_readmitted_with_its_copies() {
+        let config = Configuration::local(3, 1, 1, 2, 7000).unwrap();
+        let members: Vec<ViewMember> = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 1,
+            })
+            .collect();
+        let v = View::initial(1, &config, members.clone());
+        let held: Vec<u32> = (0..v.copies.len() as u32)
+            .filter(|&p| v.primary(p) == 2)
+            .collect();
+        assert_eq!(held.len(), 2);
+        // Node 2 does not answer: with one copy per partition, it keeps its two.
+        let next = v.next(0, members[..2].to_vec());
+        next.check(&config).unwrap();
+        assert!(v.orphaned_in(&next, &BTreeSet::new()).is_empty());
+        assert_eq!(next.suspended, vec![members[2]]);
+        assert!(!next.is_member(2, 1) && next.is_suspended(2, 1));
+        assert_eq!((next.unavailable(), next.lost()), (2, 0));
+        for &p in &held {
+            assert_eq!(next.primary(p), NO_NODE);
+            assert_eq!(next.suspended_copies(p), &[2]);
+        }
+        // Another change while it is away keeps it suspended.
+        let later = next.next(1, members[..2].to_vec());
+        later.check(&config).unwrap();
+        assert_eq!(later.suspended, vec![members[2]]);
+        // Readmitted: the same life serves its copies again, nothing refilled.
+        let back = later.next(1, members.clone());
+        back.check(&config).unwrap();
+        assert!(back.suspended.is_empty() && back.suspended_copies.is_empty());
+        assert_eq!(back.copies, v.copies);
+        assert!(back.filling.is_empty());
+        // A new life of node 2 proves the suspended one dead: its copies are lost.
+        let mut renewed = members.clone();
+        renewed[2].incarnation = 2;
+        let lost = later.next(1, renewed);
+        lost.check(&config).unwrap();
+        assert!(lost.suspended.is_empty());
+        assert_eq!(lost.lost(), 2);
+        assert!(later.orphaned_in(&lost, &BTreeSet::new()).is_empty());
+        // So does an operator who accepts the loss.
+        let forgotten = later.forgetting(&[members[2]].into_iter().collect());
+        assert_eq!((forgotten.lost(), forgotten.unavailable()), (2, 0));
+        assert!(forgotten.suspended.is_empty());
+    }
+
+    #[test]
+    fn a_suspended_partition_with_a_surviving_backup_is_served_by_it() {
+        // Two copies: when the primary's node is cut off, its backup is promoted and no
+        // one is suspended; when both are cut off, both stay, in order.
+        let config = Configuration::local(3, 2, 1, 2, 7000).unwrap();
+        let members: Vec<ViewMember> = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 1,
+            })
+            .collect();
+        let v = View::initial(1, &config, members.clone());
+        let one = v.next(0, vec![members[0], members[1]]);
+        assert!(one.suspended.is_empty());
+        assert_eq!(one.unavailable(), 0);
+        let both = v.next(0, vec![members[0]]);
+        both.check(&config).unwrap();
+        let p = (0..v.copies.len())
+            .find(|&p| !v.copies[p].contains(&0))
+            .unwrap();
+        assert_eq!(both.suspended_copies(p as u32), v.copies[p].as_slice());
+        // The backup comes back first: it is promoted; the primary's copy is dropped.
+        let back = both.next(0, vec![members[0], v.members[usize::from(v.copies[p][1])]]);
+        back.check(&config).unwrap();
+        assert_eq!(back.copies[p], vec![v.copies[p][1]]);
+    }
+
+    #[test]
+    fn views_mixing_member_and_suspended_copies_are_refused() {
+        let config = Configuration::local(3, 1, 1, 2, 7000).unwrap();
+        let members: Vec<ViewMember> = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 1,
+            })
+            .collect();
+        let v = View::initial(1, &config, members.clone());
+        let next = v.next(0, members[..2].to_vec());
+        let p = next.copies.iter().position(Vec::is_empty).unwrap();
+        let mut bad = next.clone();
+        bad.copies[p].push(0);
+        assert!(bad.check(&config).is_err());
+        let mut bad = next.clone();
+        bad.members.push(members[2]);
+        assert!(bad.check(&config).is_err());
+        let mut bad = next.clone();
+        bad.suspended.clear();
+        assert!(bad.check(&config).is_err());
+        let text = next.to_text();
+        assert_eq!(View::from_text(&text).unwrap(), next);
     }
 
     /// A configuration of `nodes` nodes in the failure domains `domains` gives them

@@ -55,6 +55,8 @@ fn view(id: u64, nodes: &[u16]) -> View {
         members,
         copies,
         filling: Vec::new(),
+        suspended: Vec::new(),
+        suspended_copies: Vec::new(),
     }
 }
 

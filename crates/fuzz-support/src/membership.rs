@@ -44,6 +44,8 @@ struct ForgedView {
     members: Vec<(u8, u8)>,
     copies: Vec<Vec<u8>>,
     filling: Vec<Vec<u8>>,
+    suspended: Vec<(u8, u8)>,
+    suspended_copies: Vec<Vec<u8>>,
 }
 
 /// A forged message body.
@@ -296,6 +298,21 @@ impl Cluster {
                     .collect(),
                 copies: view.copies.iter().take(8).map(|c| nodes(c)).collect(),
                 filling: view.filling.iter().take(8).map(|c| nodes(c)).collect(),
+                suspended: view
+                    .suspended
+                    .iter()
+                    .take(8)
+                    .map(|&(node, incarnation)| ViewMember {
+                        node: u16::from(node % 8),
+                        incarnation: u64::from(incarnation % 4),
+                    })
+                    .collect(),
+                suspended_copies: view
+                    .suspended_copies
+                    .iter()
+                    .take(8)
+                    .map(|c| nodes(c))
+                    .collect(),
             }),
             ForgedBody::NewConfigAck { old_cm_lease_us } => Body::NewConfigAck {
                 old_cm_lease_ns: u64::from(old_cm_lease_us) * 1_000,

@@ -391,6 +391,8 @@ fn membership() -> Vec<(String, Vec<u8>)> {
             .collect(),
         copies: vec![vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 2]],
         filling: vec![vec![], vec![], vec![], vec![1]],
+        suspended: Vec::new(),
+        suspended_copies: Vec::new(),
     };
     let bodies = [
         (

@@ -118,6 +118,9 @@ pub enum Phase {
     Installing,
     /// A member of a committed view.
     Member,
+    /// Suspended ([`View::suspended`]): cut off while holding the last copies of some
+    /// partitions. Not serving; keeps its data and asks to be readmitted, as this life.
+    Suspended,
     /// Removed: stopped for good.
     Removed,
 }
@@ -221,11 +224,18 @@ enum Reconfig {
         /// Probes are sent again to those that have not answered, so that one lost
         /// datagram does not remove a live member.
         next_resend_ns: u64,
+        /// Members taken as failed whatever they answer (they did not acknowledge a view).
         exclude: BTreeSet<u16>,
+        /// The nodes probed: the members but this node and `exclude`, the suspended lives
+        /// and the joiners.
+        probed: BTreeSet<u16>,
+        /// The lives that answered this round (only this round's answers count).
         replies: BTreeSet<ViewMember>,
     },
     Swapping {
         next: View,
+        /// The commit of `next` waits until then at least (leases of dead lives).
+        commit_after_ns: u64,
     },
     Acks {
         id: u64,
@@ -293,6 +303,11 @@ pub struct Membership {
     reconfig: Reconfig,
     /// Processes asking to be admitted.
     joiners: BTreeMap<u16, u64>,
+    /// The last view this node saw committed: its CM is the one that may still serve.
+    last_committed: Option<View>,
+    /// CM side: the view being installed is not committed before then (leases that dead
+    /// lives granted: see [`Membership::finish_probe`]).
+    commit_after_ns: u64,
     /// CM side: backups of the current view reported filled (partition, node), with when
     /// the first report came; the next view counts them as copies.
     filled: BTreeMap<(u32, u16), u64>,
@@ -354,6 +369,8 @@ impl Membership {
             grants: BTreeMap::new(),
             reconfig: Reconfig::Idle { next_attempt_ns: 0 },
             joiners: BTreeMap::new(),
+            last_committed: None,
+            commit_after_ns: 0,
             filled: BTreeMap::new(),
             my_filled: Vec::new(),
             my_memory: (0, 0),
@@ -546,7 +563,7 @@ impl Membership {
             self.request_read(now_ns);
         }
         match self.phase {
-            Phase::Joining => self.tick_joining(now_ns),
+            Phase::Joining | Phase::Suspended => self.tick_joining(now_ns),
             Phase::Installing => self.tick_installing(now_ns),
             Phase::Member => self.tick_member(now_ns),
             Phase::Removed => {}
@@ -616,7 +633,10 @@ impl Membership {
             view = id,
             "bootstrap: every node asked to join; creating the first view"
         );
-        self.reconfig = Reconfig::Swapping { next: next.clone() };
+        self.reconfig = Reconfig::Swapping {
+            next: next.clone(),
+            commit_after_ns: 0,
+        };
         self.actions.push_back(Action::Cas { expected, next });
     }
 
@@ -651,8 +671,7 @@ impl Membership {
                 + 2 * self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
             if now_ns >= start {
-                let cm = view.cm;
-                self.start_probe(now_ns, [cm].into_iter().collect());
+                self.start_probe(now_ns, BTreeSet::new());
             }
         }
     }
@@ -709,7 +728,7 @@ impl Membership {
                 + self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
             if now_ns >= start && now_ns >= self.lease_until {
-                self.start_probe(now_ns, [cm].into_iter().collect());
+                self.start_probe(now_ns, BTreeSet::new());
             }
         }
     }
@@ -749,11 +768,23 @@ impl Membership {
         } else {
             self.expired = false;
         }
-        for old in self.joiners.keys() {
-            suspects.insert(*old);
-        }
         for &p in &self.my_filled {
             self.filled.entry((p, me)).or_insert(now_ns);
+        }
+        if !matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
+        {
+            return;
+        }
+        if suspects.is_empty() && !self.joiners.is_empty() {
+            // Processes ask to join (new lives, or suspended ones back): a probe round
+            // settles the members first, then admits them in a view of their own.
+            tracing::info!(
+                view = view_id,
+                joiners = ?self.joiners,
+                "processes ask to join: probing"
+            );
+            self.start_probe(now_ns, suspects);
+            return;
         }
         if suspects.is_empty() && self.fills_due(now_ns) {
             // Backups filled: a view counts them as copies.
@@ -775,15 +806,16 @@ impl Membership {
         }
         if !suspects.is_empty() {
             for s in &suspects {
-                if !self.joiners.contains_key(s) {
-                    tracing::warn!(
-                        node = s,
-                        view = view_id,
-                        "CM suspects a member: its lease ran out"
-                    );
-                }
+                tracing::warn!(
+                    node = s,
+                    view = view_id,
+                    "CM suspects a member: its lease ran out"
+                );
             }
-            self.start_probe(now_ns, suspects);
+            self.stats.suspicions += suspects.len() as u64;
+            // Suspects are probed too: one that answers stays (a false positive costs a
+            // probe round, not a member).
+            self.start_probe(now_ns, BTreeSet::new());
         }
     }
 
@@ -815,6 +847,15 @@ impl Membership {
         let Some(view) = &self.view else {
             return false;
         };
+        self.room_due_now(view)
+    }
+
+    /// Whether the next view would place copies that `view` could not: exact, from the
+    /// members' latest figures ([`Membership::room_due`] looks at most once a lease).
+    fn room_due_now(&self, view: &View) -> bool {
+        if self.phase != Phase::Member {
+            return false;
+        }
         let mut next = view.clone();
         let full = self.full_members(view, view);
         next.rereplicate(
@@ -937,6 +978,9 @@ impl Membership {
         }
     }
 
+    /// Starts a probe round (FaRM 5.2 step 2): every member but this node and `exclude`
+    /// (members taken as failed: they did not acknowledge a view), every suspended life
+    /// and every joiner is probed, again every sixteenth of a lease until it answers.
     fn start_probe(&mut self, now_ns: u64, exclude: BTreeSet<u16>) {
         let Reconfig::Idle { next_attempt_ns } = self.reconfig else {
             return;
@@ -948,81 +992,224 @@ impl Membership {
             return;
         };
         self.stats.probes += 1;
-        self.stats.suspicions += exclude
-            .iter()
-            .filter(|n| !self.joiners.contains_key(n))
-            .count() as u64;
         self.seq += 1;
         let seq = self.seq;
-        tracing::info!(
-            node = self.me,
-            view = view.id,
-            ?exclude,
-            "probing the members"
-        );
-        for m in &view.members {
-            if m.node != self.me && !exclude.contains(&m.node) {
-                self.send(m.node, seq, Body::Probe);
-            }
+        let probed: BTreeSet<u16> = view
+            .members
+            .iter()
+            .filter(|m| !exclude.contains(&m.node))
+            .chain(&view.suspended)
+            .map(|m| m.node)
+            .chain(self.joiners.keys().copied())
+            .filter(|&n| n != self.me)
+            .collect();
+        tracing::info!(node = self.me, view = view.id, ?probed, ?exclude, "probing");
+        for &to in &probed {
+            self.send(to, seq, Body::Probe);
         }
         self.reconfig = Reconfig::Probing {
             seq,
             deadline_ns: now_ns + self.options.probe_timeout_ns(),
             next_resend_ns: now_ns + self.options.probe_timeout_ns() / 4,
             exclude,
+            probed,
             replies: BTreeSet::new(),
         };
         self.probe_done_check(now_ns);
     }
 
-    /// Ends the probe once every member probed answered.
+    /// Ends the probe once every node probed answered.
     fn probe_done_check(&mut self, now_ns: u64) {
         let Reconfig::Probing {
-            exclude, replies, ..
+            probed, replies, ..
         } = &self.reconfig
         else {
             return;
         };
-        let view = self.view.as_ref().expect("probing a view");
-        let probed = view
-            .members
-            .iter()
-            .filter(|m| m.node != self.me && !exclude.contains(&m.node))
-            .count();
-        if replies.len() >= probed {
+        if probed.iter().all(|n| replies.iter().any(|r| r.node == *n)) {
             self.finish_probe(now_ns);
         }
     }
 
+    /// Whether this round's answers let this node make the next view, counting nodes,
+    /// not lives. Two things are needed.
+    ///
+    /// 1. **It is not the one cut off**: the answers (this node's own included) come from
+    ///    a majority of the view's members, where a member counts if its life answered or
+    ///    is proven dead (a newer life of its node answered or asked to join: `dead`), or
+    ///    from a majority of the configuration's nodes, any life. The first is FaRM's
+    ///    rule; the second lets a cluster whose view lists lives that crashed and never
+    ///    came back go on with new lives of other nodes (sim seed 7 without the restart).
+    /// 2. **No other CM may be serving** once the next view commits. Only the CM of the
+    ///    last committed view (`C`) can be. If that is this node, it knows its own grants.
+    ///    If that life is proven dead, its lease ends within a lease of its death, which
+    ///    the commit waits out. Otherwise it serves only while a majority of `C` (itself
+    ///    included) grants it leases, so enough of `C`'s other members must be accounted
+    ///    for (this node, answered, or dead) that every such majority has one of them:
+    ///    their acknowledgements report the leases they granted it (dead ones' end
+    ///    within a lease, waited out too). FaRM gets this from its probe majority; here
+    ///    it is checked as such, since the majority of (1) may be of the file.
+    ///
+    /// Returns whether the next view's commit must first wait a lease (it counted on a
+    /// death), or `None` without both.
+    fn quorum(
+        &self,
+        view: &View,
+        replies: &BTreeSet<ViewMember>,
+        dead: &BTreeSet<ViewMember>,
+        newest: &BTreeMap<u16, u64>,
+    ) -> Option<bool> {
+        let accounted = |m: &ViewMember| *m == self.me() || replies.contains(m) || dead.contains(m);
+        let of_view = view.members.iter().filter(|m| accounted(m)).count();
+        let nodes = self.config.members();
+        let of_file = nodes
+            .iter()
+            .filter(|n| n.node == self.me || replies.iter().any(|r| r.node == n.node))
+            .count();
+        if of_view <= view.members.len() / 2 && of_file <= nodes.len() / 2 {
+            return None;
+        }
+        if self.is_cm() {
+            return Some(false);
+        }
+        let last = self.last_committed.as_ref().unwrap_or(view);
+        let Some(incarnation) = last.incarnation(last.cm) else {
+            return Some(false);
+        };
+        let old = ViewMember {
+            node: last.cm,
+            incarnation,
+        };
+        if old == self.me() {
+            return Some(!dead.is_empty());
+        }
+        if newest.get(&old.node).is_some_and(|&i| i > old.incarnation) {
+            return Some(true);
+        }
+        let is_dead = |m: &ViewMember| newest.get(&m.node).is_some_and(|&i| i > m.incarnation);
+        let needed = last.members.len() / 2;
+        let unaccounted = last
+            .members
+            .iter()
+            .filter(|m| **m != old && !accounted(m) && !is_dead(m))
+            .count();
+        (unaccounted < needed).then(|| !dead.is_empty() || last.members.iter().any(is_dead))
+    }
+
+    /// The end of a probe round: the next view, from this round's answers only.
+    ///
+    /// - With no majority ([`Membership::majority`]), or on a CM that holds no lease at a
+    ///   majority of its view, nothing: a node cut off makes no view.
+    /// - Lives proven dead: a newer life of their node answered or asked to join.
+    /// - A member stays if it answered, or if its lease at this CM still runs (a missed
+    ///   answer alone never removes a member); the others leave, and where one held the
+    ///   last copies of a partition it is suspended with them, not removed
+    ///   ([`View::next_without`]).
+    /// - Only when no member leaves (and this node was already the CM), joiners that
+    ///   answered, new lives and suspended ones, are admitted, in a view of their own: an
+    ///   empty joiner never counts toward a view that drops anything.
+    /// - Otherwise filled backups are counted, and copies placed where there is room.
+    ///
+    /// The next view must orphan nothing that may be alive; checked here, in every build.
     fn finish_probe(&mut self, now_ns: u64) {
-        let Reconfig::Probing { replies, .. } =
-            std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        let Reconfig::Probing {
+            replies, exclude, ..
+        } = std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
         else {
             return;
         };
         let view = self.view.clone().expect("probing a view");
-        let mut members: Vec<ViewMember> = replies.into_iter().collect();
-        members.push(self.me());
-        let majority = view.members.len() / 2 + 1;
-        if members.len() < majority {
+        let retry = Reconfig::Idle {
+            next_attempt_ns: now_ns + self.options.lease_ns,
+        };
+        let takeover = view.cm != self.me;
+        // The newest life heard of per node: answers, and joins (a JOIN is authentic and
+        // fresh, so its life runs, and every earlier life of its node is dead).
+        let mut newest: BTreeMap<u16, u64> = BTreeMap::new();
+        for life in replies.iter().copied().chain(
+            self.joiners
+                .iter()
+                .map(|(&node, &incarnation)| ViewMember { node, incarnation }),
+        ) {
+            let e = newest.entry(life.node).or_insert(0);
+            *e = (*e).max(life.incarnation);
+        }
+        let dead: BTreeSet<ViewMember> = view
+            .members
+            .iter()
+            .chain(&view.suspended)
+            .filter(|m| newest.get(&m.node).is_some_and(|&i| i > m.incarnation))
+            .copied()
+            .collect();
+        let Some(wait_for_deaths) = self.quorum(&view, &replies, &dead, &newest) else {
             self.stats.probes_without_majority += 1;
             tracing::warn!(
                 node = self.me,
                 view = view.id,
-                answered = members.len(),
-                majority,
+                answered = ?replies.iter().map(|r| r.node).collect::<Vec<_>>(),
                 "probe reached no majority: not reconfiguring"
             );
+            self.reconfig = retry;
+            return;
+        };
+        // Leases a dead life granted a CM, or a dead CM granted, end within a lease of its
+        // death, which came before its newer life was heard of.
+        let commit_after_ns = if wait_for_deaths {
+            now_ns + self.options.lengthened(self.options.lease_ns)
+        } else {
+            0
+        };
+        let mut staying = vec![self.me()];
+        let mut leaving = Vec::new();
+        for m in &view.members {
+            if m.node == self.me {
+                continue;
+            }
+            let answered = replies.contains(m) && !exclude.contains(&m.node);
+            let leased = !takeover
+                && !exclude.contains(&m.node)
+                && self
+                    .grants
+                    .get(&m.node)
+                    .is_some_and(|g| g.alive_until > now_ns);
+            if !dead.contains(m) && (answered || leased) {
+                staying.push(*m);
+            } else {
+                leaving.push(m.node);
+            }
+        }
+        let changes_members = takeover || !leaving.is_empty() || !dead.is_empty();
+        let mut members = staying.clone();
+        if !changes_members {
+            // Admissions: a joiner that answered this round as the life that asked.
+            for r in &replies {
+                if self.joiners.get(&r.node) == Some(&r.incarnation)
+                    && view.incarnation(r.node).is_none()
+                {
+                    members.push(*r);
+                }
+            }
+        }
+        // A joiner that did not answer asks again if it runs.
+        self.joiners.retain(|n, i| {
+            replies.contains(&ViewMember {
+                node: *n,
+                incarnation: *i,
+            })
+        });
+        let admits = members.len() > staying.len();
+        if !changes_members && !admits && !self.fills_due(now_ns) && !self.room_due_now(&view) {
+            tracing::info!(
+                node = self.me,
+                view = view.id,
+                "every member probed answered or holds a lease: nothing to change"
+            );
             self.reconfig = Reconfig::Idle {
-                next_attempt_ns: now_ns + self.options.lease_ns,
+                next_attempt_ns: now_ns,
             };
             return;
         }
-        for (&node, &incarnation) in &self.joiners {
-            members.retain(|m| m.node != node);
-            members.push(ViewMember { node, incarnation });
-        }
-        let mut next = view.next(self.me, members);
+        let mut next = view.next_without(self.me, members, &dead);
         let filled: BTreeSet<(u32, u16)> = self.filled.keys().copied().collect();
         let full = self.full_members(&view, &next);
         if !full.is_empty() {
@@ -1038,15 +1225,32 @@ impl Membership {
             &filled,
             &full,
         );
-        debug_assert!(view.orphaned_in(&next).is_empty());
+        let orphaned = view.orphaned_in(&next, &dead);
+        if !orphaned.is_empty() || next.check(&self.config).is_err() {
+            // A bug: never store it.
+            tracing::error!(
+                node = self.me,
+                from = view.id,
+                ?orphaned,
+                check = ?next.check(&self.config).err(),
+                "refusing to swap in a view that would orphan partitions or is malformed"
+            );
+            self.reconfig = retry;
+            return;
+        }
         tracing::info!(
             node = self.me,
             from = view.id,
             to = next.id,
             members = ?next.members.iter().map(|m| m.node).collect::<Vec<_>>(),
+            suspended = ?next.suspended.iter().map(|m| m.node).collect::<Vec<_>>(),
+            ?leaving,
             "swapping in the next view"
         );
-        self.reconfig = Reconfig::Swapping { next: next.clone() };
+        self.reconfig = Reconfig::Swapping {
+            next: next.clone(),
+            commit_after_ns,
+        };
         self.actions.push_back(Action::Cas {
             expected: Some(view.id),
             next,
@@ -1061,22 +1265,16 @@ impl Membership {
             Reconfig::Probing {
                 seq,
                 next_resend_ns,
-                exclude,
+                probed,
                 replies,
                 ..
             } if now_ns >= *next_resend_ns => {
                 *next_resend_ns = now_ns + self.options.probe_timeout_ns() / 4;
                 let seq = *seq;
-                let view = self.view.as_ref().expect("probing a view");
-                let again: Vec<u16> = view
-                    .members
+                let again: Vec<u16> = probed
                     .iter()
-                    .filter(|m| {
-                        m.node != self.me
-                            && !exclude.contains(&m.node)
-                            && !replies.iter().any(|r| r.node == m.node)
-                    })
-                    .map(|m| m.node)
+                    .copied()
+                    .filter(|&n| !replies.iter().any(|r| r.node == n))
                     .collect();
                 for to in again {
                     self.send(to, seq, Body::Probe);
@@ -1217,6 +1415,17 @@ impl Membership {
         match m.body {
             Body::Join => return self.on_join(now_ns, &m),
             Body::NewConfig(ref v) => return self.on_new_config(now_ns, &m, v.clone()),
+            Body::ProbeReply { used, limit } => {
+                // From any life of a node of the file: members, suspended lives and
+                // joiners are probed. Matched to this round by its number.
+                if m.view > my_id {
+                    self.request_read(now_ns);
+                }
+                if matches!(&self.reconfig, Reconfig::Probing { seq, .. } if *seq == m.seq) {
+                    self.note_memory(&m, used, limit);
+                }
+                return self.on_probe_reply(now_ns, &m);
+            }
             Body::Probe => {
                 // Answered by anyone: the reply carries our view id, so a prober behind
                 // us learns there is a newer view.
@@ -1254,20 +1463,15 @@ impl Membership {
                 ref over,
             } => self.on_lease_grant(now_ns, &m, duration_ns, over),
             Body::LeaseAck => self.on_lease_ack(&m),
-            Body::ProbeReply { used, limit } => {
-                // Noted before the reply may end the probe and make the next view.
-                if matches!(&self.reconfig, Reconfig::Probing { seq, .. } if *seq == m.seq) {
-                    self.note_memory(&m, used, limit);
-                }
-                self.on_probe_reply(now_ns, &m);
-            }
             Body::NewConfigAck { old_cm_lease_ns } => self.on_ack(now_ns, &m, old_cm_lease_ns),
             Body::NewConfigCommit { duration_ns } => self.on_commit(now_ns, &m, duration_ns),
             Body::Stale => {
                 self.stats.dropped += 1;
             }
             Body::Filled { ref partitions } => self.on_filled(now_ns, &m, partitions),
-            Body::Join | Body::NewConfig(_) | Body::Probe => unreachable!("handled above"),
+            Body::Join | Body::NewConfig(_) | Body::Probe | Body::ProbeReply { .. } => {
+                unreachable!("handled above")
+            }
         }
     }
 
@@ -1283,25 +1487,36 @@ impl Membership {
             }
             return;
         };
-        if view.cm != self.me || self.phase == Phase::Joining {
+        if !matches!(self.phase, Phase::Member | Phase::Installing) {
             self.stats.dropped += 1;
             return;
         }
         if view.is_member(joiner.node, joiner.incarnation) {
             // Admitted already: it missed NEW-CONFIG.
-            self.send(joiner.node, 0, Body::NewConfig(view));
+            if view.cm == self.me {
+                self.send(joiner.node, 0, Body::NewConfig(view));
+            }
             return;
         }
         if self.config.member(joiner.node).is_none()
             || view
-                .incarnation(joiner.node)
+                .life(joiner.node)
                 .is_some_and(|i| i > joiner.incarnation)
+            || self
+                .joiners
+                .get(&joiner.node)
+                .is_some_and(|&i| i > joiner.incarnation)
             || joiner.node == self.me
         {
             self.stats.dropped += 1;
             return;
         }
-        if self.joiners.insert(joiner.node, joiner.incarnation) != Some(joiner.incarnation) {
+        // Every member keeps the joiners, not only the CM: a backup CM that takes over
+        // probes them too, and their answers may be the majority it needs (a view whose
+        // other lives crashed).
+        if self.joiners.insert(joiner.node, joiner.incarnation) != Some(joiner.incarnation)
+            && view.cm == self.me
+        {
             tracing::info!(
                 node = joiner.node,
                 incarnation = joiner.incarnation,
@@ -1345,14 +1560,33 @@ impl Membership {
 
     /// Moves to view `v`, newer than ours: install it if we are a member, else stop.
     fn adopt(&mut self, now_ns: u64, v: View) {
-        let was_member = self.phase == Phase::Member || self.phase == Phase::Installing;
+        let was_member = matches!(self.phase, Phase::Member | Phase::Installing);
         let member = v.is_member(self.me, self.incarnation);
         // Whatever we were reconfiguring is superseded.
         if !matches!(self.reconfig, Reconfig::Idle { .. }) {
             self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
         }
+        if !member && v.is_suspended(self.me, self.incarnation) {
+            // Cut off while holding the last copies of some partitions: this life keeps
+            // them (its workers stay in their last view, not serving: the lease is out)
+            // and asks the view's members to readmit it.
+            if self.phase != Phase::Suspended {
+                tracing::warn!(
+                    node = self.me,
+                    view = v.id,
+                    "suspended: holding the last copies of partitions; asking to be readmitted"
+                );
+            }
+            self.view = Some(v);
+            self.phase = Phase::Suspended;
+            self.next_renew_ns = now_ns;
+            return;
+        }
         if !member {
-            if was_member || v.incarnation(self.me).is_some_and(|i| i > self.incarnation) {
+            if was_member
+                || self.phase == Phase::Suspended
+                || v.life(self.me).is_some_and(|i| i > self.incarnation)
+            {
                 tracing::error!(
                     node = self.me,
                     view = v.id,
@@ -1462,6 +1696,7 @@ impl Membership {
         }
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
+        self.last_committed = Some(view.clone());
         self.last_heard_cm_ns = now_ns;
         self.lease_until = sent + self.options.shortened(duration_ns);
         self.grant_cm(now_ns, m.from);
@@ -1550,15 +1785,32 @@ impl Membership {
     }
 
     fn on_probe_reply(&mut self, now_ns: u64, m: &Message) {
-        let Reconfig::Probing { seq, replies, .. } = &mut self.reconfig else {
+        let Reconfig::Probing {
+            seq,
+            probed,
+            replies,
+            ..
+        } = &mut self.reconfig
+        else {
             self.stats.dropped += 1;
             return;
         };
-        if *seq != m.seq {
+        if *seq != m.seq || !probed.contains(&m.from) {
             self.stats.dropped += 1;
             return;
         }
         replies.insert(m.sender());
+        // A member that answers is alive: a suspicion it answers costs no removal, and it
+        // is not suspected again before it can renew.
+        let member = self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.cm == self.me && v.is_member(m.from, m.incarnation));
+        if member {
+            let until = now_ns + self.options.lease_ns;
+            let g = self.grants.entry(m.from).or_default();
+            g.alive_until = g.alive_until.max(until);
+        }
         self.probe_done_check(now_ns);
     }
 
@@ -1651,6 +1903,7 @@ impl Membership {
             }
         }
         let id = *id;
+        until = until.max(self.commit_after_ns);
         tracing::info!(
             view = id,
             wait_ms = until.saturating_sub(now_ns) / 1_000_000,
@@ -1669,6 +1922,7 @@ impl Membership {
         self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
+        self.last_committed = Some(view.clone());
         // Members not in the view are forgotten; the others count alive for a lease.
         let lease = self.options.lease_ns;
         self.grants.retain(|n, _| view.incarnation(*n).is_some());
@@ -1742,8 +1996,10 @@ impl Membership {
 
     /// The coordination service's answer to [`Action::Cas`].
     pub fn on_cas(&mut self, now_ns: u64, result: Result<(), CoordinationError>) {
-        let Reconfig::Swapping { next } =
-            std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        let Reconfig::Swapping {
+            next,
+            commit_after_ns,
+        } = std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
         else {
             return;
         };
@@ -1763,6 +2019,7 @@ impl Membership {
                 // Admitted: a joiner that then fails to acknowledge is left out by the
                 // next round, not admitted again (it asks again if it is alive).
                 self.joiners.retain(|n, i| !next.is_member(*n, *i));
+                self.commit_after_ns = commit_after_ns;
                 self.send_new_config(now_ns, &next);
                 self.actions.push_back(Action::Install(next));
             }

@@ -252,6 +252,12 @@ fn encode_view(view: &View, out: &mut Vec<u8>) {
     }
     encode_map(&view.copies, out);
     encode_map(&view.filling, out);
+    out.extend_from_slice(&(view.suspended.len() as u32).to_le_bytes());
+    for m in &view.suspended {
+        out.extend_from_slice(&m.node.to_le_bytes());
+        out.extend_from_slice(&m.incarnation.to_le_bytes());
+    }
+    encode_map(&view.suspended_copies, out);
 }
 
 /// A partition map: its length, then each partition's node count and nodes.
@@ -285,27 +291,37 @@ fn decode_map(r: &mut Reader<'_>) -> Result<Vec<Vec<u16>>, DecodeError> {
 fn decode_view(r: &mut Reader<'_>) -> Result<View, DecodeError> {
     let id = r.u64()?;
     let cm = r.u16()?;
-    let members = r.u32()? as usize;
-    // Each member takes 10 bytes: a count larger than what is left is a lie.
-    if members > r.left() / 10 {
+    let members = decode_lives(r)?;
+    let copies = decode_map(r)?;
+    let filling = decode_map(r)?;
+    let suspended = decode_lives(r)?;
+    let suspended_copies = decode_map(r)?;
+    Ok(View {
+        id,
+        cm,
+        members,
+        copies,
+        filling,
+        suspended,
+        suspended_copies,
+    })
+}
+
+/// A list of lives: its length, then each one's node and incarnation.
+fn decode_lives(r: &mut Reader<'_>) -> Result<Vec<ViewMember>, DecodeError> {
+    let count = r.u32()? as usize;
+    // Each life takes 10 bytes: a count larger than what is left is a lie.
+    if count > r.left() / 10 {
         return Err(DecodeError::Truncated);
     }
-    let mut list = Vec::with_capacity(members);
-    for _ in 0..members {
+    let mut list = Vec::with_capacity(count);
+    for _ in 0..count {
         list.push(ViewMember {
             node: r.u16()?,
             incarnation: r.u64()?,
         });
     }
-    let copies = decode_map(r)?;
-    let filling = decode_map(r)?;
-    Ok(View {
-        id,
-        cm,
-        members: list,
-        copies,
-        filling,
-    })
+    Ok(list)
 }
 
 struct Reader<'a> {
@@ -367,6 +383,11 @@ mod tests {
             ],
             copies: vec![vec![1, 2], vec![2], vec![]],
             filling: vec![vec![], vec![1], vec![]],
+            suspended: vec![ViewMember {
+                node: 3,
+                incarnation: 4,
+            }],
+            suspended_copies: vec![vec![], vec![], vec![3]],
         }
     }
 

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ferrotx_cluster::{Configuration, CoordinationService, View};
+use ferrotx_cluster::{Configuration, CoordinationService, View, ViewMember};
 use ferrotx_exec::Co;
 use ferrotx_membership::{Action, Membership, Options, Phase};
 use ferrotx_node::{ClusterPlacement, CoreOptions, CoreWorker, NodeCore};
@@ -538,8 +538,15 @@ impl SimCluster {
     /// Crashes node `node`: its workers and their coroutines are dropped, its partitions
     /// (its memory) are gone, and datagrams to it are lost. Does nothing if it is down.
     pub fn crash(&mut self, node: u16) {
+        let life = ViewMember {
+            node,
+            incarnation: self.nodes[usize::from(node)].incarnation,
+        };
         if !self.stop(node) {
             return;
+        }
+        if let Some(state) = self.membership.as_mut() {
+            state.crashed.insert(life);
         }
         self.crashes += 1;
     }
@@ -688,6 +695,10 @@ impl SimCluster {
                     m.on_read(local, read);
                 }
                 Action::Cas { expected, next } => {
+                    let current = state.coordination.current();
+                    if current.as_ref().map(|v| v.id) == expected {
+                        state.check_swap(now, current.as_ref(), &next);
+                    }
                     let result = state.coordination.compare_and_swap(expected, &next);
                     m.on_cas(local, result);
                 }

@@ -10,11 +10,13 @@
 //!   clock is a member of the highest view committed anywhere so far;
 //! - (c) once the last fault is over, every live node converges to the latest view and
 //!   serves within [`CONVERGENCE_LEASES`] leases;
-//! - (d) consecutive views orphan no partition ([`View::orphaned_in`]).
+//! - (d) no view stored orphans a partition ([`View::orphaned_in`]): leaves it with no
+//!   copy, member or suspended, while a life that held one has not crashed (checked when
+//!   it is swapped in, against the lives crashed by then).
 
 use std::collections::BTreeSet;
 
-use ferrotx_cluster::{MemoryCoordination, View};
+use ferrotx_cluster::{MemoryCoordination, View, ViewMember};
 use ferrotx_membership::Options;
 use ferrotx_wire::EndpointId;
 use rand::{Rng, SeedableRng};
@@ -60,6 +62,9 @@ pub struct MembershipState {
     pub committed_max: u64,
     /// Removals: (simulated time, node, incarnation, the view without it).
     pub removed: Vec<(u64, u16, u64, u64)>,
+    /// The lives crashed so far (their memory is gone): the only ones whose copies may be
+    /// lost.
+    pub crashed: BTreeSet<ViewMember>,
     /// Removed nodes the supervisor restarts: (simulated time, node).
     pub restarts_pending: Vec<(u64, u16)>,
     /// Each node's longest install delay (simulated ns; a node past the end has none):
@@ -116,6 +121,7 @@ impl MembershipState {
             coordination: MemoryCoordination::new(),
             committed_max: 0,
             removed: Vec::new(),
+            crashed: BTreeSet::new(),
             restarts_pending: Vec::new(),
             install_delay_max_ns: Vec::new(),
             install_rng: ChaCha8Rng::seed_from_u64(0),
@@ -180,7 +186,7 @@ impl MembershipState {
         }
     }
 
-    /// Checks (a) and (d) over the coordination service's history.
+    /// Checks (a) over the coordination service's history.
     pub fn check_history(&mut self) {
         let history = self.coordination.history();
         for w in history.windows(2) {
@@ -190,13 +196,21 @@ impl MembershipState {
                     w[1].id, w[0].id
                 ));
             }
-            let orphaned = w[0].orphaned_in(&w[1]);
-            if !orphaned.is_empty() {
-                self.violation(format!(
-                    "(d) view {} orphans partitions {orphaned:?} that view {} held on nodes still members",
-                    w[1].id, w[0].id
-                ));
-            }
+        }
+    }
+
+    /// Check (d) on a view about to be swapped in at `now` (simulated ns) over `current`.
+    pub(crate) fn check_swap(&mut self, now: u64, current: Option<&View>, next: &View) {
+        let Some(current) = current else { return };
+        if current.is_ended() || next.id != current.id + 1 {
+            return;
+        }
+        let orphaned = current.orphaned_in(next, &self.crashed);
+        if !orphaned.is_empty() {
+            self.violation(format!(
+                "(d) at {now} ns view {} orphans partitions {orphaned:?} that view {} held on lives not crashed",
+                next.id, current.id
+            ));
         }
     }
 
@@ -205,11 +219,26 @@ impl MembershipState {
         self.coordination.history()
     }
 
-    /// Partitions with no copy left in the latest view.
+    /// Partitions of the latest view that lost every copy to crashes: no copy on a
+    /// member, and every suspended life holding one crashed (exact accounting; a partition
+    /// whose holder may be alive is not lost, and must come back).
     pub fn lost_partitions(&self) -> usize {
-        self.coordination
-            .current()
-            .map_or(0, |v| v.copies.iter().filter(|c| c.is_empty()).count())
+        let Some(v) = self.coordination.current() else {
+            return 0;
+        };
+        (0..v.copies.len())
+            .filter(|&p| {
+                v.copies[p].is_empty()
+                    && v.suspended_copies(p as u32).iter().all(|&n| {
+                        v.suspended_incarnation(n).is_some_and(|i| {
+                            self.crashed.contains(&ViewMember {
+                                node: n,
+                                incarnation: i,
+                            })
+                        })
+                    })
+            })
+            .count()
     }
 
     /// Whether some view removed a member of the view before it (a failure was handled).

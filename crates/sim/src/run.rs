@@ -556,12 +556,13 @@ fn run_with_membership(
     report.steps = state.steps;
     report.stale_commits = state.stale_commits.clone();
     if let Some(current) = state.coordination.current() {
-        let down = current
-            .members
-            .iter()
-            .filter(|m| !cluster.is_up(m.node) || cluster.incarnation(m.node) != m.incarnation)
-            .count();
-        report.majority_down = 2 * down >= current.members.len();
+        // No majority can answer a probe (membership's rule: of the view's members' nodes,
+        // any life, or of the configuration's nodes): no view can follow.
+        let up = |node: u16| cluster.is_up(node);
+        let of_view = current.members.iter().filter(|m| up(m.node)).count();
+        let of_file = (0..cluster.node_count()).filter(|&n| up(n)).count();
+        report.majority_down = 2 * of_view <= current.members.len()
+            && 2 * of_file <= usize::from(cluster.node_count());
     }
     let mut struck = plan.struck_nodes(options.nodes);
     struck.extend(cluster.attack_struck.iter().copied());
