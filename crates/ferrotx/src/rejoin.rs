@@ -130,9 +130,9 @@ pub fn replace_with_new_life(
     let backoff = next_backoff(admitted.elapsed(), previous.backoff);
     if !backoff.is_zero() {
         eprintln!(
-            "node {node}: removed {:.1} s after its admission; waiting {:.1} s before rejoining",
-            admitted.elapsed().as_secs_f64(),
-            backoff.as_secs_f64()
+            "node {node}: removed {} ms after its admission; waiting {} ms before rejoining",
+            admitted.elapsed().as_millis(),
+            backoff.as_millis()
         );
     }
     let waited = Instant::now();

@@ -31,6 +31,9 @@ use common::{ferrotx, interrupt, temp_path, test_ports};
 /// The nodes' lease (kill_under_load's): a paused node is removed within about two.
 const LEASE_MS: u64 = 300;
 const NODES: u16 = 3;
+/// The lease of the cluster whose paused node runs with `--no-rejoin`: `ferrotx node`'s
+/// default, chosen to give no false positive on a loaded machine.
+const NO_REJOIN_LEASE_MS: u64 = 1_000;
 /// Keys written before the pause, read back through the new life.
 const KEYS: usize = 50;
 
@@ -158,14 +161,20 @@ fn a_removed_live_node_rejoins_as_a_new_life_and_is_refilled() {
 fn with_no_rejoin_a_removed_node_exits_with_code_3() {
     let _serial = one_cluster_at_a_time();
     let victim = NODES - 1;
-    let mut nodes =
-        Nodes::start_cluster_with("rejoin-no-rejoin", &configuration(1), LEASE_MS, |n| {
+    // The default lease: a false positive before the pause, which the other tests
+    // survive by rejoining, would end this node too soon.
+    let mut nodes = Nodes::start_cluster_with(
+        "rejoin-no-rejoin",
+        &configuration(1),
+        NO_REJOIN_LEASE_MS,
+        |n| {
             if n == victim {
                 vec!["--no-rejoin".to_string()]
             } else {
                 Vec::new()
             }
-        });
+        },
+    );
     pause_until_removed(&mut nodes, victim);
     let status = nodes.wait_exit(victim);
     assert_eq!(status.code(), Some(3), "{status}");
