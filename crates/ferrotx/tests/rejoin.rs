@@ -16,7 +16,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -188,6 +188,25 @@ fn with_no_rejoin_a_removed_node_exits_with_code_3() {
     assert_eq!(life_of(&s, victim), None);
 }
 
+/// A `cluster local` process, stopped with its nodes (SIGTERM) if a test fails with it
+/// running.
+struct Launcher(Option<Child>);
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            // SAFETY: kill(2) on a child of this test that has not been reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[test]
 fn under_cluster_local_a_removed_node_rejoins_and_is_not_reported_dead() {
     let _serial = one_cluster_at_a_time();
@@ -195,20 +214,23 @@ fn under_cluster_local_a_removed_node_rejoins_and_is_not_reported_dead() {
     let dir = temp_path("rejoin-local");
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("cluster.toml");
-    let mut launcher = ferrotx()
-        .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
-        .args(["--port-base", &ports.to_string()])
-        // In place of the generated configuration's Redis ports, after the RPC ports.
-        .args(["--resp-port-base", &(ports + 3).to_string()])
-        .args(["--lease-ms", &LEASE_MS.to_string()])
-        .arg("--config-out")
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run ferrotx cluster local");
+    let mut launcher = Launcher(Some(
+        ferrotx()
+            .args(["cluster", "local", "--nodes", "3", "--replicas", "3"])
+            .args(["--port-base", &ports.to_string()])
+            // In place of the generated configuration's Redis ports, after the RPC ports.
+            .args(["--resp-port-base", &(ports + 3).to_string()])
+            .args(["--lease-ms", &LEASE_MS.to_string()])
+            .arg("--config-out")
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run ferrotx cluster local"),
+    ));
+    let launcher_child = launcher.0.as_mut().unwrap();
     // Up to its prompt, then every later line kept: a dead node would be reported there.
-    let mut stdout = BufReader::new(launcher.stdout.take().unwrap());
+    let mut stdout = BufReader::new(launcher_child.stdout.take().unwrap());
     let mut started = Vec::new();
     while !started.iter().any(|l: &String| l.contains("Ctrl-C stops")) {
         let mut line = String::new();
@@ -250,14 +272,18 @@ fn under_cluster_local_a_removed_node_rejoins_and_is_not_reported_dead() {
         previous_life_of(pid).is_some_and(|l| l >= old_life),
         "pid {pid} is not a new life"
     );
-    assert!(launcher.try_wait().unwrap().is_none(), "the launcher ended");
+    let launcher_child = launcher.0.as_mut().unwrap();
+    assert!(
+        launcher_child.try_wait().unwrap().is_none(),
+        "the launcher ended"
+    );
     let reported = later.lock().unwrap().clone();
     assert!(
         !reported.iter().any(|l| l.contains("exited")),
         "the launcher reported a dead node: {reported:?}"
     );
     // Ctrl-C stops the launcher and every node, the new life too.
-    interrupt(launcher);
+    interrupt(launcher.0.take().unwrap());
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/stat"))
