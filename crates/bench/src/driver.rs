@@ -21,6 +21,11 @@
 //! - `events`: answer with the [`crate::timeline::NodeEvents`] so far;
 //! - `timeline-get`: answer with the [`crate::timeline::NodeTimeline`] so far;
 //! - `exit`: stop the workers and answer with [`NodeTotals`].
+//!
+//! A driven node the cluster removes stays removed until `exit`: unlike a plain
+//! `ferrotx node`, it does not come back as a new life, because this protocol, the data
+//! it loaded and its counters belong to one life, and the benchmark must see the false
+//! positive (`NodeLeases`, `RunResult::unfinished`) rather than have it hidden by a refill.
 
 use std::io::{BufRead, Write};
 use std::path::Path;

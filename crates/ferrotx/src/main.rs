@@ -2,6 +2,7 @@
 //! `processes` starts and stops node processes.
 
 mod processes;
+mod rejoin;
 mod sim;
 
 /// See the `mimalloc` feature in Cargo.toml.
@@ -32,7 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run one node of a cluster until Ctrl-C (SIGINT) or SIGTERM.
+    /// Run one node of a cluster until Ctrl-C (SIGINT) or SIGTERM. Removed from the
+    /// cluster while alive, it rejoins by itself as a new life (unless --no-rejoin).
     Node(NodeArgs),
     /// Show a running cluster: its configuration id, members and their state, the CM, the
     /// partition map with copies per partition, and lease health.
@@ -92,6 +94,12 @@ struct NodeArgs {
     /// holds no data at first and receives backups to fill (data recovery).
     #[arg(long)]
     join: bool,
+    /// Exit with code 3 when the cluster removes this node (it was partitioned away, or
+    /// paused past its lease), as an operator's supervisor may want. By default the
+    /// process comes back by itself: it replaces itself (same pid) with a new life of the
+    /// node that joins the running cluster and is refilled by data recovery.
+    #[arg(long)]
+    no_rejoin: bool,
 }
 
 #[derive(Args)]
@@ -667,15 +675,16 @@ fn main() -> anyhow::Result<()> {
         tracing::debug!("transparent huge pages off for this process (FERROTX_THP=0)");
     }
     match cli.command {
-        Command::Node(args) => processes::node(
-            &args.config,
-            args.id,
-            args.drive.as_deref(),
-            args.lease_ms,
-            args.coordination.as_deref(),
-            args.spin_us,
-            args.join,
-        )?,
+        Command::Node(args) => processes::node(&processes::NodeSpec {
+            config: &args.config,
+            id: args.id,
+            drive: args.drive.as_deref(),
+            lease_ms: args.lease_ms,
+            coordination: args.coordination.as_deref(),
+            spin_us: args.spin_us,
+            join: args.join,
+            rejoin: !args.no_rejoin,
+        })?,
         Command::Status(args) => {
             processes::status(&args.config, args.coordination.as_deref(), args.json)?
         }

@@ -49,23 +49,50 @@ pub const DEFAULT_LEASE_MS: u64 = 1_000;
 /// How long a starting node waits to be admitted into the cluster.
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Exit code of a node removed from the cluster (a newer configuration left it out): it
-/// must be restarted to rejoin, as a new member.
+/// Exit code of a node removed from the cluster that does not come back by itself: run
+/// with `--no-rejoin`, or a newer life of its node is a member (another process runs as
+/// this node). Restarted, it rejoins as a new member.
 pub const EXIT_REMOVED: i32 = 3;
 
-/// `ferrotx node`: runs node `id` of the configuration at `path` until SIGINT or SIGTERM
-/// (or, with `drive`, as a benchmark's node spoken to over stdin), as a member of the
-/// cluster: it joins through the coordination service at `coordination` (default: next to
-/// the configuration), holds a lease of `lease_ms`, and follows reconfigurations.
-pub fn node(
-    path: &Path,
-    id: u16,
-    drive: Option<&str>,
-    lease_ms: u64,
-    coordination: Option<&Path>,
-    spin_us: Option<u64>,
-    join: bool,
-) -> anyhow::Result<()> {
+/// What `ferrotx node` runs (its command line).
+pub struct NodeSpec<'a> {
+    /// The configuration file.
+    pub config: &'a Path,
+    /// This node's id in it.
+    pub id: u16,
+    /// A benchmark's workload, driven over stdin (`--drive`).
+    pub drive: Option<&'a str>,
+    /// The lease, in milliseconds.
+    pub lease_ms: u64,
+    /// The coordination file (default: next to the configuration).
+    pub coordination: Option<&'a Path>,
+    /// How long idle workers poll (`--spin-us`).
+    pub spin_us: Option<u64>,
+    /// Only join a running cluster (`--join`).
+    pub join: bool,
+    /// Come back as a new life when removed (not `--no-rejoin`).
+    pub rejoin: bool,
+}
+
+/// `ferrotx node`: runs node `spec.id` of the configuration at `spec.config` until SIGINT
+/// or SIGTERM (or, with `drive`, as a benchmark's node spoken to over stdin), as a member
+/// of the cluster: it joins through the coordination service (default: next to the
+/// configuration), holds a lease of `lease_ms`, and follows reconfigurations. Removed
+/// from the cluster, it replaces itself with a new life ([`crate::rejoin`]), or with
+/// `rejoin` false exits with [`EXIT_REMOVED`]. A driven node does neither: its stdin
+/// protocol, loaded data and counters belong to one life, and `bench leases` counts the
+/// false positive a new life would hide.
+pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
+    let NodeSpec {
+        config: path,
+        id,
+        drive,
+        lease_ms,
+        coordination,
+        spin_us,
+        join,
+        rejoin,
+    } = *spec;
     let config = Arc::new(Configuration::load(path)?);
     if config.member(id).is_none() {
         let members: Vec<u16> = config.members().iter().map(|m| m.node).collect();
@@ -79,6 +106,7 @@ pub fn node(
         return ferrotx_bench::driver::serve(config, path, id, &drive);
     }
     ensure!(lease_ms >= 1, "--lease-ms must be at least 1");
+    let previous = crate::rejoin::PreviousLife::from_env()?;
     let stop = stop_on_signals()?;
     let state = coordination
         .map(Path::to_path_buf)
@@ -107,7 +135,7 @@ pub fn node(
     let cluster = ferrotx_node::cluster_id(&mut coordination)?;
     let keys = ferrotx_node::ClusterKeys::watch(key_path.clone(), keys, cluster)
         .context("reading /dev/urandom for this process's sender salts")?;
-    let incarnation = ferrotx_node::incarnation_from_clock();
+    let incarnation = previous.incarnation(ferrotx_node::incarnation_from_clock());
     // The workers' clock counts from `epoch`; Unix time is that plus the offset read now.
     let epoch = Instant::now();
     let wall_offset_ns = std::time::SystemTime::now()
@@ -146,7 +174,13 @@ pub fn node(
     let node = match Node::start_member(transports, &options, lease, ADMIT_TIMEOUT) {
         Ok(node) => node,
         Err(ferrotx_node::StartError::Removed) => {
-            eprintln!("node {id}: a newer life of this node is a member; exiting");
+            // Never a new life here: the newer one is another process, alive, or this
+            // host's clock stepped back below an earlier life's; either way an operator
+            // must look, and a loop of lives would only fight the other process.
+            eprintln!(
+                "node {id}: a newer life of this node than this one ({incarnation}) is a member: \
+                 another process runs as node {id}, or the clock stepped back; exiting"
+            );
             std::process::exit(EXIT_REMOVED);
         }
         Err(e) => return Err(e).with_context(|| format!("starting node {id}")),
@@ -156,6 +190,7 @@ pub fn node(
     node.handle()
         .memory()
         .set_fixed(ferrotx_node::resident_bytes());
+    let admitted = Instant::now();
     let link = node.membership().expect("a member node").clone();
     let view = link.view().expect("admitted into a view");
     // The Redis front end, if the member has an address for it.
@@ -181,12 +216,30 @@ pub fn node(
     }
     while !stop.load(Ordering::Relaxed) {
         if link.removed() {
+            let removing = removing_view(&link);
+            // Sockets closed, the liveness lock released: nothing of this life is left
+            // for the next one to trip over.
             drop(server);
             drop(node);
+            if !rejoin {
+                eprintln!(
+                    "node {id}: removed from configuration {removing} (life {incarnation}); \
+                     exiting (--no-rejoin): restart it to rejoin as a new member"
+                );
+                std::process::exit(EXIT_REMOVED);
+            }
             eprintln!(
-                "node {id}: removed from the cluster by a newer configuration; restart it to rejoin as a new member"
+                "node {id}: removed from configuration {removing} (life {incarnation}); \
+                 rejoining as a new life"
             );
-            std::process::exit(EXIT_REMOVED);
+            crate::rejoin::replace_with_new_life(id, incarnation, admitted, previous, &stop)
+                .unwrap_or_else(|e| {
+                    eprintln!("node {id}: {e:#}; exiting: restart it to rejoin as a new member");
+                    std::process::exit(EXIT_REMOVED);
+                });
+            // Stopped by a signal while it waited to rejoin.
+            println!("node {id}: stopped before rejoining");
+            return Ok(());
         }
         if node.any_worker_ended() {
             // Dropping the node joins its threads without propagating a panic (which has
@@ -210,6 +263,20 @@ pub fn node(
     let served: u64 = reports.iter().map(|r| r.rpc.requests_executed).sum();
     println!("node {id}: stopped after serving {served} requests");
     Ok(())
+}
+
+/// The id of the view that removed this process, once the lease thread published it
+/// (right after raising `removed`; waited for 200 ms at most).
+fn removing_view(link: &ferrotx_node::Link) -> u64 {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    loop {
+        let status = link.status();
+        let known = status.view.map_or(0, |v| v.id);
+        if status.phase == Some(ferrotx_membership::Phase::Removed) || Instant::now() >= deadline {
+            return known;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// What node `node` is in `view`: its endpoints and the partitions it holds there.

@@ -43,6 +43,8 @@ pub struct Nodes {
     children: Vec<Option<Child>>,
     /// Processes started per node, naming their log files.
     lives: Vec<u32>,
+    /// Arguments added to every `ferrotx node` of each node.
+    extra_args: Vec<Vec<String>>,
 }
 
 impl Nodes {
@@ -50,6 +52,16 @@ impl Nodes {
     /// named after `name`), each with a lease of `lease_ms`; waits until they formed a
     /// cluster.
     pub fn start_cluster(name: &str, config: &Configuration, lease_ms: u64) -> Self {
+        Self::start_cluster_with(name, config, lease_ms, |_| Vec::new())
+    }
+
+    /// The same, each node's processes given the arguments `extra_args(node)` too.
+    pub fn start_cluster_with(
+        name: &str,
+        config: &Configuration,
+        lease_ms: u64,
+        extra_args: impl Fn(u16) -> Vec<String>,
+    ) -> Self {
         let dir = temp_path(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -68,6 +80,7 @@ impl Nodes {
             lease_ms,
             children: (0..count).map(|_| None).collect(),
             lives: vec![0; count],
+            extra_args: (0..count as u16).map(extra_args).collect(),
         };
         for node in 0..count {
             nodes.start(node as u16);
@@ -102,6 +115,7 @@ impl Nodes {
         if self.lives[i] > 1 {
             command.arg("--join");
         }
+        command.args(&self.extra_args[i]);
         let child = command
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -137,6 +151,51 @@ impl Nodes {
         }
         for mut child in children {
             child.wait().expect("reap a killed node");
+        }
+    }
+
+    /// The pid of `node`'s current process.
+    pub fn pid(&self, node: u16) -> u32 {
+        self.children[usize::from(node)]
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {node} does not run"))
+            .id()
+    }
+
+    /// The log of `node`'s current process (its stdout and stderr).
+    pub fn log(&self, node: u16) -> String {
+        let i = usize::from(node);
+        let path = self
+            .dir
+            .join(format!("node-{node}-life-{}.log", self.lives[i]));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Sends `signal` to `node`'s process (a child of this test, not reaped).
+    pub fn signal(&mut self, node: u16, signal: i32) {
+        let pid = self.pid(node);
+        // SAFETY: kill(2) on a child of this test that has not been reaped.
+        let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "signal {signal} to node {node} (pid {pid})");
+    }
+
+    /// Waits (up to `MEMBERSHIP_DEADLINE`) until `node`'s process exits by itself, and
+    /// returns how; the node then has no process.
+    pub fn wait_exit(&mut self, node: u16) -> std::process::ExitStatus {
+        let deadline = Instant::now() + MEMBERSHIP_DEADLINE;
+        let child = self.children[usize::from(node)]
+            .as_mut()
+            .unwrap_or_else(|| panic!("node {node} does not run"));
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.children[usize::from(node)] = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {node} did not exit within {MEMBERSHIP_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
