@@ -396,9 +396,9 @@ impl View {
         next
     }
 
-    /// This view with `lives` forgotten: an operator accepted that they are dead (a host
-    /// that will not come back), so partitions that only they hold are lost. Same id: the
-    /// caller stores it as the next one ([`View::next_without`] with `lives` dead).
+    /// The next view, with `lives` forgotten: an operator accepted that they are dead (a
+    /// host that will not come back), so partitions that only they hold are lost
+    /// ([`View::next_without`] with the same members and CM, and `lives` dead).
     pub fn forgetting(&self, lives: &BTreeSet<ViewMember>) -> Self {
         self.next_without(self.cm, self.members.clone(), lives)
     }

@@ -120,6 +120,29 @@ enum ClusterCommand {
     /// Start a cluster of node processes on this machine (loopback) and run it until
     /// Ctrl-C. A node that dies is reported; the others go on serving.
     Local(LocalArgs),
+    /// Accept the loss of a suspended node's data: a node cut off while it held the last
+    /// copies of some partitions is suspended (those partitions answer -CLUSTERDOWN until
+    /// it is back); when it will not come back (its host is gone), this drops it from the
+    /// view and its partitions become lost, serving again empty. Like Redis Cluster's
+    /// CLUSTER FAILOVER TAKEOVER, it overrides the safety rule: use it only on a node you
+    /// know is dead. Refused while the node's process runs on this host.
+    Forget(ForgetArgs),
+}
+
+#[derive(Args)]
+struct ForgetArgs {
+    /// The cluster configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// The coordination file (default: the configuration's path with `.state.toml`).
+    #[arg(long)]
+    coordination: Option<PathBuf>,
+    /// The suspended node whose copies are given up.
+    #[arg(long)]
+    node: u16,
+    /// Required: says that the data only this node holds may be lost for good.
+    #[arg(long)]
+    accept_data_loss: bool,
 }
 
 #[derive(Args)]
@@ -696,6 +719,12 @@ fn main() -> anyhow::Result<()> {
             }
             None => println!("{}", ferrotx_node::new_key_line()?),
         },
+        Command::Cluster(ClusterCommand::Forget(args)) => processes::forget(
+            &args.config,
+            args.coordination.as_deref(),
+            args.node,
+            args.accept_data_loss,
+        )?,
         Command::Cluster(ClusterCommand::Local(args)) => processes::cluster_local(
             &processes::LocalCluster {
                 nodes: args.nodes,

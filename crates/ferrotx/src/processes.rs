@@ -331,7 +331,34 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     let replicas = usize::from(config.replicas());
     let (short, lost) = view.short_and_lost(replicas);
     let filling = view.fills().count();
+    let suspended_probes = probe_members(
+        &config,
+        &ferrotx_cluster::View {
+            members: view.suspended.clone(),
+            ..ferrotx_cluster::View::ended(view.id, 0)
+        },
+        auth.as_ref(),
+    );
+    let held = |node: u16| -> Vec<u32> {
+        (0..view.copies.len() as u32)
+            .filter(|&p| view.suspended_copies(p).contains(&node))
+            .collect()
+    };
     if json {
+        let suspended: Vec<serde_json::Value> = view
+            .suspended
+            .iter()
+            .zip(&suspended_probes)
+            .map(|(m, p)| {
+                serde_json::json!({
+                    "node": m.node,
+                    "incarnation": m.incarnation,
+                    "alive": p.is_some(),
+                    "same_life": p.map(|p| p.incarnation == m.incarnation),
+                    "partitions": held(m.node),
+                })
+            })
+            .collect();
         let members: Vec<serde_json::Value> = view
             .members
             .iter()
@@ -361,6 +388,9 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             "backups_filling": filling,
             "short_of_copies": short,
             "without_copy": lost,
+            "suspended": suspended,
+            "unavailable": view.unavailable(),
+            "lost": view.lost(),
             "recovery": total.as_ref().map(|t| {
                 let mut json = t.json();
                 json["members"] = answered.len().into();
@@ -395,8 +425,25 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         };
         println!("  node {}{role}: life {}: {state}", m.node, m.incarnation);
     }
+    for (m, p) in view.suspended.iter().zip(&suspended_probes) {
+        let state = match p {
+            None => "not answering".to_string(),
+            Some(p) if p.incarnation != m.incarnation => {
+                format!("another life answers ({})", p.incarnation)
+            }
+            Some(_) => "alive (being readmitted)".to_string(),
+        };
+        println!(
+            "  node {}: life {}: SUSPENDED, holds the only copies of partitions {:?}: {state} \
+             (back by itself when reachable; `ferrotx cluster forget --node {}` accepts their loss)",
+            m.node,
+            m.incarnation,
+            held(m.node),
+            m.node
+        );
+    }
     for m in config.members() {
-        if view.incarnation(m.node).is_none() {
+        if view.life(m.node).is_none() {
             println!("  node {}: not a member", m.node);
         }
     }
@@ -420,12 +467,15 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         }
     }
     println!(
-        "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy; \
+        "partitions: {} with {} copies each wanted; {} short of copies, {} with no copy \
+         ({} of them unavailable until a suspended node is back, {} lost); \
          {filling} new backups being filled (data recovery)",
         view.copies.len(),
         replicas,
         short,
-        lost
+        lost,
+        view.unavailable(),
+        view.lost()
     );
     for (p, copies) in view.copies.iter().enumerate() {
         let fills = view.filling(p as u32);
@@ -441,6 +491,62 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             );
         }
     }
+    Ok(())
+}
+
+/// `ferrotx cluster forget`: drops suspended node `node`'s life from the view (its
+/// partitions that no member holds become lost), by compare-and-swap, then probes the
+/// members with the new view's id so that they read it at once.
+pub fn forget(
+    path: &Path,
+    coordination: Option<&Path>,
+    node: u16,
+    accept_data_loss: bool,
+) -> anyhow::Result<()> {
+    use ferrotx_cluster::CoordinationService;
+    let config = Configuration::load(path)?;
+    let state = coordination
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
+    // As the node itself: refused while its process runs here (it holds the lock).
+    let mut service = ferrotx_coord::FileCoordination::open(&state, node).with_context(|| {
+        format!("node {node}'s process seems to run on this host: it is not lost; stop it, or let it be readmitted")
+    })?;
+    let view = service
+        .read()?
+        .with_context(|| format!("no cluster has run on {} yet", state.display()))?;
+    let Some(incarnation) = view.suspended_incarnation(node) else {
+        bail!(
+            "node {node} is not suspended in configuration {} (suspended: {:?}); nothing to forget",
+            view.id,
+            view.suspended.iter().map(|m| m.node).collect::<Vec<_>>()
+        );
+    };
+    let held: Vec<u32> = (0..view.copies.len() as u32)
+        .filter(|&p| view.suspended_copies(p).contains(&node))
+        .collect();
+    let life = ferrotx_cluster::ViewMember { node, incarnation };
+    let next = view.forgetting(&[life].into_iter().collect());
+    let lost: Vec<u32> = held
+        .iter()
+        .copied()
+        .filter(|&p| next.suspended_copies(p).is_empty() && next.copies[p as usize].is_empty())
+        .collect();
+    if !accept_data_loss {
+        bail!(
+            "forgetting node {node} (life {incarnation}) loses partitions {lost:?} for good              (their only copies are on it); pass --accept-data-loss to do so"
+        );
+    }
+    service
+        .compare_and_swap(Some(view.id), &next)
+        .with_context(|| format!("storing configuration {}", next.id))?;
+    println!(
+        "configuration {}: node {node} (life {incarnation}) forgotten; partitions {lost:?} lost",
+        next.id
+    );
+    // The members read the coordination service when a datagram names a newer view.
+    let auth = status_auth(path, &config, &state).ok();
+    let _ = probe_members_in(&config, &next, auth.as_ref(), next.id);
     Ok(())
 }
 
@@ -706,6 +812,17 @@ fn probe_members(
     view: &ferrotx_cluster::View,
     auth: Option<&ferrotx_wire::auth::Auth>,
 ) -> Vec<Option<ProbeAnswer>> {
+    probe_members_in(config, view, auth, 0)
+}
+
+/// [`probe_members`], the probes naming view `hint` (a member behind it reads the
+/// coordination service).
+fn probe_members_in(
+    config: &Configuration,
+    view: &ferrotx_cluster::View,
+    auth: Option<&ferrotx_wire::auth::Auth>,
+    hint: u64,
+) -> Vec<Option<ProbeAnswer>> {
     use ferrotx_membership::{Body, Message};
     let incarnation = ferrotx_node::incarnation_from_clock();
     let mut sealer = auth.map(|auth| {
@@ -733,7 +850,7 @@ fn probe_members(
         Message {
             from: u16::MAX,
             incarnation,
-            view: 0,
+            view: hint,
             seq: base.wrapping_add(i as u64),
             body: Body::Probe,
         }

@@ -36,7 +36,9 @@ pub struct SimArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Fault kinds to inject, comma-separated (loss, dup, reorder, partition, pause,
-    /// drift, crash, buggify), or `none`. Default: every kind but crash.
+    /// drift, crash, buggify), or `none`. Default: every kind but crash. Crash turns
+    /// --membership on: a crashed node's memory is gone, and only membership (its new
+    /// life admitted, data recovery) makes that a fault a cluster survives.
     #[arg(long, value_delimiter = ',')]
     faults: Option<Vec<String>>,
     /// Nodes.
@@ -232,7 +234,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             nodes: args.nodes,
             replicas: args.replicas,
             faults: kinds.clone(),
-            membership: args.membership.then(membership::default_options),
+            membership: (args.membership || kinds.contains(&FaultKind::Crash))
+                .then(membership::default_options),
             membership_strict_ticks: args.strict_ticks,
             ..RunOptions::new(seed)
         }
@@ -244,7 +247,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             let mut scenario = scenario_of(workload, seed);
             let report = run(&mut *scenario, &options_for(workload, seed));
             print_replay(&report);
-            failed |= !report_passes(&report, &kinds);
+            failed |= !report_passes(&report);
         }
         if failed {
             bail!("seed {seed} failed");
@@ -278,7 +281,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                     let seed = args.seed_base + i % args.seeds;
                     let mut scenario = scenario_of(workload, seed);
                     let report = run(&mut *scenario, &options_for(workload, seed));
-                    if !report_passes(&report, &kinds) {
+                    if !report_passes(&report) {
                         bar.println(format!(
                             "FAILED {workload} seed {seed}: {}",
                             first_problem(&report)
@@ -336,7 +339,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             *w.traps_sprung.get_or_insert(0) += u64::from(recovery_scenarios::sprung(report));
         }
         if own_verdict(report.workload) {
-            if report_passes(report, &kinds) {
+            if report_passes(report) {
                 w.passed += 1;
             } else {
                 w.failed_seeds.push(report.seed);
@@ -348,9 +351,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             failures.push(report);
         } else if report.liveness.is_some() {
             w.stalled_seeds.push(report.seed);
-            if !kinds.contains(&FaultKind::Crash) && report.membership.is_none() {
-                failures.push(report);
-            }
+            failures.push(report);
         } else {
             w.passed += 1;
         }
@@ -449,20 +450,19 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             continue;
         }
         println!(
-            "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {} --faults {faults_flag} --nodes {} --replicas {}",
+            "FAILED {} seed {}: {}\n  replay: ferrotx sim --workload {} --seed {} --faults {faults_flag} --nodes {} --replicas {}{}",
             report.workload,
             report.seed,
             first_problem(report),
             report.workload,
             report.seed,
             args.nodes,
-            args.replicas
-        );
-    }
-    if kinds.contains(&FaultKind::Crash) {
-        println!(
-            "note: a crashed node restarts empty as the same member, so crashes lose data \
-             and stall clients until failure handling exists (issues 12 and 13)"
+            args.replicas,
+            if report.membership.is_some() {
+                " --membership"
+            } else {
+                ""
+            }
         );
     }
     // The closing line CI counts.
@@ -484,10 +484,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
 }
 
 /// Whether a run passes: no violation (of the workload's checkers, or of membership's),
-/// and finished unless crashes were injected (a stalled cluster after a crash is expected
-/// until failure handling exists, and reported). With membership, a run that lost no
-/// member and still stalled fails through its own liveness report.
-fn report_passes(report: &RunReport, kinds: &[FaultKind]) -> bool {
+/// and every client answered. Runs beyond f (a partition lost every copy to crashes, or
+/// no majority is left) report their findings without failing (see `RunReport`).
+fn report_passes(report: &RunReport) -> bool {
     if recovery_scenarios::is_recovery(report.workload) {
         return recovery_scenarios::failure(report).is_none();
     }
@@ -498,8 +497,7 @@ fn report_passes(report: &RunReport, kinds: &[FaultKind]) -> bool {
     }
     report.checked.violations.is_empty()
         && membership_violations(report).is_empty()
-        && (report.liveness.is_none()
-            || (kinds.contains(&FaultKind::Crash) && report.membership.is_none()))
+        && report.liveness.is_none()
 }
 
 fn membership_violations(report: &RunReport) -> &[String] {

@@ -283,23 +283,20 @@ impl NodeCore {
             let (partition, fill) = match (found, fills.get(&p)) {
                 (Some((_, _, partition)), Some(fill)) => (partition.clone(), fill.clone()),
                 _ if !create => continue,
-                (found, _) => {
-                    let partition = match found {
-                        Some((_, _, partition)) => partition.clone(),
-                        None => {
-                            let partition = Arc::new(Partition::with_epoch(
-                                PartitionId(p),
-                                &self.schema,
-                                &self.epoch,
-                            ));
-                            copies.push((PartitionId(p), Role::Backup, partition.clone()));
-                            partition
-                        }
-                    };
-                    let fill = fills
-                        .entry(p)
-                        .or_insert_with(|| Arc::new(Fill::new(p)))
-                        .clone();
+                _ => {
+                    // A fill starts from nothing: a copy this node holds without a fill of
+                    // it is left from a view it no longer served (it was cut off, the
+                    // partition moved on without it), and stale; so is a fill of a copy
+                    // it no longer holds.
+                    let partition = Arc::new(Partition::with_epoch(
+                        PartitionId(p),
+                        &self.schema,
+                        &self.epoch,
+                    ));
+                    copies.retain(|(id, _, _)| id.0 != p);
+                    copies.push((PartitionId(p), Role::Backup, partition.clone()));
+                    let fill = Arc::new(Fill::new(p));
+                    fills.insert(p, fill.clone());
                     (partition, fill)
                 }
             };

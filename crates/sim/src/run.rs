@@ -347,7 +347,16 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             busy_interval_ns: 500_000,
         },
     };
-    if let Some(membership) = options.membership {
+    // A crash loses the node's memory: only membership (a new life, data recovery) makes
+    // that a fault the cluster survives, so crash plans always run with it. (Restarting a
+    // crashed node empty as the same member tested nothing real.)
+    let membership = options.membership.or_else(|| {
+        options
+            .faults
+            .contains(&FaultKind::Crash)
+            .then(crate::membership::default_options)
+    });
+    if let Some(membership) = membership {
         return run_with_membership(scenario, options, plan, config, core, membership);
     }
     let mut cluster = SimCluster::new(config, core, options.seed, plan.network.clone());
