@@ -417,6 +417,17 @@ impl Membership {
         }
     }
 
+    /// On the CM: until when (its clock) it counts member `node` alive, that is, the
+    /// member's lease at the CM (its last request, or answer to a probe, plus a lease).
+    /// `None` elsewhere. A member is never removed for a missed probe before then.
+    pub fn alive_until(&self, node: u16) -> Option<u64> {
+        self.view
+            .as_ref()
+            .filter(|v| v.cm == self.me)
+            .and_then(|_| self.grants.get(&node))
+            .map(|g| g.alive_until)
+    }
+
     /// True if this node is the CM of its committed view.
     pub fn is_cm(&self) -> bool {
         self.phase == Phase::Member && self.view.as_ref().is_some_and(|v| v.cm == self.me)

@@ -698,6 +698,9 @@ impl SimCluster {
                     let current = state.coordination.current();
                     if current.as_ref().map(|v| v.id) == expected {
                         state.check_swap(now, current.as_ref(), &next);
+                        if let Some(current) = &current {
+                            state.check_leased_kept(now, node, local, m, current, &next);
+                        }
                     }
                     let result = state.coordination.compare_and_swap(expected, &next);
                     m.on_cas(local, result);

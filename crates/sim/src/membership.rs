@@ -10,6 +10,8 @@
 //!   clock is a member of the highest view committed anywhere so far;
 //! - (c) once the last fault is over, every live node converges to the latest view and
 //!   serves within [`CONVERGENCE_LEASES`] leases;
+//! - (e) the CM never swaps in a view without a member whose lease at the CM still runs,
+//!   unless that life crashed;
 //! - (d) no view stored orphans a partition ([`View::orphaned_in`]): leaves it with no
 //!   copy, member or suspended, while a life that held one has not crashed (checked when
 //!   it is swapped in, against the lives crashed by then).
@@ -194,6 +196,34 @@ impl MembershipState {
                 self.violation(format!(
                     "(a) view {} stored after view {}: ids must grow",
                     w[1].id, w[0].id
+                ));
+            }
+        }
+    }
+
+    /// Check (e) on a view the CM of `current` (node `cm`, its clock at `local`) is about
+    /// to swap in: no member whose lease at this CM still runs leaves (removed or
+    /// suspended), unless that life crashed (its newer life proves it dead).
+    pub(crate) fn check_leased_kept(
+        &mut self,
+        now: u64,
+        cm: u16,
+        local: u64,
+        membership: &ferrotx_membership::Membership,
+        current: &View,
+        next: &View,
+    ) {
+        if current.cm != cm || current.is_ended() {
+            return;
+        }
+        for m in &current.members {
+            if next.is_member(m.node, m.incarnation) || self.crashed.contains(m) {
+                continue;
+            }
+            if membership.alive_until(m.node).is_some_and(|until| until > local) {
+                self.violation(format!(
+                    "(e) at {now} ns CM {cm} swaps in view {} without node {} (life {}), whose lease at the CM still runs",
+                    next.id, m.node, m.incarnation
                 ));
             }
         }
