@@ -99,7 +99,8 @@ pub struct Coordinator {
     /// write, and whether a coroutine still waits (else the transaction ends, joining
     /// the truncation mark, only when decided).
     awaiting: RefCell<BTreeMap<TxId, (Vec<u32>, bool)>>,
-    /// Decisions for the coroutines waiting.
+    /// Decisions for the coroutines waiting, or still to come to wait (a commit decided
+    /// before its coroutine resumed from the view change).
     outcomes: RefCell<BTreeMap<TxId, bool>>,
     /// Notified when a decision comes in.
     decided: Signal,

@@ -668,6 +668,12 @@ impl Txn<'_> {
         }
         if let Some(tx) = self.tx {
             self.coordinator.truncation.borrow_mut().finish(tx.counter);
+            // A decision recovery kept for this commit, which ended without waiting for
+            // it (every primary acknowledged before the view changed).
+            let mut outcomes = self.coordinator.outcomes.borrow_mut();
+            if !outcomes.is_empty() {
+                outcomes.remove(&tx);
+            }
         }
     }
 

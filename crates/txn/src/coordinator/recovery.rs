@@ -556,6 +556,16 @@ impl Coordinator {
                 }
                 // Its client heard "outcome unknown": it may end only now.
                 Some((_, false)) => self.truncation.borrow_mut().finish(tx.counter),
+                // This thread's own commit, cut off by the view change, whose coroutine
+                // has not resumed from its failed call yet: a round with no remote step
+                // (a view of one member) decides it within the instant of the change.
+                // The decision waits for it: the replicas forget it at
+                // TRUNCATE-RECOVERY below, and recovering it again once the coroutine
+                // waits would find no record anywhere and abort what committed.
+                None if self.is_own_and_committing(&tx) => {
+                    self.outcomes.borrow_mut().insert(tx, commit);
+                    co.notify_all(&self.decided);
+                }
                 None => {}
             }
             // A replica that misses this keeps the decision and reports it in the next
@@ -574,6 +584,15 @@ impl Coordinator {
             }
         }
         busy
+    }
+
+    /// Whether `tx` is a transaction of this coordinator thread (this life) that has not
+    /// ended: its coroutine is still in its commit.
+    fn is_own_and_committing(&self, tx: &TxId) -> bool {
+        tx.node == self.local.node()
+            && tx.thread == self.local.thread()
+            && tx.incarnation == self.incarnation
+            && !self.truncation.borrow().ended(tx.counter)
     }
 
     /// Every replica of `partitions` in the current view, ascending.
@@ -602,15 +621,20 @@ impl Coordinator {
         partitions: &[u32],
         deadline_ns: u64,
     ) -> Option<bool> {
-        self.awaiting
-            .borrow_mut()
-            .insert(tx, (partitions.to_vec(), true));
         {
             let mut participant = self.participant.borrow_mut();
             let mut stats = participant.recovery.stats;
             stats.waited += 1;
             participant.recovery.stats = stats;
         }
+        // Decided already, before this coroutine came to wait (see
+        // `coordinate_recoveries`): nothing left to recover.
+        if let Some(commit) = self.outcomes.borrow_mut().remove(&tx) {
+            return Some(commit);
+        }
+        self.awaiting
+            .borrow_mut()
+            .insert(tx, (partitions.to_vec(), true));
         loop {
             if let Some(commit) = self.outcomes.borrow_mut().remove(&tx) {
                 return Some(commit);

@@ -25,6 +25,13 @@ impl Truncation {
             self.mark += 1;
         }
     }
+
+    /// Whether the transaction of `counter` has ended (it joined the mark, or is done
+    /// above it). One that took its id and has not ended is still committing, or its
+    /// client was told "outcome unknown" (recovery ends it).
+    pub(super) fn ended(&self, counter: u64) -> bool {
+        counter <= self.mark || self.done_above_mark.contains(&counter)
+    }
 }
 
 impl Coordinator {
