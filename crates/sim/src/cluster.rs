@@ -64,6 +64,8 @@ pub struct SimCluster {
     pub membership: Option<MembershipState>,
     /// Recovery counters of the workers of node lives that ended (crashed or stopped).
     retired_recovery: RecoveryStats,
+    /// LOCKs refused for memory by node lives that ended.
+    retired_locks_refused_memory: u64,
     /// The attack of a `recovery-*` scenario: what to do when a trap springs.
     attack: Option<Attack>,
     /// The trap armed now, if any.
@@ -194,6 +196,7 @@ impl SimCluster {
             pauses: 0,
             membership: membership.map(MembershipState::new),
             retired_recovery: RecoveryStats::default(),
+            retired_locks_refused_memory: 0,
             attack: None,
             armed: None,
             scheduled: Vec::new(),
@@ -566,6 +569,7 @@ impl SimCluster {
         }
         slot.coordinators.clear();
         for participant in slot.participants.drain(..) {
+            self.retired_locks_refused_memory += participant.borrow().stats().locks_refused_memory;
             add_recovery(
                 &mut self.retired_recovery,
                 &participant.borrow().recovery_stats(),
@@ -702,6 +706,9 @@ impl SimCluster {
                             state.check_leased_kept(now, node, local, m, current, &next);
                         }
                     }
+                    if std::env::var("SIM_VIEWS").is_ok() {
+                        eprintln!("CAS by {node} at {now}: {next:?}");
+                    }
                     let result = state.coordination.compare_and_swap(expected, &next);
                     m.on_cas(local, result);
                 }
@@ -826,6 +833,15 @@ impl SimCluster {
         if let Some(core) = &slot.core {
             core.memory().set_limit(limit);
         }
+    }
+
+    /// LOCKs refused for memory over the run, by every life of every node.
+    pub fn locks_refused_memory(&self) -> u64 {
+        self.retired_locks_refused_memory
+            + self
+                .participants()
+                .map(|p| p.borrow().stats().locks_refused_memory)
+                .sum::<u64>()
     }
 
     /// Nodes with a memory limit.

@@ -108,11 +108,14 @@ impl Recorder for HistoryRecorder {
     }
 }
 
-/// What an error of the coordinator says about a transaction's outcome. Every `Abort`
-/// today is definite; an answer that never came (a coordinator "unknown" error, to come
-/// with node failures) maps to [`Outcome::Indeterminate`] here, in one place.
-pub fn outcome_of_abort(_abort: &Abort) -> Outcome {
-    Outcome::Aborted
+/// What an error of the coordinator says about a transaction's outcome: definite, except
+/// [`Abort::OutcomeUnknown`] (recovery did not decide an interrupted commit in time: it
+/// may have committed), which is [`Outcome::Indeterminate`].
+pub fn outcome_of_abort(abort: &Abort) -> Outcome {
+    match abort {
+        Abort::OutcomeUnknown => Outcome::Indeterminate,
+        _ => Outcome::Aborted,
+    }
 }
 
 /// Ends the transaction `txn` of open record `index` after its execution returned

@@ -136,10 +136,9 @@ impl Scenario for WorkloadScenario {
         let all_nodes: Rc<[u16]> = (0..cluster.node_count()).collect();
         if let Some(short) = self.memory_short {
             for node in 0..cluster.node_count() {
-                if let Some(core) = cluster.core(node) {
-                    let used = core.refresh_memory();
-                    // Not 0, which is no limit.
-                    core.memory().set_limit(used.saturating_sub(short).max(1));
+                if let Some(used) = cluster.core(node).map(|core| core.refresh_memory()) {
+                    // Not 0, which is no limit. The node's later lives keep it.
+                    cluster.set_memory_limit(node, used.saturating_sub(short).max(1));
                 }
             }
         }
@@ -182,10 +181,7 @@ impl Scenario for WorkloadScenario {
         violations.extend(log_bound_violations(cluster, limit));
         if self.memory_short.is_some() {
             // The limit must have been reached, or the run attacked nothing.
-            let refused: u64 = cluster
-                .participants()
-                .map(|p| p.borrow().stats().locks_refused_memory)
-                .sum();
+            let refused = cluster.locks_refused_memory();
             if refused == 0 {
                 violations
                     .push("no LOCK was refused for memory: the limit was never reached".into());
