@@ -462,9 +462,19 @@ fn run_with_membership(
                 .and_then(|s| s.faults_over_ns)
                 .unwrap_or(start);
             let converge_by = over.saturating_add(CONVERGENCE_LEASES * lease);
-            let deadline = (start + options.deadline_ns)
+            let mut deadline = (start + options.deadline_ns)
                 .max(converge_by.saturating_add(LIVENESS_LEASES * lease))
                 .min(start + options.deadline_ns + ATTACK_LEASES_MAX * lease);
+            // Beyond f (a partition lost every copy to crashes), clients waiting on it wait
+            // for ever: they get LIVENESS_LEASES once the cluster had its time to converge,
+            // and are reported stuck.
+            if cluster
+                .membership
+                .as_ref()
+                .is_some_and(|s| s.lost_partitions() > 0)
+            {
+                deadline = deadline.min(converge_by.saturating_add(LIVENESS_LEASES * lease));
+            }
             (converge_by, deadline)
         };
         let ran = catch_panic(|| {
