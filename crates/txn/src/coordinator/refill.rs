@@ -20,6 +20,10 @@ const IDLE_NS: u64 = 20_000_000;
 
 /// Where one fill stands in this thread.
 struct Progress {
+    /// The fill this is the progress of. A fill of the same partition made later (the
+    /// node was given the partition to fill again after a view dropped it) is another
+    /// copy, empty, and starts from nothing, even from the same primary.
+    fill: Arc<Fill>,
     /// The primary copied from: its node and life. Another one means starting again.
     source: (u16, u64),
     /// The table being visited (index into the partition's tables), and the cursor.
@@ -53,7 +57,13 @@ impl Coordinator {
                 .filter(|f| u64::from(f.partition()) % threads == thread && !f.is_done())
                 .cloned()
                 .collect();
-            progress.retain(|p, _| mine.iter().any(|f| f.partition() == *p));
+            // Progress belongs to its fill, not its partition: a step in flight across
+            // views that dropped the fill and gave it again (the same primary back, a
+            // suspended life readmitted) must not carry the old copy's position over.
+            progress.retain(|p, s| {
+                mine.iter()
+                    .any(|f| f.partition() == *p && Arc::ptr_eq(f, &s.fill))
+            });
             if mine.is_empty() || !self.accepting.get() {
                 // Nothing to fill, or the view is not committed yet.
                 co.wait_until(&self.opened, co.now_ns() + IDLE_NS).await;
@@ -85,7 +95,7 @@ impl Coordinator {
     async fn fill_step(
         &self,
         co: &Co,
-        fill: &Fill,
+        fill: &Arc<Fill>,
         progress: &mut BTreeMap<u32, Progress>,
         options: &RefillOptions,
     ) -> bool {
@@ -108,6 +118,7 @@ impl Coordinator {
             .find(|m| m.0 == primary)
             .map_or(0, |m| m.1);
         let state = progress.entry(p).or_insert_with(|| Progress {
+            fill: fill.clone(),
             source: (primary, life),
             table: 0,
             cursor: 0,
@@ -117,6 +128,7 @@ impl Coordinator {
         if state.source != (primary, life) {
             // A new primary: its index has another order, so start again.
             *state = Progress {
+                fill: fill.clone(),
                 source: (primary, life),
                 table: 0,
                 cursor: 0,
