@@ -1571,6 +1571,8 @@ impl Membership {
 
     /// Moves to view `v`, newer than ours: install it if we are a member, else stop.
     fn adopt(&mut self, now_ns: u64, v: View) {
+        let id = self.view.as_ref().map_or(0, |v| v.id);
+        assert!(v.id > id, "view {} adopted after view {id}", v.id);
         let was_member = matches!(self.phase, Phase::Member | Phase::Installing);
         let member = v.is_member(self.me, self.incarnation);
         // Whatever we were reconfiguring is superseded.
@@ -1705,6 +1707,10 @@ impl Membership {
             self.stats.dropped += 1;
             return;
         }
+        assert!(
+            self.is_member_of_view(),
+            "a commit of a view without this life"
+        );
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
         self.last_committed = Some(view.clone());
@@ -1929,7 +1935,12 @@ impl Membership {
 
     fn commit_as_cm(&mut self, now_ns: u64, id: u64) {
         let view = self.view.clone().expect("committing a view");
-        debug_assert_eq!(view.id, id);
+        assert_eq!(view.id, id, "the CM commits the view it installs");
+        assert!(
+            self.phase == Phase::Installing && self.installed && view.cm == self.me,
+            "the CM commits a view it installed: phase {:?}",
+            self.phase
+        );
         self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
@@ -2016,6 +2027,12 @@ impl Membership {
         };
         match result {
             Ok(()) => {
+                let id = self.view.as_ref().map_or(0, |v| v.id);
+                assert!(
+                    next.id > id && next.is_member(self.me, self.incarnation) && next.cm == self.me,
+                    "view {} swapped in over view {id} by a node that is not its CM",
+                    next.id
+                );
                 self.stats.views_swapped += 1;
                 tracing::info!(
                     node = self.me,

@@ -220,7 +220,10 @@ impl MembershipState {
             if next.is_member(m.node, m.incarnation) || self.crashed.contains(m) {
                 continue;
             }
-            if membership.alive_until(m.node).is_some_and(|until| until > local) {
+            if membership
+                .alive_until(m.node)
+                .is_some_and(|until| until > local)
+            {
                 self.violation(format!(
                     "(e) at {now} ns CM {cm} swaps in view {} without node {} (life {}), whose lease at the CM still runs",
                     next.id, m.node, m.incarnation

@@ -737,7 +737,8 @@ fn a_cm_cut_off_from_everyone_removes_no_one() {
     // The cut-off CM made no view; a backup CM on the majority side took over.
     for v in h.coordination.history() {
         assert!(
-            v.cm != 0 || v.members.iter().any(|m| m.node == 1) && v.members.iter().any(|m| m.node == 2),
+            v.cm != 0
+                || v.members.iter().any(|m| m.node == 1) && v.members.iter().any(|m| m.node == 2),
             "the cut-off CM made view {v:?}"
         );
     }
@@ -783,7 +784,10 @@ fn a_suspect_that_answers_the_probe_stays() {
     h.run_for(LEASE_NS + LEASE_NS / 50);
     h.cut.clear();
     h.run_for(5 * LEASE_NS);
-    assert!(h.node(0).stats().suspicions > suspicions, "the CM suspected node 2");
+    assert!(
+        h.node(0).stats().suspicions > suspicions,
+        "the CM suspected node 2"
+    );
     assert_eq!(h.members_of_current(), vec![0, 1, 2]);
     assert_eq!(h.coordination.history().len(), 1, "no view after the first");
     assert!(h.all_serving(&[0, 1, 2]));
@@ -863,7 +867,10 @@ fn an_operator_forgets_a_suspended_node_and_the_cluster_commits_it() {
     h.coordination.compare_and_swap(Some(v.id), &next).unwrap();
     for n in [0u16, 1] {
         let now = h.now;
-        h.nodes[n as usize].as_mut().unwrap().hint_newer(now, next.id);
+        h.nodes[n as usize]
+            .as_mut()
+            .unwrap()
+            .hint_newer(now, next.id);
         h.drain(n);
     }
     h.run_for(5 * LEASE_NS);
