@@ -81,18 +81,31 @@ fn a_sweep_reports_every_workload_and_fault_kind() {
     let _ = std::fs::remove_file(json);
 }
 
-/// Crashes lose data until failure handling exists: the run ends (never hangs), fails,
-/// and says how to replay each failing seed.
+/// Crash plans run with membership (a crashed node restarts as a new life, admitted and
+/// refilled): they pass, and every crash is recovered from, not excused.
 #[test]
-fn crashes_end_in_a_clear_report_with_replay_commands() {
-    let out = sim(&["--workload", "bank", "--seeds", "4", "--faults", "crash"]);
-    assert!(!out.status.success());
+fn crash_plans_run_with_membership_and_pass() {
+    let json = std::env::temp_dir().join(format!("ferrotx-sim-crash-{}.json", std::process::id()));
+    let out = sim(&[
+        "--workload",
+        "bank",
+        "--seeds",
+        "12",
+        "--faults",
+        "crash,pause,partition,loss",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     let text = stdout(&out);
-    assert!(text.contains("faults injected: crash 4"), "{text}");
-    assert!(
-        text.contains("replay: ferrotx sim --workload bank --seed "),
-        "{text}"
-    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("faults injected: crash 12"), "{text}");
+    assert!(text.contains("sim: 12 passed, 0 failed"), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(json);
+    // Crashed nodes came back as new lives and were refilled.
+    assert!(report["fills_counted"].as_u64().unwrap() > 0, "{report}");
 }
 
 #[test]
