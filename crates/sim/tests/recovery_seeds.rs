@@ -174,3 +174,15 @@ fn bug_a_commit_used_the_map_of_an_older_view() {
         );
     }
 }
+
+/// Issue 30: the CM, cut off from everyone, removed node 2, which was never struck, and a
+/// CM on the majority side then removed node 0: two partitions were left with no copy
+/// although no copy crashed. Now a missed answer never removes a member whose lease at
+/// the CM runs, and a holder that may be alive is suspended, never dropped.
+#[test]
+fn bug_a_cut_off_cm_orphaned_partitions() {
+    let report = run_seed("recovery-isolate-filler", 3060);
+    assert_eq!(failure(&report), None);
+    let m = report.membership.as_ref().expect("membership runs");
+    assert_eq!(m.lost_partitions, 0, "{m:#?}");
+}
