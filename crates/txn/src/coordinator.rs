@@ -104,6 +104,11 @@ pub struct Coordinator {
     outcomes: RefCell<BTreeMap<TxId, bool>>,
     /// Notified when a decision comes in.
     decided: Signal,
+    /// The newest view this thread switched to from one older than the view before it:
+    /// views in between went by without it (its life suspended and readmitted), and
+    /// their recoveries may have decided this thread's transactions of older views and
+    /// forgotten the decisions, which a recovery now can no longer tell.
+    skipped_to: Cell<ViewId>,
     /// Worker threads per node: a shipped operation goes to thread `partition % threads`
     /// of its primary ([`crate::ship`]).
     ship_threads: Cell<u16>,
@@ -155,6 +160,7 @@ impl Coordinator {
             awaiting: RefCell::new(BTreeMap::new()),
             outcomes: RefCell::new(BTreeMap::new()),
             decided: Signal::new(64),
+            skipped_to: Cell::new(ViewId::NONE),
             ship_threads: Cell::new(1),
             next_ship_seq: Cell::new(1),
             shipping: RefCell::new(None),
@@ -233,6 +239,17 @@ impl Coordinator {
         placement: Arc<dyn Placement>,
         store: Arc<NodeStore>,
     ) {
+        if view.0 > self.view.get().0.saturating_add(1) {
+            // Views went by without this thread: what it waits for recovery to decide,
+            // a recovery in one of them may have decided and forgotten already. Its
+            // outcome is unknown; recovery still ends it (see `skipped_to`).
+            self.skipped_to.set(self.skipped_to.get().max(view));
+            for (tx, (_, waiting)) in self.awaiting.borrow_mut().iter_mut() {
+                if tx.view < view {
+                    *waiting = false;
+                }
+            }
+        }
         self.view.set(view);
         *self.members.borrow_mut() = members;
         *self.placement.borrow_mut() = placement;
