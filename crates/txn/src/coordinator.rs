@@ -105,9 +105,10 @@ pub struct Coordinator {
     /// Notified when a decision comes in.
     decided: Signal,
     /// The newest view this thread switched to from one older than the view before it:
-    /// views in between went by without it (its life suspended and readmitted), and
-    /// their recoveries may have decided this thread's transactions of older views and
-    /// forgotten the decisions, which a recovery now can no longer tell.
+    /// views in between went by without it (its life suspended and readmitted). Their
+    /// recovery may have decided this thread's transactions of older views and every
+    /// replica forgotten the decision; recovering one again then finds no record and
+    /// aborts it, committed or not (see `Txn::await_recovery`).
     skipped_to: Cell<ViewId>,
     /// Worker threads per node: a shipped operation goes to thread `partition % threads`
     /// of its primary ([`crate::ship`]).
@@ -240,15 +241,7 @@ impl Coordinator {
         store: Arc<NodeStore>,
     ) {
         if view.0 > self.view.get().0.saturating_add(1) {
-            // Views went by without this thread: what it waits for recovery to decide,
-            // a recovery in one of them may have decided and forgotten already. Its
-            // outcome is unknown; recovery still ends it (see `skipped_to`).
             self.skipped_to.set(self.skipped_to.get().max(view));
-            for (tx, (_, waiting)) in self.awaiting.borrow_mut().iter_mut() {
-                if tx.view < view {
-                    *waiting = false;
-                }
-            }
         }
         self.view.set(view);
         *self.members.borrow_mut() = members;

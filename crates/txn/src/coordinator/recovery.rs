@@ -632,22 +632,12 @@ impl Coordinator {
         if let Some(commit) = self.outcomes.borrow_mut().remove(&tx) {
             return Some(commit);
         }
-        // Views went by without this thread since the transaction began (its life was
-        // suspended, then readmitted): their recovery may have decided it and every
-        // replica forgotten the decision, so recovering it now could find no record and
-        // abort what committed. Its outcome is unknown; recovery still ends it.
-        let unknown = tx.view < self.skipped_to.get();
         self.awaiting
             .borrow_mut()
-            .insert(tx, (partitions.to_vec(), !unknown));
+            .insert(tx, (partitions.to_vec(), true));
         loop {
             if let Some(commit) = self.outcomes.borrow_mut().remove(&tx) {
                 return Some(commit);
-            }
-            // Given up on (a switch past views this thread missed): decided or not, no
-            // decision comes here.
-            if self.awaiting.borrow().get(&tx).is_none_or(|a| !a.1) {
-                return None;
             }
             let now = co.now_ns();
             if now >= deadline_ns {
