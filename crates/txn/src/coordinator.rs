@@ -104,6 +104,12 @@ pub struct Coordinator {
     outcomes: RefCell<BTreeMap<TxId, bool>>,
     /// Notified when a decision comes in.
     decided: Signal,
+    /// The newest view this thread switched to from one older than the view before it:
+    /// views in between went by without it (its life suspended and readmitted). Their
+    /// recovery may have decided this thread's transactions of older views and every
+    /// replica forgotten the decision; recovering one again then finds no record and
+    /// aborts it, committed or not (see `Txn::await_recovery`).
+    skipped_to: Cell<ViewId>,
     /// Worker threads per node: a shipped operation goes to thread `partition % threads`
     /// of its primary ([`crate::ship`]).
     ship_threads: Cell<u16>,
@@ -155,6 +161,7 @@ impl Coordinator {
             awaiting: RefCell::new(BTreeMap::new()),
             outcomes: RefCell::new(BTreeMap::new()),
             decided: Signal::new(64),
+            skipped_to: Cell::new(ViewId::NONE),
             ship_threads: Cell::new(1),
             next_ship_seq: Cell::new(1),
             shipping: RefCell::new(None),
@@ -233,6 +240,9 @@ impl Coordinator {
         placement: Arc<dyn Placement>,
         store: Arc<NodeStore>,
     ) {
+        if view.0 > self.view.get().0.saturating_add(1) {
+            self.skipped_to.set(self.skipped_to.get().max(view));
+        }
         self.view.set(view);
         *self.members.borrow_mut() = members;
         *self.placement.borrow_mut() = placement;

@@ -420,6 +420,41 @@ pub fn set_record_versions(bytes: &mut [u8], versions: &[u8]) -> Result<(), Deco
     Ok(())
 }
 
+/// The record `bytes` (checked by [`RecordView::parse`]) without its writes to the
+/// partitions `drop` names: the same transaction, mark, partitions and note; `None` if no
+/// write is left.
+pub fn record_without_writes_of(bytes: &[u8], drop: impl Fn(u32) -> bool) -> Option<Vec<u8>> {
+    let record = RecordView::parse(bytes).ok()?;
+    let kept = record.writes().filter(|w| !drop(w.partition)).count();
+    if kept == 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut w = Writer(&mut out);
+    w.tx(&record.tx).u64(record.truncate_up_to);
+    w.u16(record.partitions().len() as u16);
+    for p in record.partitions() {
+        w.u32(p);
+    }
+    w.u16(kept as u16);
+    for write in record.writes().filter(|w| !drop(w.partition)) {
+        w.u32(write.partition)
+            .u16(write.table.0)
+            .key(&write.key)
+            .u64(write.version);
+        match write.value {
+            Some(value) => {
+                w.u8(1).bytes(value);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+    }
+    append_record_note(record.note(), &mut out);
+    Some(out)
+}
+
 /// A LOCK or COMMIT-BACKUP record read in place: [`RecordView::parse`] checks the whole
 /// record once, then its fields and writes are read from the bytes without copying, so a
 /// participant can keep the record as the bytes it arrived in.

@@ -21,7 +21,8 @@ use crate::answer::Answer;
 use crate::messages::{
     CoordinatorId, ITEMS_MAX, ReadStatus, RecordView, ScanStatus, TxId, VERSION_ANY, decode_count,
     decode_read, decode_scan, decode_truncate, decode_tx, decode_validate, encode_count_response,
-    encode_read_response, finish_scan_response, set_record_versions, start_scan_response,
+    encode_read_response, finish_scan_response, record_without_writes_of, set_record_versions,
+    start_scan_response,
 };
 use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_page;
@@ -185,6 +186,20 @@ impl NodeStore {
     pub fn get_any(&self, id: u32) -> Option<&Partition> {
         self.partitions.get(&id).map(|(_, partition)| &**partition)
     }
+
+    /// The partitions whose copy here `next` no longer hosts, or hosts as another copy
+    /// (one the node dropped and was given again, empty, to fill).
+    pub fn replaced_in(&self, next: &NodeStore) -> Vec<u32> {
+        self.partitions
+            .iter()
+            .filter(|(id, (_, copy))| {
+                next.partitions
+                    .get(*id)
+                    .is_none_or(|(_, other)| !Arc::ptr_eq(copy, other))
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
 }
 
 /// Counters of one participant.
@@ -322,11 +337,72 @@ impl Participant {
     /// roles). A backup promoted to primary applies nothing here: its partition is
     /// blocked until transaction-state recovery decided every transaction its replicas
     /// hold records of, and applied the committed ones (docs/recovery.md).
+    ///
+    /// What this thread holds for a copy the new store no longer has (or has as another
+    /// copy) is forgotten: the locks of its LOCK records were in that copy, and its logged
+    /// and replicated records were for it. A node keeps its life when it is suspended and
+    /// readmitted, so it may come back to views that dropped the copy while others
+    /// decided those transactions without it (and may give it the partition again, as an
+    /// empty copy to fill): applying, installing or unlocking them there would change
+    /// objects their transactions never locked, and voting them would decide again what
+    /// was decided without this node.
     pub fn set_store(&mut self, view: ViewId, store: Arc<NodeStore>) {
         self.view = self.view.max(view);
+        let gone = self.store.replaced_in(&store);
         self.store = store;
         // The new store holds no reservations: the owners' next attempts reserve again.
         self.aged_locks.clear();
+        if !gone.is_empty() {
+            self.forget_copies(&gone);
+        }
+    }
+
+    /// Drops the writes of partitions `gone` from every record this thread holds, and the
+    /// records left with none (see [`Participant::set_store`]).
+    fn forget_copies(&mut self, gone: &[u32]) {
+        let dropped = |p: u32| gone.contains(&p);
+        let touches = |bytes: &[u8]| {
+            RecordView::parse(bytes).is_ok_and(|r| r.writes().any(|w| dropped(w.partition)))
+        };
+        let txs: Vec<TxId> = self
+            .locked
+            .iter()
+            .filter(|(_, bytes)| touches(bytes))
+            .map(|(tx, _)| *tx)
+            .collect();
+        for tx in txs {
+            let bytes = self.locked.remove(&tx).expect("listed above");
+            if let Some(kept) = record_without_writes_of(&bytes, dropped) {
+                self.locked.insert(tx, kept);
+            }
+        }
+        for log in self.logs.values_mut() {
+            let counters: Vec<u64> = log
+                .records
+                .iter()
+                .filter(|(_, bytes)| touches(bytes))
+                .map(|(c, _)| *c)
+                .collect();
+            for c in counters {
+                let bytes = log.records.remove(&c).expect("listed above");
+                if let Some(kept) = record_without_writes_of(&bytes, dropped) {
+                    log.records.insert(c, kept);
+                }
+            }
+            log.replicated.retain(|&(_, p), _| !dropped(p));
+            let keys: Vec<(u64, u32)> = log
+                .replicated
+                .iter()
+                .filter(|(_, bytes)| touches(bytes))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in keys {
+                let bytes = log.replicated.remove(&k).expect("listed above");
+                if let Some(kept) = record_without_writes_of(&bytes, dropped) {
+                    log.replicated.insert(k, kept);
+                }
+            }
+        }
     }
 
     /// The node's partitions served.

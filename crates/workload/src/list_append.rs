@@ -137,7 +137,8 @@ pub fn decode_list(bytes: &[u8]) -> Vec<Element> {
 /// Every read and every append reads the key (appends by read-modify-write); an append
 /// to a list already [`LIST_ELEMENTS_MAX`] long is skipped and not recorded. A commit
 /// that fails with [`Abort::Protocol`] is recorded as indeterminate (a participant
-/// refused a message mid-commit, so the client cannot be sure); every other failure
+/// refused a message mid-commit, so the client cannot be sure), and so is one whose
+/// outcome recovery did not tell ([`Abort::OutcomeUnknown`]); every other failure
 /// happens before the commit point and is an abort.
 pub async fn run_one(
     co: &Co,
@@ -181,7 +182,7 @@ pub async fn run_one(
         Err(_) => Outcome::Aborted,
         Ok(()) => match tx.commit().await {
             Ok(()) => Outcome::Committed,
-            Err(Abort::Protocol) => Outcome::Indeterminate,
+            Err(Abort::Protocol | Abort::OutcomeUnknown) => Outcome::Indeterminate,
             Err(_) => Outcome::Aborted,
         },
     };

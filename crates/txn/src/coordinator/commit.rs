@@ -296,6 +296,15 @@ impl Txn<'_> {
             .await
         {
             Some(true) => Ok(()),
+            // Aborted by recovery after views this thread skipped (its life suspended,
+            // then readmitted): those views' recovery may have committed it and every
+            // replica forgotten that, so this abort may be a second decision taken on
+            // "unknown" votes. A commit decision cannot be one: it needs a commit-backup
+            // record or an install, which a forgotten abort leaves nowhere. Decided
+            // all the same: the transaction ends.
+            Some(false) if commit.tx.view < coordinator.skipped_to.get() => {
+                Err(Abort::OutcomeUnknown)
+            }
             // Aborted by recovery: nothing took effect.
             Some(false) => Err(Abort::Unavailable),
             None => {
