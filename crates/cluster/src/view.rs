@@ -40,6 +40,11 @@ pub fn memory_full(used: u64, limit: u64, copies: usize) -> bool {
     used >= limit || used.saturating_add(average) >= limit
 }
 
+/// The incarnation of `node`'s life in `lives`, if it has one.
+fn life_in(lives: &[ViewMember], node: u16) -> Option<u64> {
+    lives.iter().find(|m| m.node == node).map(|m| m.incarnation)
+}
+
 /// One member: a node id and the life (incarnation) of the process admitted as it. A new
 /// life of a node is a new member: the earlier one failed, and its data went with it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Serialize, Deserialize)]
@@ -150,10 +155,7 @@ impl View {
 
     /// The incarnation of member `node`, if it is one.
     pub fn incarnation(&self, node: u16) -> Option<u64> {
-        self.members
-            .iter()
-            .find(|m| m.node == node)
-            .map(|m| m.incarnation)
+        life_in(&self.members, node)
     }
 
     /// True if (`node`, `incarnation`) is a member.
@@ -163,10 +165,7 @@ impl View {
 
     /// The incarnation of `node`'s suspended life, if it has one ([`View::suspended`]).
     pub fn suspended_incarnation(&self, node: u16) -> Option<u64> {
-        self.suspended
-            .iter()
-            .find(|m| m.node == node)
-            .map(|m| m.incarnation)
+        life_in(&self.suspended, node)
     }
 
     /// True if (`node`, `incarnation`) is suspended ([`View::suspended`]).

@@ -275,6 +275,16 @@ impl Cluster {
         let relative = |delta: i8| self.view_id(to).saturating_add_signed(i64::from(delta));
         let nodes =
             |list: &[u8]| -> Vec<u16> { list.iter().take(8).map(|&n| u16::from(n % 8)).collect() };
+        let lives = |lives: &[(u8, u8)]| -> Vec<ViewMember> {
+            lives
+                .iter()
+                .take(8)
+                .map(|&(node, incarnation)| ViewMember {
+                    node: u16::from(node % 8),
+                    incarnation: u64::from(incarnation % 4),
+                })
+                .collect()
+        };
         let body = match forged.body {
             ForgedBody::LeaseRequest { used, limit } => Body::LeaseRequest { used, limit },
             ForgedBody::LeaseGrant { duration_us, over } => Body::LeaseGrant {
@@ -287,26 +297,10 @@ impl Cluster {
             ForgedBody::NewConfig(view) => Body::NewConfig(View {
                 id: relative(view.id_delta),
                 cm: u16::from(view.cm % 8),
-                members: view
-                    .members
-                    .iter()
-                    .take(8)
-                    .map(|&(node, incarnation)| ViewMember {
-                        node: u16::from(node % 8),
-                        incarnation: u64::from(incarnation % 4),
-                    })
-                    .collect(),
+                members: lives(&view.members),
                 copies: view.copies.iter().take(8).map(|c| nodes(c)).collect(),
                 filling: view.filling.iter().take(8).map(|c| nodes(c)).collect(),
-                suspended: view
-                    .suspended
-                    .iter()
-                    .take(8)
-                    .map(|&(node, incarnation)| ViewMember {
-                        node: u16::from(node % 8),
-                        incarnation: u64::from(incarnation % 4),
-                    })
-                    .collect(),
+                suspended: lives(&view.suspended),
                 suspended_copies: view
                     .suspended_copies
                     .iter()
