@@ -196,7 +196,7 @@ impl Cluster {
                     } else {
                         self.coordination.read()
                     };
-                    membership.on_read(now_ns, read);
+                    membership.handle_read(now_ns, read);
                 }
                 Action::Cas { expected, next } => {
                     let swapped = if self.coordination_down {
@@ -204,9 +204,9 @@ impl Cluster {
                     } else {
                         self.coordination.compare_and_swap(expected, &next)
                     };
-                    membership.on_cas(now_ns, swapped);
+                    membership.handle_cas(now_ns, swapped);
                 }
-                Action::Install(view) => membership.installed(now_ns, view.id),
+                Action::Install(view) => membership.handle_installed(now_ns, view.id),
                 Action::Commit(_) | Action::Removed { .. } => {}
             }
         }
@@ -229,18 +229,18 @@ impl Cluster {
         }
         let now_ns = self.now_ns;
         if let Some(membership) = self.nodes.get_mut(usize::from(to)).and_then(Option::as_mut) {
-            membership.on_datagram(now_ns, &mut bytes.to_vec());
+            membership.handle_datagram(now_ns, &mut bytes.to_vec());
             self.drain(to);
         }
     }
 
     /// Fires the timers that are due.
-    fn tick(&mut self) {
+    fn handle_timeout(&mut self) {
         for node in 0..self.nodes.len() as u16 {
             let now_ns = self.now_ns;
             if let Some(membership) = self.nodes[usize::from(node)].as_mut() {
-                if membership.next_timeout_ns() <= now_ns {
-                    membership.tick(now_ns);
+                if membership.poll_timeout() <= now_ns {
+                    membership.handle_timeout(now_ns);
                 }
                 self.drain(node);
             }
@@ -252,16 +252,16 @@ impl Cluster {
     fn round(&mut self) {
         let next = self
             .nodes
-            .iter()
+            .iter_mut()
             .flatten()
-            .map(Membership::next_timeout_ns)
+            .map(Membership::poll_timeout)
             .min()
             .unwrap_or(u64::MAX);
         self.now_ns = next.clamp(self.now_ns, self.now_ns + LEASE_NS / 10);
         for (to, bytes) in std::mem::take(&mut self.in_flight) {
             self.deliver(to, &bytes);
         }
-        self.tick();
+        self.handle_timeout();
     }
 
     fn view_id(&self, node: u16) -> u64 {
@@ -371,7 +371,7 @@ impl Cluster {
             }
             Op::Advance(units) => {
                 self.now_ns += u64::from(units) * 10_000;
-                self.tick();
+                self.handle_timeout();
             }
             Op::Raw { to, bytes } => {
                 let to = self.node_index(to);
@@ -385,7 +385,7 @@ impl Cluster {
                 }
                 let now_ns = self.now_ns;
                 if let Some(membership) = self.nodes[usize::from(to)].as_mut() {
-                    membership.on_message(now_ns, message);
+                    membership.handle_message(now_ns, message);
                     self.drain(to);
                 }
             }
@@ -403,7 +403,7 @@ impl Cluster {
                 let id = self.view_id(node) + u64::from(delta % 4);
                 let now_ns = self.now_ns;
                 if let Some(membership) = self.nodes[usize::from(node)].as_mut() {
-                    membership.hint_newer(now_ns, id);
+                    membership.handle_newer_config(now_ns, id);
                     self.drain(node);
                 }
             }
@@ -416,7 +416,7 @@ impl Cluster {
                     .collect();
                 let now_ns = self.now_ns;
                 if let Some(membership) = self.nodes[usize::from(node)].as_mut() {
-                    membership.set_filled(now_ns, &partitions);
+                    membership.handle_filled(now_ns, &partitions);
                     self.drain(node);
                 }
             }

@@ -86,7 +86,7 @@ fn participant_regression_commit_backup_version_any() {
 /// NEW-CONFIG it accepts without checking it against the configuration
 /// (`View::check`, which exists), and a view with a node twice among its members then
 /// panics at the next tick in `View::backup_cms_into` (crates/cluster/src/view.rs:246:
-/// "fewer backup CMs than members besides the CM"), from `Membership::tick_installing`
+/// "fewer backup CMs than members besides the CM"), from `Membership::timers_installing`
 /// (crates/membership/src/membership.rs:628). The input: three nodes bootstrap, then node
 /// 2 receives a NEW-CONFIG (from node 5, which the configuration does not have) of a view
 /// 125 ids ahead whose members are nodes 2, 5, 2. Until the fix this test was ignored

@@ -7,6 +7,15 @@
 //! view, start serving). The real node drives it on a dedicated lease thread; the
 //! simulator drives the same code from a seed.
 //!
+//! As in Quinn, inputs go in through `handle_*` ([`Membership::handle_timeout`],
+//! [`Membership::handle_datagram`], [`Membership::handle_read`],
+//! [`Membership::handle_cas`], [`Membership::handle_installed`], ...) and outputs come
+//! out through [`Membership::poll_action`] and [`Membership::poll_timeout`], the earliest
+//! of a table of named timers. The holder's side of leases and the CM's side (grants, the
+//! reconfiguration under way, joiners) are structs of their own, and transitions assert
+//! what they rely on: a view adopted is newer, a commit comes while installing, a lease
+//! only moves on.
+//!
 //! In short (details in `docs/membership.md`):
 //! - **Leases.** Every member holds a lease at the configuration manager (CM), renewed
 //!   every fifth of its length by a three-way handshake (request, grant that is also the

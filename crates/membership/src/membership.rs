@@ -86,9 +86,9 @@ pub enum Action {
         /// The message.
         message: Message,
     },
-    /// Read the coordination service; answer with [`Membership::on_read`].
+    /// Read the coordination service; answer with [`Membership::handle_read`].
     Read,
-    /// Compare-and-swap the view; answer with [`Membership::on_cas`].
+    /// Compare-and-swap the view; answer with [`Membership::handle_cas`].
     Cas {
         /// The id the current view must have (`None`: no view yet).
         expected: Option<u64>,
@@ -97,7 +97,7 @@ pub enum Action {
     },
     /// Switch every worker (and front end) to this view: new client transactions wait,
     /// calls outstanding under the old view fail, non-members are no longer talked to.
-    /// Call [`Membership::installed`] once all have switched.
+    /// Call [`Membership::handle_installed`] once all have switched.
     Install(View),
     /// The view of this id is committed: serve clients again.
     Commit(u64),
@@ -199,6 +199,81 @@ impl Stats {
     }
 }
 
+/// The timers of one node's state machine: each fires at most once per deadline, and
+/// [`Membership::poll_timeout`] is the earliest one armed after the last
+/// [`Membership::handle_timeout`]. The renewal, read and reconfiguration timers are set
+/// where what they time starts; the lease timers follow the leases
+/// ([`Membership::arm_lease_timers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer {
+    /// Holder: the next lease request (a member), JOIN (a joiner or a suspended life), or
+    /// NEW-CONFIG-ACK again (installing).
+    Renew,
+    /// The next read of the coordination service (not while one is under way).
+    Read,
+    /// Holder: its lease at the CM ends (a member that is not the CM).
+    LeaseEnd,
+    /// Backup CM: the CM has been silent for a lease (plus a delay by rank): take over.
+    Takeover,
+    /// CM: its leases at a majority of the view end.
+    CmLeaseEnd,
+    /// CM: the next member whose lease at the CM ends (it is suspected then).
+    Suspect,
+    /// CM, idle: the next reconfiguration may start.
+    Retry,
+    /// CM: the probe round, or the wait for NEW-CONFIG-ACKs, ends.
+    RoundEnd,
+    /// CM: probes, or NEW-CONFIG, go again to those that have not answered.
+    Resend,
+    /// CM: every lease of a node that left has run out: commit.
+    Commit,
+}
+
+impl Timer {
+    const COUNT: usize = 10;
+}
+
+/// When each [`Timer`] fires (`None`: not armed). Quinn's timer table: one slot per
+/// timer, not a minimum of deadlines taken by hand.
+#[derive(Clone, Copy, Debug, Default)]
+struct TimerTable([Option<u64>; Timer::COUNT]);
+
+impl TimerTable {
+    fn set(&mut self, timer: Timer, at: u64) {
+        self.0[timer as usize] = Some(at);
+    }
+
+    fn stop(&mut self, timer: Timer) {
+        self.0[timer as usize] = None;
+    }
+
+    fn get(&self, timer: Timer) -> Option<u64> {
+        self.0[timer as usize]
+    }
+
+    /// Armed and due at `now_ns`.
+    fn expired(&self, timer: Timer, now_ns: u64) -> bool {
+        self.get(timer).is_some_and(|at| now_ns >= at)
+    }
+
+    /// Not armed, or due at `now_ns`.
+    fn due(&self, timer: Timer, now_ns: u64) -> bool {
+        self.get(timer).is_none_or(|at| now_ns >= at)
+    }
+
+    /// The earliest deadline after `after`, leaving out `skip`.
+    fn next_after(&self, after: u64, skip: Option<Timer>) -> Option<u64> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| skip.is_none_or(|t| t as usize != i))
+            .filter_map(|(_, at)| *at)
+            .filter(|&at| at > after)
+            .min()
+    }
+}
+
+/// What the CM knows of one member's lease (FaRM 5.1's three-way handshake).
 #[derive(Clone, Copy, Debug, Default)]
 struct Grant {
     /// Until when the CM counts the member alive (its last request plus a lease).
@@ -213,45 +288,107 @@ struct Grant {
     last_ack_seq: u64,
 }
 
+/// A reconfiguration (FaRM 5.2), on the CM or on a backup CM taking over. Its deadlines
+/// are timers ([`Timer::Retry`], [`Timer::RoundEnd`], [`Timer::Resend`],
+/// [`Timer::Commit`]).
 #[derive(Debug)]
 enum Reconfig {
-    Idle {
-        next_attempt_ns: u64,
-    },
+    /// None under way; the next may start at [`Timer::Retry`] (now if not armed).
+    Idle,
+    /// Step 2: probes sent; the round ends at [`Timer::RoundEnd`].
     Probing {
         seq: u64,
-        deadline_ns: u64,
-        /// Probes are sent again to those that have not answered, so that one lost
-        /// datagram does not remove a live member.
-        next_resend_ns: u64,
         /// Members taken as failed whatever they answer (they did not acknowledge a view).
         exclude: BTreeSet<u16>,
         /// The nodes probed: the members but this node and `exclude`, the suspended lives
-        /// and the joiners.
+        /// and the joiners. Probed again at [`Timer::Resend`] until they answer, so that
+        /// one lost datagram does not remove a live member.
         probed: BTreeSet<u16>,
         /// The lives that answered this round (only this round's answers count).
         replies: BTreeSet<ViewMember>,
     },
+    /// Step 3: the compare-and-swap of `next` is under way.
     Swapping {
         next: View,
         /// The commit of `next` waits until then at least (leases of dead lives).
         commit_after_ns: u64,
     },
+    /// Steps 4-5: NEW-CONFIG sent; collecting NEW-CONFIG-ACKs until [`Timer::RoundEnd`].
     Acks {
         id: u64,
         sent_ns: u64,
-        deadline_ns: u64,
-        next_resend_ns: u64,
         /// Member and until when the lease it granted the previous CM may run.
         acks: BTreeMap<u16, u64>,
     },
-    Waiting {
-        id: u64,
-        until_ns: u64,
-    },
+    /// Step 6: every member switched; the commit waits old leases out ([`Timer::Commit`]).
+    Waiting { id: u64 },
 }
 
-/// One node's membership state machine (see the crate documentation).
+/// The holder's side of leases and views (FaRM 5.1): this node's lease at the CM, the
+/// leases it granted CMs, and what it reports to the CM.
+struct Holder {
+    /// The last requests (lease requests, NEW-CONFIG-ACKs): sequence number and when sent,
+    /// to time the lease a grant or commit answering one gives.
+    requests: [(u64, u64); REQUESTS_REMEMBERED],
+    /// Until when this node's lease at the CM runs (its clock).
+    lease_until: u64,
+    /// The leases this node granted CMs (lease acks, NEW-CONFIG-ACKs): until when each
+    /// may run, by CM.
+    granted_cms: BTreeMap<u16, u64>,
+    /// When this node installed its current view (a backup CM takes over a CM that does
+    /// not commit it).
+    installed_at_ns: u64,
+    /// When this node last heard from its CM (a grant of any length, NEW-CONFIG, a
+    /// commit): it suspects the CM after a lease of silence, not when its own lease ends,
+    /// which capped grants may shorten while the CM is alive.
+    last_heard_cm_ns: u64,
+    /// The partitions this node's host reported filled (it fills them in its current
+    /// view); reported to the CM every renewal while the view has them filling.
+    filled: Vec<u32>,
+    /// This node's memory figures as its host last set them (bytes used, limit or 0),
+    /// sent with every lease request and probe reply.
+    memory: (u64, u64),
+    /// The members past their memory limit, as the CM's last lease grant said.
+    members_over: Vec<u16>,
+}
+
+impl Grant {
+    /// The member is alive until `until` at least: its lease at the CM only moves on.
+    fn keep_alive(&mut self, until: u64) {
+        self.alive_until = self.alive_until.max(until);
+    }
+
+    /// The CM holds its lease at the member until `until` at least: it only moves on.
+    fn hold_until(&mut self, until: u64) {
+        self.cm_until = self.cm_until.max(until);
+    }
+}
+
+/// The CM's side (FaRM 5.2): the members' leases, the reconfiguration under way, the
+/// processes asking to join. A backup CM uses it when it takes over.
+struct Manager {
+    grants: BTreeMap<u16, Grant>,
+    reconfig: Reconfig,
+    /// Processes asking to be admitted. Every member keeps them, not only the CM: a
+    /// backup CM that takes over probes them too.
+    joiners: BTreeMap<u16, u64>,
+    /// The view being installed is not committed before then (leases that dead lives
+    /// granted: see [`Membership::finish_probe`]).
+    commit_after_ns: u64,
+    /// Backups of the current view reported filled (partition, node), with when the first
+    /// report came; the next view counts them as copies.
+    filled: BTreeMap<(u32, u16), u64>,
+    /// The latest memory figures each member reported (its life, bytes used, limit or 0).
+    /// Only the life that reported them counts; a member that left is forgotten at the
+    /// next commit.
+    memory: BTreeMap<u16, (u64, u64, u64)>,
+    /// When next to look whether the members' figures now leave room for a copy the view
+    /// could not place (memory freed, a limit raised): once a lease.
+    next_room_check_ns: u64,
+}
+
+/// One node's membership state machine (see the crate documentation). Sans-IO, as
+/// Quinn's: inputs come through `handle_*`, outputs go out through `poll_*`.
 pub struct Membership {
     me: u16,
     incarnation: u64,
@@ -273,60 +410,19 @@ pub struct Membership {
     phase: Phase,
     /// The workers switched to `view`.
     installed: bool,
-    /// Holder side.
+    /// The last sequence number this node used (requests, acks, probe rounds).
     seq: u64,
-    requests: [(u64, u64); REQUESTS_REMEMBERED],
-    lease_until: u64,
-    next_renew_ns: u64,
-    ack_sent_ns: u64,
-    /// The leases this node granted CMs (lease acks, NEW-CONFIG-ACKs): until when each
-    /// may run, by CM.
-    granted_cms: BTreeMap<u16, u64>,
-    /// The view whose NEW-CONFIG this node acknowledged first, and when.
-    ack_view: u64,
-    /// When this node installed its current view (a backup CM takes over a CM that does
-    /// not commit it).
-    installed_at_ns: u64,
+    holder: Holder,
+    cm: Manager,
+    timers: TimerTable,
     /// The time of the last tick: timeouts are always after it.
     last_tick_ns: u64,
-    /// When this node last heard from its CM (a grant of any length, NEW-CONFIG, a
-    /// commit): it suspects the CM after a lease of silence, not when its own lease ends,
-    /// which capped grants may shorten while the CM is alive.
-    last_heard_cm_ns: u64,
     /// Whether the lease had run out at the last check (to count each expiration once).
     expired: bool,
-    /// Reading the coordination service.
+    /// Reading the coordination service ([`Timer::Read`] waits for the answer).
     read_pending: bool,
-    next_read_ns: u64,
-    /// CM side.
-    grants: BTreeMap<u16, Grant>,
-    reconfig: Reconfig,
-    /// Processes asking to be admitted.
-    joiners: BTreeMap<u16, u64>,
     /// The last view this node saw committed: its CM is the one that may still serve.
     last_committed: Option<View>,
-    /// CM side: the view being installed is not committed before then (leases that dead
-    /// lives granted: see [`Membership::finish_probe`]).
-    commit_after_ns: u64,
-    /// CM side: backups of the current view reported filled (partition, node), with when
-    /// the first report came; the next view counts them as copies.
-    filled: BTreeMap<(u32, u16), u64>,
-    /// Member side: the partitions this node's host reported filled (it fills them in its
-    /// current view); reported to the CM every renewal while the view has them filling.
-    my_filled: Vec<u32>,
-    /// Member side: this node's memory figures as its host last set them (bytes used,
-    /// limit or 0), sent with every lease request and probe reply.
-    my_memory: (u64, u64),
-    /// CM side: the latest memory figures each member reported (its life, bytes used,
-    /// limit or 0). Only the life that reported them counts; a member that left is
-    /// forgotten at the next commit.
-    memory: BTreeMap<u16, (u64, u64, u64)>,
-    /// Member side: the members past their memory limit, as the CM's last lease grant
-    /// said.
-    members_over: Vec<u16>,
-    /// CM side: when next to look whether the members' figures now leave room for a copy
-    /// the view could not place (memory freed, a limit raised): once a lease.
-    next_room_check_ns: u64,
     actions: VecDeque<Action>,
     stats: Stats,
 }
@@ -342,6 +438,9 @@ impl Membership {
         now_ns: u64,
     ) -> Self {
         assert!(incarnation > 0, "incarnations start at 1");
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Renew, now_ns);
+        timers.set(Timer::Read, now_ns);
         let mut m = Self {
             me,
             incarnation,
@@ -354,33 +453,34 @@ impl Membership {
             phase: Phase::Joining,
             installed: false,
             seq: 0,
-            requests: [(u64::MAX, 0); REQUESTS_REMEMBERED],
-            lease_until: 0,
-            next_renew_ns: now_ns,
-            ack_sent_ns: 0,
-            granted_cms: BTreeMap::new(),
-            ack_view: 0,
-            installed_at_ns: 0,
+            holder: Holder {
+                requests: [(u64::MAX, 0); REQUESTS_REMEMBERED],
+                lease_until: 0,
+                granted_cms: BTreeMap::new(),
+                installed_at_ns: 0,
+                last_heard_cm_ns: 0,
+                filled: Vec::new(),
+                memory: (0, 0),
+                members_over: Vec::new(),
+            },
+            cm: Manager {
+                grants: BTreeMap::new(),
+                reconfig: Reconfig::Idle,
+                joiners: BTreeMap::new(),
+                commit_after_ns: 0,
+                filled: BTreeMap::new(),
+                memory: BTreeMap::new(),
+                next_room_check_ns: 0,
+            },
+            timers,
             last_tick_ns: 0,
-            last_heard_cm_ns: 0,
             expired: false,
             read_pending: false,
-            next_read_ns: now_ns,
-            grants: BTreeMap::new(),
-            reconfig: Reconfig::Idle { next_attempt_ns: 0 },
-            joiners: BTreeMap::new(),
             last_committed: None,
-            commit_after_ns: 0,
-            filled: BTreeMap::new(),
-            my_filled: Vec::new(),
-            my_memory: (0, 0),
-            memory: BTreeMap::new(),
-            next_room_check_ns: 0,
-            members_over: Vec::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
-        m.tick(now_ns);
+        m.handle_timeout(now_ns);
         m
     }
 
@@ -424,7 +524,7 @@ impl Membership {
         self.view
             .as_ref()
             .filter(|v| v.cm == self.me)
-            .and_then(|_| self.grants.get(&node))
+            .and_then(|_| self.cm.grants.get(&node))
             .map(|g| g.alive_until)
     }
 
@@ -443,7 +543,7 @@ impl Membership {
         if self.is_cm() {
             self.cm_lease_until()
         } else {
-            self.lease_until
+            self.holder.lease_until
         }
     }
 
@@ -462,7 +562,7 @@ impl Membership {
             .members
             .iter()
             .filter(|m| m.node != self.me)
-            .map(|m| self.grants.get(&m.node).map_or(0, |g| g.cm_until));
+            .map(|m| self.cm.grants.get(&m.node).map_or(0, |g| g.cm_until));
         let mut stack = [0u64; 64];
         let mut heap = Vec::new();
         let untils: &mut [u64] = if view.members.len() <= stack.len() {
@@ -480,63 +580,87 @@ impl Membership {
         untils.get(needed - 1).copied().unwrap_or(0)
     }
 
-    /// When [`Membership::tick`] should next be called: always after the last tick.
-    pub fn next_timeout_ns(&self) -> u64 {
+    /// When [`Membership::handle_timeout`] should next be called: the earliest timer
+    /// armed after the last call (a renewal's interval from it if none is).
+    pub fn poll_timeout(&mut self) -> u64 {
+        self.arm_lease_timers();
         let after = self.last_tick_ns;
-        let mut next = u64::MAX;
-        let mut consider = |t: u64| {
-            if t > after && t < next {
-                next = t;
-            }
-        };
-        consider(self.next_renew_ns);
-        if !self.read_pending {
-            consider(self.next_read_ns);
+        // A read under way waits for its answer, not for its timer.
+        let skip = self.read_pending.then_some(Timer::Read);
+        self.timers
+            .next_after(after, skip)
+            .unwrap_or(after + self.options.renew_ns())
+    }
+
+    /// Arms the timers that follow the leases, from where the leases stand: a member's
+    /// lease at its CM and a backup CM's takeover, or the CM's own leases and the
+    /// members'. Leases move with every grant and ack, so these are read off them when
+    /// the caller asks for the next timeout rather than kept by each handler.
+    fn arm_lease_timers(&mut self) {
+        for timer in [
+            Timer::LeaseEnd,
+            Timer::Takeover,
+            Timer::CmLeaseEnd,
+            Timer::Suspect,
+        ] {
+            self.timers.stop(timer);
         }
-        match &self.reconfig {
-            Reconfig::Idle { next_attempt_ns } => consider(*next_attempt_ns),
-            Reconfig::Probing {
-                deadline_ns,
-                next_resend_ns,
-                ..
-            } => {
-                consider(*deadline_ns);
-                consider(*next_resend_ns);
-            }
-            Reconfig::Swapping { .. } => {}
-            Reconfig::Acks {
-                deadline_ns,
-                next_resend_ns,
-                ..
-            } => {
-                consider(*deadline_ns);
-                consider(*next_resend_ns);
-            }
-            Reconfig::Waiting { until_ns, .. } => consider(*until_ns),
+        if self.phase != Phase::Member {
+            return;
         }
-        if self.phase == Phase::Member {
-            if self.is_cm() {
-                for g in self.grants.values() {
-                    consider(g.alive_until);
-                }
-                consider(self.cm_lease_until());
-            } else {
-                consider(self.lease_until);
-                let rank = self
-                    .view
-                    .as_ref()
-                    .and_then(|v| v.backup_cm_rank(&self.config, self.me, self.options.backup_cms));
-                if let Some(rank) = rank {
-                    let rank = rank as u64 * self.options.probe_timeout_ns();
-                    consider(self.last_heard_cm_ns + self.options.lease_ns + rank);
-                }
+        if self.is_cm() {
+            // The members' leases: the first to end after the last tick.
+            let after = self.last_tick_ns;
+            let suspect = self
+                .cm
+                .grants
+                .values()
+                .map(|g| g.alive_until)
+                .filter(|&t| t > after)
+                .min();
+            if let Some(at) = suspect {
+                self.timers.set(Timer::Suspect, at);
             }
+            let lease = self.cm_lease_until();
+            self.timers.set(Timer::CmLeaseEnd, lease);
+            return;
         }
-        if next == u64::MAX {
-            after + self.options.renew_ns()
-        } else {
-            next
+        self.timers.set(Timer::LeaseEnd, self.holder.lease_until);
+        let rank = self
+            .view
+            .as_ref()
+            .and_then(|v| v.backup_cm_rank(&self.config, self.me, self.options.backup_cms));
+        if let Some(rank) = rank {
+            let delay = rank as u64 * self.options.probe_timeout_ns();
+            let at = self.holder.last_heard_cm_ns + self.options.lease_ns + delay;
+            self.timers.set(Timer::Takeover, at);
         }
+    }
+
+    /// Moves to reconfiguration state `next`, with no timer of the previous one left.
+    fn reconfig_to(&mut self, next: Reconfig) {
+        for timer in [Timer::Retry, Timer::RoundEnd, Timer::Resend, Timer::Commit] {
+            self.timers.stop(timer);
+        }
+        self.cm.reconfig = next;
+    }
+
+    /// Ends the reconfiguration under way (now idle) and returns it.
+    fn take_reconfig(&mut self) -> Reconfig {
+        let reconfig = std::mem::replace(&mut self.cm.reconfig, Reconfig::Idle);
+        self.reconfig_to(Reconfig::Idle);
+        reconfig
+    }
+
+    /// Idle, and the next reconfiguration may start now.
+    fn may_reconfigure(&self, now_ns: u64) -> bool {
+        matches!(self.cm.reconfig, Reconfig::Idle) && self.timers.due(Timer::Retry, now_ns)
+    }
+
+    /// Idle, with the next reconfiguration allowed from `at_ns`.
+    fn idle_until(&mut self, at_ns: u64) {
+        self.reconfig_to(Reconfig::Idle);
+        self.timers.set(Timer::Retry, at_ns);
     }
 
     fn send(&mut self, to: u16, seq: u64, body: Body) {
@@ -559,35 +683,36 @@ impl Membership {
     fn request_read(&mut self, now_ns: u64) {
         if !self.read_pending && self.phase != Phase::Removed {
             self.read_pending = true;
-            self.next_read_ns = now_ns + self.options.lease_ns;
+            self.timers.set(Timer::Read, now_ns + self.options.lease_ns);
             self.actions.push_back(Action::Read);
         }
     }
 
     /// Advances timers: renewals, suspicion, probe deadlines, the commit wait, joining.
-    pub fn tick(&mut self, now_ns: u64) {
+    pub fn handle_timeout(&mut self, now_ns: u64) {
         self.last_tick_ns = self.last_tick_ns.max(now_ns);
         if self.phase == Phase::Removed {
             return;
         }
-        if self.view.is_none() && now_ns >= self.next_read_ns {
+        if self.view.is_none() && self.timers.expired(Timer::Read, now_ns) {
             self.request_read(now_ns);
         }
         match self.phase {
-            Phase::Joining | Phase::Suspended => self.tick_joining(now_ns),
-            Phase::Installing => self.tick_installing(now_ns),
-            Phase::Member => self.tick_member(now_ns),
+            Phase::Joining | Phase::Suspended => self.timers_joining(now_ns),
+            Phase::Installing => self.timers_installing(now_ns),
+            Phase::Member => self.timers_member(now_ns),
             Phase::Removed => {}
         }
-        self.tick_reconfig(now_ns);
+        self.timers_reconfig(now_ns);
     }
 
-    fn tick_joining(&mut self, now_ns: u64) {
-        if now_ns < self.next_renew_ns {
+    fn timers_joining(&mut self, now_ns: u64) {
+        if !self.timers.expired(Timer::Renew, now_ns) {
             return;
         }
-        self.next_renew_ns = now_ns + self.options.renew_ns();
-        if now_ns >= self.next_read_ns {
+        self.timers
+            .set(Timer::Renew, now_ns + self.options.renew_ns());
+        if self.timers.expired(Timer::Read, now_ns) {
             // The CM may have changed since the view was read.
             self.request_read(now_ns);
         }
@@ -617,8 +742,7 @@ impl Membership {
 
     /// The bootstrap CM swaps in the first view once every node of the file asked to join.
     fn try_bootstrap(&mut self, now_ns: u64) {
-        if !matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
-        {
+        if !self.may_reconfigure(now_ns) {
             return;
         }
         if self.read_pending || self.view.as_ref().is_some_and(|v| !v.is_ended()) {
@@ -629,7 +753,7 @@ impl Membership {
             if m.node == self.me {
                 continue;
             }
-            match self.joiners.get(&m.node) {
+            match self.cm.joiners.get(&m.node) {
                 Some(&incarnation) => members.push(ViewMember {
                     node: m.node,
                     incarnation,
@@ -644,31 +768,31 @@ impl Membership {
             view = id,
             "bootstrap: every node asked to join; creating the first view"
         );
-        self.reconfig = Reconfig::Swapping {
+        self.reconfig_to(Reconfig::Swapping {
             next: next.clone(),
             commit_after_ns: 0,
-        };
+        });
         self.actions.push_back(Action::Cas { expected, next });
     }
 
-    fn tick_installing(&mut self, now_ns: u64) {
-        if !self.installed || now_ns < self.next_renew_ns {
+    fn timers_installing(&mut self, now_ns: u64) {
+        if !self.installed || !self.timers.expired(Timer::Renew, now_ns) {
             return;
         }
-        self.next_renew_ns = now_ns + self.options.renew_ns();
+        self.timers
+            .set(Timer::Renew, now_ns + self.options.renew_ns());
         let view = self.view.clone().expect("installing a view");
         if view.cm != self.me {
             // NEW-CONFIG-COMMIT may have been lost: ask again by acking again.
-            let (cm, id) = (view.cm, view.id);
-            self.send_ack(now_ns, cm, id);
-        } else if matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
-        {
+            let cm = view.cm;
+            self.send_ack(now_ns, cm);
+        } else if self.may_reconfigure(now_ns) {
             // The CM of a view it could neither commit nor replace (a member did not
             // acknowledge, and a probe found no majority): collect the acks again, and
             // reconfigure from this view when some are missing at the deadline.
             self.send_new_config(now_ns, &view);
         }
-        if now_ns >= self.next_read_ns {
+        if self.timers.expired(Timer::Read, now_ns) {
             // The CM may have failed before committing: another may have taken over.
             self.request_read(now_ns);
         }
@@ -677,7 +801,7 @@ impl Membership {
         // timeout; a member that switched fast must not take that wait for a failure.)
         let backups = view.backup_cms(&self.config, self.options.backup_cms);
         if let Some(rank) = backups.iter().position(|&n| n == self.me) {
-            let start = self.installed_at_ns
+            let start = self.holder.installed_at_ns
                 + self.options.ack_timeout_ns()
                 + 2 * self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
@@ -687,32 +811,34 @@ impl Membership {
         }
     }
 
-    fn tick_member(&mut self, now_ns: u64) {
+    fn timers_member(&mut self, now_ns: u64) {
         // Nothing here allocates in the steady state: the lease thread runs it often, and
         // an allocation may wait on the process's memory map while other threads fault.
         let view = self.view.as_ref().expect("a member has a view");
         let (cm, view_id) = (view.cm, view.id);
         let rank = view.backup_cm_rank(&self.config, self.me, self.options.backup_cms);
         if cm == self.me {
-            if now_ns >= self.next_renew_ns {
-                self.next_renew_ns = now_ns + self.options.renew_ns();
+            if self.timers.expired(Timer::Renew, now_ns) {
+                self.timers
+                    .set(Timer::Renew, now_ns + self.options.renew_ns());
             }
-            self.tick_cm(now_ns);
+            self.timers_cm(now_ns);
             return;
         }
-        if now_ns >= self.next_renew_ns {
-            self.next_renew_ns = now_ns + self.options.renew_ns();
+        if self.timers.expired(Timer::Renew, now_ns) {
+            self.timers
+                .set(Timer::Renew, now_ns + self.options.renew_ns());
             self.seq += 1;
             let seq = self.seq;
-            self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
-            let (used, limit) = self.my_memory;
+            self.holder.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
+            let (used, limit) = self.holder.memory;
             self.send(cm, seq, Body::LeaseRequest { used, limit });
-            if !self.my_filled.is_empty() {
-                let partitions = self.my_filled.clone();
+            if !self.holder.filled.is_empty() {
+                let partitions = self.holder.filled.clone();
                 self.send(cm, 0, Body::Filled { partitions });
             }
         }
-        if now_ns >= self.lease_until {
+        if now_ns >= self.holder.lease_until {
             if !self.expired {
                 self.expired = true;
                 self.stats.lease_expirations += 1;
@@ -724,9 +850,9 @@ impl Membership {
                 );
                 self.stats.suspicions += 1;
                 // Look for a newer view at once, and then every lease.
-                self.next_read_ns = now_ns;
+                self.timers.set(Timer::Read, now_ns);
             }
-            if now_ns >= self.next_read_ns {
+            if self.timers.expired(Timer::Read, now_ns) {
                 self.request_read(now_ns);
             }
         } else {
@@ -735,20 +861,20 @@ impl Membership {
         // A backup CM takes over a CM silent for a lease, after a delay that grows with
         // its rank, so that the first of them usually wins and the others adopt its view.
         if let Some(rank) = rank {
-            let start = self.last_heard_cm_ns
+            let start = self.holder.last_heard_cm_ns
                 + self.options.lease_ns
                 + rank as u64 * self.options.probe_timeout_ns();
-            if now_ns >= start && now_ns >= self.lease_until {
+            if now_ns >= start && now_ns >= self.holder.lease_until {
                 self.start_probe(now_ns, BTreeSet::new());
             }
         }
     }
 
-    fn tick_cm(&mut self, now_ns: u64) {
+    fn timers_cm(&mut self, now_ns: u64) {
         let view = self.view.as_ref().expect("a CM has a view");
         let view_id = view.id;
         let me = self.me;
-        let grants = &self.grants;
+        let grants = &self.cm.grants;
         let any_suspect = view
             .members
             .iter()
@@ -773,25 +899,24 @@ impl Membership {
                     "CM holds leases at no majority: not serving"
                 );
             }
-            if now_ns >= self.next_read_ns {
+            if self.timers.expired(Timer::Read, now_ns) {
                 self.request_read(now_ns);
             }
         } else {
             self.expired = false;
         }
-        for &p in &self.my_filled {
-            self.filled.entry((p, me)).or_insert(now_ns);
+        for &p in &self.holder.filled {
+            self.cm.filled.entry((p, me)).or_insert(now_ns);
         }
-        if !matches!(self.reconfig, Reconfig::Idle { next_attempt_ns } if now_ns >= next_attempt_ns)
-        {
+        if !self.may_reconfigure(now_ns) {
             return;
         }
-        if suspects.is_empty() && !self.joiners.is_empty() {
+        if suspects.is_empty() && !self.cm.joiners.is_empty() {
             // Processes ask to join (new lives, or suspended ones back): a probe round
             // settles the members first, then admits them in a view of their own.
             tracing::info!(
                 view = view_id,
-                joiners = ?self.joiners,
+                joiners = ?self.cm.joiners,
                 "processes ask to join: probing"
             );
             self.start_probe(now_ns, suspects);
@@ -801,7 +926,7 @@ impl Membership {
             // Backups filled: a view counts them as copies.
             tracing::info!(
                 view = view_id,
-                filled = self.filled.len(),
+                filled = self.cm.filled.len(),
                 "backups filled: reconfiguring to count them"
             );
             self.start_probe(now_ns, suspects);
@@ -834,14 +959,14 @@ impl Membership {
     /// of the view reported, or the first report is a lease old (a view change interrupts
     /// every transaction in flight, so fills completing within a lease share one).
     fn fills_due(&self, now_ns: u64) -> bool {
-        if self.filled.is_empty() || self.phase != Phase::Member {
+        if self.cm.filled.is_empty() || self.phase != Phase::Member {
             return false;
         }
         let Some(view) = &self.view else {
             return false;
         };
-        let first = self.filled.values().copied().min().unwrap_or(now_ns);
-        view.fills().all(|f| self.filled.contains_key(&f))
+        let first = self.cm.filled.values().copied().min().unwrap_or(now_ns);
+        view.fills().all(|f| self.cm.filled.contains_key(&f))
             || now_ns >= first.saturating_add(self.options.lease_ns)
     }
 
@@ -851,10 +976,10 @@ impl Membership {
     /// Looks at most once a lease; exact (the placement the next view would make, from
     /// the same figures), so it never reconfigures for nothing.
     fn room_due(&mut self, now_ns: u64) -> bool {
-        if self.phase != Phase::Member || now_ns < self.next_room_check_ns {
+        if self.phase != Phase::Member || now_ns < self.cm.next_room_check_ns {
             return false;
         }
-        self.next_room_check_ns = now_ns.saturating_add(self.options.lease_ns);
+        self.cm.next_room_check_ns = now_ns.saturating_add(self.options.lease_ns);
         let Some(view) = &self.view else {
             return false;
         };
@@ -880,7 +1005,7 @@ impl Membership {
 
     /// The host's report: these partitions, which this node fills in its current view,
     /// are copied whole. The CM counts them as copies in its next view.
-    pub fn set_filled(&mut self, now_ns: u64, partitions: &[u32]) {
+    pub fn handle_filled(&mut self, now_ns: u64, partitions: &[u32]) {
         let Some(view) = &self.view else {
             return;
         };
@@ -889,18 +1014,18 @@ impl Membership {
             .copied()
             .filter(|&p| view.filling(p).contains(&self.me))
             .collect();
-        if mine == self.my_filled {
+        if mine == self.holder.filled {
             return;
         }
-        self.my_filled = mine;
-        if self.phase != Phase::Member || self.my_filled.is_empty() {
+        self.holder.filled = mine;
+        if self.phase != Phase::Member || self.holder.filled.is_empty() {
             return;
         }
         if view.cm != self.me {
-            let (cm, partitions) = (view.cm, self.my_filled.clone());
+            let (cm, partitions) = (view.cm, self.holder.filled.clone());
             self.send(cm, 0, Body::Filled { partitions });
         } else {
-            self.tick_cm(now_ns);
+            self.timers_cm(now_ns);
         }
     }
 
@@ -908,14 +1033,14 @@ impl Membership {
     /// with every lease request and probe reply from now on; the CM places no new copy on
     /// a member whose memory has no room for one ([`ferrotx_cluster::memory_full`]).
     pub fn set_memory(&mut self, used: u64, limit: u64) {
-        self.my_memory = (used, limit);
+        self.holder.memory = (used, limit);
     }
 
     /// The memory figures this node, as CM, holds for node `node`: the life that reported
     /// them, bytes used, limit (0: none). `None` if it holds none (never reported, or
     /// forgotten: the member left, or this node is not the CM).
     pub fn memory_of(&self, node: u16) -> Option<(u64, u64, u64)> {
-        self.memory.get(&node).copied()
+        self.cm.memory.get(&node).copied()
     }
 
     /// The members past their memory limit (bytes used above it) by the latest figures
@@ -934,7 +1059,7 @@ impl Membership {
                 })
                 .map(|m| m.node)
                 .collect(),
-            Some(_) => self.members_over.clone(),
+            Some(_) => self.holder.members_over.clone(),
             None => Vec::new(),
         }
     }
@@ -942,7 +1067,7 @@ impl Membership {
     /// CM side: records the figures of the member that sent `m`; a new life's replace
     /// its earlier life's.
     fn note_memory(&mut self, m: &Message, used: u64, limit: u64) {
-        self.memory.insert(m.from, (m.incarnation, used, limit));
+        self.cm.memory.insert(m.from, (m.incarnation, used, limit));
     }
 
     /// The members of `next` that must be given no new copy: those whose latest figures
@@ -965,16 +1090,17 @@ impl Membership {
     /// for itself; `None` if that life reported none.
     fn figures_of(&self, m: &ViewMember) -> Option<(u64, u64)> {
         if m.node == self.me {
-            Some(self.my_memory)
+            Some(self.holder.memory)
         } else {
-            self.memory
+            self.cm
+                .memory
                 .get(&m.node)
                 .filter(|(i, _, _)| *i == m.incarnation)
                 .map(|&(_, used, limit)| (used, limit))
         }
     }
 
-    fn on_filled(&mut self, now_ns: u64, m: &Message, partitions: &[u32]) {
+    fn handle_filled_message(&mut self, now_ns: u64, m: &Message, partitions: &[u32]) {
         let Some(view) = &self.view else {
             return;
         };
@@ -984,7 +1110,7 @@ impl Membership {
         }
         for &p in partitions {
             if view.filling(p).contains(&m.from) {
-                self.filled.entry((p, m.from)).or_insert(now_ns);
+                self.cm.filled.entry((p, m.from)).or_insert(now_ns);
             }
         }
     }
@@ -993,10 +1119,7 @@ impl Membership {
     /// (members taken as failed: they did not acknowledge a view), every suspended life
     /// and every joiner is probed, again every sixteenth of a lease until it answers.
     fn start_probe(&mut self, now_ns: u64, exclude: BTreeSet<u16>) {
-        let Reconfig::Idle { next_attempt_ns } = self.reconfig else {
-            return;
-        };
-        if now_ns < next_attempt_ns {
+        if !self.may_reconfigure(now_ns) {
             return;
         }
         let Some(view) = self.view.clone() else {
@@ -1011,21 +1134,22 @@ impl Membership {
             .filter(|m| !exclude.contains(&m.node))
             .chain(&view.suspended)
             .map(|m| m.node)
-            .chain(self.joiners.keys().copied())
+            .chain(self.cm.joiners.keys().copied())
             .filter(|&n| n != self.me)
             .collect();
         tracing::info!(node = self.me, view = view.id, ?probed, ?exclude, "probing");
         for &to in &probed {
             self.send(to, seq, Body::Probe);
         }
-        self.reconfig = Reconfig::Probing {
+        self.reconfig_to(Reconfig::Probing {
             seq,
-            deadline_ns: now_ns + self.options.probe_timeout_ns(),
-            next_resend_ns: now_ns + self.options.probe_timeout_ns() / 4,
             exclude,
             probed,
             replies: BTreeSet::new(),
-        };
+        });
+        let timeout = self.options.probe_timeout_ns();
+        self.timers.set(Timer::RoundEnd, now_ns + timeout);
+        self.timers.set(Timer::Resend, now_ns + timeout / 4);
         self.probe_done_check(now_ns);
     }
 
@@ -1033,7 +1157,7 @@ impl Membership {
     fn probe_done_check(&mut self, now_ns: u64) {
         let Reconfig::Probing {
             probed, replies, ..
-        } = &self.reconfig
+        } = &self.cm.reconfig
         else {
             return;
         };
@@ -1125,20 +1249,19 @@ impl Membership {
     fn finish_probe(&mut self, now_ns: u64) {
         let Reconfig::Probing {
             replies, exclude, ..
-        } = std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        } = self.take_reconfig()
         else {
             return;
         };
         let view = self.view.clone().expect("probing a view");
-        let retry = Reconfig::Idle {
-            next_attempt_ns: now_ns + self.options.lease_ns,
-        };
+        let retry = now_ns + self.options.lease_ns;
         let takeover = view.cm != self.me;
         // The newest life heard of per node: answers, and joins (a JOIN is authentic and
         // fresh, so its life runs, and every earlier life of its node is dead).
         let mut newest: BTreeMap<u16, u64> = BTreeMap::new();
         for life in replies.iter().copied().chain(
-            self.joiners
+            self.cm
+                .joiners
                 .iter()
                 .map(|(&node, &incarnation)| ViewMember { node, incarnation }),
         ) {
@@ -1160,7 +1283,7 @@ impl Membership {
                 answered = ?replies.iter().map(|r| r.node).collect::<Vec<_>>(),
                 "probe reached no majority: not reconfiguring"
             );
-            self.reconfig = retry;
+            self.idle_until(retry);
             return;
         };
         // Leases a dead life granted a CM, or a dead CM granted, end within a lease of its
@@ -1180,6 +1303,7 @@ impl Membership {
             let leased = !takeover
                 && !exclude.contains(&m.node)
                 && self
+                    .cm
                     .grants
                     .get(&m.node)
                     .is_some_and(|g| g.alive_until > now_ns);
@@ -1194,7 +1318,7 @@ impl Membership {
         if !changes_members {
             // Admissions: a joiner that answered this round as the life that asked.
             for r in &replies {
-                if self.joiners.get(&r.node) == Some(&r.incarnation)
+                if self.cm.joiners.get(&r.node) == Some(&r.incarnation)
                     && view.incarnation(r.node).is_none()
                 {
                     members.push(*r);
@@ -1202,7 +1326,7 @@ impl Membership {
             }
         }
         // A joiner that did not answer asks again if it runs.
-        self.joiners.retain(|n, i| {
+        self.cm.joiners.retain(|n, i| {
             replies.contains(&ViewMember {
                 node: *n,
                 incarnation: *i,
@@ -1215,13 +1339,11 @@ impl Membership {
                 view = view.id,
                 "every member probed answered or holds a lease: nothing to change"
             );
-            self.reconfig = Reconfig::Idle {
-                next_attempt_ns: now_ns,
-            };
+            self.idle_until(now_ns);
             return;
         }
         let mut next = view.next_without(self.me, members, &dead);
-        let filled: BTreeSet<(u32, u16)> = self.filled.keys().copied().collect();
+        let filled: BTreeSet<(u32, u16)> = self.cm.filled.keys().copied().collect();
         let full = self.full_members(&view, &next);
         if !full.is_empty() {
             tracing::info!(
@@ -1246,7 +1368,7 @@ impl Membership {
                 check = ?next.check(&self.config).err(),
                 "refusing to swap in a view that would orphan partitions or is malformed"
             );
-            self.reconfig = retry;
+            self.idle_until(retry);
             return;
         }
         tracing::info!(
@@ -1258,56 +1380,52 @@ impl Membership {
             ?leaving,
             "swapping in the next view"
         );
-        self.reconfig = Reconfig::Swapping {
+        self.reconfig_to(Reconfig::Swapping {
             next: next.clone(),
             commit_after_ns,
-        };
+        });
         self.actions.push_back(Action::Cas {
             expected: Some(view.id),
             next,
         });
     }
 
-    fn tick_reconfig(&mut self, now_ns: u64) {
-        match &mut self.reconfig {
-            Reconfig::Probing { deadline_ns, .. } if now_ns >= *deadline_ns => {
-                self.finish_probe(now_ns);
-            }
+    /// The reconfiguration's timers: a probe round's end and resends, the wait for
+    /// NEW-CONFIG-ACKs and its resends, the commit's wait.
+    fn timers_reconfig(&mut self, now_ns: u64) {
+        let round_end = self.timers.expired(Timer::RoundEnd, now_ns);
+        let resend = self.timers.expired(Timer::Resend, now_ns);
+        match &self.cm.reconfig {
+            Reconfig::Probing { .. } if round_end => self.finish_probe(now_ns),
             Reconfig::Probing {
                 seq,
-                next_resend_ns,
                 probed,
                 replies,
                 ..
-            } if now_ns >= *next_resend_ns => {
-                *next_resend_ns = now_ns + self.options.probe_timeout_ns() / 4;
+            } if resend => {
                 let seq = *seq;
                 let again: Vec<u16> = probed
                     .iter()
                     .copied()
                     .filter(|&n| !replies.iter().any(|r| r.node == n))
                     .collect();
+                let timeout = self.options.probe_timeout_ns();
+                self.timers.set(Timer::Resend, now_ns + timeout / 4);
                 for to in again {
                     self.send(to, seq, Body::Probe);
                 }
             }
-            Reconfig::Acks {
-                id,
-                deadline_ns,
-                next_resend_ns,
-                acks,
-                ..
-            } => {
+            Reconfig::Acks { id, acks, .. } if round_end || resend => {
                 let id = *id;
                 let view = self.view.clone().expect("acks of a view");
-                debug_assert_eq!(view.id, id);
+                assert_eq!(view.id, id, "the CM collects acks of its own view");
                 let missing: Vec<u16> = view
                     .members
                     .iter()
                     .map(|m| m.node)
                     .filter(|n| !acks.contains_key(n))
                     .collect();
-                if now_ns >= *deadline_ns {
+                if round_end {
                     // A member did not switch in a whole lease: it failed during the
                     // reconfiguration. Remove it too.
                     let exclude: BTreeSet<u16> =
@@ -1317,11 +1435,12 @@ impl Membership {
                         ?exclude,
                         "members did not acknowledge the new view"
                     );
-                    self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+                    self.reconfig_to(Reconfig::Idle);
                     // Reconfigure from the uncommitted view, which stays ours.
                     self.start_probe(now_ns, exclude);
-                } else if now_ns >= *next_resend_ns {
-                    *next_resend_ns = now_ns + self.options.renew_ns();
+                } else {
+                    self.timers
+                        .set(Timer::Resend, now_ns + self.options.renew_ns());
                     for to in missing {
                         if to != self.me {
                             self.send(to, 0, Body::NewConfig(view.clone()));
@@ -1329,7 +1448,7 @@ impl Membership {
                     }
                 }
             }
-            Reconfig::Waiting { id, until_ns } if now_ns >= *until_ns => {
+            Reconfig::Waiting { id } if self.timers.expired(Timer::Commit, now_ns) => {
                 let id = *id;
                 self.commit_as_cm(now_ns, id);
             }
@@ -1339,7 +1458,7 @@ impl Membership {
 
     /// A worker heard of configuration `id` (a datagram of a newer configuration reached
     /// its RPC engine): read the coordination service if it is newer than ours.
-    pub fn hint_newer(&mut self, now_ns: u64, id: u64) {
+    pub fn handle_newer_config(&mut self, now_ns: u64, id: u64) {
         if id > self.view.as_ref().map_or(0, |v| v.id) {
             self.request_read(now_ns);
         }
@@ -1385,7 +1504,7 @@ impl Membership {
     /// Takes a datagram from a lease socket. With authentication on, nothing is decoded
     /// before its MAC is checked, and a datagram whose sequence number its sender's life
     /// has used before is dropped. Refused and undecodable ones are counted.
-    pub fn on_datagram(&mut self, now_ns: u64, bytes: &mut [u8]) {
+    pub fn handle_datagram(&mut self, now_ns: u64, bytes: &mut [u8]) {
         let (bytes, seq) = match &mut self.auth {
             Some(auth) => match auth.open(bytes, u32::from(self.me)) {
                 Ok((body, seq)) => (body, Some(seq)),
@@ -1413,34 +1532,34 @@ impl Membership {
             self.stats.auth_refused[Refusal::Replay.index()] += 1;
             return;
         }
-        self.on_message(now_ns, m);
+        self.handle_message(now_ns, m);
     }
 
     /// Takes a message.
-    pub fn on_message(&mut self, now_ns: u64, m: Message) {
+    pub fn handle_message(&mut self, now_ns: u64, m: Message) {
         if self.phase == Phase::Removed {
             self.stats.dropped += 1;
             return;
         }
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
         match m.body {
-            Body::Join => return self.on_join(now_ns, &m),
-            Body::NewConfig(ref v) => return self.on_new_config(now_ns, &m, v.clone()),
+            Body::Join => return self.handle_join(now_ns, &m),
+            Body::NewConfig(ref v) => return self.handle_new_config(now_ns, &m, v.clone()),
             Body::ProbeReply { used, limit } => {
                 // From any life of a node of the file: members, suspended lives and
                 // joiners are probed. Matched to this round by its number.
                 if m.view > my_id {
                     self.request_read(now_ns);
                 }
-                if matches!(&self.reconfig, Reconfig::Probing { seq, .. } if *seq == m.seq) {
+                if matches!(&self.cm.reconfig, Reconfig::Probing { seq, .. } if *seq == m.seq) {
                     self.note_memory(&m, used, limit);
                 }
-                return self.on_probe_reply(now_ns, &m);
+                return self.handle_probe_reply(now_ns, &m);
             }
             Body::Probe => {
                 // Answered by anyone: the reply carries our view id, so a prober behind
                 // us learns there is a newer view.
-                let (used, limit) = self.my_memory;
+                let (used, limit) = self.holder.memory;
                 self.send(m.from, m.seq, Body::ProbeReply { used, limit });
                 if m.view > my_id {
                     self.request_read(now_ns);
@@ -1468,30 +1587,34 @@ impl Membership {
             return;
         }
         match m.body {
-            Body::LeaseRequest { used, limit } => self.on_lease_request(now_ns, &m, used, limit),
+            Body::LeaseRequest { used, limit } => {
+                self.handle_lease_request(now_ns, &m, used, limit)
+            }
             Body::LeaseGrant {
                 duration_ns,
                 ref over,
-            } => self.on_lease_grant(now_ns, &m, duration_ns, over),
-            Body::LeaseAck => self.on_lease_ack(&m),
-            Body::NewConfigAck { old_cm_lease_ns } => self.on_ack(now_ns, &m, old_cm_lease_ns),
-            Body::NewConfigCommit { duration_ns } => self.on_commit(now_ns, &m, duration_ns),
+            } => self.handle_lease_grant(now_ns, &m, duration_ns, over),
+            Body::LeaseAck => self.handle_lease_ack(&m),
+            Body::NewConfigAck { old_cm_lease_ns } => {
+                self.handle_new_config_ack(now_ns, &m, old_cm_lease_ns)
+            }
+            Body::NewConfigCommit { duration_ns } => self.handle_commit(now_ns, &m, duration_ns),
             Body::Stale => {
                 self.stats.dropped += 1;
             }
-            Body::Filled { ref partitions } => self.on_filled(now_ns, &m, partitions),
+            Body::Filled { ref partitions } => self.handle_filled_message(now_ns, &m, partitions),
             Body::Join | Body::NewConfig(_) | Body::Probe | Body::ProbeReply { .. } => {
                 unreachable!("handled above")
             }
         }
     }
 
-    fn on_join(&mut self, now_ns: u64, m: &Message) {
+    fn handle_join(&mut self, now_ns: u64, m: &Message) {
         let joiner = m.sender();
         let Some(view) = self.view.clone().filter(|v| !v.is_ended()) else {
             // No cluster yet: the bootstrap CM collects the file's nodes.
             if self.bootstrap_cm() == self.me && self.config.member(joiner.node).is_some() {
-                self.joiners.insert(joiner.node, joiner.incarnation);
+                self.cm.joiners.insert(joiner.node, joiner.incarnation);
                 self.try_bootstrap(now_ns);
             } else {
                 self.stats.dropped += 1;
@@ -1514,6 +1637,7 @@ impl Membership {
                 .life(joiner.node)
                 .is_some_and(|i| i > joiner.incarnation)
             || self
+                .cm
                 .joiners
                 .get(&joiner.node)
                 .is_some_and(|&i| i > joiner.incarnation)
@@ -1525,7 +1649,7 @@ impl Membership {
         // Every member keeps the joiners, not only the CM: a backup CM that takes over
         // probes them too, and their answers may be the majority it needs (a view whose
         // other lives crashed).
-        if self.joiners.insert(joiner.node, joiner.incarnation) != Some(joiner.incarnation)
+        if self.cm.joiners.insert(joiner.node, joiner.incarnation) != Some(joiner.incarnation)
             && view.cm == self.me
         {
             tracing::info!(
@@ -1535,12 +1659,12 @@ impl Membership {
             );
             if self.phase == Phase::Member {
                 // Admit it now rather than at the next timer.
-                self.tick_cm(now_ns);
+                self.timers_cm(now_ns);
             }
         }
     }
 
-    fn on_new_config(&mut self, now_ns: u64, m: &Message, v: View) {
+    fn handle_new_config(&mut self, now_ns: u64, m: &Message, v: View) {
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
         if v.id < my_id || v.cm != m.from {
             self.stats.dropped += 1;
@@ -1562,7 +1686,7 @@ impl Membership {
                     // Our ack was lost after the commit: nothing to do, the CM resends
                     // the commit on the next ack. Ack again.
                 }
-                self.send_ack(now_ns, v.cm, v.id);
+                self.send_ack(now_ns, v.cm);
             }
             return;
         }
@@ -1576,8 +1700,8 @@ impl Membership {
         let was_member = matches!(self.phase, Phase::Member | Phase::Installing);
         let member = v.is_member(self.me, self.incarnation);
         // Whatever we were reconfiguring is superseded.
-        if !matches!(self.reconfig, Reconfig::Idle { .. }) {
-            self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+        if !matches!(self.cm.reconfig, Reconfig::Idle) {
+            self.reconfig_to(Reconfig::Idle);
         }
         if !member && v.is_suspended(self.me, self.incarnation) {
             // Cut off while holding the last copies of some partitions: this life keeps
@@ -1592,7 +1716,7 @@ impl Membership {
             }
             self.view = Some(v);
             self.phase = Phase::Suspended;
-            self.next_renew_ns = now_ns;
+            self.timers.set(Timer::Renew, now_ns);
             return;
         }
         if !member {
@@ -1611,7 +1735,7 @@ impl Membership {
             } else {
                 // Joining: learn whom to ask.
                 self.view = Some(v);
-                self.next_renew_ns = now_ns;
+                self.timers.set(Timer::Renew, now_ns);
             }
             return;
         }
@@ -1624,21 +1748,21 @@ impl Membership {
         // Figures are the CM's: a node of a view another CM manages drops them (if it
         // takes over later, its probe's answers bring fresh ones).
         if v.cm != self.me {
-            self.memory.clear();
+            self.cm.memory.clear();
         }
         self.view = Some(v.clone());
         self.phase = Phase::Installing;
         self.installed = false;
         self.expired = false;
-        self.filled.clear();
-        self.my_filled.clear();
-        self.last_heard_cm_ns = now_ns;
-        self.joiners.retain(|n, i| !v.is_member(*n, *i));
+        self.cm.filled.clear();
+        self.holder.filled.clear();
+        self.holder.last_heard_cm_ns = now_ns;
+        self.cm.joiners.retain(|n, i| !v.is_member(*n, *i));
         self.actions.push_back(Action::Install(v));
     }
 
     /// The caller switched every worker to view `id` ([`Action::Install`]).
-    pub fn installed(&mut self, now_ns: u64, id: u64) {
+    pub fn handle_installed(&mut self, now_ns: u64, id: u64) {
         let Some(view) = self.view.clone() else {
             return;
         };
@@ -1646,20 +1770,17 @@ impl Membership {
             return;
         }
         self.installed = true;
-        self.next_renew_ns = now_ns + self.options.renew_ns();
-        self.installed_at_ns = now_ns;
+        self.timers
+            .set(Timer::Renew, now_ns + self.options.renew_ns());
+        self.holder.installed_at_ns = now_ns;
         if view.cm == self.me {
             self.own_ack(now_ns);
         } else {
-            self.send_ack(now_ns, view.cm, view.id);
+            self.send_ack(now_ns, view.cm);
         }
     }
 
-    fn send_ack(&mut self, now_ns: u64, cm: u16, id: u64) {
-        if self.ack_view != id {
-            self.ack_view = id;
-            self.ack_sent_ns = now_ns;
-        }
+    fn send_ack(&mut self, now_ns: u64, cm: u16) {
         let old_cm_lease_ns = self.old_cm_lease_ns(now_ns, cm);
         // The ack grants the CM a lease too.
         self.grant_cm(now_ns, cm);
@@ -1667,7 +1788,7 @@ impl Membership {
         // timed from when this ack was sent.
         self.seq += 1;
         let seq = self.seq;
-        self.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
+        self.holder.requests[(seq as usize) % REQUESTS_REMEMBERED] = (seq, now_ns);
         self.send(cm, seq, Body::NewConfigAck { old_cm_lease_ns });
     }
 
@@ -1675,8 +1796,9 @@ impl Membership {
     /// waits them out before committing (a removed CM serves until its leases end, and
     /// so do the leases it granted).
     fn old_cm_lease_ns(&mut self, now_ns: u64, cm: u16) -> u64 {
-        self.granted_cms.retain(|_, until| *until > now_ns);
-        self.granted_cms
+        self.holder.granted_cms.retain(|_, until| *until > now_ns);
+        self.holder
+            .granted_cms
             .iter()
             .filter(|(c, _)| **c != cm)
             .map(|(_, until)| until - now_ns)
@@ -1687,11 +1809,11 @@ impl Membership {
     /// Records that this node granted `cm` a lease, which the CM times from before now.
     fn grant_cm(&mut self, now_ns: u64, cm: u16) {
         let until = now_ns + self.options.lease_ns;
-        let e = self.granted_cms.entry(cm).or_insert(until);
+        let e = self.holder.granted_cms.entry(cm).or_insert(until);
         *e = (*e).max(until);
     }
 
-    fn on_commit(&mut self, now_ns: u64, m: &Message, duration_ns: u64) {
+    fn handle_commit(&mut self, now_ns: u64, m: &Message, duration_ns: u64) {
         let view = self.view.as_ref().expect("a member has a view");
         if self.phase != Phase::Installing || !self.installed || m.from != view.cm {
             self.stats.dropped += 1;
@@ -1702,7 +1824,7 @@ impl Membership {
         // answers an ack older than a lease (taken from the inbox after a pause) is
         // dropped: the view it commits may have been superseded meanwhile. A fresh ack
         // gets a fresh commit.
-        let (seq, sent) = self.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
+        let (seq, sent) = self.holder.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
         if seq != m.seq || now_ns >= sent + self.options.lease_ns {
             self.stats.dropped += 1;
             return;
@@ -1714,24 +1836,24 @@ impl Membership {
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
         self.last_committed = Some(view.clone());
-        self.last_heard_cm_ns = now_ns;
-        self.lease_until = sent + self.options.shortened(duration_ns);
+        self.holder.last_heard_cm_ns = now_ns;
+        self.holder.lease_until = sent + self.options.shortened(duration_ns);
         self.grant_cm(now_ns, m.from);
         // A commit may carry no lease (the CM held none at a majority yet): the first
         // renewal brings one, and a lease never held has not expired.
-        self.expired = self.lease_until <= now_ns;
+        self.expired = self.holder.lease_until <= now_ns;
         // Renew at once: the commit's lease is timed from our ack.
-        self.next_renew_ns = now_ns;
+        self.timers.set(Timer::Renew, now_ns);
         tracing::info!(
             node = self.me,
             view = id,
             "configuration committed: serving"
         );
         self.actions.push_back(Action::Commit(id));
-        self.tick_member(now_ns);
+        self.timers_member(now_ns);
     }
 
-    fn on_lease_request(&mut self, now_ns: u64, m: &Message, used: u64, limit: u64) {
+    fn handle_lease_request(&mut self, now_ns: u64, m: &Message, used: u64, limit: u64) {
         if !self.is_cm() {
             self.stats.dropped += 1;
             return;
@@ -1739,8 +1861,8 @@ impl Membership {
         self.note_memory(m, used, limit);
         let lease = self.options.lease_ns;
         let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
-        let g = self.grants.entry(m.from).or_default();
-        g.alive_until = g.alive_until.max(now_ns + lease);
+        let g = self.cm.grants.entry(m.from).or_default();
+        g.keep_alive(now_ns + lease);
         g.granted_until = g.granted_until.max(now_ns + duration);
         g.last_grant = (m.seq, now_ns);
         let over = self.members_over();
@@ -1754,60 +1876,63 @@ impl Membership {
         );
     }
 
-    fn on_lease_grant(&mut self, now_ns: u64, m: &Message, duration_ns: u64, over: &[u16]) {
+    fn handle_lease_grant(&mut self, now_ns: u64, m: &Message, duration_ns: u64, over: &[u16]) {
         let view = self.view.as_ref().expect("a member has a view");
         if self.phase != Phase::Member || m.from != view.cm {
             self.stats.dropped += 1;
             return;
         }
-        let (seq, sent) = self.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
+        let (seq, sent) = self.holder.requests[(m.seq as usize) % REQUESTS_REMEMBERED];
         if seq != m.seq {
             self.stats.dropped += 1;
             return;
         }
         self.stats.renewals += 1;
-        self.last_heard_cm_ns = now_ns;
-        if self.members_over != over {
-            self.members_over = over.to_vec();
+        self.holder.last_heard_cm_ns = now_ns;
+        if self.holder.members_over != over {
+            self.holder.members_over = over.to_vec();
         }
         let rtt = now_ns.saturating_sub(sent).max(1);
         let bucket = (63 - rtt.leading_zeros() as usize).min(self.stats.renewal_rtt_log2.len() - 1);
         self.stats.renewal_rtt_log2[bucket] += 1;
         self.stats.renewal_rtt_max_ns = self.stats.renewal_rtt_max_ns.max(rtt);
         let until = sent + self.options.shortened(duration_ns);
-        if until > self.lease_until {
-            self.lease_until = until;
+        if until > self.holder.lease_until {
+            self.holder.lease_until = until;
         }
         if duration_ns == 0 {
             // The CM has no lease itself: our ack gives it one; ask again soon.
-            self.next_renew_ns = self.next_renew_ns.min(now_ns + self.options.renew_ns() / 4);
+            let soon = self
+                .timers
+                .get(Timer::Renew)
+                .unwrap_or(u64::MAX)
+                .min(now_ns + self.options.renew_ns() / 4);
+            self.timers.set(Timer::Renew, soon);
         }
         // Our grant of the CM's lease: it times it from its grant, earlier than now.
         self.grant_cm(now_ns, m.from);
         self.send(m.from, m.seq, Body::LeaseAck);
     }
 
-    fn on_lease_ack(&mut self, m: &Message) {
+    fn handle_lease_ack(&mut self, m: &Message) {
         if !self.is_cm() {
             self.stats.dropped += 1;
             return;
         }
         let lease = self.options.lease_ns;
-        let g = self.grants.entry(m.from).or_default();
+        let g = self.cm.grants.entry(m.from).or_default();
         if g.last_grant.0 == m.seq {
-            g.cm_until = g
-                .cm_until
-                .max(g.last_grant.1 + self.options.shortened(lease));
+            g.hold_until(g.last_grant.1 + self.options.shortened(lease));
         }
     }
 
-    fn on_probe_reply(&mut self, now_ns: u64, m: &Message) {
+    fn handle_probe_reply(&mut self, now_ns: u64, m: &Message) {
         let Reconfig::Probing {
             seq,
             probed,
             replies,
             ..
-        } = &mut self.reconfig
+        } = &mut self.cm.reconfig
         else {
             self.stats.dropped += 1;
             return;
@@ -1825,28 +1950,26 @@ impl Membership {
             .is_some_and(|v| v.cm == self.me && v.is_member(m.from, m.incarnation));
         if member {
             let until = now_ns + self.options.lease_ns;
-            let g = self.grants.entry(m.from).or_default();
-            g.alive_until = g.alive_until.max(until);
+            let g = self.cm.grants.entry(m.from).or_default();
+            g.keep_alive(until);
         }
         self.probe_done_check(now_ns);
     }
 
-    fn on_ack(&mut self, now_ns: u64, m: &Message, old_cm_lease_ns: u64) {
+    fn handle_new_config_ack(&mut self, now_ns: u64, m: &Message, old_cm_lease_ns: u64) {
         let view = self.view.clone().expect("a member has a view");
         if view.cm != self.me {
             self.stats.dropped += 1;
             return;
         }
-        match &mut self.reconfig {
+        match &mut self.cm.reconfig {
             Reconfig::Acks {
                 id, sent_ns, acks, ..
             } if *id == view.id => {
                 let until = now_ns + self.options.lengthened(old_cm_lease_ns);
                 acks.insert(m.from, until);
-                let g = self.grants.entry(m.from).or_default();
-                g.cm_until = g
-                    .cm_until
-                    .max(*sent_ns + self.options.shortened(self.options.lease_ns));
+                let g = self.cm.grants.entry(m.from).or_default();
+                g.hold_until(*sent_ns + self.options.shortened(self.options.lease_ns));
                 g.last_ack_seq = m.seq;
                 self.acks_done_check(now_ns);
             }
@@ -1856,7 +1979,7 @@ impl Membership {
                     .options
                     .lease_ns
                     .min(self.cm_lease_until().saturating_sub(now_ns));
-                let g = self.grants.entry(m.from).or_default();
+                let g = self.cm.grants.entry(m.from).or_default();
                 g.granted_until = g.granted_until.max(now_ns + duration);
                 self.send(
                     m.from,
@@ -1878,13 +2001,15 @@ impl Membership {
                 self.send(m.node, 0, Body::NewConfig(view.clone()));
             }
         }
-        self.reconfig = Reconfig::Acks {
+        self.reconfig_to(Reconfig::Acks {
             id: view.id,
             sent_ns: now_ns,
-            deadline_ns: now_ns + self.options.ack_timeout_ns(),
-            next_resend_ns: now_ns + self.options.renew_ns(),
             acks: BTreeMap::new(),
-        };
+        });
+        self.timers
+            .set(Timer::RoundEnd, now_ns + self.options.ack_timeout_ns());
+        self.timers
+            .set(Timer::Resend, now_ns + self.options.renew_ns());
         if self.installed {
             self.own_ack(now_ns);
         }
@@ -1895,14 +2020,14 @@ impl Membership {
     fn own_ack(&mut self, now_ns: u64) {
         let own = self.old_cm_lease_ns(now_ns, self.me);
         let until = now_ns + self.options.lengthened(own);
-        if let Reconfig::Acks { acks, .. } = &mut self.reconfig {
+        if let Reconfig::Acks { acks, .. } = &mut self.cm.reconfig {
             acks.insert(self.me, until);
         }
         self.acks_done_check(now_ns);
     }
 
     fn acks_done_check(&mut self, now_ns: u64) {
-        let Reconfig::Acks { id, acks, .. } = &self.reconfig else {
+        let Reconfig::Acks { id, acks, .. } = &self.cm.reconfig else {
             return;
         };
         let view = self.view.as_ref().expect("acks of a view");
@@ -1913,24 +2038,22 @@ impl Membership {
         // have run out. Those this CM granted, it knows; those an earlier CM granted end
         // with that CM's own lease, which the acks bound.
         let mut until = acks.values().copied().max().unwrap_or(0);
-        for (node, g) in &self.grants {
+        for (node, g) in &self.cm.grants {
             if view.incarnation(*node).is_none() {
                 let slack = self.options.lengthened(self.options.lease_ns) - self.options.lease_ns;
                 until = until.max(g.granted_until + slack);
             }
         }
         let id = *id;
-        until = until.max(self.commit_after_ns);
+        until = until.max(self.cm.commit_after_ns);
         tracing::info!(
             view = id,
             wait_ms = until.saturating_sub(now_ns) / 1_000_000,
             "every member switched; waiting out old leases"
         );
-        self.reconfig = Reconfig::Waiting {
-            id,
-            until_ns: until,
-        };
-        self.tick_reconfig(now_ns);
+        self.reconfig_to(Reconfig::Waiting { id });
+        self.timers.set(Timer::Commit, until);
+        self.timers_reconfig(now_ns);
     }
 
     fn commit_as_cm(&mut self, now_ns: u64, id: u64) {
@@ -1941,28 +2064,33 @@ impl Membership {
             "the CM commits a view it installed: phase {:?}",
             self.phase
         );
-        self.reconfig = Reconfig::Idle { next_attempt_ns: 0 };
+        self.reconfig_to(Reconfig::Idle);
         self.phase = Phase::Member;
         self.stats.views_committed += 1;
         self.last_committed = Some(view.clone());
         // Members not in the view are forgotten; the others count alive for a lease.
         let lease = self.options.lease_ns;
-        self.grants.retain(|n, _| view.incarnation(*n).is_some());
-        self.memory.retain(|n, (i, _, _)| view.is_member(*n, *i));
+        self.cm.grants.retain(|n, _| view.incarnation(*n).is_some());
+        self.cm.memory.retain(|n, (i, _, _)| view.is_member(*n, *i));
         for m in &view.members {
             if m.node != self.me {
-                let g = self.grants.entry(m.node).or_default();
+                let g = self.cm.grants.entry(m.node).or_default();
+                // Timed from now, so never earlier than a lease it had.
+                assert!(
+                    g.alive_until <= now_ns + lease,
+                    "a member's lease at the CM moved back"
+                );
                 g.alive_until = now_ns + lease;
             }
         }
-        self.joiners.retain(|n, i| !view.is_member(*n, *i));
+        self.cm.joiners.retain(|n, i| !view.is_member(*n, *i));
         // A CM that holds no lease at a majority yet (a first view) gets them from the
         // members' first renewals; a lease never held has not expired.
         self.expired = self.cm_lease_until() <= now_ns;
         let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
         for m in &view.members {
             if m.node != self.me {
-                let g = self.grants.entry(m.node).or_default();
+                let g = self.cm.grants.entry(m.node).or_default();
                 g.granted_until = g.granted_until.max(now_ns + duration);
                 let seq = g.last_ack_seq;
                 self.send(
@@ -1983,24 +2111,25 @@ impl Membership {
     }
 
     /// The coordination service's answer to [`Action::Read`].
-    pub fn on_read(&mut self, now_ns: u64, result: Result<Option<View>, CoordinationError>) {
+    pub fn handle_read(&mut self, now_ns: u64, result: Result<Option<View>, CoordinationError>) {
         self.read_pending = false;
         match result {
-            Ok(Some(v)) => self.on_view_read(now_ns, v),
+            Ok(Some(v)) => self.handle_view_read(now_ns, v),
             Ok(None) => {
                 if self.view.is_none() {
-                    self.next_renew_ns = now_ns;
+                    self.timers.set(Timer::Renew, now_ns);
                 }
             }
             Err(e) => {
                 tracing::warn!(node = self.me, "reading the coordination service: {e}");
-                self.next_read_ns = now_ns + self.options.renew_ns();
+                self.timers
+                    .set(Timer::Read, now_ns + self.options.renew_ns());
             }
         }
-        self.tick(now_ns);
+        self.handle_timeout(now_ns);
     }
 
-    fn on_view_read(&mut self, now_ns: u64, v: View) {
+    fn handle_view_read(&mut self, now_ns: u64, v: View) {
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
         if v.id < my_id {
             return;
@@ -2010,18 +2139,18 @@ impl Membership {
         }
         if v.is_ended() {
             self.view = Some(v);
-            self.next_renew_ns = now_ns;
+            self.timers.set(Timer::Renew, now_ns);
             return;
         }
         self.adopt(now_ns, v);
     }
 
     /// The coordination service's answer to [`Action::Cas`].
-    pub fn on_cas(&mut self, now_ns: u64, result: Result<(), CoordinationError>) {
+    pub fn handle_cas(&mut self, now_ns: u64, result: Result<(), CoordinationError>) {
         let Reconfig::Swapping {
             next,
             commit_after_ns,
-        } = std::mem::replace(&mut self.reconfig, Reconfig::Idle { next_attempt_ns: 0 })
+        } = self.take_reconfig()
         else {
             return;
         };
@@ -2042,12 +2171,12 @@ impl Membership {
                 self.view = Some(next.clone());
                 self.phase = Phase::Installing;
                 self.installed = false;
-                self.filled.clear();
-                self.my_filled.clear();
+                self.cm.filled.clear();
+                self.holder.filled.clear();
                 // Admitted: a joiner that then fails to acknowledge is left out by the
                 // next round, not admitted again (it asks again if it is alive).
-                self.joiners.retain(|n, i| !next.is_member(*n, *i));
-                self.commit_after_ns = commit_after_ns;
+                self.cm.joiners.retain(|n, i| !next.is_member(*n, *i));
+                self.cm.commit_after_ns = commit_after_ns;
                 self.send_new_config(now_ns, &next);
                 self.actions.push_back(Action::Install(next));
             }
@@ -2058,14 +2187,12 @@ impl Membership {
                     "lost the race to swap the view; adopting the winner's"
                 );
                 if let Some(v) = current {
-                    self.on_view_read(now_ns, *v);
+                    self.handle_view_read(now_ns, *v);
                 }
             }
             Err(CoordinationError::Unavailable(e)) => {
                 tracing::warn!(node = self.me, "coordination service unavailable: {e}");
-                self.reconfig = Reconfig::Idle {
-                    next_attempt_ns: now_ns + self.options.renew_ns(),
-                };
+                self.idle_until(now_ns + self.options.renew_ns());
             }
         }
     }

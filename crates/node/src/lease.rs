@@ -344,7 +344,7 @@ impl LeaseLoop {
             let heard = self.link.newer.load(Ordering::Relaxed);
             if heard > self.heard {
                 self.heard = heard;
-                self.membership.hint_newer(now, heard);
+                self.membership.handle_newer_config(now, heard);
             }
             self.set_memory(now);
             if let Some(keys) = &self.keys {
@@ -354,10 +354,10 @@ impl LeaseLoop {
                     self.membership.set_auth(keys.current());
                 }
             }
-            let due = self.membership.next_timeout_ns();
+            let due = self.membership.poll_timeout();
             if now >= due {
                 self.late_us = self.late_us.max((now - due) / 1_000);
-                self.membership.tick(now);
+                self.membership.handle_timeout(now);
             }
             self.perform(now);
             self.check_switched(now);
@@ -377,18 +377,14 @@ impl LeaseLoop {
             } else {
                 20_000_000
             };
-            let wait = self
-                .membership
-                .next_timeout_ns()
-                .saturating_sub(now)
-                .min(cap);
+            let wait = self.membership.poll_timeout().saturating_sub(now).min(cap);
             if wait > 0 && !self.wait_readable(wait) {
                 continue;
             }
             // Take every datagram that arrived.
             let now = self.now();
             while let Ok((n, from)) = self.socket.recv_from(&mut self.buf) {
-                self.membership.on_datagram(now, &mut self.buf[..n]);
+                self.membership.handle_datagram(now, &mut self.buf[..n]);
                 self.reply_to = Some(from);
                 self.perform(now);
             }
@@ -463,7 +459,7 @@ impl LeaseLoop {
             );
         }
         self.fills_reported = seen;
-        self.membership.set_filled(now, &filled);
+        self.membership.handle_filled(now, &filled);
         self.perform(now);
     }
 
@@ -505,11 +501,11 @@ impl LeaseLoop {
                 }
                 Action::Read => {
                     let result = self.coordination.read();
-                    self.membership.on_read(now, result);
+                    self.membership.handle_read(now, result);
                 }
                 Action::Cas { expected, next } => {
                     let result = self.coordination.compare_and_swap(expected, &next);
-                    self.membership.on_cas(now, result);
+                    self.membership.handle_cas(now, result);
                 }
                 Action::Install(view) => {
                     let id = view.id;
@@ -548,7 +544,7 @@ impl LeaseLoop {
             .all(|s| s.load(Ordering::Acquire) >= generation)
         {
             self.pending_install = None;
-            self.membership.installed(now, id);
+            self.membership.handle_installed(now, id);
             self.perform(now);
         }
     }

@@ -696,7 +696,7 @@ impl SimCluster {
                 }
                 Action::Read => {
                     let read = state.coordination.read();
-                    m.on_read(local, read);
+                    m.handle_read(local, read);
                 }
                 Action::Cas { expected, next } => {
                     let current = state.coordination.current();
@@ -710,7 +710,7 @@ impl SimCluster {
                         eprintln!("CAS by {node} at {now}: {next:?}");
                     }
                     let result = state.coordination.compare_and_swap(expected, &next);
-                    m.on_cas(local, result);
+                    m.handle_cas(local, result);
                 }
                 Action::Install(view) => {
                     state.installs += 1;
@@ -734,7 +734,7 @@ impl SimCluster {
                     let delay = state.install_delay(node);
                     if delay == 0 {
                         if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
-                            m.installed(local, view.id);
+                            m.handle_installed(local, view.id);
                         }
                     } else {
                         let due = self.sim.clock(node).global_ns(local + delay).max(now + 1);
@@ -805,7 +805,7 @@ impl SimCluster {
         let local = self.sim.clock(node).local_ns(now);
         for id in due {
             if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
-                m.installed(local, id);
+                m.handle_installed(local, id);
             }
             self.drain(node, now);
         }
@@ -873,7 +873,7 @@ impl SimCluster {
             let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
                 return;
             };
-            m.on_datagram(local, &mut bytes);
+            m.handle_datagram(local, &mut bytes);
             self.drain(node, now);
         }
         let strict = self.membership.as_ref().is_some_and(|s| s.strict_ticks);
@@ -887,11 +887,11 @@ impl SimCluster {
             if seen != slot.fills_reported {
                 slot.fills_reported = seen;
                 let filled = core.filled(view);
-                m.set_filled(local, &filled);
+                m.handle_filled(local, &filled);
             }
         }
-        if m.next_timeout_ns() <= local || (delivered && !strict) {
-            m.tick(local);
+        if m.poll_timeout() <= local || (delivered && !strict) {
+            m.handle_timeout(local);
         }
         self.drain(node, now);
     }
@@ -974,7 +974,7 @@ impl SimCluster {
                     continue;
                 }
                 if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
-                    m.hint_newer(local, id.get());
+                    m.handle_newer_config(local, id.get());
                     self.membership.as_mut().expect("membership runs").hints += 1;
                     self.drain(node, now);
                 }
@@ -1001,14 +1001,14 @@ impl SimCluster {
             consider(*at);
         }
         for node in 0..self.node_count() {
-            let Some(m) = &self.nodes[usize::from(node)].membership else {
+            let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
                 continue;
             };
             let paused_until = self.sim.paused_until(node);
             if now < paused_until {
                 consider(paused_until);
             } else {
-                consider(self.sim.clock(node).global_ns(m.next_timeout_ns()));
+                consider(self.sim.clock(node).global_ns(m.poll_timeout()));
             }
         }
         next

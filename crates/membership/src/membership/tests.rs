@@ -88,13 +88,13 @@ impl Harness {
                 }
                 Action::Read => {
                     let r = self.coordination.read();
-                    m.on_read(self.now, r);
+                    m.handle_read(self.now, r);
                 }
                 Action::Cas { expected, next } => {
                     let r = self.coordination.compare_and_swap(expected, &next);
-                    m.on_cas(self.now, r);
+                    m.handle_cas(self.now, r);
                 }
-                Action::Install(v) => m.installed(self.now, v.id),
+                Action::Install(v) => m.handle_installed(self.now, v.id),
                 Action::Commit(id) => {
                     assert!(
                         id >= self.committed_max,
@@ -132,8 +132,8 @@ impl Harness {
         let end = self.now + duration_ns;
         while self.now < end {
             let mut next = end;
-            for m in self.nodes.iter().flatten() {
-                next = next.min(m.next_timeout_ns());
+            for m in self.nodes.iter_mut().flatten() {
+                next = next.min(m.poll_timeout());
             }
             for (at, _, _) in &self.queue {
                 next = next.min(*at);
@@ -145,14 +145,14 @@ impl Harness {
                 .partition(|(at, _, _)| *at <= self.now);
             for (_, to, message) in due {
                 if let Some(m) = self.nodes[to as usize].as_mut() {
-                    m.on_message(self.now, message);
+                    m.handle_message(self.now, message);
                     self.drain(to);
                 }
             }
             for n in 0..self.nodes.len() as u16 {
                 if let Some(m) = self.nodes[n as usize].as_mut() {
-                    if m.next_timeout_ns() <= self.now {
-                        m.tick(self.now);
+                    if m.poll_timeout() <= self.now {
+                        m.handle_timeout(self.now);
                     }
                     self.drain(n);
                 }
@@ -308,8 +308,8 @@ fn a_rejoined_node_fills_backups_that_count_once_it_reports_them() {
     // half counts, and only after the CM's batching wait (a lease).
     let half: Vec<u32> = (0..partitions / 2).collect();
     let m = h.nodes[2].as_mut().unwrap();
-    m.set_filled(h.now, &[partitions + 7]);
-    m.set_filled(h.now, &half);
+    m.handle_filled(h.now, &[partitions + 7]);
+    m.handle_filled(h.now, &half);
     h.drain(2);
     h.run_for(LEASE_NS / 2);
     assert_eq!(
@@ -334,7 +334,7 @@ fn a_rejoined_node_fills_backups_that_count_once_it_reports_them() {
     // further view change after that.
     let all: Vec<u32> = (0..partitions).collect();
     let m = h.nodes[2].as_mut().unwrap();
-    m.set_filled(h.now, &all);
+    m.handle_filled(h.now, &all);
     h.drain(2);
     h.run_for(LEASE_NS);
     let full = h.coordination.current().unwrap();
@@ -591,7 +591,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
             // Unsealed, sealed under another key, and sealed then altered.
             let mut plain = Vec::new();
             message.encode(&mut plain);
-            m.on_datagram(now, &mut plain.to_vec());
+            m.handle_datagram(now, &mut plain.to_vec());
             let mut other = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(2),
@@ -599,7 +599,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
                 message,
                 &mut other,
             );
-            m.on_datagram(now, &mut other.to_vec());
+            m.handle_datagram(now, &mut other.to_vec());
             let mut flipped = Vec::new();
             Membership::new(n, 99, h.config.clone(), Harness::options(), now).encode_with(
                 test_auth(1),
@@ -608,7 +608,7 @@ fn lease_datagrams_without_the_key_change_nothing() {
                 &mut flipped,
             );
             flipped[5] ^= 1;
-            m.on_datagram(now, &mut flipped.to_vec());
+            m.handle_datagram(now, &mut flipped.to_vec());
         }
         let stats = m.stats();
         assert_eq!(stats.auth_refused.iter().sum::<u64>(), 9, "node {n}");
@@ -637,14 +637,14 @@ fn a_sealed_lease_datagram_is_taken_once() {
     let m = h.nodes[1].as_mut().unwrap();
     m.set_auth(Some(test_auth(1)));
     // The control: with the key, the removal is taken (so the test above could fail).
-    m.on_datagram(now, &mut sealed.to_vec());
+    m.handle_datagram(now, &mut sealed.to_vec());
     assert_eq!(m.view().unwrap().id, forged.view, "adopted with the key");
-    m.on_datagram(now, &mut sealed.to_vec());
+    m.handle_datagram(now, &mut sealed.to_vec());
     assert_eq!(m.stats().auth_refused[Refusal::Replay.index()], 1);
     // Sealed for node 1, it is refused by node 2 even the first time.
     let m2 = h.nodes[2].as_mut().unwrap();
     m2.set_auth(Some(test_auth(1)));
-    m2.on_datagram(now, &mut sealed.to_vec());
+    m2.handle_datagram(now, &mut sealed.to_vec());
     assert_eq!(m2.stats().auth_refused[Refusal::OtherReceiver.index()], 1);
     assert_ne!(m2.view().unwrap().id, forged.view);
 }
@@ -694,7 +694,7 @@ fn a_new_config_the_cm_could_never_make_is_refused() {
         h.nodes[n as usize]
             .as_mut()
             .unwrap()
-            .on_message(now, twice.clone());
+            .handle_message(now, twice.clone());
         h.drain(n);
         assert_eq!(h.node(n).view().unwrap().id, before.id, "node {n} took it");
     }
@@ -870,7 +870,7 @@ fn an_operator_forgets_a_suspended_node_and_the_cluster_commits_it() {
         h.nodes[n as usize]
             .as_mut()
             .unwrap()
-            .hint_newer(now, next.id);
+            .handle_newer_config(now, next.id);
         h.drain(n);
     }
     h.run_for(5 * LEASE_NS);
