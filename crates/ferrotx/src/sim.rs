@@ -599,6 +599,24 @@ fn print_replay(report: &RunReport) {
         if let Some(panic) = &m.panic {
             println!("  run ended by a panic: {panic}");
         }
+        let s = &m.situations;
+        for line in &s.plot {
+            println!("  plot: {line}");
+        }
+        if s.cm_cut_between_replies + s.cm_isolated_while_paused + s.suspended + s.rejoined > 0
+            || !s.crashed_in_view.is_empty()
+        {
+            println!(
+                "  situations: CM cut between two probe answers {}, CM cut off while a member was paused {}, crashes by the plot (node, members then) {:?}, lives suspended {}, readmitted with their copies {}, removed lives back as new ones {}, refilled {}",
+                s.cm_cut_between_replies,
+                s.cm_isolated_while_paused,
+                s.crashed_in_view,
+                s.suspended,
+                s.readmitted,
+                s.rejoined,
+                s.refilled
+            );
+        }
         if !m.excused.is_empty() {
             println!(
                 "  {} workload findings in a run beyond f (reported, not failed), first: {}",

@@ -22,6 +22,7 @@ use ferrotx_wire::EndpointId;
 use crate::faults::FaultEvent;
 use crate::membership::{MembershipState, lease_endpoint};
 use crate::network::{Faults, SimNetwork};
+use crate::plot::{Cue, Plot, PlotState, Situations, Strike};
 use crate::simulator::{NodeClock, Simulator};
 
 /// One node's life in the simulation.
@@ -83,6 +84,11 @@ pub struct SimCluster {
     /// made again, and so keys numbered and scanned, at points the run alone decides, not
     /// when other threads of the process (other seeds) let the process's epoch advance.
     epoch: Epoch,
+    /// A fault placed on a cue (a hand-written membership scenario), while it waits.
+    plot: Option<PlotState>,
+    /// What the run went through: the plot's strike, and what the membership scenarios
+    /// must reach (the history's part is filled in at the end of the run).
+    pub situations: Situations,
 }
 
 /// What the simulator does to a node when a trap armed at a fault point springs there.
@@ -204,6 +210,8 @@ impl SimCluster {
             attack_log: Vec::new(),
             attack_struck: std::collections::BTreeSet::new(),
             epoch: Epoch::private(),
+            plot: None,
+            situations: Situations::default(),
         };
         for (node, clock) in clocks.iter().enumerate() {
             cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
@@ -436,6 +444,168 @@ impl SimCluster {
         while self.scheduled.first().is_some_and(|(at, _)| *at <= now) {
             let (_, event) = self.scheduled.remove(0);
             self.apply_event(now, &event);
+        }
+    }
+
+    /// Places `plot` (a fault on a cue) on a run whose clients started at `start_ns`.
+    /// Until it has struck, or its cue failed to come in time, the faults are not over
+    /// (convergence is timed from its strike).
+    pub fn set_plot(&mut self, plot: Plot, start_ns: u64) {
+        let state = self.membership.as_mut().expect("plots need membership");
+        let over = state.faults_over_ns.unwrap_or(start_ns);
+        state.faults_over_ns = Some(u64::MAX / 4);
+        state.converged_ns = None;
+        self.situations.plot.push(format!(
+            "waiting for {:?} to strike {:?}",
+            plot.cue, plot.strike
+        ));
+        self.plot = Some(PlotState::new(plot, start_ns, over));
+    }
+
+    /// Node `node` (the CM of its view) took `from`'s answer to its probe round: if the
+    /// plot waits for that, and it is the round's first answer, others are awaited and the
+    /// round probes a joiner, strike now. Returns whether it struck.
+    fn first_reply_of_join_probe(&mut self, now: u64, node: u16, from: u16) -> bool {
+        let Some(plot) = self.plot.as_mut() else {
+            return false;
+        };
+        let Some(probed) = plot.first_reply(node, from) else {
+            return false;
+        };
+        let Some(view) = self.nodes[usize::from(node)]
+            .membership
+            .as_ref()
+            .and_then(Membership::view)
+            .filter(|v| v.cm == node)
+            .cloned()
+        else {
+            return false;
+        };
+        let joiners: Vec<(u16, u64)> = probed
+            .iter()
+            .map(|&n| (n, self.nodes[usize::from(n)].incarnation))
+            .filter(|&(n, life)| {
+                self.nodes[usize::from(n)].up
+                    && !view.is_member(n, life)
+                    && !view.is_suspended(n, life)
+            })
+            .collect();
+        if joiners.is_empty() {
+            return false;
+        }
+        let plot = self.plot.as_mut().expect("checked above");
+        plot.cue(now, Some(node));
+        self.situations.cm_cut_between_replies += 1;
+        self.situations.cm_cut_after_joiner_answer +=
+            u64::from(joiners.iter().any(|&(n, _)| n == from));
+        self.situations.plot.push(format!(
+            "{:.3} ms: CM {node} (view {}) took node {from}'s answer, the first of a round probing {probed:?} with joiners (node, life) {joiners:?}",
+            now as f64 / 1e6,
+            view.id
+        ));
+        self.plot_step(now);
+        true
+    }
+
+    /// The plot's strike, when due; or the plot dropped, if its cue has not come in time.
+    fn plot_step(&mut self, now: u64) {
+        let Some(plot) = self.plot.as_mut() else {
+            return;
+        };
+        if !plot.cued && !plot.dropped && now >= plot.expires_ns() {
+            plot.dropped = true;
+            let over = plot.faults_over_ns;
+            self.situations.plot.push(format!(
+                "{:.3} ms: the cue never came; plot dropped",
+                now as f64 / 1e6
+            ));
+            if let Some(state) = self.membership.as_mut() {
+                state.faults_over_ns = Some(over.max(now));
+                state.converged_ns = None;
+            }
+            return;
+        }
+        let Some((at, cued)) = plot.due else { return };
+        if now < at {
+            return;
+        }
+        plot.due = None;
+        let (strike, over) = (plot.plot.strike.clone(), plot.faults_over_ns);
+        let mut last = now;
+        let isolate = |cluster: &mut Self, node: u16, heal_after_ns: u64| {
+            let rest: Vec<u16> = (0..cluster.node_count()).filter(|&n| n != node).collect();
+            cluster.attack_struck.insert(node);
+            cluster.apply_event(
+                now,
+                &FaultEvent::Partition {
+                    side_a: vec![node],
+                    side_b: rest,
+                },
+            );
+            cluster
+                .scheduled
+                .push((now + heal_after_ns, FaultEvent::Heal));
+            now + heal_after_ns
+        };
+        let current = self
+            .membership
+            .as_ref()
+            .and_then(|s| s.coordination.current());
+        match strike {
+            Strike::IsolateCued { heal_after_ns } => {
+                let node = cued.expect("a cue that names a node");
+                last = isolate(self, node, heal_after_ns);
+            }
+            Strike::Isolate {
+                node,
+                heal_after_ns,
+            } => {
+                last = isolate(self, node, heal_after_ns);
+            }
+            Strike::IsolateCm { heal_after_ns } => {
+                let view = current.expect("a view stored");
+                let paused: Vec<u16> = view
+                    .members
+                    .iter()
+                    .filter(|m| {
+                        m.node != view.cm
+                            && self.nodes[usize::from(m.node)].incarnation == m.incarnation
+                            && now < self.sim.paused_until(m.node)
+                    })
+                    .map(|m| m.node)
+                    .collect();
+                self.situations.cm_isolated_while_paused += u64::from(!paused.is_empty());
+                self.situations.plot.push(format!(
+                    "{:.3} ms: CM {} of view {} cut off; members paused then: {paused:?}",
+                    now as f64 / 1e6,
+                    view.cm,
+                    view.id
+                ));
+                last = isolate(self, view.cm, heal_after_ns);
+            }
+            Strike::Crash {
+                node,
+                restart_after_ns,
+            } => {
+                let members: Vec<u16> = current
+                    .map(|v| v.members.iter().map(|m| m.node).collect())
+                    .unwrap_or_default();
+                self.situations.crashed_in_view.push((node, members));
+                self.attack_struck.insert(node);
+                self.apply_event(now, &FaultEvent::Crash { node });
+                if let Some(after) = restart_after_ns {
+                    self.scheduled
+                        .push((now + after, FaultEvent::Restart { node }));
+                    last = now + after;
+                }
+            }
+        }
+        self.situations.struck = true;
+        let log = self.attack_log.iter().rev().take(1).cloned();
+        self.situations.plot.extend(log);
+        if let Some(state) = self.membership.as_mut() {
+            state.faults_over_ns = Some(over.max(last));
+            state.converged_ns = None;
         }
     }
 
@@ -688,6 +858,9 @@ impl SimCluster {
                 Action::Send { to, message } => {
                     let mut bytes = Vec::new();
                     m.encode(to, &message, &mut bytes);
+                    if let Some(plot) = self.plot.as_mut() {
+                        plot.sent(node, to, &message, &bytes);
+                    }
                     self.sim.network.borrow_mut().send(
                         lease_endpoint(node),
                         lease_endpoint(to),
@@ -710,6 +883,21 @@ impl SimCluster {
                         eprintln!("CAS by {node} at {now}: {next:?}");
                     }
                     let result = state.coordination.compare_and_swap(expected, &next);
+                    if result.is_ok()
+                        && let (Some(plot), Some(current)) = (self.plot.as_mut(), &current)
+                        && plot.stored(current, &next)
+                    {
+                        let Cue::ViewWithout { node: without } = plot.plot.cue else {
+                            unreachable!("only this cue is a stored view")
+                        };
+                        plot.cue(now, Some(without));
+                        self.situations.plot.push(format!(
+                            "{:.3} ms: view {} stored without node {without}'s life {:?} (by node {node})",
+                            now as f64 / 1e6,
+                            next.id,
+                            current.incarnation(without)
+                        ));
+                    }
                     m.handle_cas(local, result);
                 }
                 Action::Install(view) => {
@@ -870,11 +1058,22 @@ impl SimCluster {
             .take_inbox(lease_endpoint(node));
         let delivered = !datagrams.is_empty();
         for (_, mut bytes) in datagrams {
+            let answer = self
+                .plot
+                .as_ref()
+                .and_then(|p| p.reply_to_round(node, &bytes));
             let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {
                 return;
             };
             m.handle_datagram(local, &mut bytes);
             self.drain(node, now);
+            if let Some(from) = answer
+                && self.first_reply_of_join_probe(now, node, from)
+            {
+                // Cut off between two answers: the rest of this instant's datagrams
+                // arrive after the cut, which drops them.
+                break;
+            }
         }
         let strict = self.membership.as_ref().is_some_and(|s| s.strict_ticks);
         let slot = &mut self.nodes[usize::from(node)];
@@ -959,6 +1158,7 @@ impl SimCluster {
             }
         }
         self.attack_step(now);
+        self.plot_step(now);
         let mut next = self.sim.step_workers();
         if let Some((at, endpoint, point)) = self.sim.trap_hit.take() {
             self.trap_sprung(at, endpoint, point);
@@ -999,6 +1199,14 @@ impl SimCluster {
         }
         for (at, _) in &self.scheduled {
             consider(*at);
+        }
+        if let Some(plot) = &self.plot {
+            if let Some((at, _)) = plot.due {
+                consider(at);
+            }
+            if plot.pending() && !plot.cued {
+                consider(plot.expires_ns());
+            }
         }
         for node in 0..self.node_count() {
             let Some(m) = self.nodes[usize::from(node)].membership.as_mut() else {

@@ -14,6 +14,7 @@ pub mod faults;
 pub mod membership;
 pub mod membership_scenarios;
 mod network;
+pub mod plot;
 pub mod recovery_scenarios;
 pub mod rpc_workload;
 pub mod run;

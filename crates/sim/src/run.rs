@@ -22,6 +22,7 @@ use ferrotx_store::TableSpec;
 use crate::cluster::{Attack, SimCluster};
 use crate::faults::{FaultKind, FaultPlan};
 use crate::membership::CONVERGENCE_LEASES;
+use crate::plot::{Plot, Situations};
 
 /// Leases a run with membership goes on after the cluster converged (after the last
 /// fault), so that every client still waiting gets its answer: transaction recovery
@@ -120,6 +121,9 @@ pub struct RunOptions {
     /// the history), and the end check wants each partition at full strength on the
     /// other members only.
     pub full_nodes: Vec<u16>,
+    /// With membership: a fault placed on a cue rather than at a time (see
+    /// [`crate::plot`]), armed when the clients start.
+    pub plot: Option<Plot>,
 }
 
 impl RunOptions {
@@ -145,6 +149,7 @@ impl RunOptions {
             detail: None,
             domains: None,
             full_nodes: Vec::new(),
+            plot: None,
         }
     }
 }
@@ -241,6 +246,9 @@ pub struct MembershipReport {
     /// Fills given to a partition that was not short of copies: a copy moving into a
     /// failure domain that held none of the partition's (a domain back after it failed).
     pub moves: u64,
+    /// What the run went through: its plot's strike, suspended lives readmitted, removed
+    /// processes back as new lives and refilled (see [`Situations`]).
+    pub situations: Situations,
 }
 
 impl RunReport {
@@ -452,6 +460,9 @@ fn run_with_membership(
         let state = cluster.membership.as_mut().expect("membership runs");
         state.faults_over_ns = Some(faults_over);
         let start = now;
+        if let Some(plot) = options.plot.clone() {
+            cluster.set_plot(plot, start);
+        }
         // The run lasts the options' deadline at least, and always until the cluster had
         // CONVERGENCE_LEASES to converge after the last fault, then LIVENESS_LEASES more
         // for every client to get its answer. An attack's trap moves the last fault on.
@@ -594,6 +605,8 @@ fn run_with_membership(
         }
     }
     report.lost_partitions = state.lost_partitions();
+    report.situations = cluster.situations.clone();
+    report.situations.from_history(&history, &state.removed);
     for w in history.windows(2) {
         for (p, n) in w[1].fills() {
             let new = !w[0].filling(p).contains(&n);

@@ -11,7 +11,7 @@ use ferrotx_workload::record::HistoryRecorder;
 use ferrotx_workload::smallbank::SmallBankWorkload;
 use ferrotx_workload::tatp::TatpWorkload;
 use ferrotx_workload::workload::{KvWorkload, Runner, Workload};
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{client_id, clients, copies, log_bound_violations};
@@ -30,6 +30,9 @@ pub struct WorkloadScenario {
     recorder: HistoryRecorder,
     /// Each node's memory limit, as bytes below what its store holds once loaded.
     memory_short: Option<u64>,
+    /// Longest pause of a client between two transactions (each drawn uniformly up to
+    /// it, on the client's node clock); 0: none, transactions back to back.
+    gap_max_ns: u64,
 }
 
 /// How far below its loaded store `kv-full` limits a node: the records of four of its
@@ -110,7 +113,16 @@ impl WorkloadScenario {
             transactions,
             recorder: HistoryRecorder::new(),
             memory_short: None,
+            gap_max_ns: 0,
         }
+    }
+
+    /// The same scenario with clients pausing up to `gap_max_ns` (drawn per pause from the
+    /// seed) between transactions, so that the load spans the faults of the run rather
+    /// than ending before them.
+    pub fn paced(mut self, gap_max_ns: u64) -> Self {
+        self.gap_max_ns = gap_max_ns;
+        self
     }
 }
 
@@ -149,9 +161,17 @@ impl Scenario for WorkloadScenario {
             let mut recorder = self.recorder.clone();
             let transactions = self.transactions;
             let all_nodes = all_nodes.clone();
+            let gap_max_ns = self.gap_max_ns;
+            let mut gaps = ChaCha8Rng::seed_from_u64(
+                seed ^ client_id(node, thread, slot).rotate_left(29) ^ 0x9a95_0000,
+            );
             let spawned = cluster.spawn(node, thread, move |co, coordinator| async move {
                 for _ in 0..transactions {
                     runner.run_one(&co, &coordinator, &mut recorder).await;
+                    if gap_max_ns > 0 {
+                        let gap = gaps.random_range(0..=gap_max_ns);
+                        co.sleep_until(co.now_ns() + gap).await;
+                    }
                 }
                 // Backups apply what the last transactions logged, so that replicas can
                 // be compared once the run is over.
