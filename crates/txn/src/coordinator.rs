@@ -247,7 +247,12 @@ impl Coordinator {
         *self.members.borrow_mut() = members;
         *self.placement.borrow_mut() = placement;
         *self.store.borrow_mut() = store.clone();
-        self.participant.borrow_mut().set_store(view, store);
+        let mut participant = self.participant.borrow_mut();
+        participant.set_store(view, store);
+        if view > self.started_in {
+            // `run_recovery` runs a round in it.
+            participant.owe_recovery(view);
+        }
     }
 
     /// Whether new transactions may start: false from NEW-CONFIG until NEW-CONFIG-COMMIT.

@@ -498,7 +498,8 @@ impl Participant {
 
     /// RECLAIM-CHECK ([`crate::reclaim`]): for each tombstone named, whether this node's
     /// copy applied it and no record of this thread's logs (waiting to be applied, or
-    /// replicated by recovery) writes its key. Refused while the copy is being filled.
+    /// replicated by recovery) writes its key. Refused while the copy is being filled,
+    /// and at a primary whose recovery round has not replicated the partition's records.
     pub fn reclaim_check(
         &mut self,
         payload: &[u8],
@@ -513,7 +514,12 @@ impl Participant {
             .fills()
             .iter()
             .any(|fill| fill.partition() == request.partition && !fill.is_done());
-        let copy = self.store.get_any(request.partition).filter(|_| !filling);
+        // Nor while this thread's recovery round may still bring an older write of one of
+        // its keys to a replica that never logged it (`Participant::recovery_replicated`).
+        let copy = self
+            .store
+            .get_any(request.partition)
+            .filter(|_| !filling && self.recovery_replicated(request.partition));
         let mut waiting = std::collections::BTreeSet::new();
         if copy.is_some() {
             for log in self.logs.values() {

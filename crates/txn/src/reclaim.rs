@@ -21,7 +21,11 @@
 //!    is already logged at every backup (it committed before the delete could lock the
 //!    key, and a commit waits for every backup's COMMIT-BACKUP answer), so a key clear
 //!    now stays clear: none can arrive later. A copy still being filled refuses: a
-//!    FETCH answer read before the delete may still be on its way to it.
+//!    FETCH answer read before the delete may still be on its way to it. So does a
+//!    primary's thread whose transaction-state recovery round has not yet replicated the
+//!    partition's records: recovery carries records outside the logs (a backup's
+//!    NEED-RECOVERY, the primary's gather) to replicas that never logged them
+//!    (`Participant::recovery_replicated`).
 //! 2. **RECLAIM** to every backup: the backup raises each key's floor to the key's
 //!    version, then frees each tombstone still at its version. Only
 //!    if the view did not change since the check (a backup named since was not asked).

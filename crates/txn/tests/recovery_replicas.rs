@@ -131,3 +131,53 @@ fn an_abort_decision_drops_the_records() {
     decide(&mut b, 5, false);
     assert_eq!(value(&part), (1, 1));
 }
+
+/// A record replicated for one partition is another replica's, and may carry its writes
+/// of other partitions this node also hosts: a commit decision applies only the writes of
+/// the partition it was replicated for. That other partition's primary did not hold back
+/// reclamation for this record (only this partition's did, until it replicated it), so
+/// the key of such a write may have been deleted and reclaimed here since, and applying
+/// the old write would bring it back.
+#[test]
+fn a_replicated_record_brings_only_its_partitions_writes() {
+    const OTHER: u32 = 3;
+    let schema = [TableSpec::fixed(1, "accounts", 8)];
+    let mine = Arc::new(Partition::new(PartitionId(P), &schema));
+    mine.load(TABLE, Key::from(7u64), &1u64.to_le_bytes())
+        .unwrap();
+    let other = Arc::new(Partition::new(PartitionId(OTHER), &schema));
+    let mut store = NodeStore::new();
+    store.host(Role::Backup, mine.clone());
+    store.host(Role::Backup, other.clone());
+    let mut b = Participant::new(Arc::new(store));
+    let mut bytes = Vec::new();
+    LockRecord {
+        tx: tx(5),
+        partitions: vec![P, OTHER],
+        writes: vec![
+            Write {
+                partition: P,
+                table: TABLE,
+                key: Key::from(7u64),
+                version: 1,
+                value: Some(99u64.to_le_bytes().to_vec()),
+            },
+            Write {
+                partition: OTHER,
+                table: TABLE,
+                key: Key::from(8u64),
+                version: 4,
+                value: Some(98u64.to_le_bytes().to_vec()),
+            },
+        ],
+        truncate_up_to: 0,
+    }
+    .encode(&mut bytes);
+    assert_eq!(replicate(&mut b, &bytes), Ok(vec![1]));
+    let mut m = Vec::new();
+    encode_decision(ViewId(2), &tx(5), &[P, OTHER], &mut m);
+    assert_eq!(call(Participant::commit_recovery, &mut b, &m), Ok(vec![1]));
+    assert_eq!(value(&mine), (2, 99));
+    // Key 8 of the other partition had no object here (reclaimed, say): it still has none.
+    assert_eq!(other.objects(TABLE), Ok(0));
+}

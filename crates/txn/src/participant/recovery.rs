@@ -11,7 +11,7 @@ use hashbrown::HashMap;
 
 use super::{MALFORMED, Participant, Role};
 use crate::answer::Answer;
-use crate::messages::{CoordinatorId, RecordView, TxId, VERSION_ANY};
+use crate::messages::{CoordinatorId, RecordView, TxId, VERSION_ANY, record_without_writes_of};
 use crate::recovery::{
     Vote, decode_decision, decode_need_recovery, decode_replicate, decode_request_votes,
     decode_tx_in_view, decode_votes, encode_vote_answer,
@@ -84,6 +84,9 @@ pub(crate) struct Recovering {
 pub(crate) struct RecoveryState {
     /// Decisions seen here (committed?, partitions), kept until TRUNCATE-RECOVERY.
     pub(crate) decided: HashMap<TxId, (bool, Vec<u32>), FixedState>,
+    /// The newest view this thread owes a recovery round (one it switched to after the
+    /// view it was built in; `NONE`: none yet), whether or not the round has started.
+    pub(crate) due: ViewId,
     pub(crate) gather: Option<Gather>,
     /// As recovery coordinator: the transactions of the current view.
     pub(crate) table: BTreeMap<TxId, Recovering>,
@@ -113,6 +116,40 @@ impl Participant {
         } else {
             Vote::Unknown
         }
+    }
+
+    /// A recovery round is due in `view`, which this thread switched to after the view
+    /// it was built in (the coordinator's driver runs one in every such view).
+    pub(crate) fn owe_recovery(&mut self, view: ViewId) {
+        self.recovery.due = self.recovery.due.max(view);
+    }
+
+    /// Whether this thread has nothing of older views' transactions still to bring to
+    /// the copies of `partition`: true unless this node is its primary and this thread's
+    /// round of the view it owes one in has not yet replicated the partition's records
+    /// (not started, still waiting for backups' NEED-RECOVERY, or replicating).
+    ///
+    /// Until then a record of an older write may reach a replica that never logged it,
+    /// from NEED-RECOVERY bytes a backup took at its round's start or from this gather,
+    /// though the backup has truncated it since and its key may have been deleted after
+    /// it: a copy where that key's tombstone was freed would take the old write back at
+    /// its old version once the decision applied it. So RECLAIM-CHECK is refused meanwhile
+    /// ([`Participant::reclaim_check`]); once replicated, every replica keeps the record
+    /// in a log until the decision, where RECLAIM-CHECK sees it.
+    pub(crate) fn recovery_replicated(&self, partition: u32) -> bool {
+        if self.recovery.due == ViewId::NONE || self.store.get(partition, Role::Primary).is_none() {
+            return true;
+        }
+        self.recovery
+            .gather
+            .as_ref()
+            .filter(|g| g.view >= self.recovery.due)
+            .is_some_and(|g| {
+                g.partitions
+                    .iter()
+                    .find(|pg| pg.partition == partition)
+                    .is_none_or(|pg| pg.votes.is_some())
+            })
     }
 
     /// Every transaction older than `view` this replica holds something of for
@@ -216,10 +253,16 @@ impl Participant {
         Ok(())
     }
 
-    /// REPLICATE-TX-STATE at a replica of a partition: keeps the record (a lock record for
-    /// that partition) unless the transaction is decided here or a commit-backup record
-    /// of it is logged here (which carries this node's writes of every partition it
-    /// backs up). A record with a write of unknown version is refused.
+    /// REPLICATE-TX-STATE at a replica of a partition: keeps the record's writes of that
+    /// partition (a lock record for it) unless the transaction is decided here or a
+    /// commit-backup record of it is logged here (which carries this node's writes of
+    /// every partition it backs up). A record with a write of unknown version is refused.
+    ///
+    /// Only that partition's writes: the record is another replica's, whose writes of
+    /// other partitions this node may also host, and only that partition's primary held
+    /// back reclamation until its records were replicated
+    /// ([`Participant::recovery_replicated`]); another partition's key may have been
+    /// reclaimed here since, and applying its old write would bring it back.
     pub fn replicate_tx_state(
         &mut self,
         payload: &[u8],
@@ -236,10 +279,12 @@ impl Participant {
                 .logs
                 .entry((tx.node, tx.thread, tx.incarnation))
                 .or_default();
-            if tx.counter > log.truncated_up_to && !log.records.contains_key(&tx.counter) {
-                log.replicated
-                    .entry((tx.counter, partition))
-                    .or_insert_with(|| bytes.to_vec());
+            if tx.counter > log.truncated_up_to
+                && !log.records.contains_key(&tx.counter)
+                && !log.replicated.contains_key(&(tx.counter, partition))
+                && let Some(kept) = record_without_writes_of(bytes, |p| p != partition)
+            {
+                log.replicated.insert((tx.counter, partition), kept);
             }
         }
         Answer::Granted.encode(response);
@@ -463,5 +508,73 @@ impl Participant {
         self.recovery.stats.rounds += 1;
         self.recovery.table.retain(|_, r| r.view >= view);
         self.recovery.gather = Some(Gather { view, partitions });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrotx_store::{Key, Partition, PartitionId, TableId, TableSpec};
+    use ferrotx_wire::ViewId;
+
+    use super::super::{NodeStore, Participant, Role};
+    use crate::reclaim::{ReclaimRequest, decode_check_response, encode_reclaim};
+
+    const TABLE: TableId = TableId(1);
+
+    /// Whether RECLAIM-CHECK of key 7's tombstone (version 2) is answered, and clear.
+    fn check(p: &mut Participant) -> Option<Vec<bool>> {
+        let mut request = Vec::new();
+        encode_reclaim(
+            &ReclaimRequest {
+                partition: 0,
+                table: TABLE,
+                keys: vec![(Key::from(7u64), 2)],
+            },
+            &mut request,
+        );
+        let mut response = Vec::new();
+        p.reclaim_check(&request, &mut response).unwrap();
+        decode_check_response(&response, 1)
+    }
+
+    /// A primary's thread refuses RECLAIM-CHECK from the switch to a view it owes a
+    /// recovery round in until that round replicated the partition's records: a record
+    /// of an older write of the key may be on its way from a backup (which truncated it
+    /// since), or held in the gather, and would reach a replica that never logged it after
+    /// the key's tombstone was freed there (resp-expiry seed 943, 3 nodes).
+    #[test]
+    fn a_primary_reclaims_nothing_until_its_recovery_round_replicated_the_partition() {
+        let part = Arc::new(Partition::new(
+            PartitionId(0),
+            &[TableSpec::fixed(1, "t", 8)],
+        ));
+        part.load(TABLE, Key::from(7u64), &[1; 8]).unwrap();
+        part.lock(TABLE, &Key::from(7u64), 1).unwrap().unwrap();
+        assert_eq!(part.install(TABLE, &Key::from(7u64), None), Ok(2));
+        let mut store = NodeStore::new();
+        store.host(Role::Primary, part);
+        let store = Arc::new(store);
+        let mut p = Participant::new(store.clone());
+        // The view it was built in: no round is owed.
+        p.set_store(ViewId(1), store.clone());
+        assert_eq!(check(&mut p), Some(vec![true]));
+        // A later view: owed, not started.
+        p.set_store(ViewId(2), store.clone());
+        p.owe_recovery(ViewId(2));
+        assert_eq!(check(&mut p), None);
+        // Started: still waiting for its backup's NEED-RECOVERY.
+        p.start_gather(ViewId(2), |_| vec![1]);
+        assert_eq!(check(&mut p), None);
+        // Replicated (its votes are kept): clear again.
+        let gather = p.recovery.gather.as_mut().unwrap();
+        gather.partitions[0].waiting.clear();
+        gather.partitions[0].votes = Some(Default::default());
+        assert_eq!(check(&mut p), Some(vec![true]));
+        // The next view: owed again, the last round's gather does not count.
+        p.set_store(ViewId(3), store);
+        p.owe_recovery(ViewId(3));
+        assert_eq!(check(&mut p), None);
     }
 }
