@@ -41,7 +41,7 @@ use std::sync::Arc;
 use ferrotx_exec::{Co, Shared, Signal};
 use ferrotx_rpc::{Deferred, Engine, HandlerError};
 use ferrotx_store::{Key, TableId};
-use ferrotx_wire::RequestType;
+use ferrotx_wire::{RequestType, ViewId};
 use foldhash::fast::FixedState;
 use hashbrown::hash_map::Entry;
 use hashbrown::{HashMap, HashSet};
@@ -550,6 +550,21 @@ impl Operation {
     }
 }
 
+/// Operations run as one transaction: taken from the queue by the partition's primary in
+/// `view`, which found them new there.
+struct Batch {
+    operations: Vec<Operation>,
+    /// The keys of every operation (`Operation::keys` ranges into it).
+    keys: Vec<(TableId, Key)>,
+    /// The view they were taken in. They commit in it or not at all: what made running
+    /// them right (this node was the primary of their partitions, and knew no run of
+    /// them) held in that view only. A later view may have another primary, which the
+    /// callers, cut off, ask again, and which runs them unless a run of them reached it
+    /// (a batch carried on here would read and lock through the placement at that
+    /// primary, after or beside its own run: the operations ran twice).
+    view: ViewId,
+}
+
 /// How one attempt at a batch ended.
 enum Attempt {
     Done(Vec<Vec<u8>>),
@@ -638,7 +653,7 @@ impl Shipping {
                 continue;
             }
             let batch = self.take_batch(&co, &coordinator);
-            if batch.0.is_empty() {
+            if batch.operations.is_empty() {
                 if !self.queue.borrow().is_empty() {
                     // Requests on keys of running batches: their end rings.
                     co.wait(&self.arrived).await;
@@ -656,13 +671,13 @@ impl Shipping {
             }
             {
                 let mut busy_keys = self.busy_keys.borrow_mut();
-                busy_keys.extend(batch.1.iter().copied());
+                busy_keys.extend(batch.keys.iter().copied());
                 let mut busy_origins = self.busy_origins.borrow_mut();
-                busy_origins.extend(batch.0.iter().map(|op| op.origin));
+                busy_origins.extend(batch.operations.iter().map(|op| op.origin));
             }
             let (keys, origins): (Vec<(TableId, Key)>, Vec<Origin>) = (
-                batch.1.clone(),
-                batch.0.iter().map(|op| op.origin).collect(),
+                batch.keys.clone(),
+                batch.operations.iter().map(|op| op.origin).collect(),
             );
             self.running.set(self.running.get() + 1);
             self.run_batch(&co, &coordinator, batch).await;
@@ -723,11 +738,9 @@ impl Shipping {
     /// The next batch: requests in arrival order, answering at once those that need no
     /// run (malformed, not the primary here, asked again), keeping back those whose
     /// partition recovery still blocks, and leaving in the queue what does not fit.
-    fn take_batch(
-        &self,
-        co: &Co,
-        coordinator: &Coordinator,
-    ) -> (Vec<Operation>, Vec<(TableId, Key)>) {
+    /// Everything it checks holds in the current view, which the batch keeps.
+    fn take_batch(&self, co: &Co, coordinator: &Coordinator) -> Batch {
+        let view = coordinator.view();
         let mut operations: Vec<Operation> = Vec::new();
         let mut keys: Vec<(TableId, Key)> = Vec::new();
         let store = coordinator.store();
@@ -886,17 +899,22 @@ impl Shipping {
         for shipped in waiting.into_iter().rev() {
             queue.push_front(shipped);
         }
-        (operations, keys)
+        Batch {
+            operations,
+            keys,
+            view,
+        }
     }
 
-    /// Runs a batch to its end: one transaction, retried on conflicts; split into single
-    /// operations if it is too large for one commit.
-    async fn run_batch(
-        &self,
-        co: &Co,
-        coordinator: &Coordinator,
-        (operations, keys): (Vec<Operation>, Vec<(TableId, Key)>),
-    ) {
+    /// Runs a batch to its end: one transaction, retried on conflicts (within the
+    /// batch's view: [`Batch::view`]); split into single operations if it is too large for
+    /// one commit.
+    async fn run_batch(&self, co: &Co, coordinator: &Coordinator, batch: Batch) {
+        let Batch {
+            operations,
+            keys,
+            view,
+        } = batch;
         let started = co.now_ns();
         let mut rng = operations[0].origin.seq | 1;
         let mut delay = 10_000u64;
@@ -906,7 +924,7 @@ impl Shipping {
         let mut lost = 0;
         loop {
             let aged = (lost > 0).then(|| age.after(lost));
-            match attempt(co, coordinator, &operations, &keys, aged).await {
+            match attempt(co, coordinator, &operations, &keys, view, aged).await {
                 Attempt::Done(results) => {
                     let mut participant = coordinator.participant().borrow_mut();
                     let remembered = &mut participant.shipped;
@@ -933,7 +951,12 @@ impl Shipping {
                         let keys = keys[op.keys.clone()].to_vec();
                         let n = keys.len();
                         let single = Operation { keys: 0..n, ..op };
-                        Box::pin(self.run_batch(co, coordinator, (vec![single], keys))).await;
+                        let batch = Batch {
+                            operations: vec![single],
+                            keys,
+                            view,
+                        };
+                        Box::pin(self.run_batch(co, coordinator, batch)).await;
                     }
                     return;
                 }
@@ -967,8 +990,9 @@ impl Shipping {
                     return;
                 }
                 Attempt::Abort(Abort::Unavailable) => {
-                    // Nothing changed (a configuration change before the commit point, or
-                    // recovery aborted it): the callers ask the primary again.
+                    // Nothing changed (a configuration change before the commit point, the
+                    // batch's view is over, or recovery aborted it): the callers ask the
+                    // primary again, and the primary of the view then checks them anew.
                     for op in &operations {
                         self.count(|s| s.ship_retries_asked += 1);
                         Self::answer(co, &op.token, ShipStatus::Retry, &[]);
@@ -995,15 +1019,24 @@ impl Shipping {
     }
 }
 
-/// One attempt at a batch: read every key, apply the operations in order, write, commit.
+/// One attempt at a batch taken in `view`: read every key, apply the operations in order,
+/// write, commit, all in that view ([`Batch::view`]); [`Abort::Unavailable`] once it is
+/// over, nothing changed.
 async fn attempt(
     co: &Co,
     coordinator: &Coordinator,
     operations: &[Operation],
     keys: &[(TableId, Key)],
+    view: ViewId,
     age: Option<crate::reservation::Age>,
 ) -> Attempt {
+    if coordinator.view() != view {
+        // A retry after the view changed (its life suspended and readmitted, say): this
+        // node may not be the primary any more, and one that is may have run them.
+        return Attempt::Abort(Abort::Unavailable);
+    }
     let mut txn = coordinator.begin(co);
+    txn.commit_only_in(view);
     txn.set_deadline(co.now_ns() + RECOVERY_WAIT_NS);
     if let Some(age) = age {
         txn.set_age(age);

@@ -115,6 +115,12 @@ impl Txn<'_> {
         // The view the placement belongs to: the transaction must be of this view, or its
         // messages would go to one view's nodes under another view's id.
         let view = coordinator.view.get();
+        if self.only_in.is_some_and(|only| only != view) {
+            // Its caller's reason to run it held in another view (`Txn::commit_only_in`);
+            // from here on the commit is of this view (it aborts if the view changes
+            // before COMMIT-BACKUP, and this view's successor recovers it after).
+            return Err(Abort::Unavailable);
+        }
         if self
             .writes
             .iter()

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 
 use ferrotx_exec::Co;
 use ferrotx_store::{Key, TableId};
-use ferrotx_wire::RequestType;
+use ferrotx_wire::{RequestType, ViewId};
 
 use super::key_index::KeyIndex;
 use super::{Abort, Coordinator, buggify_delay};
@@ -69,6 +69,7 @@ impl Coordinator {
             deadline_ns: u64::MAX,
             note: Vec::new(),
             age: None,
+            only_in: None,
         }
     }
 }
@@ -100,6 +101,8 @@ pub struct Txn<'a> {
     pub(super) note: Vec<u8>,
     /// Its age if it is a retry of a transaction that lost ([`Txn::set_age`]).
     pub(super) age: Option<crate::reservation::Age>,
+    /// The only configuration its commit may start in ([`Txn::commit_only_in`]).
+    pub(super) only_in: Option<ViewId>,
 }
 
 impl Drop for Txn<'_> {
@@ -119,6 +122,16 @@ impl Txn<'_> {
     /// ([`crate::reservation`]). A first attempt needs none: it costs nothing extra.
     pub fn set_age(&mut self, age: crate::reservation::Age) {
         self.age = Some(age);
+    }
+
+    /// Lets the commit start only in configuration `view`: a commit that would start in
+    /// another (the view changed while the transaction ran, or while its commit waited
+    /// for a view to be committed) is refused with [`Abort::Unavailable`] before anything
+    /// is sent. For a caller whose reason to run the transaction holds in one view only:
+    /// a shipped batch runs only at the primary that found its operations new, in the
+    /// view it found them so ([`crate::ship`]).
+    pub fn commit_only_in(&mut self, view: ViewId) {
+        self.only_in = Some(view);
     }
 
     /// True for a transaction begun with [`Coordinator::begin_read_only`].

@@ -90,6 +90,85 @@ fn a_transaction_reports_the_versions_it_read() {
     assert_eq!(versions, [Some(2), Some(0), None, None]);
 }
 
+/// A transaction whose commit may start only in one view (`Txn::commit_only_in`, a
+/// shipped batch's) is refused, nothing written, once the view changed, including while
+/// its commit waited for the next view to be committed.
+#[test]
+fn a_commit_pinned_to_a_view_starts_in_no_other() {
+    let (mut executor, coordinator, partitions) = one_node();
+    partitions[0].load(KV, key(0, 1), b"one").unwrap();
+    let switch = |coordinator: &Coordinator, view: u64| {
+        coordinator.switch_configuration(
+            ViewId(view),
+            Arc::from(vec![(0u16, 1u64)]),
+            coordinator.placement(),
+            coordinator.store(),
+        );
+    };
+    let outcomes = run(&mut executor, &coordinator, async move |co, coordinator| {
+        let mut outcomes = Vec::new();
+        // In its view: committed.
+        let mut txn = coordinator.begin(co);
+        txn.commit_only_in(ViewId(1));
+        txn.read(KV, key(0, 1)).await.unwrap();
+        txn.put(KV, key(0, 1), Some(b"two".to_vec())).unwrap();
+        outcomes.push(txn.commit().await);
+        // The view changes between its reads and its commit: refused.
+        let mut txn = coordinator.begin(co);
+        txn.commit_only_in(ViewId(1));
+        txn.read(KV, key(0, 1)).await.unwrap();
+        txn.put(KV, key(0, 1), Some(b"three".to_vec())).unwrap();
+        switch(coordinator, 2);
+        outcomes.push(txn.commit().await);
+        // The same without the pin: committed in the new view.
+        let mut txn = coordinator.begin(co);
+        txn.read(KV, key(0, 1)).await.unwrap();
+        txn.put(KV, key(0, 1), Some(b"four".to_vec())).unwrap();
+        outcomes.push(txn.commit().await);
+        let mut value = Vec::new();
+        let read = coordinator
+            .read_one_with_version(co, KV, key(0, 1), &mut value)
+            .await
+            .map(|o| o.version);
+        (outcomes, read, value)
+    });
+    assert_eq!(
+        outcomes,
+        (
+            vec![Ok(()), Err(Abort::Unavailable), Ok(())],
+            Ok(3),
+            b"four".to_vec()
+        )
+    );
+    // Pinned to view 2, its commit waits for view 2 to be committed; view 3 comes first.
+    coordinator.set_accepting(false);
+    let result = Rc::new(RefCell::new(None));
+    let (slot, c) = (result.clone(), coordinator.clone());
+    executor.spawn(move |co| async move {
+        let mut txn = c.begin(&co);
+        txn.commit_only_in(ViewId(2));
+        txn.put(KV, key(0, 1), Some(b"five".to_vec())).unwrap();
+        *slot.borrow_mut() = Some(txn.commit().await);
+    });
+    executor.run();
+    assert_eq!(executor.live(), 1);
+    switch(&coordinator, 3);
+    coordinator.set_accepting(true);
+    executor.shared().notify_all(coordinator.opened());
+    executor.run();
+    assert_eq!(executor.live(), 0);
+    assert_eq!(result.take(), Some(Err(Abort::Unavailable)));
+    let read = run(&mut executor, &coordinator, async |co, coordinator| {
+        let mut value = Vec::new();
+        let version = coordinator
+            .read_one_with_version(co, KV, key(0, 1), &mut value)
+            .await
+            .map(|o| o.version);
+        (version, value)
+    });
+    assert_eq!(read, (Ok(3), b"four".to_vec()));
+}
+
 #[test]
 fn scans_and_counts_visit_every_present_object_of_a_partition() {
     let (mut executor, coordinator, partitions) = one_node();
