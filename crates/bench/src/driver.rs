@@ -20,23 +20,31 @@
 //!   answers `ok`; once per process;
 //! - `events`: answer with the [`crate::timeline::NodeEvents`] so far;
 //! - `timeline-get`: answer with the [`crate::timeline::NodeTimeline`] so far;
+//! - `settled`: `yes` once every life that replaced a removed one (below) saw the cluster
+//!   back at full strength, its refill done; `no` before;
 //! - `exit`: stop the workers and answer with [`NodeTotals`].
 //!
-//! A driven node the cluster removes stays removed until `exit`: unlike a plain
-//! `ferrotx node`, it does not come back as a new life, because this protocol, the data
-//! it loaded and its counters belong to one life, and the benchmark must see the false
-//! positive (`NodeLeases`, `RunResult::unfinished`) rather than have it hidden by a refill.
+//! A driven node the cluster removes (a false positive: nothing fails in a benchmark)
+//! comes back as a new life, as `ferrotx node` does ([`ferrotx_node::lives`]), but inside
+//! its process, so that this protocol and its counters go on: it stops the removed life
+//! (its workers, sockets and lease thread; the workload coroutines running there are
+//! dropped, their commits counted and a transaction each was in counted as of unknown
+//! outcome), waits if that life was removed quickly, and starts a new one that joins the
+//! running cluster, holds nothing at first and is given backups to fill. A run going on
+//! starts its coroutines again there. `leases` reports every removal and what each cost
+//! ([`Rejoin`]: the time to rejoin and to refill) beside the lease figures of all lives.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use ferrotx_cluster::Configuration;
-use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions, ShipStats};
+use ferrotx_node::{BATCH_DATAGRAMS, Node, NodeOptions, ShipStats, WorkerReport};
 use ferrotx_store::ReadOutcome;
 use ferrotx_transport::{Transport, UDP_MAX_PAYLOAD_BYTES};
 use ferrotx_txn::coordinator::Abort;
@@ -75,6 +83,9 @@ pub struct DriveOptions {
     /// thread, admission into the first view); `None`: a static node without membership.
     #[serde(default)]
     pub lease_ms: Option<u64>,
+    /// What the lease thread does to stay on time (`ClusterBenchOptions::tuning`).
+    #[serde(default)]
+    pub tuning: ferrotx_node::LeaseTuning,
     /// Datagrams without MACs (see `ClusterBenchOptions::no_auth`).
     #[serde(default)]
     pub no_auth: bool,
@@ -109,6 +120,25 @@ pub struct NodeLeases {
     pub realtime: bool,
     /// Longest gap between two iterations of its lease thread's loop, in microseconds.
     pub max_wake_late_us: u64,
+    /// Whether its process's memory was locked (`mlockall`).
+    #[serde(default)]
+    pub memory_locked: bool,
+    /// Page faults its lease thread took, minor and major, and the times the kernel
+    /// preempted it (involuntary context switches), over its lives.
+    #[serde(default)]
+    pub faults_minor: u64,
+    /// Major page faults (read from disk).
+    #[serde(default)]
+    pub faults_major: u64,
+    /// Involuntary context switches.
+    #[serde(default)]
+    pub preempted: u64,
+    /// Lives of this node the cluster removed (each replaced by a new life).
+    #[serde(default)]
+    pub removals: u64,
+    /// What each removal cost.
+    #[serde(default)]
+    pub rejoins: Vec<Rejoin>,
 }
 
 impl NodeLeases {
@@ -126,6 +156,12 @@ impl NodeLeases {
             renewal_rtt_max_ns: stats.renewal_rtt_max_ns,
             realtime: status.realtime,
             max_wake_late_us: status.max_wake_late_us,
+            memory_locked: status.memory_locked,
+            faults_minor: status.faults_minor,
+            faults_major: status.faults_major,
+            preempted: status.preempted,
+            removals: 0,
+            rejoins: Vec::new(),
         }
     }
 }
@@ -167,9 +203,14 @@ pub struct RunResult {
     /// Per transaction type (in the order of `Workload::types`), inside the window.
     pub types: Vec<TypeResult>,
     /// Coroutines that did not finish when told to stop, because the node no longer
-    /// served (its lease ran out, or the cluster removed it): must be 0.
+    /// served (its lease ran out and it was neither renewed nor removed): must be 0.
     #[serde(default)]
     pub unfinished: u64,
+    /// Coroutines dropped with a life the cluster removed (their commits are counted,
+    /// a transaction one was in is in `unknown`); a run going on started others on the
+    /// new life.
+    #[serde(default)]
+    pub dropped: u64,
     /// Transactions whose outcome the caller never learned ([`Abort::OutcomeUnknown`]: a
     /// failure cut off a commit, or a shipped operation's answer), over the whole run: they
     /// may have committed or not. Nothing fails in a benchmark, so this must be 0.
@@ -213,6 +254,7 @@ impl RunResult {
         self.errors += other.errors;
         self.unavailable += other.unavailable;
         self.unfinished += other.unfinished;
+        self.dropped += other.dropped;
         self.unknown += other.unknown;
         self.shipping.add(&other.shipping);
         self.money += other.money;
@@ -269,8 +311,33 @@ pub struct NodeTotals {
     pub wrong_configuration: u64,
 }
 
+impl NodeTotals {
+    /// Adds what one worker thread did.
+    fn add(&mut self, report: &WorkerReport) {
+        self.rpcs += report.rpc.calls_completed;
+        self.datagrams_sent += report.rpc.datagrams_sent;
+        self.retransmissions += report.rpc.retransmissions;
+        self.wrong_configuration += report.rpc.wrong_configuration;
+    }
+}
+
 fn check(node: &Node, workload: &Workload) -> CheckResult {
     let mut result = CheckResult::default();
+    // Each copy's role in the view the node serves now (a backup promoted where a
+    // primary left is the primary), not the one it was made with (`Node::copies`); a
+    // static node's never changes.
+    let view = node.membership().and_then(|link| link.view());
+    let copies: Vec<(u32, Role, Arc<ferrotx_store::Partition>)> = node
+        .copies()
+        .into_iter()
+        .filter_map(|(id, role, copy)| {
+            let role = match &view {
+                Some(view) => node.core().role_in(view, id)?,
+                None => role,
+            };
+            Some((id.0, role, copy))
+        })
+        .collect();
     // A backup still being filled (data recovery) holds part of its partition: not a
     // copy yet, so not compared.
     let filling: Vec<u32> = node
@@ -280,16 +347,16 @@ fn check(node: &Node, workload: &Workload) -> CheckResult {
         .filter(|f| !f.done)
         .map(|f| f.partition)
         .collect();
-    for (id, role, copy) in node.copies() {
-        if filling.contains(&id.0) {
+    for (id, role, copy) in &copies {
+        if filling.contains(id) {
             continue;
         }
         for table in workload.schema() {
             let (digest, objects) = copy.digest(table.id).expect("table exists");
             result.copies.push(CopyDigest {
-                partition: id.0,
+                partition: *id,
                 table: table.id.0,
-                primary: role == Role::Primary,
+                primary: *role == Role::Primary,
                 digest,
                 objects,
             });
@@ -299,7 +366,10 @@ fn check(node: &Node, workload: &Workload) -> CheckResult {
     let mut value = Vec::new();
     for (table, key) in summed {
         let partition = node.partition_of(table, &key);
-        let Some(primary) = node.copy(partition, Role::Primary) else {
+        let Some((_, _, primary)) = copies
+            .iter()
+            .find(|(id, role, _)| *id == partition.0 && *role == Role::Primary)
+        else {
             continue;
         };
         match primary.read(table, &key, &mut value).expect("table exists") {
@@ -319,11 +389,6 @@ fn check(node: &Node, workload: &Workload) -> CheckResult {
     result
 }
 
-/// What one coroutine measured.
-struct CoroutineResult {
-    run: RunResult,
-}
-
 thread_local! {
     /// Latencies of the workload coroutines of this worker thread: one histogram per
     /// thread, not per coroutine, keeps the counters in cache.
@@ -334,38 +399,63 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Starts node `id` of `config` (read from `config_path`) as a member of the cluster with
-/// leases of `lease_ms`, as `ferrotx node` does: the coordination file next to the
-/// configuration (a view left there by a cluster that died is retired, so a run never
-/// waits for dead members), the lease thread, then the workers once admitted.
+/// Starts a life of node `id` of `config` (read from `config_path`) as a member of the
+/// cluster with leases of `lease_ms`, as `ferrotx node` does: the coordination file next
+/// to the configuration, the lease thread, then the workers once admitted. The first life
+/// (`previous` `None`) retires a view left there by a cluster that died, so a run never
+/// waits for dead members; a later one (after the life `previous` was removed) only joins
+/// the running cluster, as `ferrotx node --join` does, with an incarnation above the
+/// removed one's.
+#[allow(clippy::too_many_arguments)]
 fn start_member<T: Transport + Send + 'static>(
     config: &Arc<Configuration>,
     config_path: &Path,
     id: u16,
     lease_ms: u64,
+    tuning: ferrotx_node::LeaseTuning,
+    previous: Option<u64>,
     transports: Vec<T>,
     options: &NodeOptions,
-) -> anyhow::Result<Node> {
+) -> anyhow::Result<(Node, u64)> {
     let keys = options.keys.clone();
     ensure!(lease_ms >= 1, "leases must be at least 1 ms long");
     let state = ferrotx_coord::default_state_path(config_path);
     let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
-    coordination
-        .retire_if_dead()
-        .with_context(|| format!("retiring a stale view in {}", state.display()))?;
+    match previous {
+        None => {
+            coordination
+                .retire_if_dead()
+                .with_context(|| format!("retiring a stale view in {}", state.display()))?;
+        }
+        Some(_) => {
+            // Into the running cluster only: never the first node of a new, empty one.
+            let running = coordination
+                .running_cluster()
+                .with_context(|| format!("reading {}", state.display()))?;
+            ensure!(
+                running.is_some(),
+                "node {id}: removed, and no cluster runs on {} any more to rejoin",
+                state.display()
+            );
+        }
+    }
+    let incarnation =
+        ferrotx_node::lives::next_incarnation(previous, ferrotx_node::incarnation_from_clock());
     let lease = ferrotx_node::LeaseThread::start(
         config.clone(),
         id,
-        ferrotx_node::incarnation_from_clock(),
+        incarnation,
         ferrotx_membership::Options::with_lease_ms(lease_ms),
         Box::new(coordination),
         Instant::now(),
         keys,
+        tuning,
     )
     .with_context(|| format!("starting node {id}'s lease thread"))?;
-    Node::start_member(transports, options, lease, ADMIT_TIMEOUT)
-        .with_context(|| format!("starting node {id} as a member"))
+    let node = Node::start_member(transports, options, lease, ADMIT_TIMEOUT)
+        .with_context(|| format!("starting node {id} as a member"))?;
+    Ok((node, incarnation))
 }
 
 /// The keys of a driven node, as `ferrotx node` has them: the key file next to the
@@ -391,6 +481,349 @@ fn drive_keys(
     ))))
 }
 
+/// One life of a driven node that the cluster removed, and the life that replaced it
+/// (nothing fails in a benchmark: each is a false positive, and this is what it cost).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Rejoin {
+    /// The view the removed life learned it was not in (0 if it did not say).
+    pub removed_in_view: u64,
+    /// Milliseconds the removed life had been a member.
+    pub lasted_ms: f64,
+    /// Milliseconds waited before the new life: a life removed within a second of its
+    /// admission waits ([`ferrotx_node::lives::next_backoff`]).
+    pub backoff_ms: f64,
+    /// Milliseconds from the removal being noticed until the new life was admitted into
+    /// the cluster (the wait included).
+    pub rejoin_ms: f64,
+    /// Milliseconds from the new life's admission until the view it knows has it as a
+    /// member, every partition with all its copies and no backup left to fill (data
+    /// recovery, its refill, done and counted); `None` if not yet when asked.
+    pub refill_ms: Option<f64>,
+    /// Objects the new life's fills copied by then (as last seen before the view counted
+    /// them; the driver looks every 20 ms or so).
+    pub refill_objects: u64,
+    /// Bytes of their keys and values.
+    pub refill_bytes: u64,
+    /// Workload coroutines that ran on the removed life and were dropped with it (their
+    /// commits counted; a transaction one was in is of unknown outcome). Those of a run
+    /// going on start again on the new life.
+    pub coroutines_dropped: u64,
+}
+
+/// Whether the cluster is back at full strength for life `incarnation` of node `node`, by
+/// `view`: it is a member, no partition is short of copies (or lost) and no backup is
+/// being filled.
+fn full_strength(
+    view: &ferrotx_cluster::View,
+    node: u16,
+    incarnation: u64,
+    replicas: usize,
+) -> bool {
+    view.is_member(node, incarnation)
+        && view.fills().next().is_none()
+        && view.short_and_lost(replicas) == (0, 0)
+}
+
+/// A driven node's leases over its lives: the removed lives' figures added up, so that a
+/// false positive stays counted after the life that suffered it is gone.
+fn merge_leases(past: &[NodeLeases], current: NodeLeases) -> NodeLeases {
+    let mut all = current;
+    for p in past {
+        all.expirations += p.expirations;
+        all.renewals += p.renewals;
+        all.suspicions += p.suspicions;
+        all.views_committed += p.views_committed;
+        if all.renewal_rtt_log2.len() < p.renewal_rtt_log2.len() {
+            all.renewal_rtt_log2.resize(p.renewal_rtt_log2.len(), 0);
+        }
+        for (sum, n) in all.renewal_rtt_log2.iter_mut().zip(&p.renewal_rtt_log2) {
+            *sum += n;
+        }
+        all.renewal_rtt_max_ns = all.renewal_rtt_max_ns.max(p.renewal_rtt_max_ns);
+        all.realtime &= p.realtime;
+        all.memory_locked &= p.memory_locked;
+        all.max_wake_late_us = all.max_wake_late_us.max(p.max_wake_late_us);
+        all.faults_minor += p.faults_minor;
+        all.faults_major += p.faults_major;
+        all.preempted += p.preempted;
+    }
+    all
+}
+
+/// A workload coroutine's results, sent when it ends however it ends: when it returns,
+/// or when its node is stopped under it (a removed life's coroutines are dropped). Then
+/// its commits still count, and a transaction it was in is of unknown outcome.
+struct Report {
+    run: RunResult,
+    /// The run it belongs to.
+    id: u64,
+    /// Inside a transaction.
+    in_flight: bool,
+    /// Returned (not dropped).
+    finished: bool,
+    to: mpsc::Sender<RunReport>,
+}
+
+/// A coroutine's results, with the number of the run it belongs to.
+type RunReport = (u64, RunResult);
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        let mut run = std::mem::take(&mut self.run);
+        if !self.finished {
+            run.dropped += 1;
+            if self.in_flight {
+                run.unknown += 1;
+            }
+        }
+        let _ = self.to.send((self.id, run));
+    }
+}
+
+/// The workload run going on: what its coroutines share and how to start more of them
+/// (on a new life).
+struct Running {
+    /// Its number (results of an earlier run that come late are not its).
+    id: u64,
+    /// Coroutines per thread.
+    coroutines: usize,
+    /// Its random numbers' seed.
+    seed: u64,
+    /// Coroutines started that have not reported.
+    outstanding: usize,
+    /// What those that reported did (on this life and removed ones).
+    result: RunResult,
+}
+
+/// A driven node over its lives, and what its workload coroutines share with it.
+struct Driven<'a> {
+    config: Arc<Configuration>,
+    config_path: &'a Path,
+    id: u16,
+    drive: &'a DriveOptions,
+    options: NodeOptions,
+    /// The current life's node (none only while one life is replaced by the next), its
+    /// incarnation, when it was admitted and the wait before it.
+    node: Option<Node>,
+    incarnation: u64,
+    admitted: Instant,
+    backoff: Duration,
+    /// The removed lives' leases and the rejoins that replaced them.
+    past: Vec<NodeLeases>,
+    rejoins: Vec<Rejoin>,
+    /// A rejoin whose refill is not done yet.
+    refilling: bool,
+    /// The removed lives' RPC counters.
+    totals: NodeTotals,
+    /// Shipping's counters at the end of the previous run (they only grow within a life).
+    shipping_before: ShipStats,
+    measuring: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
+    recorder: RecorderSlot,
+    monitor: Option<Monitor>,
+    results: (mpsc::Sender<RunReport>, mpsc::Receiver<RunReport>),
+    running: Option<Running>,
+}
+
+impl Driven<'_> {
+    /// The current life's node.
+    fn node(&self) -> &Node {
+        self.node.as_ref().expect("a life runs")
+    }
+
+    /// The node's transports, over UDP with the benchmark's loss.
+    fn transports(&self) -> anyhow::Result<Vec<Lossy<ferrotx_transport::udp::UdpTransport>>> {
+        let drive = self.drive;
+        Ok(Node::udp_transports(&self.config, self.id, &self.options)
+            .with_context(|| format!("starting node {} over UDP", self.id))?
+            .into_iter()
+            .map(|t| {
+                let seed = drive.seed ^ u64::from(t.local().0) ^ 0x1055;
+                Lossy::new(t, drive.loss, seed, BATCH_DATAGRAMS, UDP_MAX_PAYLOAD_BYTES)
+            })
+            .collect())
+    }
+
+    /// Starts `coroutines` workload coroutines per worker thread of the current life
+    /// (none on a node without clients), for run `run`.
+    fn spawn_coroutines(&mut self, coroutines: usize, seed: u64) -> usize {
+        let (id, drive) = (self.id, self.drive);
+        let clients = if id < drive.client_nodes {
+            self.config.threads_per_node()
+        } else {
+            0
+        };
+        let run = self.running.as_ref().map_or(0, |r| r.id);
+        let mut started = 0;
+        for thread in 0..clients {
+            for index in 0..coroutines {
+                let seed = seed ^ (u64::from(id) << 48) ^ (u64::from(thread) << 32) ^ index as u64;
+                let runner = Runner::new(drive.workload.clone(), ChaCha8Rng::seed_from_u64(seed));
+                let shared = Shared {
+                    measuring: self.measuring.clone(),
+                    stop: self.stop.clone(),
+                    progress: self.progress.clone(),
+                    recorder: self.recorder.clone(),
+                };
+                let report = Report {
+                    run: RunResult::default(),
+                    id: run,
+                    in_flight: false,
+                    finished: false,
+                    to: self.results.0.clone(),
+                };
+                // Its results come through `report`, whether it returns or is dropped.
+                drop(self.node().spawn(thread, move |co, coordinator| {
+                    coroutine(co, coordinator, runner, shared, report)
+                }));
+                started += 1;
+            }
+        }
+        started
+    }
+
+    /// Takes the current run's coroutines' results that have come (`wait`: waits up to it
+    /// for the first); results of earlier runs, come late, are dropped.
+    fn take_results(&mut self, wait: Duration) {
+        let Some(running) = &mut self.running else {
+            return;
+        };
+        let mut next = self.results.1.recv_timeout(wait).ok();
+        while let Some((id, result)) = next {
+            if id == running.id {
+                running.result.add_counts(&result);
+                running.outstanding = running.outstanding.saturating_sub(1);
+            }
+            next = self.results.1.try_recv().ok();
+        }
+    }
+
+    /// Replaces the current life with a new one if the cluster removed it, and notes when
+    /// a new life's refill is done. Called between commands and while waiting.
+    fn watch(&mut self) -> anyhow::Result<()> {
+        let Some(link) = self.node().membership().cloned() else {
+            return Ok(());
+        };
+        if link.removed() {
+            return self.rejoin(&link);
+        }
+        if self.refilling {
+            // The fills' progress as it grows (they are forgotten once the view counts
+            // them as copies).
+            let fills = self.node().core().fill_progress();
+            let (objects, bytes) = fills
+                .iter()
+                .fold((0, 0), |(o, b), f| (o + f.objects, b + f.bytes));
+            let replicas = usize::from(self.config.replicas());
+            let full = link
+                .status()
+                .view
+                .as_ref()
+                .is_some_and(|v| full_strength(v, self.id, self.incarnation, replicas));
+            let admitted = self.admitted;
+            let rejoin = self.rejoins.last_mut().expect("a rejoin refilling");
+            rejoin.refill_objects = rejoin.refill_objects.max(objects);
+            rejoin.refill_bytes = rejoin.refill_bytes.max(bytes);
+            if full {
+                rejoin.refill_ms = Some(admitted.elapsed().as_secs_f64() * 1e3);
+                self.refilling = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// The current life was removed: stops it (its coroutines are dropped and report),
+    /// waits if it was removed quickly, and starts a new life that joins the running
+    /// cluster and is refilled; a run going on starts its coroutines again there.
+    fn rejoin(&mut self, link: &Arc<ferrotx_node::Link>) -> anyhow::Result<()> {
+        let noticed = Instant::now();
+        let lasted = self.admitted.elapsed();
+        // The view that removed it, once the lease thread published it (right after
+        // raising `removed`).
+        let mut status = link.status();
+        while status.phase != Some(ferrotx_membership::Phase::Removed)
+            && noticed.elapsed() < Duration::from_millis(200)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            status = link.status();
+        }
+        let removed_in_view = status.view.as_ref().map_or(0, |v| v.id);
+        eprintln!(
+            "node {}: removed from configuration {removed_in_view} (life {}) after {:.1} s \
+             as a member; rejoining as a new life",
+            self.id,
+            self.incarnation,
+            lasted.as_secs_f64()
+        );
+        self.past.push(NodeLeases::of(self.id, &status));
+        self.monitor = None;
+        // Sockets closed, the liveness lock released; its coroutines are dropped.
+        let node = self.node.take().expect("a life runs");
+        for report in node.stop() {
+            self.totals.add(&report);
+        }
+        // Every coroutine of the stopped life has reported (dropped with its worker).
+        let dropped_before = self.running.as_ref().map_or(0, |r| r.result.dropped);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.running.as_ref().is_some_and(|r| r.outstanding > 0) && Instant::now() < deadline
+        {
+            self.take_results(Duration::from_millis(50));
+        }
+        let dropped = self.running.as_ref().map_or(0, |r| r.result.dropped) - dropped_before;
+        let backoff = ferrotx_node::lives::next_backoff(lasted, self.backoff);
+        std::thread::sleep(backoff);
+        let lease_ms = self.drive.lease_ms.expect("a member has leases");
+        let transports = self.transports()?;
+        let (node, incarnation) = start_member(
+            &self.config,
+            self.config_path,
+            self.id,
+            lease_ms,
+            self.drive.tuning,
+            Some(self.incarnation),
+            transports,
+            &self.options,
+        )?;
+        self.node = Some(node);
+        self.incarnation = incarnation;
+        self.admitted = Instant::now();
+        self.backoff = backoff;
+        self.shipping_before = ShipStats::default();
+        self.rejoins.push(Rejoin {
+            removed_in_view,
+            lasted_ms: lasted.as_secs_f64() * 1e3,
+            backoff_ms: backoff.as_secs_f64() * 1e3,
+            rejoin_ms: noticed.elapsed().as_secs_f64() * 1e3,
+            coroutines_dropped: dropped,
+            ..Rejoin::default()
+        });
+        self.refilling = true;
+        eprintln!(
+            "node {}: life {incarnation} admitted {:.0} ms after the removal",
+            self.id,
+            noticed.elapsed().as_secs_f64() * 1e3
+        );
+        if self.recorder.get().is_some() {
+            self.monitor = Monitor::start(self.node(), &self.recorder);
+        }
+        // A run going on goes on here, with other random numbers.
+        if let Some(running) = &self.running
+            && !self.stop.load(Ordering::Relaxed)
+        {
+            let (coroutines, seed) = (
+                running.coroutines,
+                running.seed ^ (self.rejoins.len() as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+            );
+            let started = self.spawn_coroutines(coroutines, seed);
+            if let Some(running) = &mut self.running {
+                running.outstanding += started;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Main of a driven node process: node `id` of `config` (read from `config_path`),
 /// running `drive`.
 pub fn serve(
@@ -414,24 +847,63 @@ pub fn serve(
         keys: drive_keys(&config, config_path, id, drive.no_auth)?,
         ..NodeOptions::default()
     };
-    let transports = Node::udp_transports(&config, id, &options)
-        .with_context(|| format!("starting node {id} over UDP"))?
-        .into_iter()
-        .map(|t| {
-            let seed = drive.seed ^ u64::from(t.local().0) ^ 0x1055;
-            Lossy::new(t, drive.loss, seed, BATCH_DATAGRAMS, UDP_MAX_PAYLOAD_BYTES)
-        })
-        .collect();
-    let node = match drive.lease_ms {
-        Some(lease_ms) => start_member(&config, config_path, id, lease_ms, transports, &options)?,
-        None => Node::start(config.clone(), id, transports, &options, Instant::now()),
+    let mut driven = Driven {
+        config: config.clone(),
+        config_path,
+        id,
+        drive,
+        options,
+        node: None,
+        incarnation: 0,
+        admitted: Instant::now(),
+        backoff: Duration::ZERO,
+        past: Vec::new(),
+        rejoins: Vec::new(),
+        refilling: false,
+        totals: NodeTotals::default(),
+        shipping_before: ShipStats::default(),
+        measuring: Arc::new(AtomicBool::new(false)),
+        stop: Arc::new(AtomicBool::new(false)),
+        progress: Arc::new(AtomicU64::new(0)),
+        recorder: Arc::default(),
+        monitor: None,
+        results: mpsc::channel(),
+        running: None,
     };
+    let transports = driven.transports()?;
+    let (node, incarnation) = match drive.lease_ms {
+        Some(lease_ms) => start_member(
+            &config,
+            config_path,
+            id,
+            lease_ms,
+            drive.tuning,
+            None,
+            transports,
+            &driven.options,
+        )?,
+        None => {
+            let node = Node::start(
+                config.clone(),
+                id,
+                transports,
+                &driven.options,
+                Instant::now(),
+            );
+            let incarnation = node.core().incarnation();
+            (node, incarnation)
+        }
+    };
+    driven.node = Some(node);
+    driven.incarnation = incarnation;
+    driven.admitted = Instant::now();
     // Primaries first: the objects reads and locks touch end up together in memory. Each
     // pass generates every row; a `loading DONE TOTAL` line goes out every half second.
     let total = 2 * drive.workload.rows();
     let mut done = 0u64;
     let mut reported = Instant::now();
     for role in [Role::Primary, Role::Backup] {
+        let node = driven.node();
         drive.workload.load(&mut |table, key, value| {
             done += 1;
             if done & 4095 == 0 && reported.elapsed() >= Duration::from_millis(500) {
@@ -448,21 +920,36 @@ pub fn serve(
         Ok(())
     };
     answer("ready")?;
-    let measuring = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = Arc::new(AtomicU64::new(0));
-    let recorder: RecorderSlot = Arc::default();
-    let mut monitor: Option<Monitor> = None;
+    // Commands are read on a thread of their own, so that a removal is noticed (and the
+    // node rejoins) between them.
+    let (lines_in, lines) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("ferrotx-stdin".to_string())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let end = line.is_err();
+                if lines_in.send(line).is_err() || end {
+                    break;
+                }
+            }
+        })
+        .context("starting the thread that reads commands")?;
     let mut runs_started: u64 = 0;
-    let mut running = Vec::new();
     let mut cpu_start = 0.0;
     let mut cpu_s = 0.0;
     let mut window_start = Instant::now();
     let mut window_s = 0.0;
-    // Shipping's counters at the end of the previous run (they only grow).
-    let mut shipping_before = ShipStats::default();
-    for line in std::io::stdin().lock().lines() {
-        let line = line?;
+    loop {
+        driven.watch()?;
+        let line = match lines.recv_timeout(Duration::from_millis(20)) {
+            Ok(line) => line?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // Results of coroutines dropped with a removed life, or come late.
+                driven.take_results(Duration::ZERO);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let (command, argument) = match line.trim().split_once(' ') {
             Some((command, argument)) => (command, Some(argument)),
             None => (line.trim(), None),
@@ -471,7 +958,7 @@ pub fn serve(
             // `run` or `run N`: start the workload with N coroutines per thread (default:
             // the drive options'); `stop` ends it, and another `run` may follow.
             "run" => {
-                ensure!(running.is_empty(), "run while a run is going on");
+                ensure!(driven.running.is_none(), "run while a run is going on");
                 let coroutines = match argument {
                     Some(n) => n
                         .parse::<usize>()
@@ -484,59 +971,46 @@ pub fn serve(
                      coroutine slots)",
                     drive.coroutines
                 );
-                stop.store(false, Ordering::Relaxed);
+                driven.stop.store(false, Ordering::Relaxed);
                 // Each run draws other numbers: a run replaying the previous one's inserts
                 // and deletes would find them all done already.
-                let run_seed = drive.seed ^ runs_started.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let seed = drive.seed ^ runs_started.wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 runs_started += 1;
-                let clients = if id < drive.client_nodes {
-                    config.threads_per_node()
-                } else {
-                    0
-                };
-                for thread in 0..clients {
-                    for index in 0..coroutines {
-                        let seed = run_seed
-                            ^ (u64::from(id) << 48)
-                            ^ (u64::from(thread) << 32)
-                            ^ index as u64;
-                        let runner =
-                            Runner::new(drive.workload.clone(), ChaCha8Rng::seed_from_u64(seed));
-                        let shared = Shared {
-                            measuring: measuring.clone(),
-                            stop: stop.clone(),
-                            progress: progress.clone(),
-                            recorder: recorder.clone(),
-                        };
-                        running.push(node.spawn(thread, move |co, coordinator| {
-                            coroutine(co, coordinator, runner, shared)
-                        }));
-                    }
+                driven.running = Some(Running {
+                    id: runs_started,
+                    coroutines,
+                    seed,
+                    outstanding: 0,
+                    result: RunResult::default(),
+                });
+                let started = driven.spawn_coroutines(coroutines, seed);
+                if let Some(running) = &mut driven.running {
+                    running.outstanding += started;
                 }
                 answer("running")?;
             }
             "window-start" => {
-                progress.store(0, Ordering::Relaxed);
+                driven.progress.store(0, Ordering::Relaxed);
                 cpu_start = process_cpu_s();
                 window_start = Instant::now();
-                measuring.store(true, Ordering::Relaxed);
+                driven.measuring.store(true, Ordering::Relaxed);
                 answer("ok")?;
             }
             "window-end" => {
-                measuring.store(false, Ordering::Relaxed);
+                driven.measuring.store(false, Ordering::Relaxed);
                 window_s = window_start.elapsed().as_secs_f64();
                 cpu_s = process_cpu_s() - cpu_start;
                 answer("ok")?;
             }
             "stop" => {
-                stop.store(true, Ordering::Relaxed);
-                let mut run = RunResult::default();
-                let (mut histogram, mut remote) = (new_histogram(), new_histogram());
-                // A node whose lease ran out (a false positive: nothing fails here) may
-                // serve nothing any more, and its coroutines never finish: after a short
-                // wait it reports what it has, so that the run ends with its figures.
-                let degraded = || {
-                    node.membership().is_some_and(|link| {
+                driven.stop.store(true, Ordering::Relaxed);
+                // A node whose lease ran out (a false positive: nothing fails here) serves
+                // nothing until it renews, and its coroutines wait; one the cluster removed
+                // is replaced by a new life, its coroutines dropped and reported. One that
+                // is neither after a short wait may never serve again: it reports what it
+                // has, so that the run ends with its figures.
+                let degraded = |driven: &Driven| {
+                    driven.node().membership().is_some_and(|link| {
                         let stats = link.status().stats;
                         link.removed()
                             || stats.lease_expirations > 0
@@ -545,18 +1019,26 @@ pub fn serve(
                     })
                 };
                 let stopped = Instant::now();
-                for receiver in running.drain(..) {
-                    loop {
-                        match receiver.recv_timeout(Duration::from_millis(100)) {
-                            Ok(c) => run.add_counts(&c.run),
-                            Err(_) if stopped.elapsed() < Duration::from_secs(5) => continue,
-                            Err(_) if degraded() => run.unfinished += 1,
-                            Err(_) if stopped.elapsed() < Duration::from_secs(60) => continue,
-                            Err(_) => bail!("a workload coroutine did not finish in 60 s"),
+                while driven.running.as_ref().is_some_and(|r| r.outstanding > 0) {
+                    driven.take_results(Duration::from_millis(100));
+                    driven.watch()?;
+                    let waited = stopped.elapsed();
+                    if waited < Duration::from_secs(5) {
+                        continue;
+                    }
+                    if degraded(&driven) {
+                        if let Some(running) = &mut driven.running {
+                            running.result.unfinished += running.outstanding as u64;
+                            running.outstanding = 0;
                         }
                         break;
                     }
+                    ensure!(
+                        waited < Duration::from_secs(60),
+                        "a workload coroutine did not finish in 60 s"
+                    );
                 }
+                let mut run = driven.running.take().map(|r| r.result).unwrap_or_default();
                 if run.unfinished > 0 {
                     // Its workers run nothing: no latencies to collect, no marks to flush.
                     run.cpu_s = cpu_s;
@@ -564,6 +1046,8 @@ pub fn serve(
                     answer(&serde_json::to_string(&run)?)?;
                     continue;
                 }
+                let node = driven.node();
+                let (mut histogram, mut remote) = (new_histogram(), new_histogram());
                 let types = drive.workload.types().len();
                 run.types.resize(types, TypeResult::default());
                 let mut by_type: Vec<Histogram<u64>> =
@@ -580,9 +1064,12 @@ pub fn serve(
                         let by_type = TYPE_LATENCIES.with(|h| std::mem::take(&mut *h.borrow_mut()));
                         (all, by_type, ShipStats::of(&coordinator.stats()))
                     });
-                    let ([all, waited], per_type, ship_counts) = taken
-                        .recv_timeout(Duration::from_secs(60))
-                        .context("collecting latencies")?;
+                    // A life removed meanwhile takes its latencies with it.
+                    let Some(([all, waited], per_type, ship_counts)) =
+                        wait_on_life(node, &taken, "collecting latencies")?
+                    else {
+                        break;
+                    };
                     shipping.add(&ship_counts);
                     histogram.add(&all).expect("same bounds");
                     remote.add(&waited).expect("same bounds");
@@ -600,8 +1087,7 @@ pub fn serve(
                 for (result, h) in run.types.iter_mut().zip(&by_type) {
                     result.latency_ns = pairs(h);
                 }
-                run.shipping = shipping.since(&shipping_before);
-                shipping_before = shipping;
+                run.shipping = shipping.since(&driven.shipping_before);
                 run.rss_peak_bytes = crate::cpu::process_peak_rss_bytes();
                 run.objects = node
                     .copies()
@@ -615,7 +1101,8 @@ pub fn serve(
                     .sum::<usize>() as u64;
                 run.cpu_s = cpu_s;
                 run.window_s = window_s;
-                flush_truncation(&node)?;
+                flush_truncation(node)?;
+                driven.shipping_before = shipping;
                 answer(&serde_json::to_string(&run)?)?;
             }
             "timeline" => {
@@ -624,42 +1111,62 @@ pub fn serve(
                     .and_then(|(s, l)| Some((s.parse::<u64>().ok()?, l.parse::<usize>().ok()?)))
                     .context("timeline START_UNIX_NS LENGTH_MS")?;
                 ensure!(
-                    recorder.set(Recorder::new(start, length)).is_ok(),
+                    driven.recorder.set(Recorder::new(start, length)).is_ok(),
                     "a second timeline"
                 );
-                monitor = Monitor::start(&node, &recorder);
+                driven.monitor = Monitor::start(driven.node(), &driven.recorder);
                 answer("ok")?;
             }
             "events" => answer(&serde_json::to_string(
-                &monitor.as_ref().map(Monitor::events).unwrap_or_default(),
+                &driven
+                    .monitor
+                    .as_ref()
+                    .map(Monitor::events)
+                    .unwrap_or_default(),
             )?)?,
             "timeline-get" => {
                 let timeline = NodeTimeline {
-                    buckets: recorder.get().map(Recorder::buckets).unwrap_or_default(),
-                    events: monitor.as_ref().map(Monitor::events).unwrap_or_default(),
+                    buckets: driven
+                        .recorder
+                        .get()
+                        .map(Recorder::buckets)
+                        .unwrap_or_default(),
+                    events: driven
+                        .monitor
+                        .as_ref()
+                        .map(Monitor::events)
+                        .unwrap_or_default(),
                 };
                 answer(&serde_json::to_string(&timeline)?)?;
             }
             // Transactions committed in the window so far, for a progress line.
-            "progress" => answer(&progress.load(Ordering::Relaxed).to_string())?,
-            "check" => answer(&serde_json::to_string(&check(&node, &drive.workload))?)?,
+            "progress" => answer(&driven.progress.load(Ordering::Relaxed).to_string())?,
+            "check" => answer(&serde_json::to_string(&check(
+                driven.node(),
+                &drive.workload,
+            ))?)?,
             "leases" => {
-                let leases = node
-                    .membership()
-                    .map(|link| NodeLeases::of(id, &link.status()));
+                let leases = driven.node().membership().map(|link| {
+                    let mut leases = merge_leases(&driven.past, NodeLeases::of(id, &link.status()));
+                    leases.removals = driven.past.len() as u64;
+                    leases.rejoins = driven.rejoins.clone();
+                    leases
+                });
                 answer(&serde_json::to_string(&leases)?)?
             }
+            // Whether every removed life's successor is back with the cluster at full
+            // strength (its refill done): `yes` or `no`.
+            "settled" => answer(if driven.refilling { "no" } else { "yes" })?,
             "exit" => break,
             other => bail!("unknown command {other:?}"),
         }
     }
-    drop(monitor);
-    let mut totals = NodeTotals::default();
-    for report in node.stop() {
-        totals.rpcs += report.rpc.calls_completed;
-        totals.datagrams_sent += report.rpc.datagrams_sent;
-        totals.retransmissions += report.rpc.retransmissions;
-        totals.wrong_configuration += report.rpc.wrong_configuration;
+    driven.monitor = None;
+    let mut totals = driven.totals;
+    if let Some(node) = driven.node.take() {
+        for report in node.stop() {
+            totals.add(&report);
+        }
     }
     answer(&serde_json::to_string(&totals)?)?;
     Ok(())
@@ -683,11 +1190,39 @@ fn flush_truncation(node: &Node) -> anyhow::Result<()> {
         })
         .collect();
     for flush in flushes {
-        flush
-            .recv_timeout(Duration::from_secs(60))
-            .context("flushing truncation did not finish in 60 s")?;
+        // A life removed meanwhile has nothing left to flush: recovery decides and applies
+        // its transactions in the view without it.
+        if wait_on_life(node, &flush, "flushing truncation")?.is_none() {
+            break;
+        }
     }
     Ok(())
+}
+
+/// Waits up to 60 s for what a coroutine started on `node` sends to `answer`; `None` if
+/// the cluster removes `node`'s life meanwhile (its coroutines never run again; the
+/// driver starts a new life at its next look).
+fn wait_on_life<T>(
+    node: &Node,
+    answer: &mpsc::Receiver<T>,
+    what: &str,
+) -> anyhow::Result<Option<T>> {
+    let started = Instant::now();
+    loop {
+        match answer.recv_timeout(Duration::from_millis(50)) {
+            Ok(value) => return Ok(Some(value)),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if node.membership().is_some_and(|link| link.removed()) {
+                    return Ok(None);
+                }
+                ensure!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "{what} did not finish in 60 s"
+                );
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("{what}: the worker stopped"),
+        }
+    }
 }
 
 /// What a node's workload coroutines share with its driver.
@@ -702,19 +1237,21 @@ struct Shared {
     recorder: RecorderSlot,
 }
 
+/// A workload coroutine: transactions until told to stop; what it did goes out through
+/// `report` when it returns or is dropped (with its removed life).
 async fn coroutine(
     co: ferrotx_exec::Co,
     coordinator: Rc<ferrotx_txn::coordinator::Coordinator>,
     mut runner: Runner,
     shared: Shared,
-) -> CoroutineResult {
+    mut report: Report,
+) {
     let Shared {
         measuring,
         stop,
         progress,
         recorder,
     } = shared;
-    let mut run = RunResult::default();
     let counts_local = runner.workload().counts_local();
     while !stop.load(Ordering::Relaxed) {
         // The loop's clock (set once per iteration) tells whether the transaction waited.
@@ -723,7 +1260,10 @@ async fn coroutine(
         // the two compare); one that never waited, on the real clock.
         let start = co.now_ns();
         let started = Instant::now();
+        report.in_flight = true;
         let done = runner.run_one(&co, &coordinator, &mut NoRecorder).await;
+        report.in_flight = false;
+        let run = &mut report.run;
         let waited = co.now_ns() != start;
         let window = measuring.load(Ordering::Relaxed);
         if run.types.len() <= done.kind {
@@ -741,7 +1281,7 @@ async fn coroutine(
                     // Counted for the progress line in steps, not one shared write per
                     // transaction.
                     const PROGRESS_STEP: u64 = 256;
-                    if run.window_committed % PROGRESS_STEP == 0 {
+                    if run.window_committed.is_multiple_of(PROGRESS_STEP) {
                         progress.fetch_add(PROGRESS_STEP, Ordering::Relaxed);
                     }
                     run.types[done.kind].committed += 1;
@@ -791,5 +1331,5 @@ async fn coroutine(
             co.yield_now().await;
         }
     }
-    CoroutineResult { run }
+    report.finished = true;
 }

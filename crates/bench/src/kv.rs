@@ -10,7 +10,9 @@ use ferrotx_cluster::Configuration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{CheckResult, DriveOptions, NodeLeases, NodeTotals, RunResult, new_histogram};
+use crate::driver::{
+    CheckResult, DriveOptions, NodeLeases, NodeTotals, Rejoin, RunResult, new_histogram,
+};
 use crate::processes::ProcessCluster;
 use crate::rpc::Latency;
 use crate::timeline::{Kill, NodeTimeline, TimelineReport};
@@ -52,6 +54,10 @@ pub struct ClusterBenchOptions {
     /// 0: static nodes without membership (the benchmarks before leases).
     #[serde(default)]
     pub lease_ms: u64,
+    /// What the nodes' lease threads do to stay on time (memory locked, real-time
+    /// priority), each where the process may.
+    #[serde(default)]
+    pub tuning: ferrotx_node::LeaseTuning,
     /// Nodes send datagrams without MACs and accept them so: a switch for benchmarks only,
     /// to measure what authentication costs against the same run with it.
     #[serde(default)]
@@ -68,6 +74,50 @@ pub struct ClusterBenchOptions {
     /// to get back to full strength (the workload runs on, and the timeline with it).
     #[serde(default)]
     pub rereplication_deadline_s: f64,
+    /// Stop a node process (`SIGSTOP`) in the measured window for a while, then resume it
+    /// (`SIGCONT`): a false positive made on purpose, as a machine that stalls a process
+    /// past its lease makes one. Needs `lease_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+}
+
+/// A node paused in the measured window ([`ClusterBenchOptions::pause`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pause {
+    /// The node.
+    pub node: u16,
+    /// Seconds into the window.
+    pub at_s: f64,
+    /// How long, in milliseconds.
+    pub for_ms: u64,
+}
+
+impl Pause {
+    /// Parses `NODE@SECS` (`--pause`), for `for_ms` milliseconds.
+    pub fn parse(spec: &str, for_ms: u64) -> anyhow::Result<Self> {
+        let (node, at) = spec
+            .split_once('@')
+            .with_context(|| format!("--pause {spec:?} is not NODE@SECS"))?;
+        let node = node
+            .parse()
+            .with_context(|| format!("--pause {spec:?}: {node:?} is not a node id"))?;
+        let at_s: f64 = at
+            .parse()
+            .with_context(|| format!("--pause {spec:?}: {at:?} is not a number of seconds"))?;
+        ensure!(
+            at_s.is_finite() && at_s >= 0.0,
+            "--pause {spec:?}: the time must be a number of seconds, 0 or more"
+        );
+        ensure!(for_ms > 0, "--pause-ms must be at least 1");
+        Ok(Self { node, at_s, for_ms })
+    }
+
+    /// How long a pause must be, by default, for the cluster to remove the node: a lease
+    /// for the CM to suspect it, a quarter more for the probe round, and as much again
+    /// for the new view's commit, on a loaded machine.
+    pub fn default_ms(lease_ms: u64) -> u64 {
+        (5 * lease_ms).max(500)
+    }
 }
 
 impl ClusterBenchOptions {
@@ -104,6 +154,25 @@ impl ClusterBenchOptions {
         if self.domains > 0 {
             let domains = self.domains;
             config = config.with_failure_domains(|n| format!("d{}", n % domains))?;
+        }
+        if let Some(pause) = &self.pause {
+            ensure!(
+                self.lease_ms > 0,
+                "a pause needs the nodes to run with leases (--lease-ms above 0)"
+            );
+            ensure!(self.kill.is_none(), "a run pauses or kills, not both");
+            ensure!(
+                pause.node < self.nodes,
+                "--pause: there is no node {} (nodes 0..{})",
+                pause.node,
+                self.nodes
+            );
+            ensure!(
+                pause.at_s < self.duration_s,
+                "the pause ({} s into the window) must come before its end ({} s)",
+                pause.at_s,
+                self.duration_s
+            );
         }
         if let Some(kill) = &self.kill {
             ensure!(
@@ -162,6 +231,13 @@ pub struct Checks {
     pub replicas_equal: bool,
     /// Copies that differ from their primary.
     pub replicas_differing: usize,
+    /// The copies that differ: which, and their objects beside the primary's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differing: Vec<DifferingCopy>,
+    /// Partitions (tables of) with copies but none of them primary in the view its node
+    /// serves: their keys would go unsummed.
+    #[serde(default)]
+    pub without_primary: usize,
     /// Sum over the summed keys of the first 8 bytes of the value at the primary.
     pub primary_sum: i128,
     /// What that sum must be: the money at the start (bank), plus what committed
@@ -177,15 +253,35 @@ pub struct Checks {
     /// Transactions whose outcome the client never learned (a commit or a shipped
     /// operation cut off by a failure): each may have committed or not, so they are in
     /// neither `committed` nor `aborted`, and the sum may exceed what is expected by up to
-    /// this many times the writes of a transaction. Nothing fails in a benchmark: must be 0.
+    /// this many times the writes of a transaction. Must be 0 unless the run kills a node
+    /// or the cluster reconfigured (a false positive).
     #[serde(default)]
     pub unknown: u64,
     /// Transactions refused because the cluster was reconfiguring or a partition had no
-    /// copy (nothing changed): 0 unless the run kills a node.
+    /// copy (nothing changed): 0 unless the run kills a node or the cluster reconfigured
+    /// (a false positive).
     #[serde(default)]
     pub unavailable: u64,
     /// Everything above holds.
     pub ok: bool,
+}
+
+/// A copy whose digest differs from its primary's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DifferingCopy {
+    /// The partition and table.
+    pub partition: u32,
+    /// The table.
+    pub table: u16,
+    /// The node that holds it, as the index of its answer (node order, killed nodes left
+    /// out).
+    pub answer: usize,
+    /// Its objects.
+    pub objects: usize,
+    /// The primary's node (as `answer`), and its objects.
+    pub primary_answer: usize,
+    /// The primary's objects.
+    pub primary_objects: usize,
 }
 
 /// `bench kv`'s one-key read-modify-writes shipped to their key's primary, over the whole
@@ -364,11 +460,40 @@ pub struct LeasesReport {
     pub renewal_rtt_max_us: f64,
     /// Every node's lease thread ran at real-time priority.
     pub realtime: bool,
+    /// Every node process locked its memory (`mlockall`).
+    #[serde(default)]
+    pub memory_locked: bool,
     /// The latest any node's lease thread woke after it meant to (a timeout due), in
     /// microseconds: how far the machine delays a real-time thread.
     pub max_wake_late_us: u64,
+    /// Page faults the lease threads took, minor and major, summed over the nodes.
+    #[serde(default)]
+    pub faults_minor: u64,
+    /// Major page faults (read from disk).
+    #[serde(default)]
+    pub faults_major: u64,
+    /// Times the kernel preempted a lease thread (involuntary context switches), summed.
+    #[serde(default)]
+    pub preempted: u64,
+    /// Lives the cluster removed (false positives that went as far as a removal), summed
+    /// over the nodes. Each came back as a new life, refilled by data recovery.
+    #[serde(default)]
+    pub removals: u64,
+    /// What each removal cost, with its node.
+    #[serde(default)]
+    pub rejoins: Vec<NodeRejoin>,
     /// Per node.
     pub nodes: Vec<NodeLeasesReport>,
+}
+
+/// One removal of a node's life and its new life's rejoin and refill.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeRejoin {
+    /// The node.
+    pub node: u16,
+    /// What it cost.
+    #[serde(flatten)]
+    pub rejoin: Rejoin,
 }
 
 /// One node's leases over a run.
@@ -388,8 +513,23 @@ pub struct NodeLeasesReport {
     pub renewal_rtt_max_us: f64,
     /// Its lease thread ran at real-time priority (`SCHED_FIFO`).
     pub realtime: bool,
+    /// Its process's memory was locked (`mlockall`).
+    #[serde(default)]
+    pub memory_locked: bool,
     /// The latest its lease thread woke after it meant to, in microseconds.
     pub max_wake_late_us: u64,
+    /// Page faults its lease thread took (minor, major) and times it was preempted.
+    #[serde(default)]
+    pub faults_minor: u64,
+    /// Major page faults.
+    #[serde(default)]
+    pub faults_major: u64,
+    /// Involuntary context switches.
+    #[serde(default)]
+    pub preempted: u64,
+    /// Its lives the cluster removed.
+    #[serde(default)]
+    pub removals: u64,
     /// The id of the last view it knew, and how many members that view had.
     pub view_id: u64,
     /// Members of that view.
@@ -446,7 +586,21 @@ impl LeasesReport {
             renewal_rtt_p99_us: p99,
             renewal_rtt_max_us: max,
             realtime: nodes.iter().all(|n| n.realtime),
+            memory_locked: nodes.iter().all(|n| n.memory_locked),
             max_wake_late_us: nodes.iter().map(|n| n.max_wake_late_us).max()?,
+            faults_minor: nodes.iter().map(|n| n.faults_minor).sum(),
+            faults_major: nodes.iter().map(|n| n.faults_major).sum(),
+            preempted: nodes.iter().map(|n| n.preempted).sum(),
+            removals: nodes.iter().map(|n| n.removals).sum(),
+            rejoins: nodes
+                .iter()
+                .flat_map(|n| {
+                    n.rejoins.iter().map(|r| NodeRejoin {
+                        node: n.node,
+                        rejoin: r.clone(),
+                    })
+                })
+                .collect(),
             nodes: nodes
                 .iter()
                 .map(|n| {
@@ -459,7 +613,12 @@ impl LeasesReport {
                         renewal_rtt_p99_us: p99,
                         renewal_rtt_max_us: max,
                         realtime: n.realtime,
+                        memory_locked: n.memory_locked,
                         max_wake_late_us: n.max_wake_late_us,
+                        faults_minor: n.faults_minor,
+                        faults_major: n.faults_major,
+                        preempted: n.preempted,
+                        removals: n.removals,
                         view_id: n.view_id,
                         view_members: n.view_members,
                         views_committed: n.views_committed,
@@ -474,10 +633,11 @@ impl LeasesReport {
 pub fn print_leases(leases: &LeasesReport) {
     println!(
         "  leases of {} ms: {} expirations (false positives; {} before the workload), {} \
-         renewals, renewal round trip p50 {:.0} us, p99 {:.0} us, max {:.0} us{}",
+         removals, {} renewals, renewal round trip p50 {:.0} us, p99 {:.0} us, max {:.0} us{}",
         leases.lease_ms,
         leases.expirations,
         leases.expirations_before_workload,
+        leases.removals,
         leases.renewals,
         leases.renewal_rtt_p50_us,
         leases.renewal_rtt_p99_us,
@@ -491,29 +651,67 @@ pub fn print_leases(leases: &LeasesReport) {
         }
     );
     println!(
-        "  {:>4} {:>11} {:>8} {:>10} {:>10} {:>10} {:>8} {:>12} {:>5}",
+        "  lease threads: memory locked {}, real-time {}; {} minor and {} major page faults, \
+         preempted {} times",
+        if leases.memory_locked { "yes" } else { "no" },
+        if leases.realtime { "yes" } else { "no" },
+        leases.faults_minor,
+        leases.faults_major,
+        leases.preempted
+    );
+    println!(
+        "  {:>4} {:>11} {:>8} {:>8} {:>10} {:>10} {:>10} {:>8} {:>6} {:>12} {:>7} {:>9} {:>5}",
         "node",
         "expirations",
+        "removals",
         "renewals",
         "p50 us",
         "p99 us",
         "max us",
         "realtime",
+        "mlock",
         "wake late us",
+        "faults",
+        "preempted",
         "view"
     );
     for n in &leases.nodes {
         println!(
-            "  {:>4} {:>11} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8} {:>12} {:>5}",
+            "  {:>4} {:>11} {:>8} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8} {:>6} {:>12} {:>7} {:>9} {:>5}",
             n.node,
             n.expirations,
+            n.removals,
             n.renewals,
             n.renewal_rtt_p50_us,
             n.renewal_rtt_p99_us,
             n.renewal_rtt_max_us,
             if n.realtime { "yes" } else { "no" },
+            if n.memory_locked { "yes" } else { "no" },
             n.max_wake_late_us,
+            n.faults_minor + n.faults_major,
+            n.preempted,
             n.view_id
+        );
+    }
+    for r in &leases.rejoins {
+        let refill = match r.rejoin.refill_ms {
+            Some(ms) => format!(
+                "back at full strength {:.0} ms after it ({} objects, {:.1} MB refilled)",
+                ms,
+                r.rejoin.refill_objects,
+                r.rejoin.refill_bytes as f64 / 1e6
+            ),
+            None => "NOT back at full strength by the end".to_string(),
+        };
+        println!(
+            "  node {} removed in view {} after {:.1} s as a member: new life admitted {:.0} ms \
+             later (waited {:.0} ms), {refill}; {} coroutines dropped",
+            r.node,
+            r.rejoin.removed_in_view,
+            r.rejoin.lasted_ms / 1e3,
+            r.rejoin.rejoin_ms,
+            r.rejoin.backoff_ms,
+            r.rejoin.coroutines_dropped
         );
     }
 }
@@ -550,6 +748,7 @@ pub fn run_points(
         client_nodes: options.client_nodes,
         loss: options.loss,
         lease_ms: (options.lease_ms > 0).then_some(options.lease_ms),
+        tuning: options.tuning,
         no_auth: options.no_auth,
     };
     // Progress goes to stderr, so that stdout holds only the report.
@@ -559,8 +758,8 @@ pub fn run_points(
         options.nodes
     );
     ensure!(
-        options.kill.is_none() || coroutines.len() == 1,
-        "a kill ends a run: one point only"
+        (options.kill.is_none() && options.pause.is_none()) || coroutines.len() == 1,
+        "a kill or a pause is one run: one point only"
     );
     let mut cluster = ProcessCluster::start(&config, &drive)?;
     eprintln!("loaded in {:.1} s", started.elapsed().as_secs_f64());
@@ -579,7 +778,19 @@ pub fn run_points(
         match &options.kill {
             None => {
                 cluster.command("window-start")?;
-                measure_with_progress(&mut cluster, options.duration_s)?;
+                let window = std::time::Instant::now();
+                if let Some(pause) = &options.pause {
+                    measure_with_progress(&mut cluster, pause.at_s)?;
+                    eprintln!(
+                        "pausing node {} for {} ms (SIGSTOP, then SIGCONT)",
+                        pause.node, pause.for_ms
+                    );
+                    cluster.pause(pause.node, Duration::from_millis(pause.for_ms))?;
+                }
+                let rest = options.duration_s - window.elapsed().as_secs_f64();
+                if rest > 0.0 {
+                    measure_with_progress(&mut cluster, rest)?;
+                }
                 cluster.command("window-end")?;
             }
             Some(kill) => timeline = Some(run_kill(&mut cluster, options, &config, kill)?),
@@ -596,6 +807,7 @@ pub fn run_points(
         }
         points.push((c, runs));
     }
+    settle(&mut cluster)?;
     eprintln!("checking the data...");
     let checks: Vec<CheckResult> = cluster.command_json("check")?;
     // While every node still runs: one stopping would end the others' leases at the CM.
@@ -622,6 +834,36 @@ pub fn run_points(
             report
         })
         .collect())
+}
+
+/// How long the benchmark waits at the end for the new lives of removed nodes to be
+/// refilled (their backups copied and counted), so that it reports what a refill costs.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Waits until every node that replaced a removed life sees the cluster back at full
+/// strength (`settled`), or [`SETTLE_TIMEOUT`] passes (the report then says which refill
+/// was not done; the checks skip backups still being filled).
+fn settle(cluster: &mut ProcessCluster) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let answers = cluster.command("settled")?;
+        if answers.iter().all(|a| a == "yes") {
+            return Ok(());
+        }
+        if !said {
+            eprintln!("waiting for the new lives of removed nodes to be refilled...");
+            said = true;
+        }
+        if started.elapsed() >= SETTLE_TIMEOUT {
+            eprintln!(
+                "the cluster was not back at full strength {} s after the workload",
+                SETTLE_TIMEOUT.as_secs()
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The measured window of a run with a kill: a timeline from its start, the kill at its
@@ -831,6 +1073,13 @@ fn report(
     // A kill makes transactions refused as unavailable while the cluster reconfigures,
     // and commits cut off whose outcome their client never learnt: expected then.
     let killing = options.kill.is_some();
+    // So does a false positive that made the cluster reconfigure (a lease ran out, the CM
+    // probed; or it removed a node, which came back as a new life): nothing was killed,
+    // so every client's commits are counted, those of coroutines dropped with a removed
+    // life included.
+    let reconfigured = leases
+        .as_ref()
+        .is_some_and(|l| l.removals > 0 || l.reconfigured);
     let shipping = match &options.workload {
         Workload::Kv(kv) if kv.ships() => {
             let mut counts = ferrotx_node::ShipStats::default();
@@ -873,21 +1122,35 @@ fn report(
     let per_commit = |n: u64| n as f64 / committed_total.max(1) as f64;
 
     // Replicas: every copy of a table of a partition has the primary's digest.
-    // ((partition, table), primary, (digest, objects)).
-    type Copy = ((u32, u16), bool, (u64, usize));
+    // ((partition, table), primary, (digest, objects), answer's index).
+    type Copy = ((u32, u16), bool, (u64, usize), usize);
     let mut copies: Vec<Copy> = checks
         .iter()
-        .flat_map(|c| {
+        .enumerate()
+        .flat_map(|(i, c)| {
             c.copies
                 .iter()
-                .map(|d| ((d.partition, d.table), d.primary, (d.digest, d.objects)))
+                .map(move |d| ((d.partition, d.table), d.primary, (d.digest, d.objects), i))
         })
         .collect();
-    copies.sort_unstable_by_key(|&(p, primary, _)| (p, !primary));
+    copies.sort_unstable_by_key(|&(p, primary, _, i)| (p, !primary, i));
     let mut replicas_differing = 0;
+    let mut without_primary = 0;
+    let mut differing = Vec::new();
     for group in copies.chunk_by(|a, b| a.0 == b.0) {
-        let primary = group[0].2;
-        replicas_differing += group[1..].iter().filter(|c| c.2 != primary).count();
+        let primary = group[0];
+        for c in group[1..].iter().filter(|c| c.2 != primary.2) {
+            replicas_differing += 1;
+            differing.push(DifferingCopy {
+                partition: c.0.0,
+                table: c.0.1,
+                answer: c.3,
+                objects: c.2.1,
+                primary_answer: primary.3,
+                primary_objects: primary.2.1,
+            });
+        }
+        without_primary += usize::from(!group[0].1);
     }
     let money: i128 = all.iter().map(|r| r.money).sum();
     let primary_sum = checks.iter().map(|c| c.primary_sum).sum();
@@ -938,17 +1201,37 @@ fn report(
     // transaction of unknown outcome may have committed: a kv sum must be at least what
     // the survivors counted (a lost acknowledged write shows), SmallBank's is not
     // checked. Bank transfers conserve money whatever their outcome.
+    // With a reconfiguration and no kill, every commit is counted: a kv sum is at least what was
+    // counted (a lost acknowledged write shows) and at most that plus what the
+    // transactions of unknown outcome may have added; SmallBank's holds exactly if there
+    // are none.
+    let unknown_writes = match &options.workload {
+        Workload::Kv(kv) => i128::from(unknown) * kv.writes_per_txn() as i128,
+        _ => 0,
+    };
     let sum_ok = match &options.workload {
         Workload::Kv(_) if killing => primary_sum >= primary_sum_expected,
         Workload::SmallBank(_) if killing => true,
+        Workload::Kv(_) if reconfigured => {
+            primary_sum >= primary_sum_expected
+                && primary_sum <= primary_sum_expected + unknown_writes
+        }
+        Workload::SmallBank(_) if reconfigured && unknown > 0 => true,
         _ => primary_sum == primary_sum_expected,
     };
+    let max_allowed = match &options.workload {
+        Workload::Kv(_) if reconfigured && !killing => {
+            max_allowed.saturating_add(u64::try_from(unknown_writes).unwrap_or(u64::MAX))
+        }
+        _ => max_allowed,
+    };
     let ok = replicas_differing == 0
+        && without_primary == 0
         && sum_ok
         && primary_max <= max_allowed
         && primary_missing == 0
         && errors == 0
-        && (killing || (unknown == 0 && unavailable == 0));
+        && (killing || reconfigured || (unknown == 0 && unavailable == 0));
     ClusterBenchReport {
         options: options.clone(),
         committed,
@@ -972,6 +1255,8 @@ fn report(
         checks: Checks {
             replicas_equal: replicas_differing == 0,
             replicas_differing,
+            differing,
+            without_primary,
             primary_sum,
             primary_sum_expected,
             primary_max,
@@ -1178,10 +1463,12 @@ mod tests {
             client_nodes,
             loss: 0.0,
             lease_ms: 0,
+            tuning: ferrotx_node::LeaseTuning::default(),
             no_auth: false,
             domains: 0,
             kill: None,
             rereplication_deadline_s: 0.0,
+            pause: None,
         }
     }
 

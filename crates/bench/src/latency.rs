@@ -99,10 +99,12 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         loss: 0.0,
         // Static nodes, as before leases: this benchmark compares with RAMCloud's figures.
         lease_ms: 0,
+        tuning: ferrotx_node::LeaseTuning::default(),
         no_auth: false,
         domains: 0,
         kill: None,
         rereplication_deadline_s: 0.0,
+        pause: None,
     })?;
     anyhow::ensure!(
         cluster.checks.ok,

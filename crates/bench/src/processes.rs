@@ -175,6 +175,31 @@ impl ProcessCluster {
         Ok(())
     }
 
+    /// Stops node `node`'s process (`SIGSTOP`) for `duration`, then resumes it
+    /// (`SIGCONT`): to the cluster it looks like a machine that stalled the process.
+    pub fn pause(&mut self, node: u16, duration: Duration) -> anyhow::Result<()> {
+        let process = self
+            .nodes
+            .iter()
+            .find(|n| n.node == node && !n.killed)
+            .with_context(|| format!("no running node {node} to pause"))?;
+        let pid = process.child.id() as libc::pid_t;
+        ensure!(
+            // SAFETY: kill(2) on a child this cluster started and has not reaped.
+            unsafe { libc::kill(pid, libc::SIGSTOP) } == 0,
+            "stopping node {node}: {}",
+            std::io::Error::last_os_error()
+        );
+        std::thread::sleep(duration);
+        ensure!(
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) } == 0,
+            "resuming node {node}: {}",
+            std::io::Error::last_os_error()
+        );
+        Ok(())
+    }
+
     /// The nodes not killed, in node order: the nodes [`Self::command`] answers are from.
     pub fn running(&self) -> Vec<u16> {
         self.nodes

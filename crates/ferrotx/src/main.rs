@@ -31,6 +31,9 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the largest variant (a benchmark's flags) costs
+// nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run one node of a cluster until Ctrl-C (SIGINT) or SIGTERM. Removed from the
@@ -100,6 +103,17 @@ struct NodeArgs {
     /// node that joins the running cluster and is refilled by data recovery.
     #[arg(long)]
     no_rejoin: bool,
+    /// How the process locks its memory for its lease thread, where it may lock all it maps
+    /// (CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK): `fault` (every page from its first
+    /// touch, the code at once), `all` (every mapping faulted in when made: the
+    /// allocator's reserved arenas become resident), `off` [default: FERROTX_MLOCK, or
+    /// fault].
+    #[arg(long, value_enum, value_name = "MODE")]
+    mlock: Option<MlockArg>,
+    /// Run the lease thread at normal priority (by default it asks for SCHED_FIFO where
+    /// the process may have it). Also FERROTX_REALTIME=0.
+    #[arg(long)]
+    no_realtime: bool,
 }
 
 #[derive(Args)]
@@ -179,6 +193,17 @@ struct LocalArgs {
     /// Write the generated configuration here (default: a temporary file).
     #[arg(long)]
     config_out: Option<PathBuf>,
+    /// How each node process locks its memory for its lease thread, where it may lock all it maps
+    /// (CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK): `fault` (every page from its first
+    /// touch, the code at once), `all` (every mapping faulted in when made: the
+    /// allocator's reserved arenas become resident), `off` [default: FERROTX_MLOCK, or
+    /// fault].
+    #[arg(long, value_enum, value_name = "MODE")]
+    mlock: Option<MlockArg>,
+    /// The nodes run their lease threads at normal priority (by default it asks for SCHED_FIFO where
+    /// the process may have it). Also FERROTX_REALTIME=0.
+    #[arg(long)]
+    no_realtime: bool,
 }
 
 #[derive(Subcommand)]
@@ -325,6 +350,17 @@ struct ClusterRunArgs {
     /// comparison.
     #[arg(long, value_name = "N", default_value_t = processes::DEFAULT_LEASE_MS)]
     lease_ms: u64,
+    /// How each node process locks its memory for its lease thread, where it may lock all it maps
+    /// (CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK): `fault` (every page from its first
+    /// touch, the code at once), `all` (every mapping faulted in when made: the
+    /// allocator's reserved arenas become resident), `off` [default: FERROTX_MLOCK, or
+    /// fault].
+    #[arg(long, value_enum, value_name = "MODE")]
+    mlock: Option<MlockArg>,
+    /// The nodes run their lease threads at normal priority (by default it asks for SCHED_FIFO where
+    /// the process may have it). Also FERROTX_REALTIME=0.
+    #[arg(long)]
+    no_realtime: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -359,6 +395,15 @@ struct ClusterRunArgs {
     /// get back to full strength, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     rereplication_deadline: f64,
+    /// Stop node NODE (SIGSTOP) SECS into the measured window for --pause-ms, then resume
+    /// it: a false positive made on purpose. The cluster removes the node, which rejoins
+    /// as a new life and is refilled; the report's `leases` says what that cost, and the
+    /// checks still hold. Needs leases (--lease-ms).
+    #[arg(long, value_name = "NODE@SECS", conflicts_with_all = ["kill", "kill_domain", "kill_cm", "sweep"])]
+    pause: Option<String>,
+    /// How long --pause stops the node, in milliseconds [default: 5 leases, at least 500].
+    #[arg(long, value_name = "MS", requires = "pause")]
+    pause_ms: Option<u64>,
 }
 
 #[derive(Args)]
@@ -492,6 +537,18 @@ struct LeasesArgs {
     /// Length of a lease, in milliseconds (FaRM's is 10).
     #[arg(long, value_name = "N", default_value_t = 10)]
     lease_ms: u64,
+    /// How each node process locks its memory for its lease thread, where it may lock all it maps
+    /// (CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK): `fault` (every page from its first
+    /// touch, the code at once), `all` (every mapping faulted in when made: the
+    /// allocator's reserved arenas become resident), `off` [default: FERROTX_MLOCK, or
+    /// fault].
+    #[arg(long, value_enum, value_name = "MODE")]
+    mlock: Option<MlockArg>,
+    /// The nodes run their lease threads at normal priority (by default it asks for SCHED_FIFO where
+    /// the process may have it). Also FERROTX_REALTIME=0.
+    #[arg(long)]
+    no_realtime: bool,
+
     /// Node processes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
@@ -507,6 +564,14 @@ struct LeasesArgs {
     /// TATP subscribers per node (as `bench tatp`).
     #[arg(long, default_value_t = 200_000)]
     subscribers_per_node: u64,
+    /// Stop node NODE (SIGSTOP) SECS into the measured window for --pause-ms, then resume
+    /// it: a false positive made on purpose, to see what one costs (see `bench tatp
+    /// --pause`).
+    #[arg(long, value_name = "NODE@SECS")]
+    pause: Option<String>,
+    /// How long --pause stops the node, in milliseconds [default: 5 leases, at least 500].
+    #[arg(long, value_name = "MS", requires = "pause")]
+    pause_ms: Option<u64>,
     /// First UDP port. Default: chosen from the process id.
     #[arg(long)]
     port_base: Option<u16>,
@@ -570,10 +635,22 @@ impl ClusterRunArgs {
             client_nodes: self.client_nodes.unwrap_or(self.nodes),
             loss: self.loss,
             lease_ms: self.lease_ms,
+            tuning: tuning(self.mlock, self.no_realtime),
             no_auth: self.no_auth,
             domains: self.domains,
             kill,
             rereplication_deadline_s: self.rereplication_deadline,
+            pause: self
+                .pause
+                .as_deref()
+                .map(|spec| {
+                    ferrotx_bench::kv::Pause::parse(
+                        spec,
+                        self.pause_ms
+                            .unwrap_or_else(|| ferrotx_bench::kv::Pause::default_ms(self.lease_ms)),
+                    )
+                })
+                .transpose()?,
         })
     }
 }
@@ -638,6 +715,34 @@ struct IdleArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// `--mlock`: how a node process locks its memory (`ferrotx_node::MemoryLock`).
+#[derive(Clone, Copy, ValueEnum)]
+enum MlockArg {
+    /// Nothing locked.
+    Off,
+    /// Every page locked from its first touch, the code paged in at once.
+    Fault,
+    /// Every mapping faulted in and locked when it is made.
+    All,
+}
+
+/// The lease threads' steps (memory locked, real-time priority): the environment's
+/// (`FERROTX_MLOCK`, `FERROTX_REALTIME=0`) or the default, with `--mlock` and
+/// `--no-realtime` over them.
+fn tuning(mlock: Option<MlockArg>, no_realtime: bool) -> ferrotx_node::LeaseTuning {
+    use ferrotx_node::MemoryLock;
+    let env = ferrotx_node::LeaseTuning::from_env();
+    ferrotx_node::LeaseTuning {
+        lock_memory: match mlock {
+            None => env.lock_memory,
+            Some(MlockArg::Off) => MemoryLock::Off,
+            Some(MlockArg::Fault) => MemoryLock::Fault,
+            Some(MlockArg::All) => MemoryLock::All,
+        },
+        realtime: env.realtime && !no_realtime,
+    }
 }
 
 fn default_port_base() -> u16 {
@@ -707,6 +812,7 @@ fn main() -> anyhow::Result<()> {
             spin_us: args.spin_us,
             join: args.join,
             rejoin: !args.no_rejoin,
+            tuning: tuning(args.mlock, args.no_realtime),
         })?,
         Command::Status(args) => {
             processes::status(&args.config, args.coordination.as_deref(), args.json)?
@@ -736,6 +842,7 @@ fn main() -> anyhow::Result<()> {
                 resp_pipeline_max: args.resp_pipeline_max,
                 lease_ms: args.lease_ms,
                 spin_us: args.spin_us,
+                tuning: tuning(args.mlock, args.no_realtime),
             },
             args.config_out.as_deref(),
         )?,
@@ -821,19 +928,31 @@ fn main() -> anyhow::Result<()> {
                 client_nodes: args.nodes,
                 loss: 0.0,
                 lease_ms: args.lease_ms,
+                tuning: tuning(args.mlock, args.no_realtime),
                 no_auth: false,
                 domains: 0,
                 kill: None,
                 rereplication_deadline_s: 0.0,
+                pause: args
+                    .pause
+                    .as_deref()
+                    .map(|spec| {
+                        ferrotx_bench::kv::Pause::parse(
+                            spec,
+                            args.pause_ms.unwrap_or_else(|| {
+                                ferrotx_bench::kv::Pause::default_ms(args.lease_ms)
+                            }),
+                        )
+                    })
+                    .transpose()?,
             };
             let tatp = ferrotx_bench::kv::run(&options)?;
             ferrotx_bench::kv::print_table(&tatp);
+            // `print_table` printed them with the run.
             let leases = tatp
                 .leases
                 .clone()
                 .context("the nodes reported no leases")?;
-            println!();
-            ferrotx_bench::kv::print_leases(&leases);
             if !leases.formed {
                 println!(
                     "  leases of {} ms are too short for this machine: the cluster never \
@@ -845,10 +964,23 @@ fn main() -> anyhow::Result<()> {
                     "  {} false positives with leases of {} ms on this machine{}",
                     leases.expirations,
                     leases.lease_ms,
-                    if leases.reconfigured {
-                        "; the cluster reconfigured without a failed node"
+                    if leases.removals > 0 {
+                        format!(
+                            "; {} removed a node, which rejoined as a new life and was refilled \
+                             ({} of {} back at full strength by the end); checks {}",
+                            leases.removals,
+                            leases
+                                .rejoins
+                                .iter()
+                                .filter(|r| r.rejoin.refill_ms.is_some())
+                                .count(),
+                            leases.rejoins.len(),
+                            if tatp.checks.ok { "passed" } else { "FAILED" }
+                        )
+                    } else if leases.reconfigured {
+                        "; the cluster reconfigured without a failed node".to_string()
                     } else {
-                        ""
+                        String::new()
                     }
                 );
             }
@@ -857,9 +989,14 @@ fn main() -> anyhow::Result<()> {
                 &LeasesBenchReport {
                     throughput_per_s: tatp.throughput_per_s,
                     leases,
-                    tatp,
+                    tatp: tatp.clone(),
                 },
             )?;
+            anyhow::ensure!(
+                tatp.checks.ok,
+                "the data is wrong at the end: {:?}",
+                tatp.checks
+            );
         }
         Command::Bench(Bench::Smallbank(args)) => {
             let nodes = u64::from(args.run.nodes);

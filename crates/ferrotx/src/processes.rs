@@ -72,6 +72,8 @@ pub struct NodeSpec<'a> {
     pub join: bool,
     /// Come back as a new life when removed (not `--no-rejoin`).
     pub rejoin: bool,
+    /// What the lease thread does to stay on time (`--no-mlock`, `--no-realtime`).
+    pub tuning: ferrotx_node::LeaseTuning,
 }
 
 /// `ferrotx node`: runs node `spec.id` of the configuration at `spec.config` until SIGINT
@@ -79,9 +81,9 @@ pub struct NodeSpec<'a> {
 /// of the cluster: it joins through the coordination service (default: next to the
 /// configuration), holds a lease of `lease_ms`, and follows reconfigurations. Removed
 /// from the cluster, it replaces itself with a new life ([`crate::rejoin`]), or with
-/// `rejoin` false exits with [`EXIT_REMOVED`]. A driven node does neither: its stdin
-/// protocol, loaded data and counters belong to one life, and `bench leases` counts the
-/// false positive a new life would hide.
+/// `rejoin` false exits with [`EXIT_REMOVED`]. A driven node comes back too, as a new
+/// life inside its process ([`ferrotx_bench::driver`]), so that its stdin protocol and
+/// counters go on.
 pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     let NodeSpec {
         config: path,
@@ -92,6 +94,7 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         spin_us,
         join,
         rejoin,
+        tuning,
     } = *spec;
     let config = Arc::new(Configuration::load(path)?);
     if config.member(id).is_none() {
@@ -163,6 +166,7 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         Box::new(coordination),
         epoch,
         Some(keys),
+        tuning,
     )?;
     let transports = Node::udp_transports(&config, id, &options)
         .with_context(|| format!("binding node {id}'s sockets"))?;
@@ -916,6 +920,8 @@ pub struct LocalCluster {
     pub lease_ms: u64,
     /// `ferrotx node --spin-us` (default: its default).
     pub spin_us: Option<u64>,
+    /// `ferrotx node --mlock` and `--no-realtime`.
+    pub tuning: ferrotx_node::LeaseTuning,
 }
 
 /// Node processes, terminated and reaped when dropped.
@@ -1025,6 +1031,14 @@ fn run_children(config: &Configuration, path: &Path, spec: &LocalCluster) -> any
         command.arg("--lease-ms").arg(spec.lease_ms.to_string());
         if let Some(spin_us) = spec.spin_us {
             command.arg("--spin-us").arg(spin_us.to_string());
+        }
+        command.arg("--mlock").arg(match spec.tuning.lock_memory {
+            ferrotx_node::MemoryLock::Off => "off",
+            ferrotx_node::MemoryLock::Fault => "fault",
+            ferrotx_node::MemoryLock::All => "all",
+        });
+        if !spec.tuning.realtime {
+            command.arg("--no-realtime");
         }
         let child = command
             .stdin(Stdio::null())

@@ -18,9 +18,10 @@
 //! and one more than it.
 //!
 //! A life removed again soon after its admission (a machine too loaded for its lease)
-//! waits before the next one, longer each time up to [`BACKOFF_MAX`], so that the node
-//! does not make the cluster reconfigure in a tight loop. The wait is handed over in
-//! [`BACKOFF_ENV`].
+//! waits before the next one, longer each time up to [`ferrotx_node::lives::BACKOFF_MAX`],
+//! so that the node does not make the cluster reconfigure in a tight loop. The wait is
+//! handed over in [`BACKOFF_ENV`]. A benchmark's driven node follows the same rules
+//! ([`ferrotx_node::lives`]), with its new life in the same process.
 //!
 //! All descriptors Rust's standard library, socket2 and the eventfd doorbells open are
 //! close-on-exec, so even one a drop missed is closed by `execve`; the liveness lock
@@ -40,18 +41,6 @@ pub const PREVIOUS_LIFE_ENV: &str = "FERROTX_PREVIOUS_LIFE";
 
 /// The wait before the current life, in milliseconds (absent: none).
 pub const BACKOFF_ENV: &str = "FERROTX_REJOIN_BACKOFF_MS";
-
-/// A life removed sooner than this after its admission is removed "quickly": the next
-/// one waits first. A lease is at most a few seconds, and a node that keeps its lease for
-/// a second after admission renewed it several times.
-const QUICK_REMOVAL: Duration = Duration::from_secs(1);
-
-/// The first wait after a quick removal: a few leases of the default length.
-const BACKOFF_FIRST: Duration = Duration::from_millis(250);
-
-/// The longest wait: a node that keeps being removed still tries every few seconds,
-/// which costs the cluster one reconfiguration each time.
-const BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// How often the wait looks at the stop flag: Ctrl-C during it stops the node at once.
 const BACKOFF_POLL: Duration = Duration::from_millis(50);
@@ -83,26 +72,11 @@ impl PreviousLife {
         })
     }
 
-    /// This life's incarnation, from the clock's `clock`: greater than the removed life's.
+    /// This life's incarnation, from the clock's `clock`: greater than the removed life's
+    /// ([`ferrotx_node::lives::next_incarnation`]).
     pub fn incarnation(&self, clock: u64) -> u64 {
-        let incarnation = match self.incarnation {
-            Some(previous) => clock.max(previous.checked_add(1).expect("incarnations fit u64")),
-            None => clock,
-        };
-        assert!(incarnation >= 1, "incarnation 0 is no life");
-        incarnation
+        ferrotx_node::lives::next_incarnation(self.incarnation, clock)
     }
-}
-
-/// The wait before the next life, after a life that was a member for `lasted` and was
-/// itself preceded by a wait of `previous`.
-pub fn next_backoff(lasted: Duration, previous: Duration) -> Duration {
-    if lasted >= QUICK_REMOVAL {
-        return Duration::ZERO;
-    }
-    let backoff = (previous * 2).clamp(BACKOFF_FIRST, BACKOFF_MAX);
-    assert!(backoff > Duration::ZERO && backoff <= BACKOFF_MAX);
-    backoff
 }
 
 /// The arguments of this process for its next life: the same, with `--join` added if
@@ -127,7 +101,7 @@ pub fn replace_with_new_life(
     previous: PreviousLife,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
-    let backoff = next_backoff(admitted.elapsed(), previous.backoff);
+    let backoff = ferrotx_node::lives::next_backoff(admitted.elapsed(), previous.backoff);
     if !backoff.is_zero() {
         eprintln!(
             "node {node}: removed {} ms after its admission; waiting {} ms before rejoining",
@@ -181,27 +155,6 @@ mod tests {
         // The same microsecond, or a clock that stepped back: one more than the old life.
         assert_eq!(after.incarnation(1_000), 1_001);
         assert_eq!(after.incarnation(3), 1_001);
-    }
-
-    #[test]
-    fn quick_removals_wait_longer_each_time_up_to_the_cap() {
-        let quick = Duration::from_millis(200);
-        assert_eq!(next_backoff(quick, Duration::ZERO), BACKOFF_FIRST);
-        assert_eq!(next_backoff(quick, BACKOFF_FIRST), BACKOFF_FIRST * 2);
-        assert_eq!(next_backoff(quick, BACKOFF_MAX), BACKOFF_MAX);
-        let mut backoff = Duration::ZERO;
-        for _ in 0..20 {
-            let next = next_backoff(quick, backoff);
-            assert!(next >= backoff && next <= BACKOFF_MAX);
-            backoff = next;
-        }
-        assert_eq!(backoff, BACKOFF_MAX);
-        // A life that lasted starts the count again.
-        assert_eq!(next_backoff(QUICK_REMOVAL, BACKOFF_MAX), Duration::ZERO);
-        assert_eq!(
-            next_backoff(Duration::from_secs(60), BACKOFF_FIRST),
-            Duration::ZERO
-        );
     }
 
     #[test]

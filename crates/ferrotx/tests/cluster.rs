@@ -651,10 +651,22 @@ fn bench_leases_reports_expirations_renewals_and_round_trips() {
         "renewal_rtt_max_us",
         "max_wake_late_us",
         "throughput_per_s",
+        "faults_minor",
+        "faults_major",
+        "preempted",
+        "removals",
     ] {
         number(&r, field);
     }
     assert!(r["realtime"].is_boolean(), "{r}");
+    // Each step of the lease thread is reported, taken or not (memory locked, real-time).
+    assert!(r["memory_locked"].is_boolean(), "{r}");
+    // Each removal (none expected with the default lease) has its rejoin.
+    assert_eq!(
+        r["rejoins"].as_array().map(Vec::len),
+        r["removals"].as_u64().map(|n| n as usize),
+        "{r}"
+    );
     assert_eq!(r["formed"], true, "{r}");
     assert!(number(&r, "renewals") > 0.0, "{r}");
     assert!(number(&r, "throughput_per_s") > 0.0, "{r}");
@@ -666,7 +678,9 @@ fn bench_leases_reports_expirations_renewals_and_round_trips() {
     for (i, n) in nodes.iter().enumerate() {
         assert_eq!(n["node"], i, "{n}");
         assert!(n["realtime"].is_boolean(), "{n}");
+        assert!(n["memory_locked"].is_boolean(), "{n}");
         number(n, "expirations");
+        number(n, "removals");
         number(n, "renewal_rtt_max_us");
         assert_eq!(n["view_members"], 3, "{n}");
     }

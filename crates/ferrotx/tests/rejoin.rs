@@ -8,7 +8,9 @@
 //!   a greater incarnation and is refilled until every copy equals its primary; what was
 //!   written before the pause reads back through it;
 //! - with `--no-rejoin`, exits with code 3 and the others go on;
-//! - under `cluster local`, the same as by default, and the launcher reports no dead node.
+//! - under `cluster local`, the same as by default, and the launcher reports no dead node;
+//! - as a benchmark's node (`bench bank --pause`), the same inside its process: the new
+//!   life is refilled, the workload goes on there, and money is conserved.
 //!
 //! The tests take turns (as kill_under_load's): each runs a cluster with short leases.
 
@@ -26,7 +28,7 @@ use serde_json::Value;
 use common::client::{call_until_answered, cmd};
 use common::copies::check_copies_equal;
 use common::nodes::{Nodes, one_cluster_at_a_time, settled_members, try_status};
-use common::{ferrotx, interrupt, temp_path, test_ports};
+use common::{bench, ferrotx, interrupt, temp_path, test_ports};
 
 /// The nodes' lease (kill_under_load's): a paused node is removed within about two.
 const LEASE_MS: u64 = 300;
@@ -292,4 +294,62 @@ fn under_cluster_local_a_removed_node_rejoins_and_is_not_reported_dead() {
         "node {victim} (pid {pid}) still runs after the launcher stopped"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A benchmark's node that the cluster removes (paused past its lease by `--pause`) comes
+/// back as a new life inside its process, as `ferrotx node` and `cluster local` nodes do:
+/// the report counts the removal and its rejoin and refill, the coroutines of the removed
+/// life are counted (their commits kept, a transaction each was in of unknown outcome),
+/// and the checks hold: every copy equals its primary and the money is all there.
+#[test]
+fn a_removed_benchmark_node_rejoins_and_its_checks_hold() {
+    let _serial = one_cluster_at_a_time();
+    let lease_ms = LEASE_MS.to_string();
+    let port_base = test_ports(3).to_string();
+    let r = bench(
+        "bank",
+        "rejoin-bench",
+        &[
+            "--lease-ms",
+            &lease_ms,
+            "--duration",
+            "5",
+            "--pause",
+            "1@1",
+            "--accounts",
+            "200",
+            "--coroutines",
+            "4",
+            "--port-base",
+            &port_base,
+        ],
+    );
+    let checks = &r["checks"];
+    assert_eq!(checks["ok"], true, "{checks}");
+    assert_eq!(checks["replicas_equal"], true, "{checks}");
+    assert_eq!(checks["without_primary"], 0, "{checks}");
+    assert_eq!(checks["primary_sum"], 200 * 1000, "{checks}");
+    assert_eq!(checks["errors"], 0, "{checks}");
+    let leases = &r["leases"];
+    assert!(leases["removals"].as_u64() >= Some(1), "{leases}");
+    let rejoins = leases["rejoins"].as_array().expect("rejoins");
+    assert_eq!(
+        rejoins.len() as u64,
+        leases["removals"].as_u64().unwrap(),
+        "{leases}"
+    );
+    assert!(rejoins.iter().any(|j| j["node"] == 1), "{leases}");
+    for j in rejoins {
+        // Each new life was admitted and saw the cluster back at full strength.
+        assert!(j["rejoin_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{j}");
+        assert!(j["refill_ms"].as_f64().is_some(), "{j}");
+    }
+    // Node 1's clients ran on its new life after the pause.
+    assert!(number_at(&r["nodes"][1], "committed") > 0.0, "{r}");
+}
+
+fn number_at(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
 }

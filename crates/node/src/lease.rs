@@ -9,14 +9,32 @@
 //! Nothing here is on the data path: the workers read three atomics per iteration and
 //! take the view's mutex only when its generation changes.
 //!
-//! The thread asks for real-time scheduling (`SCHED_FIFO`), so that a loaded machine
-//! cannot delay renewals past a lease. Without the privilege (`CAP_SYS_NICE`, or an
-//! `RLIMIT_RTPRIO` limit) it logs so and runs at normal priority: the default lease is
-//! long enough for that; short leases want the privilege.
+//! FaRM keeps its lease manager on time with a dedicated thread at the highest priority,
+//! its memory preallocated and its code paged in and pinned. This thread does what Linux
+//! allows of that ([`LeaseTuning`]), each step where the process may and reported in
+//! [`LeaseStatus`] either way:
+//!
+//! - **Memory locked.** Before the thread starts, the process locks its memory, once per
+//!   process ([`MemoryLock`]): by default every page it maps stays in memory from its
+//!   first touch, and its code is paged in now (`mlockall(MCL_CURRENT | MCL_FUTURE |
+//!   MCL_ONFAULT)`, then `mlock` of every executable mapping), so that nothing the thread
+//!   runs or touches is ever paged out; [`MemoryLock::All`] faults in every mapping
+//!   when it is made as well (`mlockall(MCL_CURRENT | MCL_FUTURE)`), which makes the
+//!   allocator's reserved arenas resident at once (measured: twice the memory). Only
+//!   where locking cannot make a later allocation fail: with `CAP_IPC_LOCK` or no
+//!   `RLIMIT_MEMLOCK` limit. Otherwise it logs once and locks nothing.
+//! - **Real-time priority.** The thread asks for `SCHED_FIFO` (priority
+//!   [`REALTIME_PRIORITY`]), so that busy workers cannot delay renewals past a lease.
+//!   Without the privilege (`CAP_SYS_NICE`, or an `RLIMIT_RTPRIO` limit) it logs so and
+//!   runs at normal priority: the default lease is long enough for that; short leases
+//!   want the privilege.
+//! - **No allocation.** Once the node is a member, renewing (a request, its grant and ack,
+//!   the CM's grants, status and memory figures) allocates nothing on this thread: the
+//!   buffers are made when it starts (`tests/lease_allocations.rs` counts).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,6 +50,92 @@ use crate::keys::ClusterKeys;
 /// ([`ferrotx_store::Memory::set_over_nodes`]): as often as the node refreshes its own
 /// figures.
 const OVER_NODES_NS: u64 = crate::core::MEMORY_REFRESH_NS;
+
+/// The `SCHED_FIFO` priority the lease thread asks for: above every normal thread, and
+/// below the kernel's own real-time threads (priority 50 and up on a `PREEMPT_RT` kernel)
+/// and tools such as `cyclictest` (99), which must stay able to preempt it.
+pub const REALTIME_PRIORITY: i32 = 10;
+
+/// How a node process locks its memory for its lease thread (`--mlock`,
+/// `FERROTX_MLOCK`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryLock {
+    /// Nothing locked.
+    Off,
+    /// Every page locked from its first touch, the code paged in at once
+    /// (`mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)`, `mlock` of the executable
+    /// mappings): nothing is ever paged out, and nothing is made resident that would not
+    /// be anyway.
+    #[default]
+    Fault,
+    /// Every mapping faulted in and locked when it is made (`mlockall(MCL_CURRENT |
+    /// MCL_FUTURE)`): no page fault after a mapping is made, but the allocator's reserved
+    /// arenas become resident whole.
+    All,
+}
+
+impl MemoryLock {
+    /// The mode a word names: `0`, `off`, `false`, `no`; `fault`, `on`, `1`; `all`.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word.trim() {
+            "0" | "off" | "false" | "no" => Some(Self::Off),
+            "fault" | "on" | "1" | "true" | "yes" => Some(Self::Fault),
+            "all" => Some(Self::All),
+            _ => None,
+        }
+    }
+}
+
+/// What the lease thread does to stay on time (FaRM 5.1), each where Linux allows it.
+/// By default both; `FERROTX_MLOCK` (`off`, `fault`, `all`) and `FERROTX_REALTIME=0`
+/// change them ([`LeaseTuning::from_env`]), as do `--mlock` and `--no-realtime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseTuning {
+    /// How the process's memory is locked before the lease thread starts, if the process
+    /// may lock all it will ever map.
+    pub lock_memory: MemoryLock,
+    /// Run the lease thread at `SCHED_FIFO` priority [`REALTIME_PRIORITY`], if the process
+    /// may.
+    pub realtime: bool,
+}
+
+impl Default for LeaseTuning {
+    fn default() -> Self {
+        Self {
+            lock_memory: MemoryLock::default(),
+            realtime: true,
+        }
+    }
+}
+
+impl LeaseTuning {
+    /// Neither step: a lease thread at normal priority in unlocked memory.
+    pub const NONE: Self = Self {
+        lock_memory: MemoryLock::Off,
+        realtime: false,
+    };
+
+    /// The default, with the memory lock `FERROTX_MLOCK` names ([`MemoryLock::parse`];
+    /// a word it does not know leaves the default) and real-time priority off if
+    /// `FERROTX_REALTIME` is `0` (or `off`, `false`, `no`).
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`LeaseTuning::from_env`] with the variables `var` gives.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let off = |name: &str| {
+            var(name).is_some_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"))
+        };
+        Self {
+            lock_memory: var("FERROTX_MLOCK")
+                .and_then(|v| MemoryLock::parse(&v))
+                .unwrap_or_default(),
+            realtime: !off("FERROTX_REALTIME"),
+        }
+    }
+}
 
 /// What the lease thread shares with the workers and the process.
 pub struct Link {
@@ -55,6 +159,9 @@ pub struct Link {
     doorbells: Mutex<Vec<Arc<Doorbell>>>,
     /// Counters and phase, for status.
     status: Mutex<LeaseStatus>,
+    /// The lease thread's id in the kernel (`gettid`), once it runs: for `chrt -p`, and for
+    /// tests that count what it allocates.
+    thread_id: AtomicI32,
     /// The node's core once its workers run: the lease thread reports its filled backups
     /// (data recovery) to the CM.
     core: Mutex<Option<crate::NodeCore>>,
@@ -75,6 +182,16 @@ pub struct LeaseStatus {
     pub phase: Option<Phase>,
     /// Whether the lease thread runs at real-time priority.
     pub realtime: bool,
+    /// Whether the process's memory is locked (`mlockall`), current and future.
+    pub memory_locked: bool,
+    /// Page faults the lease thread took, minor (no disk) and major (read from disk), and
+    /// the times the kernel switched it out while it could run (preempted), from
+    /// `getrusage(RUSAGE_THREAD)` when the status was published.
+    pub faults_minor: u64,
+    /// Major page faults (see `faults_minor`).
+    pub faults_major: u64,
+    /// Involuntary context switches (see `faults_minor`).
+    pub preempted: u64,
     /// The latest the lease thread woke after it meant to (a timeout due), in microseconds.
     pub max_wake_late_us: u64,
     /// The backups this node is filling (data recovery), with their progress.
@@ -94,6 +211,7 @@ impl Link {
             stop: AtomicBool::new(false),
             doorbells: Mutex::new(Vec::new()),
             status: Mutex::new(LeaseStatus::default()),
+            thread_id: AtomicI32::new(0),
             core: Mutex::new(None),
             memory: OnceLock::new(),
         }
@@ -149,6 +267,11 @@ impl Link {
         self.removed.load(Ordering::Relaxed)
     }
 
+    /// The lease thread's id in the kernel (`gettid`); 0 until it runs.
+    pub fn thread_id(&self) -> i32 {
+        self.thread_id.load(Ordering::Acquire)
+    }
+
     /// A copy of the lease thread's status.
     pub fn status(&self) -> LeaseStatus {
         self.status.lock().expect("status lock").clone()
@@ -187,7 +310,9 @@ pub enum LeaseError {
 }
 
 impl LeaseThread {
-    /// Starts the lease thread of life `incarnation` of node `node`, timing from `epoch`.
+    /// Starts the lease thread of life `incarnation` of node `node`, timing from `epoch`,
+    /// tuned by `tuning` (memory locked first, if asked and allowed).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         config: Arc<Configuration>,
         node: u16,
@@ -196,18 +321,27 @@ impl LeaseThread {
         coordination: Box<dyn CoordinationService + Send>,
         epoch: Instant,
         keys: Option<Arc<ClusterKeys>>,
+        tuning: LeaseTuning,
     ) -> Result<Self, LeaseError> {
         let addr = config
             .lease_addr(node)
             .ok_or(LeaseError::NotInConfiguration(node))?;
         let socket = UdpSocket::bind(addr).map_err(|source| LeaseError::Bind { addr, source })?;
         let link = Arc::new(Link::new(usize::from(config.threads_per_node())));
+        // Before the thread starts, so that its stack is locked and faulted in as well.
+        let memory_locked = match tuning.lock_memory {
+            MemoryLock::Off => memory_locked(),
+            mode => lock_memory(mode),
+        };
         let thread_link = link.clone();
         let thread_config = config.clone();
         let thread = std::thread::Builder::new()
             .name(format!("ferrotx-lease-{node}"))
             .spawn(move || {
-                let realtime = set_realtime_priority();
+                // SAFETY: gettid takes no argument and cannot fail.
+                let tid = unsafe { libc::gettid() };
+                thread_link.thread_id.store(tid, Ordering::Release);
+                let realtime = tuning.realtime && set_realtime_priority();
                 let config = thread_config;
                 let mut lease = LeaseLoop {
                     membership: Membership::new(node, incarnation, config.clone(), options, 0),
@@ -225,6 +359,7 @@ impl LeaseThread {
                     reply_to: None,
                     heard: 0,
                     realtime,
+                    memory_locked,
                     late_us: 0,
                     fills_reported: (0, 0),
                     status_due: false,
@@ -319,6 +454,7 @@ struct LeaseLoop {
     reply_to: Option<SocketAddr>,
     heard: u64,
     realtime: bool,
+    memory_locked: bool,
     late_us: u64,
     /// The fills last reported to the membership: view id and fills done then.
     fills_reported: (u64, usize),
@@ -335,6 +471,11 @@ impl LeaseLoop {
 
     fn run(&mut self) {
         let mut last_status = 0;
+        // Timeouts due before the thread ran (its start, the memory lock, counted from an
+        // epoch taken before them) are no late wake-up.
+        let running_since = self.now();
+        // What it runs with (real-time priority, memory locked) is known from the start.
+        let _ = self.publish_status();
         // Nonblocking: the loop waits in `ppoll`, whose timeout is precise, where a
         // socket's receive timeout is rounded up to the kernel's tick (4 ms at 250 Hz,
         // which would stretch a 2 ms renewal period to 8).
@@ -356,7 +497,9 @@ impl LeaseLoop {
             }
             let due = self.membership.poll_timeout();
             if now >= due {
-                self.late_us = self.late_us.max((now - due) / 1_000);
+                if due >= running_since {
+                    self.late_us = self.late_us.max((now - due) / 1_000);
+                }
                 self.membership.handle_timeout(now);
             }
             self.perform(now);
@@ -477,7 +620,13 @@ impl LeaseLoop {
         }
         status.phase = Some(self.membership.phase());
         status.realtime = self.realtime;
+        status.memory_locked = self.memory_locked;
         status.max_wake_late_us = self.late_us;
+        if let Some(usage) = thread_usage() {
+            status.faults_minor = usage.ru_minflt as u64;
+            status.faults_major = usage.ru_majflt as u64;
+            status.preempted = usage.ru_nivcsw as u64;
+        }
         if let Ok(core) = self.link.core.try_lock()
             && let Some(core) = core.as_ref()
         {
@@ -550,10 +699,152 @@ impl LeaseLoop {
     }
 }
 
-/// Asks for `SCHED_FIFO` at a low real-time priority for the calling thread; false (and a
+/// The calling thread's resource usage (page faults, context switches); `None` if the
+/// kernel refuses (it does not on Linux).
+fn thread_usage() -> Option<libc::rusage> {
+    // SAFETY: `rusage` is plain integers, for which all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD fills the struct `usage` points to, which outlives the call.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    (r == 0).then_some(usage)
+}
+
+/// Whether this process locked its memory ([`lock_memory`] succeeded), for lives that
+/// did not ask (the lock stays for the process's life).
+static MEMORY_LOCKED: OnceLock<bool> = OnceLock::new();
+
+/// Whether this process's memory is locked.
+fn memory_locked() -> bool {
+    MEMORY_LOCKED.get().copied().unwrap_or(false)
+}
+
+/// `CAP_IPC_LOCK` (linux/capability.h): locking memory past `RLIMIT_MEMLOCK`.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Whether this process has capability `cap` in its effective set (`CapEff` in
+/// `/proc/self/status`); false if that cannot be read.
+fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| effective_capabilities(&status))
+        .is_some_and(|caps| caps >> cap & 1 == 1)
+}
+
+/// The `CapEff` mask of a `/proc/PID/status` text.
+fn effective_capabilities(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(line.trim(), 16).ok()
+}
+
+/// Why this process may not lock all its memory, current and future: without
+/// `CAP_IPC_LOCK`, every mapping past `RLIMIT_MEMLOCK` would then fail (an allocation
+/// failure, which aborts), so the limit must be infinite. `None` if it may.
+fn lock_refusal() -> Option<String> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct `limit` points to, which outlives the call.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    if r == 0 && limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    if has_capability(CAP_IPC_LOCK) {
+        return None;
+    }
+    Some(if r == 0 {
+        format!(
+            "RLIMIT_MEMLOCK is {} KiB and the process lacks CAP_IPC_LOCK: every allocation \
+             past the limit would fail (ulimit -l unlimited, or the capability, allows it)",
+            limit.rlim_cur / 1024
+        )
+    } else {
+        "RLIMIT_MEMLOCK could not be read and the process lacks CAP_IPC_LOCK".to_string()
+    })
+}
+
+/// Locks the process's memory as `mode` says, once per process (the first life's mode
+/// holds for its later ones), if that cannot make a later allocation fail; true if it is
+/// locked. Refused, it logs why once and locks nothing.
+fn lock_memory(mode: MemoryLock) -> bool {
+    *MEMORY_LOCKED.get_or_init(|| {
+        if let Some(why) = lock_refusal() {
+            tracing::warn!("lease thread: memory not locked: {why}");
+            return false;
+        }
+        let started = Instant::now();
+        let flags = match mode {
+            MemoryLock::Off => return false,
+            MemoryLock::Fault => libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT,
+            MemoryLock::All => libc::MCL_CURRENT | libc::MCL_FUTURE,
+        };
+        // SAFETY: mlockall takes flags and touches no memory of ours.
+        let r = unsafe { libc::mlockall(flags) };
+        if r != 0 {
+            tracing::warn!(
+                "lease thread: memory not locked: mlockall: {}",
+                std::io::Error::last_os_error()
+            );
+            return false;
+        }
+        let code = if mode == MemoryLock::Fault {
+            page_in_code()
+        } else {
+            0
+        };
+        tracing::info!(
+            ?mode,
+            code_bytes = code,
+            ms = started.elapsed().as_millis() as u64,
+            "lease thread: process memory locked"
+        );
+        true
+    })
+}
+
+/// Pages in and locks every executable file mapping of the process (its code and its
+/// libraries'), as `mlockall(MCL_CURRENT)` without `MCL_ONFAULT` would, but nothing
+/// else; returns the bytes locked. A mapping that cannot be locked is left as it is.
+fn page_in_code() -> usize {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return 0;
+    };
+    let mut locked = 0;
+    for (start, end) in code_mappings(&maps) {
+        // SAFETY: mlock only changes how the kernel holds the pages of a range this
+        // process has mapped (read from /proc/self/maps just now); it touches no memory
+        // of ours, and fails harmlessly if the range changed since.
+        if unsafe { libc::mlock(start as *const libc::c_void, end - start) } == 0 {
+            locked += end - start;
+        }
+    }
+    locked
+}
+
+/// The address ranges of the executable file mappings in a `/proc/PID/maps` text (not
+/// the kernel's `[vdso]` and such, which have no file).
+fn code_mappings(maps: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    maps.lines().filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        let range = fields.next()?;
+        let perms = fields.next()?;
+        let path = fields.nth(3)?;
+        if !perms.contains('x') || !path.starts_with('/') {
+            return None;
+        }
+        let (start, end) = range.split_once('-')?;
+        let start = usize::from_str_radix(start, 16).ok()?;
+        let end = usize::from_str_radix(end, 16).ok()?;
+        (end > start).then_some((start, end))
+    })
+}
+
+/// Asks for `SCHED_FIFO` at [`REALTIME_PRIORITY`] for the calling thread; false (and a
 /// log line) where the process may not have it.
 fn set_realtime_priority() -> bool {
-    let param = libc::sched_param { sched_priority: 10 };
+    let param = libc::sched_param {
+        sched_priority: REALTIME_PRIORITY,
+    };
     // SAFETY: `sched_setscheduler` with pid 0 changes the calling thread's policy and
     // reads `param`, a valid struct that outlives the call.
     let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
@@ -565,5 +856,62 @@ fn set_realtime_priority() -> bool {
             std::io::Error::last_os_error()
         );
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effective_capabilities_are_read_from_the_status_text() {
+        let status = "Name:\tferrotx\nCapInh:\t0000000000000000\nCapPrm:\t000001fffeffffff\n\
+                      CapEff:\t0000000000004000\nCapBnd:\t000001fffeffffff\n";
+        let caps = effective_capabilities(status).unwrap();
+        assert_eq!(caps >> CAP_IPC_LOCK & 1, 1);
+        assert_eq!(caps >> 13 & 1, 0);
+        assert_eq!(effective_capabilities("Name:\tx\n"), None);
+        assert_eq!(effective_capabilities("CapEff:\tzz\n"), None);
+    }
+
+    #[test]
+    fn code_mappings_are_the_executable_file_ones() {
+        let maps = "55d0c0000000-55d0c0100000 r--p 00000000 08:01 123 /usr/bin/ferrotx\n\
+                    55d0c0100000-55d0c0900000 r-xp 00100000 08:01 123 /usr/bin/ferrotx\n\
+                    7f0000000000-7f0040000000 rw-p 00000000 00:00 0 \n\
+                    7f1000000000-7f1000200000 r-xp 00000000 08:01 456 /lib/libc.so.6\n\
+                    7ffc00000000-7ffc00002000 r-xp 00000000 00:00 0 [vdso]\n";
+        let code: Vec<_> = code_mappings(maps).collect();
+        assert_eq!(
+            code,
+            [
+                (0x55d0_c010_0000, 0x55d0_c090_0000),
+                (0x7f10_0000_0000, 0x7f10_0020_0000)
+            ]
+        );
+    }
+
+    #[test]
+    fn each_step_is_turned_off_by_its_own_variable() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(LeaseTuning::from_vars(vars(&[])), LeaseTuning::default());
+        assert_eq!(LeaseTuning::default().lock_memory, MemoryLock::Fault);
+        let tuning = LeaseTuning::from_vars(vars(&[("FERROTX_MLOCK", "0")]));
+        assert!(tuning.lock_memory == MemoryLock::Off && tuning.realtime);
+        let tuning = LeaseTuning::from_vars(vars(&[("FERROTX_MLOCK", "all")]));
+        assert_eq!(tuning.lock_memory, MemoryLock::All);
+        let tuning = LeaseTuning::from_vars(vars(&[("FERROTX_REALTIME", "off")]));
+        assert!(tuning.lock_memory == MemoryLock::Fault && !tuning.realtime);
+        // Anything else leaves the default.
+        let tuning =
+            LeaseTuning::from_vars(vars(&[("FERROTX_MLOCK", "lots"), ("FERROTX_REALTIME", "")]));
+        assert_eq!(tuning, LeaseTuning::default());
     }
 }

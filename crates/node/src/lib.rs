@@ -16,6 +16,7 @@ mod core;
 mod drops;
 mod keys;
 mod lease;
+pub mod lives;
 mod local_cluster;
 mod node;
 mod placement;
@@ -32,7 +33,9 @@ pub use keys::{
     ClusterKeys, KEY_RELOAD, KEY_WAIT, KeyError, cluster_id, key_path, load_keys, new_key_line,
     process_auth, random_bytes, read_key_file, write_new_key_file,
 };
-pub use lease::{LeaseError, LeaseStatus, LeaseThread, Link};
+pub use lease::{
+    LeaseError, LeaseStatus, LeaseThread, LeaseTuning, Link, MemoryLock, REALTIME_PRIORITY,
+};
 pub use local_cluster::{CopyRead, LocalCluster};
 pub use node::{
     AttachError, Node, NodeHandle, NodeOptions, ShipStats, SpawnError, StartError, WorkerReport,
