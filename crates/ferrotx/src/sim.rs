@@ -95,6 +95,12 @@ struct WorkloadSummary {
     /// Recovery scenarios: seeds whose trap sprang (the attack happened).
     #[serde(skip_serializing_if = "Option::is_none")]
     traps_sprung: Option<u64>,
+    /// Seeds that went beyond f (a partition lost every copy to crashes, or no majority
+    /// of processes left): their findings were reported, not failed.
+    beyond_f_seeds: Vec<u64>,
+    /// Seeds with a view that admitted a new life while dropping a member (see
+    /// `Report::admitted_while_dropping`).
+    admitted_while_dropping_seeds: Vec<u64>,
     /// Data recovery: backups given to fill, and filled ones counted as copies.
     fills_assigned: u64,
     fills_counted: u64,
@@ -158,6 +164,9 @@ struct Report {
     /// counted as copies.
     fills_assigned: u64,
     fills_counted: u64,
+    /// Views that admitted a new life while dropping a member (membership's rule 4 says
+    /// never; counted so that a sweep shows a change to that rule was exercised).
+    admitted_while_dropping: u64,
     workloads: BTreeMap<&'static str, WorkloadSummary>,
 }
 
@@ -312,6 +321,7 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         ship_answered_again: 0,
         fills_assigned: 0,
         fills_counted: 0,
+        admitted_while_dropping: 0,
         workloads: BTreeMap::new(),
     };
     let mut failures = Vec::new();
@@ -333,6 +343,13 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             w.fills_counted += m.fills_counted;
             summary.fills_assigned += m.fills_assigned;
             summary.fills_counted += m.fills_counted;
+            summary.admitted_while_dropping += m.situations.admitted_while_dropping;
+            if m.situations.admitted_while_dropping > 0 {
+                w.admitted_while_dropping_seeds.push(report.seed);
+            }
+            if m.lost_partitions > 0 || m.majority_down {
+                w.beyond_f_seeds.push(report.seed);
+            }
         }
         summary.simulated_s += report.simulated_ns as f64 / 1e9;
         if recovery_scenarios::is_recovery(report.workload) {
@@ -399,6 +416,12 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         println!(
             "data recovery: {} backups given to fill, {} filled and counted as copies",
             summary.fills_assigned, summary.fills_counted
+        );
+    }
+    if summary.admitted_while_dropping > 0 {
+        println!(
+            "membership: {} views admitted a new life while dropping a member",
+            summary.admitted_while_dropping
         );
     }
     for (name, w) in &summary.workloads {
@@ -602,6 +625,12 @@ fn print_replay(report: &RunReport) {
         let s = &m.situations;
         for line in &s.plot {
             println!("  plot: {line}");
+        }
+        if s.admitted_while_dropping > 0 {
+            println!(
+                "  views that admitted a new life while dropping a member: {}",
+                s.admitted_while_dropping
+            );
         }
         if s.cm_cut_between_replies + s.cm_isolated_while_paused + s.suspended + s.rejoined > 0
             || !s.crashed_in_view.is_empty()

@@ -278,7 +278,8 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
 /// or a read-only workload's finding, unless the run removed a healthy member (the
 /// known bugs below, which then explain a cluster left without a majority or a
 /// partition left without a copy). In `membership-slow-install`, where nothing fails,
-/// also any healthy member removed or any view after the first.
+/// also any healthy member removed or any view after the first. The [`SITUATIONS`]
+/// excuse nothing, and fail a run that did not reach its situation ([`reached`]).
 pub fn failure(name: &str, report: &RunReport) -> Option<String> {
     if SITUATIONS.contains(&name) {
         return situation_failure(name, report);

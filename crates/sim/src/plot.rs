@@ -105,6 +105,11 @@ pub struct Situations {
     /// Of those newer lives, the ones given backups to fill that a later view counted as
     /// copies: refilled by data recovery.
     pub refilled: u64,
+    /// Views that admitted a life new to the view before (neither a member nor suspended
+    /// there) while dropping (removing or suspending) a member of it. Membership's rule 4
+    /// (joiners are admitted in a view of their own) makes it 0; counted, not checked, so
+    /// that a sweep shows whether a change to that rule was exercised.
+    pub admitted_while_dropping: u64,
 }
 
 impl Situations {
@@ -162,6 +167,21 @@ impl Situations {
         }
         self.rejoined = rejoined.len() as u64;
         self.refilled = refilled.len() as u64;
+        self.admitted_while_dropping = history
+            .windows(2)
+            .filter(|w| !w[0].is_ended() && !w[1].is_ended())
+            .filter(|w| {
+                let admits = w[1].members.iter().any(|m| {
+                    !w[0].is_member(m.node, m.incarnation)
+                        && !w[0].is_suspended(m.node, m.incarnation)
+                });
+                let drops = w[0]
+                    .members
+                    .iter()
+                    .any(|m| !w[1].is_member(m.node, m.incarnation));
+                admits && drops
+            })
+            .count() as u64;
     }
 }
 
