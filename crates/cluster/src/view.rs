@@ -111,6 +111,19 @@ pub enum ViewError {
 }
 
 impl View {
+    /// Makes `self` a copy of `other`, reusing `self`'s buffers (the derived
+    /// `clone_from` would allocate afresh): a scratch view cloned into every lease
+    /// allocates nothing once its buffers have grown to the view's size.
+    pub fn copy_from(&mut self, other: &View) {
+        self.id = other.id;
+        self.cm = other.cm;
+        self.members.clone_from(&other.members);
+        self.copies.clone_from(&other.copies);
+        self.filling.clone_from(&other.filling);
+        self.suspended.clone_from(&other.suspended);
+        self.suspended_copies.clone_from(&other.suspended_copies);
+    }
+
     /// The first view of a cluster started from `config`, with the given lives of its
     /// members, the partition map of the configuration file, and the member of lowest node
     /// id as CM.

@@ -385,6 +385,9 @@ struct Manager {
     /// When next to look whether the members' figures now leave room for a copy the view
     /// could not place (memory freed, a limit raised): once a lease.
     next_room_check_ns: u64,
+    /// The view [`Membership::room_due_now`] places copies in: kept, so that the check
+    /// made once a lease on the lease thread allocates nothing once it has grown.
+    scratch: Option<View>,
 }
 
 /// One node's membership state machine (see the crate documentation). Sans-IO, as
@@ -471,6 +474,7 @@ impl Membership {
                 filled: BTreeMap::new(),
                 memory: BTreeMap::new(),
                 next_room_check_ns: 0,
+                scratch: None,
             },
             timers,
             last_tick_ns: 0,
@@ -980,19 +984,28 @@ impl Membership {
             return false;
         }
         self.cm.next_room_check_ns = now_ns.saturating_add(self.options.lease_ns);
-        let Some(view) = &self.view else {
+        let Some(view) = self.view.take() else {
             return false;
         };
-        self.room_due_now(view)
+        let due = self.room_due_now(&view);
+        self.view = Some(view);
+        due
     }
 
     /// Whether the next view would place copies that `view` could not: exact, from the
     /// members' latest figures ([`Membership::room_due`] looks at most once a lease).
-    fn room_due_now(&self, view: &View) -> bool {
+    /// Places them in the kept scratch view, which allocates nothing once grown.
+    fn room_due_now(&mut self, view: &View) -> bool {
         if self.phase != Phase::Member {
             return false;
         }
-        let mut next = view.clone();
+        let mut next = match self.cm.scratch.take() {
+            Some(mut scratch) => {
+                scratch.copy_from(view);
+                scratch
+            }
+            None => view.clone(),
+        };
         let full = self.full_members(view, view);
         next.rereplicate(
             &self.config,
@@ -1000,7 +1013,9 @@ impl Membership {
             &BTreeSet::new(),
             &full,
         );
-        !next.fills().eq(view.fills())
+        let due = !next.fills().eq(view.fills());
+        self.cm.scratch = Some(next);
+        due
     }
 
     /// The host's report: these partitions, which this node fills in its current view,

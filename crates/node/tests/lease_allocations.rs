@@ -241,14 +241,11 @@ fn members_renew_without_allocating_on_the_lease_thread() {
     }
 }
 
-/// The CM's lease thread: it grants and takes acks without allocating, but the
-/// membership state machine checks once a lease whether the members' memory figures
-/// would let a new view place copies the current one could not
-/// (`Membership::room_due`), on a clone of the view: some ten allocations per lease
-/// (about a thousand a second with 10 ms leases), in crates/membership. Ignored until
-/// that check reuses its scratch view; run it with `--ignored` to see the count.
+/// The CM's lease thread: it grants and takes acks without allocating, and the
+/// membership state machine's check, once a lease, of whether the members' memory
+/// figures would let a new view place copies the current one could not
+/// (`Membership::room_due`) works in a scratch view kept from one lease to the next.
 #[test]
-#[ignore = "Membership::room_due clones the view once a lease on the CM (crates/membership)"]
 fn the_cm_grants_without_allocating_on_the_lease_thread() {
     let (cm, quiet) = measure(NODES..2 * NODES, 53_100);
     for w in &quiet {

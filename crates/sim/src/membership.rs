@@ -14,7 +14,11 @@
 //!   unless that life crashed;
 //! - (d) no view stored orphans a partition ([`View::orphaned_in`]): leaves it with no
 //!   copy, member or suspended, while a life that held one has not crashed (checked when
-//!   it is swapped in, against the lives crashed by then).
+//!   it is swapped in, against the lives crashed by then);
+//! - (f) no view admits a life new to it (neither a member nor suspended before) while it
+//!   drops (removes or suspends) a member: joiners are admitted in a view of their own,
+//!   after the members are settled, so that an empty joiner never helps make a view that
+//!   drops a partition's last holders.
 
 use std::collections::BTreeSet;
 
@@ -232,11 +236,25 @@ impl MembershipState {
         }
     }
 
-    /// Check (d) on a view about to be swapped in at `now` (simulated ns) over `current`.
+    /// Checks (d) and (f) on a view about to be swapped in at `now` (simulated ns) over `current`.
     pub(crate) fn check_swap(&mut self, now: u64, current: Option<&View>, next: &View) {
         let Some(current) = current else { return };
         if current.is_ended() || next.id != current.id + 1 {
             return;
+        }
+        let admitted = next.members.iter().find(|m| {
+            !current.is_member(m.node, m.incarnation)
+                && !current.is_suspended(m.node, m.incarnation)
+        });
+        let dropped = current
+            .members
+            .iter()
+            .find(|m| !next.is_member(m.node, m.incarnation));
+        if let (Some(a), Some(d)) = (admitted, dropped) {
+            self.violation(format!(
+                "(f) at {now} ns view {} admits node {} (life {}) while it drops node {} (life {}) of view {}",
+                next.id, a.node, a.incarnation, d.node, d.incarnation, current.id
+            ));
         }
         let orphaned = current.orphaned_in(next, &self.crashed);
         if !orphaned.is_empty() {

@@ -107,8 +107,8 @@ pub struct Situations {
     pub refilled: u64,
     /// Views that admitted a life new to the view before (neither a member nor suspended
     /// there) while dropping (removing or suspending) a member of it. Membership's rule 4
-    /// (joiners are admitted in a view of their own) makes it 0; counted, not checked, so
-    /// that a sweep shows whether a change to that rule was exercised.
+    /// (joiners are admitted in a view of their own) makes it 0, and check (f) fails a run
+    /// with such a view; counted too, so that a sweep shows where.
     pub admitted_while_dropping: u64,
 }
 

@@ -13,8 +13,7 @@
 //! some with acknowledged writes missing, then excused as "beyond f". Each must now pass
 //! every checker with nothing excused: no crash there took every copy of a partition.
 
-use ferrotx_sim::FaultKind;
-use ferrotx_sim::run::{RunOptions, run};
+mod common;
 
 /// The seeds of `--seed-base 7000 --seeds 150` that failed at 8c41a7b on 3 nodes (the
 /// same on bank and kv; resp-list-append all but 7048).
@@ -25,15 +24,6 @@ const THREE_NODES: [u64; 15] = [
 /// The same on 5 nodes (3 replicas).
 const FIVE_NODES: [(&str, u64); 2] = [("bank", 7084), ("resp-bank", 7097)];
 
-fn faults() -> Vec<FaultKind> {
-    vec![
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ]
-}
-
 #[test]
 fn seeds_that_lost_convergence_before_issue_30_pass() {
     let runs = ["bank", "kv", "resp-list-append"]
@@ -43,13 +33,7 @@ fn seeds_that_lost_convergence_before_issue_30_pass() {
     let mut failed = Vec::new();
     let mut checked = 0;
     for (workload, seed, nodes) in runs {
-        let options = RunOptions {
-            nodes,
-            faults: faults(),
-            membership: Some(ferrotx_sim::membership::default_options()),
-            ..RunOptions::new(seed)
-        };
-        let report = run(&mut *ferrotx_sim::scenarios::scenario(workload), &options);
+        let report = common::random_plan(workload, seed, nodes, 3);
         let m = report.membership.as_ref().expect("membership ran");
         checked += 1;
         if !report.passed()

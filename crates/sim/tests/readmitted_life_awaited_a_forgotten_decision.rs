@@ -23,45 +23,19 @@
 //! view decided them without them; giving up on those decisions too recorded them
 //! aborted (list-append took "outcome unknown" for an abort) and failed G1a.
 
-use ferrotx_sim::FaultKind;
-use ferrotx_sim::run::{RunOptions, run};
+mod common;
 
 #[test]
 fn bug_a_readmitted_life_was_told_aborted_of_what_committed_without_it() {
-    let faults = vec![
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
-    let mut failed = Vec::new();
-    for (workload, seed) in [
-        ("resp-bank", 118),
-        ("kv-churn", 161),
-        ("list-append", 102),
-        ("list-append", 183),
-    ] {
-        let options = RunOptions {
-            nodes: 5,
-            replicas: 2,
-            faults: faults.clone(),
-            membership: Some(ferrotx_sim::membership::default_options()),
-            ..RunOptions::new(seed)
-        };
-        let report = run(&mut *ferrotx_sim::scenarios::scenario(workload), &options);
-        let membership = report.membership.as_ref().expect("membership ran");
-        if !report.checked.violations.is_empty()
-            || !membership.violations.is_empty()
-            || report.liveness.is_some()
-        {
-            failed.push((
-                workload,
-                seed,
-                report.checked.violations.clone(),
-                membership.violations.clone(),
-                report.liveness.clone(),
-            ));
-        }
-    }
+    let failed = common::failing(
+        &[
+            ("resp-bank", 118),
+            ("kv-churn", 161),
+            ("list-append", 102),
+            ("list-append", 183),
+        ],
+        5,
+        2,
+    );
     assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -24,45 +24,19 @@
 //! resp-counter seed 337 and resp-counter-spread seed 468 (partition 4; increments
 //! counted twice) are the same.
 
-use ferrotx_sim::FaultKind;
-use ferrotx_sim::run::{RunOptions, run};
+mod common;
 
 #[test]
 fn bug_a_readmitted_life_committed_a_shipped_batch_of_a_view_it_had_left() {
-    let faults = vec![
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
-    let mut failed = Vec::new();
-    for (workload, seed) in [
-        ("resp-list-append", 243),
-        ("resp-list-append", 433),
-        ("resp-counter", 337),
-        ("resp-counter-spread", 468),
-    ] {
-        let options = RunOptions {
-            nodes: 5,
-            replicas: 2,
-            faults: faults.clone(),
-            membership: Some(ferrotx_sim::membership::default_options()),
-            ..RunOptions::new(seed)
-        };
-        let report = run(&mut *ferrotx_sim::scenarios::scenario(workload), &options);
-        let membership = report.membership.as_ref().expect("membership ran");
-        if !report.checked.violations.is_empty()
-            || !membership.violations.is_empty()
-            || report.liveness.is_some()
-        {
-            failed.push((
-                workload,
-                seed,
-                report.checked.violations.clone(),
-                membership.violations.clone(),
-                report.liveness.clone(),
-            ));
-        }
-    }
+    let failed = common::failing(
+        &[
+            ("resp-list-append", 243),
+            ("resp-list-append", 433),
+            ("resp-counter", 337),
+            ("resp-counter-spread", 468),
+        ],
+        5,
+        2,
+    );
     assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -19,40 +19,10 @@
 //! partition 1, and given partitions 0, 2, 5, 6, 7 and 9 to fill in view 4. Seed 163:
 //! the same with node 4, partitions 3, 4 and 9.
 
-use ferrotx_sim::FaultKind;
-use ferrotx_sim::run::{RunOptions, run};
+mod common;
 
 #[test]
 fn bug_a_readmitted_life_decided_its_dropped_copies_records_again() {
-    let faults = vec![
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
-    let mut failed = Vec::new();
-    for (workload, seed) in [("kv-full", 56), ("kv-full", 163)] {
-        let options = RunOptions {
-            nodes: 5,
-            replicas: 2,
-            faults: faults.clone(),
-            membership: Some(ferrotx_sim::membership::default_options()),
-            ..RunOptions::new(seed)
-        };
-        let report = run(&mut *ferrotx_sim::scenarios::scenario(workload), &options);
-        let membership = report.membership.as_ref().expect("membership ran");
-        if !report.checked.violations.is_empty()
-            || !membership.violations.is_empty()
-            || report.liveness.is_some()
-        {
-            failed.push((
-                workload,
-                seed,
-                report.checked.violations.clone(),
-                membership.violations.clone(),
-                report.liveness.clone(),
-            ));
-        }
-    }
+    let failed = common::failing(&[("kv-full", 56), ("kv-full", 163)], 5, 2);
     assert!(failed.is_empty(), "{failed:#?}");
 }
