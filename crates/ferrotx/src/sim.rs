@@ -581,15 +581,20 @@ fn print_replay(report: &RunReport) {
     if let Some(liveness) = &report.liveness {
         println!("liveness: {liveness}");
     }
+    if own_verdict(report.workload) && !report_passes(report) {
+        println!("failed: {}", first_problem(report));
+    }
     for violation in &report.checked.violations {
         println!("violation: {violation}");
     }
     if let Some(m) = &report.membership {
         println!(
-            "membership: bootstrapped in {:.1} ms, {} steps, converged {} after the last fault",
+            "membership: bootstrapped in {:.1} ms, {} steps, converged {} and views at full strength {} after the last fault",
             m.bootstrap_ns as f64 / 1e6,
             m.steps,
             m.converged_after_ns
+                .map_or("never".to_string(), |t| format!("{:.1} ms", t as f64 / 1e6)),
+            m.strength_after_ns
                 .map_or("never".to_string(), |t| format!("{:.1} ms", t as f64 / 1e6))
         );
         for (id, members, cm) in &m.views {

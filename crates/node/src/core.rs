@@ -19,7 +19,7 @@ use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Epoch, Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
-use ferrotx_txn::coordinator::{Coordinator, Placement};
+use ferrotx_txn::coordinator::{Coordinator, Placement, REFILL_SLOTS, RefillThread};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
 use ferrotx_txn::reclaim::ReclaimOptions;
 use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
@@ -450,9 +450,13 @@ impl NodeCore {
             Config {
                 view: ViewId(self.config.id()),
                 incarnation: self.incarnation,
-                // More in the background: recovery, data recovery, reclamation, the
-                // memory figures, and the executors of shipped operations.
-                callers: options.coroutines + 4 + options.ship_executors.count,
+                // More in the background: recovery, data recovery (REFILL_SLOTS),
+                // reclamation, the memory figures, and the executors of shipped
+                // operations.
+                callers: options.coroutines
+                    + 3
+                    + usize::from(REFILL_SLOTS)
+                    + options.ship_executors.count,
                 ..options.rpc.clone()
             },
         );
@@ -479,14 +483,19 @@ impl NodeCore {
         worker
             .executor()
             .spawn_background(move |co| async move { recovery.run_recovery(co).await });
-        let refill = coordinator.clone();
         let (refill_options, seed) = (
             options.refill,
             u64::from(self.node) << 48 ^ self.incarnation ^ u64::from(thread) << 32,
         );
-        worker.executor().spawn_background(move |co| async move {
-            refill.run_refill(co, refill_options, seed).await
-        });
+        let refill_thread = Rc::new(RefillThread::default());
+        for slot in 0..REFILL_SLOTS {
+            let (refill, shared) = (coordinator.clone(), refill_thread.clone());
+            worker.executor().spawn_background(move |co| async move {
+                refill
+                    .run_refill(co, refill_options, seed, slot, shared)
+                    .await
+            });
+        }
         let reclaim = coordinator.clone();
         let reclaim_options = options.reclaim;
         worker.executor().spawn_background(move |co| async move {

@@ -118,6 +118,13 @@ pub enum TrapAction {
         /// Heal after this long.
         heal_after_ns: u64,
     },
+    /// Cut the node off from every other but the CM of the latest view (both ways),
+    /// healed this long after: it keeps its lease, so no view changes, and whatever it
+    /// asks the others waits for the heal.
+    Sever {
+        /// Heal after this long.
+        heal_after_ns: u64,
+    },
 }
 
 /// A trap at a fault point of the commit protocol and what happens when it springs.
@@ -382,6 +389,39 @@ impl SimCluster {
             TrapAction::Isolate { heal_after_ns } => {
                 self.attack_struck.insert(node);
                 let rest: Vec<u16> = (0..self.node_count()).filter(|&n| n != node).collect();
+                self.apply_event(
+                    now,
+                    &FaultEvent::Partition {
+                        side_a: vec![node],
+                        side_b: rest,
+                    },
+                );
+                self.scheduled.push((now + heal_after_ns, FaultEvent::Heal));
+                last = now + heal_after_ns;
+            }
+            TrapAction::Sever { heal_after_ns } => {
+                self.attack_struck.insert(node);
+                let cm = self
+                    .membership
+                    .as_ref()
+                    .and_then(|s| s.coordination.current())
+                    .map(|v| v.cm);
+                if cm == Some(node) {
+                    // The CM cut off from the others would be isolated, which
+                    // `recovery-isolate-filler` attacks: nothing is cut.
+                    self.attack_log.push(format!(
+                        "{:.3} ms: node {node} is the CM: nothing cut",
+                        now as f64 / 1e6
+                    ));
+                    self.faults_until(now);
+                    if let Some(next) = attack.then {
+                        self.arm(*next);
+                    }
+                    return;
+                }
+                let rest: Vec<u16> = (0..self.node_count())
+                    .filter(|&n| n != node && Some(n) != cm)
+                    .collect();
                 self.apply_event(
                     now,
                     &FaultEvent::Partition {
@@ -883,6 +923,9 @@ impl SimCluster {
                         eprintln!("CAS by {node} at {now}: {next:?}");
                     }
                     let result = state.coordination.compare_and_swap(expected, &next);
+                    if result.is_ok() {
+                        state.stored_at.push((now, next.id));
+                    }
                     if result.is_ok()
                         && let (Some(plot), Some(current)) = (self.plot.as_mut(), &current)
                         && plot.stored(current, &next)

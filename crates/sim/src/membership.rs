@@ -109,6 +109,8 @@ pub struct MembershipState {
     /// from a pause commits the view it was removed from). Not a serving violation as
     /// long as its lease is over, which (b) checks; reported as a membership bug.
     pub stale_commits: Vec<String>,
+    /// When each view was stored: (simulated time, view id).
+    pub stored_at: Vec<(u64, u64)>,
     /// Violations found (the first [`VIOLATIONS_KEPT`]) and how many in all.
     pub violations: Vec<String>,
     /// Violations found in all.
@@ -143,6 +145,7 @@ impl MembershipState {
             hints: 0,
             violations: Vec::new(),
             stale_commits: Vec::new(),
+            stored_at: Vec::new(),
             violations_count: 0,
             reported: BTreeSet::new(),
             events_seen: 0,

@@ -25,7 +25,7 @@ use crate::run::{Checked, RunOptions, RunReport, Scenario};
 use crate::scenarios;
 
 /// Every recovery scenario, in the order `--workload recovery` runs them.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "recovery-crash-coordinator",
     "recovery-crash-primary",
     "recovery-crash-backup",
@@ -36,6 +36,7 @@ pub const NAMES: [&str; 12] = [
     "recovery-crash-filler",
     "recovery-crash-during-fill",
     "recovery-isolate-filler",
+    "recovery-sever-filler",
     "recovery-domain",
     "recovery-full-node",
 ];
@@ -153,7 +154,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         "recovery-crash-during-recovery"
         | "recovery-two-crashes"
         | "recovery-crash-during-fill" => 5,
-        "recovery-isolate-filler" => 4,
+        "recovery-isolate-filler" | "recovery-sever-filler" => 4,
         _ => 3,
     };
     let plan = light_plan(seed, nodes);
@@ -265,9 +266,15 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         }
         // Data recovery: a first crash (the node restarts, joins and is given backups to
         // fill, or others are), then a fault while a node fills.
-        "recovery-crash-filler" | "recovery-crash-during-fill" | "recovery-isolate-filler" => {
+        "recovery-crash-filler"
+        | "recovery-crash-during-fill"
+        | "recovery-isolate-filler"
+        | "recovery-sever-filler" => {
             let first = any_point(&mut rng);
             let restart_after_ns = Some(rng.random_range(lease..=3 * lease));
+            // `recovery-sever-filler`'s crashed node stays down: its new life joining
+            // would change the view during the cut and end the FETCHes waiting.
+            let restart_after_ns = restart_after_ns.filter(|_| name != "recovery-sever-filler");
             let mut a = attack(first, TrapAction::Crash { restart_after_ns });
             let fill = (REFILL_POINT, rng.random_range(1..=12), false);
             let action = match name {
@@ -281,6 +288,13 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
                     pick: rng.random_range(0..4),
                     restart_after_ns: restart(&mut rng),
                 },
+                // The filling node cut off from every node but the CM: it keeps its
+                // lease, no view changes, and FETCHes from the primaries cut off wait
+                // for the heal. Once healed, data recovery must go on at its pace
+                // (`SEVER_STRENGTH_LEASES`), whatever the FETCHes waited.
+                "recovery-sever-filler" => TrapAction::Sever {
+                    heal_after_ns: rng.random_range(2 * lease..=6 * lease),
+                },
                 _ => TrapAction::Isolate {
                     heal_after_ns: rng.random_range(2 * lease..=6 * lease),
                 },
@@ -290,10 +304,19 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         }
         other => panic!("no recovery scenario {other:?}; they are {NAMES:?}"),
     };
+    let sever = name == "recovery-sever-filler";
     RunOptions {
         nodes,
         faults: LIGHT.to_vec(),
         deadline_ns: 30 * lease,
+        // Real nodes' pace, and a retransmission timeout at most a lease, as on real
+        // nodes: what follows the heal is timed.
+        refill_pace: if sever {
+            ferrotx_txn::refill::RefillOptions::default().pace
+        } else {
+            1
+        },
+        rto_max_ns: sever.then_some(lease),
         plan: Some(plan),
         membership: Some(membership),
         detail: Some(format!(
@@ -448,6 +471,17 @@ pub fn failure(report: &RunReport) -> Option<String> {
             report.checked.violations.len()
         ));
     }
+    if report.workload == "recovery-sever-filler" {
+        let lease = default_options().lease_ns;
+        if m.strength_after_ns
+            .is_none_or(|t| t > SEVER_STRENGTH_LEASES * lease)
+        {
+            return Some(format!(
+                "views not at full strength within {SEVER_STRENGTH_LEASES} leases of the heal (after {:?} ms)",
+                m.strength_after_ns.map(|t| t as f64 / 1e6)
+            ));
+        }
+    }
     if m.lost_partitions > 0 || m.majority_down {
         return Some(format!(
             "beyond f (lost partitions {}, majority down {}; healthy removed {:?}): stuck {}, findings {:?}",
@@ -456,6 +490,11 @@ pub fn failure(report: &RunReport) -> Option<String> {
     }
     None
 }
+
+/// Leases after the heal within which `recovery-sever-filler`'s views must be back at
+/// full strength for good: the fills' copying at their pace, a lease for the CM to count
+/// them, and the rest of the run's recovery.
+pub const SEVER_STRENGTH_LEASES: u64 = 8;
 
 /// Whether the run's trap sprang (the attack happened).
 pub fn sprung(report: &RunReport) -> bool {

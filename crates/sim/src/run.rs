@@ -124,6 +124,13 @@ pub struct RunOptions {
     /// With membership: a fault placed on a cue rather than at a time (see
     /// [`crate::plot`]), armed when the clients start.
     pub plot: Option<Plot>,
+    /// Data recovery's pace ([`ferrotx_txn::refill::RefillOptions::pace`]): 1 by default,
+    /// so that fills finish within short runs; real nodes' 8 where pacing is attacked.
+    pub refill_pace: u64,
+    /// The RPC layer's largest retransmission timeout, if not its default (100 ms, ten
+    /// simulated leases): scenarios timing what follows a heal set it to a lease, the
+    /// share of a lease it is on real nodes.
+    pub rto_max_ns: Option<u64>,
 }
 
 impl RunOptions {
@@ -150,6 +157,8 @@ impl RunOptions {
             domains: None,
             full_nodes: Vec::new(),
             plot: None,
+            refill_pace: 1,
+            rto_max_ns: None,
         }
     }
 }
@@ -209,6 +218,11 @@ pub struct MembershipReport {
     /// Simulated time from the end of the last fault until every live node served in
     /// the latest view (`None`: never within the run).
     pub converged_after_ns: Option<u64>,
+    /// Simulated time from the end of the last fault until the views stored were at
+    /// full strength for good (each partition with a copy has its replicas, or every
+    /// member, and none is being filled), 0 if they already were; `None` if the last is
+    /// not.
+    pub strength_after_ns: Option<u64>,
     /// Client coroutines still running at the end of a run that went beyond f (a
     /// partition with no copy left, or half the view down): reported, not failed. Within
     /// f they are a liveness failure.
@@ -322,6 +336,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             // them, as on a real network's MTU.
             datagram_bytes: 1_400,
             rto_min_ns: 200_000,
+            rto_max_ns: options.rto_max_ns.unwrap_or(Config::default().rto_max_ns),
             suspect_after_ns: 5_000_000,
             // Every datagram sealed and opened, as on real nodes, with a key and a
             // cluster id drawn from the seed.
@@ -345,7 +360,7 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             objects_per_fetch: 5,
             bytes_per_fetch: 256,
             interval_ns: 200_000,
-            pace: 1,
+            pace: options.refill_pace,
             last_copy_speedup: 4,
         },
         // Small steps, often: rounds land between commits, failures and view changes.
@@ -567,6 +582,8 @@ fn run_with_membership(
         state.violation(what);
     }
     let state = cluster.membership.as_ref().expect("membership runs");
+    report.strength_after_ns = strength_since(&state.history(), &state.stored_at, options.replicas)
+        .map(|t| t.saturating_sub(state.faults_over_ns.unwrap_or(0)));
     report.views = state
         .history()
         .iter()
@@ -703,6 +720,23 @@ pub fn placed_on_full(history: &[View], full: &[u16]) -> Vec<String> {
         }
     }
     found
+}
+
+/// When the views stored (`history`, stored at the times of `stored_at`) became at
+/// full strength for good: copies of each partition that has any on `replicas` nodes (or
+/// every member), none being filled. `None` if the last view is not.
+fn strength_since(history: &[View], stored_at: &[(u64, u64)], replicas: u8) -> Option<u64> {
+    let mut since = None;
+    for &(at, id) in stored_at {
+        let Some(view) = history.iter().find(|v| v.id == id) else {
+            continue;
+        };
+        let want = usize::from(replicas).min(view.members.len());
+        let strong = view.fills().next().is_none()
+            && view.copies.iter().all(|c| c.is_empty() || c.len() >= want);
+        since = if strong { since.or(Some(at)) } else { None };
+    }
+    since
 }
 
 /// Leases a run with membership gets, after its clients finished, for data recovery to

@@ -27,6 +27,8 @@ mod truncation;
 #[cfg(test)]
 mod tests;
 
+pub use refill::{REFILL_SLOTS, RefillThread};
+
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;

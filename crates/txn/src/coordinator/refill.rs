@@ -1,7 +1,10 @@
 //! The driver of data recovery ([`crate::refill`]): each worker thread fills the new
 //! backups of the partitions `p` with `p % threads == thread`, one paced FETCH at a time,
-//! taking its fills in turn.
+//! taking its fills in turn. [`REFILL_SLOTS`] coroutines of the thread share that work
+//! and its pace ([`RefillThread`]), each fetching from another source, so that a primary
+//! cut off or paused holds up only the fills copied from it.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -17,6 +20,16 @@ use crate::refill::{
 
 /// How long the driver sleeps with nothing to fill (a view switch wakes it sooner).
 const IDLE_NS: u64 = 20_000_000;
+
+/// Coroutines per worker thread that run data recovery ([`Coordinator::run_refill`]):
+/// the FETCHes one thread may have in flight, each from another source (primary), so
+/// that up to this many minus one sources stalled at once leave the others copying.
+pub const REFILL_SLOTS: u16 = 4;
+
+/// A FETCH's round trip counts for pacing as at most this many times the smoothed round
+/// trip of the answers before it: more is time spent blocked on a primary cut off or
+/// paused (a reliable call waits for a heal or a view change), not work.
+const STALL_FACTOR: u64 = 4;
 
 /// Where one fill stands in this thread.
 struct Progress {
@@ -35,20 +48,58 @@ struct Progress {
     floors: usize,
 }
 
+/// What the refill coroutines of one worker thread share: the fills' progress, the
+/// partitions and sources with a FETCH in flight, and the thread's pace.
+#[derive(Default)]
+pub struct RefillThread {
+    /// Per partition; a fill being stepped is taken out while its FETCH is in flight.
+    progress: RefCell<BTreeMap<u32, Progress>>,
+    /// Partitions with a FETCH in flight, and the primaries they are fetched from.
+    busy: RefCell<BTreeSet<u32>>,
+    sources: RefCell<BTreeSet<u16>>,
+    /// No FETCH of this thread starts before then, whichever coroutine makes it.
+    next_ns: Cell<u64>,
+    /// The fill taken last, so that fills are taken in turn.
+    turn: Cell<usize>,
+    /// Smoothed round trip of the FETCHes answered (capped as [`STALL_FACTOR`] says).
+    srtt_ns: Cell<u64>,
+}
+
+/// How one FETCH went.
+struct Step {
+    /// Its partition is down to one copy.
+    last_copy: bool,
+    /// The primary answered it, and the answer was applied.
+    answered: bool,
+}
+
 impl Coordinator {
-    /// Fills this thread's share of the node's new backups, forever (a background
-    /// coroutine of every worker), one FETCH at a time, its fills in turn, after a first
-    /// delay drawn from `seed`. After each FETCH it waits `options.interval_ns`, or
-    /// `options.pace` times as long as the FETCH took (its round trip and applying its
-    /// answer) if that is longer, so that copying takes a bounded share of the threads'
-    /// time however slow the machine; both divided by `last_copy_speedup` for a partition
-    /// left with one copy.
-    pub async fn run_refill(&self, co: Co, options: RefillOptions, seed: u64) {
+    /// Fills this thread's share of the node's new backups, forever (one of the
+    /// [`REFILL_SLOTS`] background coroutines of every worker, sharing `thread_state`),
+    /// one FETCH at a time per coroutine and at the thread's pace, its fills in turn,
+    /// after a first delay drawn from `seed` and `slot`.
+    ///
+    /// After each FETCH the thread waits `options.interval_ns`, or `options.pace` times
+    /// the FETCH's work (its round trip, with the primary's work and queue, and applying
+    /// its answer) if that is longer, so that copying takes a bounded share of the
+    /// threads' time however slow the machine; both divided by `last_copy_speedup` for a
+    /// partition left with one copy. The work counts a round trip at most
+    /// [`STALL_FACTOR`] times the smoothed one: time blocked on a primary cut off or
+    /// paused is not work, so a FETCH answered after a heal does not hold the fills back
+    /// for `pace` times the cut. A FETCH not answered (refused, the view changed) waits
+    /// the interval.
+    pub async fn run_refill(
+        &self,
+        co: Co,
+        options: RefillOptions,
+        seed: u64,
+        slot: u16,
+        thread_state: std::rc::Rc<RefillThread>,
+    ) {
         let threads = u64::from(self.ship_threads.get().max(1));
         let thread = u64::from(self.local.thread());
-        let mut progress: BTreeMap<u32, Progress> = BTreeMap::new();
+        let shared = &*thread_state;
         let mut started = false;
-        let mut turn = 0usize;
         loop {
             let store = self.store();
             let mine: Vec<Arc<Fill>> = store
@@ -60,7 +111,7 @@ impl Coordinator {
             // Progress belongs to its fill, not its partition: a step in flight across
             // views that dropped the fill and gave it again (the same primary back, a
             // suspended life readmitted) must not carry the old copy's position over.
-            progress.retain(|p, s| {
+            shared.progress.borrow_mut().retain(|p, s| {
                 mine.iter()
                     .any(|f| f.partition() == *p && Arc::ptr_eq(f, &s.fill))
             });
@@ -72,43 +123,102 @@ impl Coordinator {
             if !started {
                 // A random start, so that the nodes filling do not all ask at once.
                 started = true;
-                let delay = splitmix(seed ^ thread) % options.interval_ns.max(1).saturating_mul(4);
+                let delay = splitmix(seed ^ thread ^ u64::from(slot) << 16)
+                    % options.interval_ns.max(1).saturating_mul(4);
                 co.sleep_until(co.now_ns() + delay).await;
                 continue;
             }
-            turn = turn.wrapping_add(1);
-            let fill = &mine[turn % mine.len()];
+            if co.now_ns() < shared.next_ns.get() {
+                co.sleep_until(shared.next_ns.get()).await;
+                continue;
+            }
+            // The next fill in turn that no coroutine of this thread is fetching, from a
+            // source none is fetching from.
+            let placement = self.placement();
+            let start = shared.turn.get();
+            let pick = (1..=mine.len())
+                .map(|i| {
+                    (
+                        start.wrapping_add(i),
+                        &mine[start.wrapping_add(i) % mine.len()],
+                    )
+                })
+                .find(|(_, f)| {
+                    let p = f.partition();
+                    !shared.busy.borrow().contains(&p)
+                        && !shared.sources.borrow().contains(&placement.primary(p))
+                });
+            let Some((turn, fill)) = pick else {
+                // Every fill left is in flight, or its source is.
+                co.sleep_until(co.now_ns() + options.interval_ns.max(1))
+                    .await;
+                continue;
+            };
+            shared.turn.set(turn);
+            let (p, source) = (fill.partition(), placement.primary(fill.partition()));
+            drop(placement);
+            shared.busy.borrow_mut().insert(p);
+            shared.sources.borrow_mut().insert(source);
+            let mut state = shared.progress.borrow_mut().remove(&p);
             let began = co.now_ns();
-            let last_copy = self.fill_step(&co, fill, &mut progress, &options).await;
+            let step = self.fill_step(&co, fill, &mut state, &options).await;
             let took = co.now_ns().saturating_sub(began);
-            let speedup = if last_copy {
+            if let Some(state) = state {
+                shared.progress.borrow_mut().insert(p, state);
+            }
+            shared.busy.borrow_mut().remove(&p);
+            shared.sources.borrow_mut().remove(&source);
+            let work = if step.answered {
+                let srtt = shared.srtt_ns.get();
+                let work = took.min(srtt.saturating_mul(STALL_FACTOR).max(options.interval_ns));
+                shared.srtt_ns.set(if srtt == 0 {
+                    work
+                } else {
+                    (7 * srtt + work) / 8
+                });
+                work
+            } else {
+                0
+            };
+            let speedup = if step.last_copy {
                 options.last_copy_speedup.max(1)
             } else {
                 1
             };
-            let pause = options.interval_ns.max(took.saturating_mul(options.pace)) / speedup;
-            co.sleep_until(co.now_ns() + pause).await;
+            let pause = options.interval_ns.max(work.saturating_mul(options.pace)) / speedup;
+            let next = co.now_ns() + pause;
+            shared.next_ns.set(shared.next_ns.get().max(next));
         }
     }
 
-    /// One FETCH of `fill`, applied. Returns whether its partition is down to one copy.
+    /// One FETCH of `fill`, applied, from its progress `slot` (made if `None`).
     async fn fill_step(
         &self,
         co: &Co,
         fill: &Arc<Fill>,
-        progress: &mut BTreeMap<u32, Progress>,
+        slot: &mut Option<Progress>,
         options: &RefillOptions,
-    ) -> bool {
+    ) -> Step {
         let p = fill.partition();
         let placement = self.placement();
         let primary = placement.primary(p);
         let copies = 1 + placement.backups(p).len() - placement.filling(p).len();
+        let unanswered = Step {
+            last_copy: copies <= 1,
+            answered: false,
+        };
         if primary == NO_PRIMARY || primary == self.local.node() {
-            return false;
+            return Step {
+                last_copy: false,
+                ..unanswered
+            };
         }
         let store = self.store();
         let Some(copy) = store.get_any(p) else {
-            return false;
+            return Step {
+                last_copy: false,
+                ..unanswered
+            };
         };
         let tables: Vec<TableId> = copy.tables().collect();
         let life = self
@@ -117,7 +227,7 @@ impl Coordinator {
             .iter()
             .find(|m| m.0 == primary)
             .map_or(0, |m| m.1);
-        let state = progress.entry(p).or_insert_with(|| Progress {
+        let state = slot.get_or_insert_with(|| Progress {
             fill: fill.clone(),
             source: (primary, life),
             table: 0,
@@ -168,7 +278,7 @@ impl Coordinator {
             }
         } else {
             fill.set_done();
-            return copies <= 1;
+            return unanswered;
         };
         co.push_with(
             self.endpoint(primary),
@@ -178,7 +288,7 @@ impl Coordinator {
         co.call().await;
         if self.placement().primary(p) != primary {
             // The view changed meanwhile: the next step starts again if it must.
-            return copies <= 1;
+            return unanswered;
         }
         let (mut objects, mut bytes) = (0u64, 0u64);
         let mut refetched = Vec::new();
@@ -216,7 +326,7 @@ impl Coordinator {
         });
         let Some(next) = answered else {
             // Not ready (recovery), refused (a view change coming), lost: try again.
-            return copies <= 1;
+            return unanswered;
         };
         fill.copied(objects, bytes);
         let table = request.table;
@@ -241,7 +351,10 @@ impl Coordinator {
             // A filling node slowed here; the simulator's traps fail a node at this point.
             super::buggify_delay(co).await;
         }
-        copies <= 1
+        Step {
+            answered: true,
+            ..unanswered
+        }
     }
 }
 
