@@ -69,7 +69,8 @@ Usage:
   python3 scripts/nemesis.py [--ferrotx target/release/ferrotx] [--checker BIN]
       [--nodes 3|5] [--rounds 5] [--seed 1] [--lease-ms 100]
       [--fault-kinds isolate,isolate-cm,oneway,bridge,pause,pause-long,kill]
-      [--round-seconds 2] [--heal-seconds 1] [--converge-timeout 60] [--json PATH] [--keep]
+      [--round-seconds 2] [--heal-seconds 1] [--converge-timeout 60] [--json PATH]
+      [--keep] [--keep-always]
       [--sabotage lost-write|skip-heal|g1c]   (checks the harness itself can fail)
 """
 
@@ -525,6 +526,7 @@ class Shared:
         self.appends = 0
         self.max_key = 0
         self.ok_times = []
+        self.ok_times_by_node = [[] for _ in range(count)]
         self.counts = {}
         self.problems = []
         self.audits_bad = []
@@ -542,12 +544,14 @@ class Shared:
             self.next_process += 1
             return self.next_process - 1
 
-    def outcome(self, workload, kind):
+    def outcome(self, workload, kind, node):
         with self.lock:
             entry = self.counts.setdefault(workload, {"ok": 0, "failed": 0, "unknown": 0})
             entry[kind] += 1
             if kind == "ok":
-                self.ok_times.append(time.monotonic())
+                now = time.monotonic()
+                self.ok_times.append(now)
+                self.ok_times_by_node[node].append(now)
 
     def problem(self, text):
         with self.lock:
@@ -593,6 +597,9 @@ def worker(shared, thread, kind):
             shared.problem(f"{kind} client: {type(error).__name__}: {error}")
             keep = False
         done += 1
+        if keep and done % 50 == 0:
+            # Every node gets clients throughout: move on to the next one now and then.
+            keep = False
         if not keep:
             client.close()
             client = None
@@ -628,7 +635,7 @@ def list_append(shared, client, pid, rng):
         replies = client.pipeline(commands)
     except Unknown as error:
         shared.record(op("info", invoked, str(error)))
-        shared.outcome("list_append", "unknown")
+        shared.outcome("list_append", "unknown", client.node)
         return False
     result = replies[-1]
     if isinstance(result, list) and len(result) == len(mops):
@@ -641,17 +648,17 @@ def list_append(shared, client, pid, rng):
             else:
                 shared.problem(f"EXEC of {invoked} answered {result!r}")
                 shared.record(op("info", invoked, "unexpected"))
-                shared.outcome("list_append", "unknown")
+                shared.outcome("list_append", "unknown", client.node)
                 return False
         shared.record(op("ok", value))
-        shared.outcome("list_append", "ok")
+        shared.outcome("list_append", "ok", client.node)
         return True
     if isinstance(result, Exception) and no_effect(result):
         shared.record(op("fail", invoked, str(result)))
-        shared.outcome("list_append", "failed")
+        shared.outcome("list_append", "failed", client.node)
         return True
     shared.record(op("info", invoked, repr(result)[:200]))
-    shared.outcome("list_append", "unknown")
+    shared.outcome("list_append", "unknown", client.node)
     return False
 
 
@@ -664,28 +671,28 @@ def transfer(shared, client, rng):
         if isinstance(watch, Exception) or isinstance(balance, Exception) or balance is None \
                 or int(balance) < amount:
             client.pipeline([("UNWATCH",)])
-            shared.outcome("bank_transfer", "failed")
+            shared.outcome("bank_transfer", "failed", client.node)
             return True
     except Unknown:
         # Before MULTI/EXEC nothing is written: certainly no effect.
-        shared.outcome("bank_transfer", "failed")
+        shared.outcome("bank_transfer", "failed", client.node)
         return False
     try:
         replies = client.pipeline([("MULTI",), ("DECRBY", f"bank:{a}", amount),
                                    ("INCRBY", f"bank:{b}", amount), ("EXEC",)])
     except Unknown:
-        shared.outcome("bank_transfer", "unknown")
+        shared.outcome("bank_transfer", "unknown", client.node)
         return False
     result = replies[-1]
     if isinstance(result, list) and len(result) == 2 and all(isinstance(r, int) for r in result):
         if result[0] < 0:
             shared.problem(f"a transfer under WATCH left bank:{a} at {result[0]}")
-        shared.outcome("bank_transfer", "ok")
+        shared.outcome("bank_transfer", "ok", client.node)
         return True
     if result is None or (isinstance(result, Exception) and no_effect(result)):
-        shared.outcome("bank_transfer", "failed")
+        shared.outcome("bank_transfer", "failed", client.node)
         return True
-    shared.outcome("bank_transfer", "unknown")
+    shared.outcome("bank_transfer", "unknown", client.node)
     return False
 
 
@@ -694,7 +701,7 @@ def audit(shared, client):
     try:
         replies = client.pipeline(commands)
     except Unknown:
-        shared.outcome("bank_audit", "unknown")
+        shared.outcome("bank_audit", "unknown", client.node)
         return False
     result = replies[-1]
     if isinstance(result, list) and len(result) == ACCOUNTS:
@@ -702,19 +709,19 @@ def audit(shared, client):
             balances = [int(v) for v in result]
         except (TypeError, ValueError):
             shared.problem(f"an audit answered {result!r}")
-            shared.outcome("bank_audit", "unknown")
+            shared.outcome("bank_audit", "unknown", client.node)
             return False
         if sum(balances) != TOTAL or min(balances) < 0:
             with shared.lock:
                 shared.audits_bad.append({"node": client.node, "balances": balances,
                                           "at_s": round(time.monotonic() - shared.since, 2)})
             log(f"an audit through node {client.node} read {balances} (sum {sum(balances)})")
-        shared.outcome("bank_audit", "ok")
+        shared.outcome("bank_audit", "ok", client.node)
         return True
     if isinstance(result, Exception) and no_effect(result):
-        shared.outcome("bank_audit", "failed")
+        shared.outcome("bank_audit", "failed", client.node)
         return True
-    shared.outcome("bank_audit", "unknown")
+    shared.outcome("bank_audit", "unknown", client.node)
     return False
 
 
@@ -726,13 +733,13 @@ def set_incr(shared, client, thread, done, rng):
         except Unknown:
             with shared.lock:
                 shared.sets[key] = (value, "unknown")
-            shared.outcome("set", "unknown")
+            shared.outcome("set", "unknown", client.node)
             return False
         status = "ok" if reply in (b"OK", "OK", True) else \
             "fail" if isinstance(reply, Exception) and no_effect(reply) else "unknown"
         with shared.lock:
             shared.sets[key] = (value, status)
-        shared.outcome("set", {"ok": "ok", "fail": "failed", "unknown": "unknown"}[status])
+        shared.outcome("set", {"ok": "ok", "fail": "failed", "unknown": "unknown"}[status], client.node)
         return status != "unknown"
     counter = rng.randrange(COUNTERS)
     try:
@@ -740,7 +747,7 @@ def set_incr(shared, client, thread, done, rng):
     except Unknown:
         with shared.lock:
             shared.incrs[counter][1] += 1
-        shared.outcome("incr", "unknown")
+        shared.outcome("incr", "unknown", client.node)
         return False
     if isinstance(reply, int):
         slot, outcome = 0, "ok"
@@ -750,7 +757,7 @@ def set_incr(shared, client, thread, done, rng):
         slot, outcome = 1, "unknown"
     with shared.lock:
         shared.incrs[counter][slot] += 1
-    shared.outcome("incr", outcome)
+    shared.outcome("incr", outcome, client.node)
     return outcome != "unknown"
 
 
@@ -906,10 +913,19 @@ def check_history(args, path, summary):
         "checker": "ferrotx check list-append (adya, strict-serializable)"}
 
 
-def first_ok_after(shared, t):
+def first_ok_after(shared, t, nodes=None):
+    """Seconds from `t` to the first successful operation (through every node of `nodes`:
+    the latest of their first ones), or None."""
     with shared.lock:
-        i = bisect.bisect_left(shared.ok_times, t)
-        return round(shared.ok_times[i] - t, 3) if i < len(shared.ok_times) else None
+        lists = [shared.ok_times] if nodes is None else \
+            [shared.ok_times_by_node[n] for n in nodes]
+        firsts = []
+        for times in lists:
+            i = bisect.bisect_left(times, t)
+            if i == len(times):
+                return None
+            firsts.append(times[i] - t)
+        return round(max(firsts), 3)
 
 
 def main():
@@ -931,6 +947,8 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep", action="store_true",
                         help="keep the run's directory (logs, history) if the run fails")
+    parser.add_argument("--keep-always", action="store_true",
+                        help="keep the run's directory even if the run passes")
     parser.add_argument("--sabotage", choices=("lost-write", "skip-heal", "g1c"),
                         help="break the run on purpose: the harness must report a failure")
     args = parser.parse_args()
@@ -987,11 +1005,11 @@ def main():
         # Everything this run created goes, whatever happened.
         nodes.stop_all()
         network.destroy()
-        keep = args.keep and not passed
+        keep = (args.keep and not passed) or args.keep_always
         if keep:
             with open(os.path.join(directory, "summary.json"), "w", encoding="utf-8") as file:
                 json.dump(summary, file, indent=1)
-            summary["kept"] = directory
+            summary["kept"] = directory  # node logs, cluster.toml, history.jsonl
             log(f"the run's directory is kept: {directory}")
         else:
             shutil.rmtree(directory, ignore_errors=True)
@@ -1083,6 +1101,7 @@ def run_nemesis(args, kinds, network, nodes, directory, started):
             time.sleep(args.heal_seconds)
             record["first_ok_after_fault_s"] = first_ok_after(shared, fault_at)
             record["first_ok_after_heal_s"] = first_ok_after(shared, heal_at)
+            record["targets_serving_after_heal_s"] = first_ok_after(shared, heal_at, targets)
             rounds.append(record)
             log(f"round {index}: converged {record['converge_s']} s after the heal")
 
@@ -1157,7 +1176,7 @@ def run_nemesis(args, kinds, network, nodes, directory, started):
         "views": poller.views,
         "client_problems": shared.problems[:20],
         "wall_seconds": round(time.monotonic() - started, 1),
-        "history": {"operations": len(history), "file": history_path},
+        "history_operations": len(history),
     })
     if args.sabotage:
         summary["sabotage"] = args.sabotage
