@@ -57,9 +57,9 @@ Everything created (namespace, processes, the run's directory) is removed at exi
 on an exception, Ctrl-C or SIGTERM; --keep keeps the directory (node logs, config,
 history.jsonl, summary.json) when the run fails.
 
-Short form (CI, about a minute each on 2 cores):
-  python3 scripts/nemesis.py --nodes 3 --rounds 5 --seed 1 --json /tmp/nemesis-3.json
-  python3 scripts/nemesis.py --nodes 5 --rounds 5 --seed 1 --json /tmp/nemesis-5.json
+Short form (CI; each about half a minute on 2 busy cores, see docs/testing.md):
+  python3 scripts/nemesis.py --nodes 3 --rounds 10 --seed 1 --json /tmp/nemesis-3.json
+  python3 scripts/nemesis.py --nodes 5 --rounds 10 --seed 1 --json /tmp/nemesis-5.json
 
 Long run (100 rounds over 3 and 5 nodes):
   python3 scripts/nemesis.py --nodes 3 --rounds 100 --seed 1000 --keep --json nemesis-3-long.json
