@@ -1,6 +1,7 @@
 //! The `ferrotx` command line. It parses arguments and calls into the library crates;
 //! `processes` starts and stops node processes.
 
+mod check;
 mod processes;
 mod rejoin;
 mod sim;
@@ -54,6 +55,31 @@ enum Command {
     /// Write a new cluster key to PATH (mode 0600; never over an existing file), or print
     /// one key line for a rotation (see docs/operations.md, "Cluster key").
     Keygen(KeygenArgs),
+    /// Check a recorded history (Jepsen's JSON format, as scripts/nemesis.py writes it).
+    #[command(subcommand)]
+    Check(CheckCommand),
+}
+
+#[derive(Subcommand)]
+enum CheckCommand {
+    /// Elle's list-append analysis (the `adya` crate) for strict serializability: prints
+    /// the verdict and the anomalies found; exits 1 on an anomaly, 2 if undecided,
+    /// 3 if the history cannot be read.
+    ListAppend(CheckListAppendArgs),
+}
+
+#[derive(Args)]
+struct CheckListAppendArgs {
+    /// The history: one JSON operation per line (or a JSON array of them); operations
+    /// whose `f` is not "txn" are skipped.
+    #[arg(long)]
+    history: PathBuf,
+    /// Print adya's report as JSON (valid, anomaly_types, anomalies, not, also_not).
+    #[arg(long)]
+    json: bool,
+    /// Budget of the cycle search in each strongly connected component, in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout_s: u64,
 }
 
 #[derive(Args)]
@@ -818,6 +844,18 @@ fn main() -> anyhow::Result<()> {
             processes::status(&args.config, args.coordination.as_deref(), args.json)?
         }
         Command::Sim(args) => sim::main(&args)?,
+        Command::Check(CheckCommand::ListAppend(args)) => {
+            let status = check::list_append(
+                &args.history,
+                args.json,
+                std::time::Duration::from_secs(args.timeout_s),
+            )
+            .unwrap_or_else(|e| {
+                eprintln!("ferrotx check: {e:#}");
+                check::EXIT_ERROR
+            });
+            std::process::exit(status);
+        }
         Command::Keygen(args) => match args.path {
             Some(path) => {
                 ferrotx_node::write_new_key_file(&path)?;
