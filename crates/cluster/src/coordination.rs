@@ -22,6 +22,10 @@ pub enum CoordinationError {
     /// The service could not be reached or read (the call may be retried).
     #[error("coordination service unavailable: {0}")]
     Unavailable(String),
+    /// A compare-and-swap whose outcome is unknown (it timed out, or its answer was
+    /// lost): the view may or may not have been stored. Only reading the service tells.
+    #[error("coordination service: outcome unknown: {0}")]
+    Unknown(String),
 }
 
 /// A store of one view, changed only by compare-and-swap.
@@ -75,6 +79,12 @@ impl MemoryCoordination {
     /// The current view.
     pub fn current(&self) -> Option<View> {
         self.inner.borrow().view.clone()
+    }
+
+    /// Puts `view` back as the current view, as an operator restoring an old copy of the
+    /// store would: the store goes back. Not a swap, so not in the history.
+    pub fn restore(&self, view: Option<View>) {
+        self.inner.borrow_mut().view = view;
     }
 }
 

@@ -133,6 +133,9 @@ pub struct FileCoordination {
     node: u16,
     /// The liveness lock file, locked exclusively (released when dropped).
     _liveness: File,
+    /// The highest view id this value read or stored: once a view was there, a state
+    /// file gone missing is an error that names it, never "no cluster yet".
+    seen: Option<u64>,
 }
 
 impl FileCoordination {
@@ -181,6 +184,7 @@ impl FileCoordination {
             path,
             node,
             _liveness: file,
+            seen: None,
         })
     }
 
@@ -268,6 +272,27 @@ impl FileCoordination {
         Self::read_path(&self.path)
     }
 
+    /// Notes the view read; an error if there is none although this value saw one (the
+    /// state file was deleted).
+    fn check_present(&mut self, view: Option<&View>) -> Result<(), CoordinationError> {
+        match (view, self.seen) {
+            (Some(v), _) => {
+                self.seen = self.seen.max(Some(v.id));
+                Ok(())
+            }
+            (None, Some(id)) => Err(self.missing(id)),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// The state file is missing although view `id` was stored in it.
+    fn missing(&self, id: u64) -> CoordinationError {
+        CoordinationError::Unavailable(format!(
+            "coordination file {} is missing, though view {id} was stored in it: restore it (with that view or a newer one); no view can be stored until then",
+            self.path.display()
+        ))
+    }
+
     /// The view in state file `path`, read without opening it as a node (for `status`):
     /// `None` if no cluster has run on it.
     pub fn read_path(path: &Path) -> Result<Option<View>, CoordinationError> {
@@ -335,7 +360,9 @@ impl CoordinationService for FileCoordination {
     }
 
     fn read(&mut self) -> Result<Option<View>, CoordinationError> {
-        self.read_file()
+        let view = self.read_file()?;
+        self.check_present(view.as_ref())?;
+        Ok(view)
     }
 
     fn compare_and_swap(
@@ -345,11 +372,19 @@ impl CoordinationService for FileCoordination {
     ) -> Result<(), CoordinationError> {
         let _lock = self.state_lock()?;
         let current = self.read_file()?;
+        self.check_present(current.as_ref())?;
+        if current.is_none()
+            && let Some(id) = expected
+        {
+            return Err(self.missing(id));
+        }
         let current_id = current.as_ref().map(|v| v.id);
         if current_id != expected || expected.is_some_and(|id| next.id <= id) {
             return Err(CoordinationError::Conflict(current.map(Box::new)));
         }
-        self.write_file(next)
+        self.write_file(next)?;
+        self.seen = self.seen.max(Some(next.id));
+        Ok(())
     }
 }
 

@@ -271,3 +271,54 @@ fn eight_threads_racing_never_write_an_id_twice() {
     // Exactly the ids after the initial one, each once.
     assert_eq!(ids, (INITIAL + 1..=last).collect::<BTreeSet<_>>());
 }
+
+/// Issue 31: a state file deleted while the cluster runs is an error that names it (a swap
+/// used to answer a conflict with no view, which membership took for a lost race, for
+/// good); restored, swaps go on.
+#[test]
+fn a_deleted_state_file_is_an_error_that_names_it() {
+    let dir = TempDir::new("deleted");
+    let mut c = FileCoordination::open(dir.state(), 0).unwrap();
+    c.compare_and_swap(None, &view(1, &[0, 1])).unwrap();
+    let saved = fs::read(dir.state()).unwrap();
+    fs::remove_file(dir.state()).unwrap();
+    for result in [
+        c.compare_and_swap(Some(1), &view(2, &[0])).map(|()| None),
+        c.read(),
+    ] {
+        match result {
+            Err(CoordinationError::Unavailable(e)) => {
+                assert!(e.contains(&dir.state().display().to_string()), "{e}");
+                assert!(e.contains("missing"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Another node's value, opened after the deletion, has seen nothing: no cluster yet.
+    let mut fresh = FileCoordination::open(dir.state(), 1).unwrap();
+    assert_eq!(fresh.read().unwrap(), None);
+    fs::write(dir.state(), saved).unwrap();
+    c.compare_and_swap(Some(1), &view(2, &[0])).unwrap();
+    assert_eq!(c.read().unwrap().unwrap().id, 2);
+}
+
+/// A corrupt state file is an error that names it.
+#[test]
+fn a_corrupt_state_file_is_an_error_that_names_it() {
+    let dir = TempDir::new("corrupt");
+    let mut c = FileCoordination::open(dir.state(), 0).unwrap();
+    c.compare_and_swap(None, &view(1, &[0, 1])).unwrap();
+    fs::write(dir.state(), "id = [not a view").unwrap();
+    for result in [
+        c.compare_and_swap(Some(1), &view(2, &[0])).map(|()| None),
+        c.read(),
+    ] {
+        match result {
+            Err(CoordinationError::Unavailable(e)) => {
+                assert!(e.contains(&dir.state().display().to_string()), "{e}");
+                assert!(e.contains("malformed"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -597,6 +597,12 @@ fn print_replay(report: &RunReport) {
             m.strength_after_ns
                 .map_or("never".to_string(), |t| format!("{:.1} ms", t as f64 / 1e6))
         );
+        if let Some(c) = &m.coord {
+            println!(
+                "coordination service: {} calls late, {} unavailable, swaps of unknown outcome {} stored and {} not, went back {} times",
+                c.delayed, c.unavailable, c.unknown_stored, c.unknown_not_stored, c.went_back
+            );
+        }
         for (id, members, cm) in &m.views {
             println!("  view {id}: members {members:?}, CM {cm}");
         }

@@ -143,6 +143,12 @@ pub struct Stats {
     pub views_swapped: u64,
     /// Swaps that lost a race.
     pub swaps_lost: u64,
+    /// Swaps whose outcome was unknown (timed out, answer lost), settled by a read.
+    pub swaps_unknown: u64,
+    /// Times the coordination service answered with a view older than this node's (a
+    /// store restored from an old copy, or another store): reported, never swapped
+    /// against.
+    pub store_went_back: u64,
     /// Views committed here.
     pub views_committed: u64,
     /// Messages dropped: from non-members, older views, or not matching anything.
@@ -169,6 +175,8 @@ impl Default for Stats {
             probes_without_majority: 0,
             views_swapped: 0,
             swaps_lost: 0,
+            swaps_unknown: 0,
+            store_went_back: 0,
             views_committed: 0,
             dropped: 0,
             undecodable: 0,
@@ -313,6 +321,9 @@ enum Reconfig {
         /// The commit of `next` waits until then at least (leases of dead lives).
         commit_after_ns: u64,
     },
+    /// Step 3, its outcome unknown (the swap timed out, or its answer was lost): reading
+    /// the service tells whether `next` went in, and then this node goes on as its CM.
+    Confirming { next: View, commit_after_ns: u64 },
     /// Steps 4-5: NEW-CONFIG sent; collecting NEW-CONFIG-ACKs until [`Timer::RoundEnd`].
     Acks {
         id: u64,
@@ -424,6 +435,9 @@ pub struct Membership {
     expired: bool,
     /// Reading the coordination service ([`Timer::Read`] waits for the answer).
     read_pending: bool,
+    /// The id of a view older than this node's that the coordination service answered
+    /// with (it went back), until it answers this node's view or a newer one.
+    store_behind: Option<u64>,
     /// The last view this node saw committed: its CM is the one that may still serve.
     last_committed: Option<View>,
     actions: VecDeque<Action>,
@@ -480,6 +494,7 @@ impl Membership {
             last_tick_ns: 0,
             expired: false,
             read_pending: false,
+            store_behind: None,
             last_committed: None,
             actions: VecDeque::new(),
             stats: Stats::default(),
@@ -1410,6 +1425,11 @@ impl Membership {
     fn timers_reconfig(&mut self, now_ns: u64) {
         let round_end = self.timers.expired(Timer::RoundEnd, now_ns);
         let resend = self.timers.expired(Timer::Resend, now_ns);
+        if matches!(self.cm.reconfig, Reconfig::Confirming { .. })
+            && self.timers.expired(Timer::Read, now_ns)
+        {
+            self.request_read(now_ns);
+        }
         match &self.cm.reconfig {
             Reconfig::Probing { .. } if round_end => self.finish_probe(now_ns),
             Reconfig::Probing {
@@ -2128,6 +2148,35 @@ impl Membership {
     /// The coordination service's answer to [`Action::Read`].
     pub fn handle_read(&mut self, now_ns: u64, result: Result<Option<View>, CoordinationError>) {
         self.read_pending = false;
+        if let Reconfig::Confirming { next, .. } = &self.cm.reconfig
+            && let Ok(read) = &result
+        {
+            let stored = read.as_ref().is_some_and(|v| v == next);
+            let Reconfig::Confirming {
+                next,
+                commit_after_ns,
+            } = self.take_reconfig()
+            else {
+                unreachable!("confirming a swap")
+            };
+            if stored {
+                tracing::info!(
+                    node = self.me,
+                    view = next.id,
+                    "the swap whose outcome was unknown went in"
+                );
+                self.swapped(now_ns, next, commit_after_ns);
+                self.handle_timeout(now_ns);
+                return;
+            }
+            tracing::info!(
+                node = self.me,
+                view = next.id,
+                "the swap whose outcome was unknown did not go in"
+            );
+            self.stats.swaps_lost += 1;
+            self.idle_until(now_ns + self.options.renew_ns());
+        }
         match result {
             Ok(Some(v)) => self.handle_view_read(now_ns, v),
             Ok(None) => {
@@ -2147,8 +2196,21 @@ impl Membership {
     fn handle_view_read(&mut self, now_ns: u64, v: View) {
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
         if v.id < my_id {
+            // The service went back: restored from an old copy, or another store. Never
+            // adopted nor swapped against (a swap expects this node's id, so it fails).
+            if self.store_behind != Some(v.id) {
+                self.store_behind = Some(v.id);
+                self.stats.store_went_back += 1;
+                tracing::error!(
+                    node = self.me,
+                    stored = v.id,
+                    view = my_id,
+                    "the coordination service holds a view older than this node's: it went back (restored from an old copy?); no view can be stored until it holds this node's view again"
+                );
+            }
             return;
         }
+        self.store_behind = None;
         if v.id == my_id {
             return;
         }
@@ -2170,30 +2232,16 @@ impl Membership {
             return;
         };
         match result {
-            Ok(()) => {
-                let id = self.view.as_ref().map_or(0, |v| v.id);
-                assert!(
-                    next.id > id && next.is_member(self.me, self.incarnation) && next.cm == self.me,
-                    "view {} swapped in over view {id} by a node that is not its CM",
-                    next.id
-                );
-                self.stats.views_swapped += 1;
+            Ok(()) => self.swapped(now_ns, next, commit_after_ns),
+            Err(CoordinationError::Conflict(Some(current))) if *current == next => {
+                // This very view is stored: an earlier attempt went in and its answer was
+                // lost. This node is its CM, not a follower.
                 tracing::info!(
                     node = self.me,
                     view = next.id,
-                    "new view stored; sending NEW-CONFIG"
+                    "the view to swap in is stored already (an earlier attempt went in)"
                 );
-                self.view = Some(next.clone());
-                self.phase = Phase::Installing;
-                self.installed = false;
-                self.cm.filled.clear();
-                self.holder.filled.clear();
-                // Admitted: a joiner that then fails to acknowledge is left out by the
-                // next round, not admitted again (it asks again if it is alive).
-                self.cm.joiners.retain(|n, i| !next.is_member(*n, *i));
-                self.cm.commit_after_ns = commit_after_ns;
-                self.send_new_config(now_ns, &next);
-                self.actions.push_back(Action::Install(next));
+                self.swapped(now_ns, next, commit_after_ns);
             }
             Err(CoordinationError::Conflict(current)) => {
                 self.stats.swaps_lost += 1;
@@ -2205,11 +2253,58 @@ impl Membership {
                     self.handle_view_read(now_ns, *v);
                 }
             }
+            Err(CoordinationError::Unknown(e)) => {
+                self.stats.swaps_unknown += 1;
+                tracing::warn!(
+                    node = self.me,
+                    view = next.id,
+                    "swapping the view: {e}; reading the coordination service to learn whether it went in"
+                );
+                self.reconfig_to(Reconfig::Confirming {
+                    next,
+                    commit_after_ns,
+                });
+                self.request_read(now_ns);
+            }
             Err(CoordinationError::Unavailable(e)) => {
                 tracing::warn!(node = self.me, "coordination service unavailable: {e}");
                 self.idle_until(now_ns + self.options.renew_ns());
             }
         }
+    }
+
+    /// `next` is stored, with this node as its CM: FaRM 5.2 step 4, NEW-CONFIG.
+    fn swapped(&mut self, now_ns: u64, next: View, commit_after_ns: u64) {
+        let id = self.view.as_ref().map_or(0, |v| v.id);
+        assert!(
+            next.id > id && next.is_member(self.me, self.incarnation) && next.cm == self.me,
+            "view {} swapped in over view {id} by a node that is not its CM",
+            next.id
+        );
+        self.stats.views_swapped += 1;
+        tracing::info!(
+            node = self.me,
+            view = next.id,
+            "new view stored; sending NEW-CONFIG"
+        );
+        self.store_behind = None;
+        self.view = Some(next.clone());
+        self.phase = Phase::Installing;
+        self.installed = false;
+        self.cm.filled.clear();
+        self.holder.filled.clear();
+        // Admitted: a joiner that then fails to acknowledge is left out by the
+        // next round, not admitted again (it asks again if it is alive).
+        self.cm.joiners.retain(|n, i| !next.is_member(*n, *i));
+        self.cm.commit_after_ns = commit_after_ns;
+        self.send_new_config(now_ns, &next);
+        self.actions.push_back(Action::Install(next));
+    }
+
+    /// The view id the coordination service went back to, below this node's view, if
+    /// the last read found it so ([`Stats::store_went_back`]).
+    pub fn store_behind(&self) -> Option<u64> {
+        self.store_behind
     }
 }
 

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ferrotx_cluster::{Configuration, CoordinationService, View, ViewMember};
+use ferrotx_cluster::{Configuration, CoordinationError, CoordinationService, View, ViewMember};
 use ferrotx_exec::Co;
 use ferrotx_membership::{Action, Membership, Options, Phase};
 use ferrotx_node::{ClusterPlacement, CoreOptions, CoreWorker, NodeCore};
@@ -18,9 +18,10 @@ use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement};
 use ferrotx_txn::participant::{Participant, RecoveryStats, Role};
 use ferrotx_wire::EndpointId;
+use rand::Rng;
 
 use crate::faults::FaultEvent;
-use crate::membership::{MembershipState, lease_endpoint};
+use crate::membership::{CoordCall, MembershipState, lease_endpoint};
 use crate::network::{Faults, SimNetwork};
 use crate::plot::{Cue, Plot, PlotState, Situations, Strike};
 use crate::simulator::{NodeClock, Simulator};
@@ -325,6 +326,12 @@ impl SimCluster {
             FaultEvent::Pause { node, for_ns } => self.pause(*node, now + for_ns),
             FaultEvent::Crash { node } => self.crash(*node),
             FaultEvent::Restart { node } => self.restart(*node),
+            FaultEvent::CoordSlow { .. }
+            | FaultEvent::CoordDown { .. }
+            | FaultEvent::CoordBack { .. } => {
+                self.coord_fault(now, event);
+                return;
+            }
         }
         self.attack_log
             .push(format!("{:.3} ms: {event:?}", now as f64 / 1e6));
@@ -907,41 +914,23 @@ impl SimCluster {
                         &bytes,
                     );
                 }
+                Action::Read if state.coord.is_some() => {
+                    let life = self.nodes[usize::from(node)].incarnation;
+                    state.coord_call(now, node, life, CoordCall::Read);
+                }
+                Action::Cas { expected, next } if state.coord.is_some() => {
+                    let life = self.nodes[usize::from(node)].incarnation;
+                    state.coord_call(now, node, life, CoordCall::Cas { expected, next });
+                }
                 Action::Read => {
                     let read = state.coordination.read();
                     m.handle_read(local, read);
                 }
                 Action::Cas { expected, next } => {
-                    let current = state.coordination.current();
-                    if current.as_ref().map(|v| v.id) == expected {
-                        state.check_swap(now, current.as_ref(), &next);
-                        if let Some(current) = &current {
-                            state.check_leased_kept(now, node, local, m, current, &next);
-                        }
+                    let result = self.store_cas(node, now, local, expected, &next);
+                    if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                        m.handle_cas(local, result);
                     }
-                    if std::env::var("SIM_VIEWS").is_ok() {
-                        eprintln!("CAS by {node} at {now}: {next:?}");
-                    }
-                    let result = state.coordination.compare_and_swap(expected, &next);
-                    if result.is_ok() {
-                        state.stored_at.push((now, next.id));
-                    }
-                    if result.is_ok()
-                        && let (Some(plot), Some(current)) = (self.plot.as_mut(), &current)
-                        && plot.stored(current, &next)
-                    {
-                        let Cue::ViewWithout { node: without } = plot.plot.cue else {
-                            unreachable!("only this cue is a stored view")
-                        };
-                        plot.cue(now, Some(without));
-                        self.situations.plot.push(format!(
-                            "{:.3} ms: view {} stored without node {without}'s life {:?} (by node {node})",
-                            now as f64 / 1e6,
-                            next.id,
-                            current.incarnation(without)
-                        ));
-                    }
-                    m.handle_cas(local, result);
                 }
                 Action::Install(view) => {
                     state.installs += 1;
@@ -1008,6 +997,182 @@ impl SimCluster {
             if worker.transport().local().node() == node {
                 worker.set_serving_until(until);
             }
+        }
+    }
+
+    /// Carries out node `node`'s compare-and-swap at the coordination service, with the
+    /// checks of a view swapped in ((d), (e), (f)) and the plot's cue.
+    fn store_cas(
+        &mut self,
+        node: u16,
+        now: u64,
+        local: u64,
+        expected: Option<u64>,
+        next: &View,
+    ) -> Result<(), CoordinationError> {
+        let state = self.membership.as_mut().expect("membership runs");
+        let current = state.coordination.current();
+        if current.as_ref().map(|v| v.id) == expected {
+            state.check_swap(now, current.as_ref(), next);
+            if let (Some(current), Some(m)) =
+                (&current, self.nodes[usize::from(node)].membership.as_ref())
+            {
+                state.check_leased_kept(now, node, local, m, current, next);
+            }
+        }
+        if std::env::var("SIM_VIEWS").is_ok() {
+            eprintln!("CAS by {node} at {now}: {next:?}");
+        }
+        let result = state.coordination.compare_and_swap(expected, next);
+        if result.is_ok() {
+            state.stored_at.push((now, next.id));
+        }
+        if result.is_ok()
+            && let (Some(plot), Some(current)) = (self.plot.as_mut(), &current)
+            && plot.stored(current, next)
+        {
+            let Cue::ViewWithout { node: without } = plot.plot.cue else {
+                unreachable!("only this cue is a stored view")
+            };
+            plot.cue(now, Some(without));
+            self.situations.plot.push(format!(
+                "{:.3} ms: view {} stored without node {without}'s life {:?} (by node {node})",
+                now as f64 / 1e6,
+                next.id,
+                current.incarnation(without)
+            ));
+        }
+        result
+    }
+
+    /// A fault of the coordination service ([`crate::FaultKind::Coord`]) begins.
+    pub(crate) fn coord_fault(&mut self, now: u64, event: &FaultEvent) {
+        self.attack_log
+            .push(format!("{:.3} ms: {event:?}", now as f64 / 1e6));
+        let Some(state) = self.membership.as_mut() else {
+            return;
+        };
+        let history = state.coordination.history();
+        let current = state.coordination.current();
+        let Some(coord) = state.coord.as_mut() else {
+            return;
+        };
+        match *event {
+            FaultEvent::CoordSlow {
+                latency_max_ns,
+                for_ns,
+            } => {
+                coord.latency_max_ns = latency_max_ns;
+                coord.slow_until = coord.slow_until.max(now + for_ns);
+            }
+            FaultEvent::CoordDown { for_ns } => {
+                coord.down_until = coord.down_until.max(now + for_ns);
+            }
+            FaultEvent::CoordBack { for_ns } => {
+                let Some(current) = current else { return };
+                if coord.back.is_some() {
+                    return;
+                }
+                // The view stored before the current one, as an old copy holds it.
+                let older = history.iter().rev().find(|v| v.id < current.id).cloned();
+                coord.counts.went_back += 1;
+                coord.back = Some((now + for_ns, Some(current)));
+                state.coordination.restore(older);
+            }
+            _ => {}
+        }
+    }
+
+    /// The coordination service's calls due, and the end of a store gone back.
+    fn coord_step(&mut self, now: u64) {
+        let Some(state) = self.membership.as_mut() else {
+            return;
+        };
+        let Some(coord) = state.coord.as_mut() else {
+            return;
+        };
+        if coord.back.as_ref().is_some_and(|(until, _)| *until <= now) {
+            let (_, saved) = coord.back.take().expect("a store gone back");
+            // The operator restores the right copy (a swap made meanwhile would be a
+            // second view of one id, which check (a) reports).
+            if let Some(saved) = saved
+                && state.coordination.current().is_none_or(|v| v.id < saved.id)
+            {
+                state.coordination.restore(Some(saved));
+            }
+        }
+        let coord = state.coord.as_mut().expect("coordination faults");
+        if !coord.pending.iter().any(|(at, ..)| *at <= now) {
+            return;
+        }
+        let mut due = Vec::new();
+        let lives: Vec<u64> = self.nodes.iter().map(|n| n.incarnation).collect();
+        let paused: Vec<bool> = (0..self.nodes.len() as u16)
+            .map(|n| now < self.sim.paused_until(n))
+            .collect();
+        coord.pending.retain(|(at, node, life, call)| {
+            let n = usize::from(*node);
+            if lives[n] != *life {
+                return false;
+            }
+            if *at > now || paused[n] {
+                return true;
+            }
+            due.push((*node, call.clone()));
+            false
+        });
+        for (node, call) in due {
+            if !self.is_up(node) {
+                continue;
+            }
+            let local = self.sim.clock(node).local_ns(now);
+            let state = self.membership.as_mut().expect("membership runs");
+            let coord = state.coord.as_mut().expect("coordination faults");
+            let down = now < coord.down_until;
+            if down {
+                coord.counts.unavailable += 1;
+            }
+            match call {
+                CoordCall::Read => {
+                    let read = if down {
+                        Err(CoordinationError::Unavailable("down (simulated)".into()))
+                    } else {
+                        state.coordination.read()
+                    };
+                    if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                        m.handle_read(local, read);
+                    }
+                }
+                CoordCall::Cas { expected, next } => {
+                    let unknown = !down && coord.rng.random_bool(coord.unknown);
+                    let stored = unknown && coord.rng.random_bool(0.5);
+                    let timed_out = || CoordinationError::Unknown("timed out (simulated)".into());
+                    let result = if down {
+                        Err(CoordinationError::Unavailable("down (simulated)".into()))
+                    } else if unknown && !stored {
+                        coord.counts.unknown_not_stored += 1;
+                        Err(timed_out())
+                    } else {
+                        let result = self.store_cas(node, now, local, expected, &next);
+                        if unknown {
+                            let state = self.membership.as_mut().expect("membership runs");
+                            state
+                                .coord
+                                .as_mut()
+                                .expect("coordination faults")
+                                .counts
+                                .unknown_stored += 1;
+                            Err(timed_out())
+                        } else {
+                            result
+                        }
+                    };
+                    if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
+                        m.handle_cas(local, result);
+                    }
+                }
+            }
+            self.drain(node, now);
         }
     }
 
@@ -1194,6 +1359,7 @@ impl SimCluster {
                 self.start(node);
             }
         }
+        self.coord_step(now);
         for node in 0..self.node_count() {
             if self.is_up(node) && now >= self.sim.paused_until(node) {
                 self.installs_due(node, now);
@@ -1232,6 +1398,17 @@ impl SimCluster {
         let mut consider = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for (at, _) in &state.restarts_pending {
             consider(*at);
+        }
+        if let Some(coord) = &state.coord {
+            for (at, ..) in &coord.pending {
+                // One due while its node is paused waits for the pause's end.
+                if *at > now {
+                    consider(*at);
+                }
+            }
+            if let Some((until, _)) = &coord.back {
+                consider(*until);
+            }
         }
         for (at, _, _, _) in &state.installs_pending {
             // One due while its node is paused waits for the pause's end (considered

@@ -38,11 +38,15 @@ pub enum FaultKind {
     /// Damaged copies of datagrams delivered besides the originals: a bit flipped, cut
     /// short, or sent to another endpoint. Authentication must drop every one.
     Corrupt,
+    /// The coordination service misbehaves: slow for a while, down for a while, gone
+    /// back to an older view for a while, and some swaps answered "outcome unknown"
+    /// (stored or not).
+    Coord,
 }
 
 impl FaultKind {
     /// Every kind, in order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Loss,
         FaultKind::Dup,
         FaultKind::Reorder,
@@ -52,6 +56,7 @@ impl FaultKind {
         FaultKind::Crash,
         FaultKind::Buggify,
         FaultKind::Corrupt,
+        FaultKind::Coord,
     ];
 
     /// The kinds a run injects when it is not told: every kind but crashes, which the
@@ -79,6 +84,7 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::Buggify => "buggify",
             FaultKind::Corrupt => "corrupt",
+            FaultKind::Coord => "coord",
         }
     }
 }
@@ -142,6 +148,25 @@ pub enum FaultEvent {
         /// The node.
         node: u16,
     },
+    /// The coordination service answers each call up to `latency_max_ns` late, for a
+    /// while.
+    CoordSlow {
+        /// The longest latency.
+        latency_max_ns: u64,
+        /// For how long.
+        for_ns: u64,
+    },
+    /// The coordination service answers every call "unavailable", for a while.
+    CoordDown {
+        /// For how long.
+        for_ns: u64,
+    },
+    /// The coordination service goes back to the view before its current one (restored
+    /// from an old copy), until an operator restores the right one.
+    CoordBack {
+        /// For how long.
+        for_ns: u64,
+    },
 }
 
 /// Largest clock drift between a node and simulated time, in parts per million (real
@@ -163,6 +188,10 @@ pub struct FaultPlan {
     pub schedule: Vec<(u64, FaultEvent)>,
     /// Whether production code's fault points are enabled.
     pub buggify: bool,
+    /// With [`FaultKind::Coord`]: the coordination service's calls are carried out
+    /// apart from the nodes (answers come later), and this is the chance that a swap is
+    /// answered "outcome unknown" (half of them stored).
+    pub coord: Option<f64>,
     /// Events of the schedule applied so far.
     applied: usize,
 }
@@ -175,6 +204,7 @@ impl FaultPlan {
             clocks: vec![NodeClock::default(); usize::from(nodes)],
             schedule: Vec::new(),
             buggify: false,
+            coord: None,
             applied: 0,
         }
     }
@@ -254,6 +284,22 @@ impl FaultPlan {
         if has(FaultKind::Corrupt) {
             plan.network.corrupt = rng.random_range(0.0..0.05);
         }
+        if has(FaultKind::Coord) {
+            plan.coord = Some(rng.random_range(0.0..0.3));
+            for _ in 0..rng.random_range(1..=2) {
+                let at = rng.random_range(0..horizon_ns);
+                let for_ns = rng.random_range(1_000_000..=horizon_ns.max(1_000_000));
+                let event = match rng.random_range(0..3) {
+                    0 => FaultEvent::CoordSlow {
+                        latency_max_ns: rng.random_range(100_000..=horizon_ns.max(100_000) / 2),
+                        for_ns,
+                    },
+                    1 => FaultEvent::CoordDown { for_ns },
+                    _ => FaultEvent::CoordBack { for_ns },
+                };
+                plan.schedule.push((at, event));
+            }
+        }
         // Stable: events at one instant keep the order they were drawn in.
         plan.schedule.sort_by_key(|(at, _)| *at);
         plan
@@ -272,7 +318,10 @@ impl FaultPlan {
         self.schedule
             .iter()
             .map(|(at, e)| match e {
-                FaultEvent::Pause { for_ns, .. } => at + for_ns,
+                FaultEvent::Pause { for_ns, .. }
+                | FaultEvent::CoordSlow { for_ns, .. }
+                | FaultEvent::CoordDown { for_ns }
+                | FaultEvent::CoordBack { for_ns } => at + for_ns,
                 _ => *at,
             })
             .max()
@@ -303,7 +352,11 @@ impl FaultPlan {
                     let rest: Vec<u16> = (0..nodes).filter(|n| !to.contains(n)).collect();
                     smaller(to, &rest, &mut struck);
                 }
-                FaultEvent::Heal | FaultEvent::Restart { .. } => {}
+                FaultEvent::Heal
+                | FaultEvent::Restart { .. }
+                | FaultEvent::CoordSlow { .. }
+                | FaultEvent::CoordDown { .. }
+                | FaultEvent::CoordBack { .. } => {}
             }
         }
         struck
@@ -338,6 +391,12 @@ impl FaultPlan {
                     drop(network);
                     cluster.restart(*node);
                 }
+                FaultEvent::CoordSlow { .. }
+                | FaultEvent::CoordDown { .. }
+                | FaultEvent::CoordBack { .. } => {
+                    drop(network);
+                    cluster.coord_fault(now_ns, event);
+                }
             }
         }
     }
@@ -352,6 +411,12 @@ impl FaultPlan {
                 }
                 FaultKind::Pause => matches!(e, FaultEvent::Pause { .. }),
                 FaultKind::Crash => matches!(e, FaultEvent::Crash { .. }),
+                FaultKind::Coord => matches!(
+                    e,
+                    FaultEvent::CoordSlow { .. }
+                        | FaultEvent::CoordDown { .. }
+                        | FaultEvent::CoordBack { .. }
+                ),
                 _ => false,
             })
             .count() as u64

@@ -111,6 +111,9 @@ pub struct MembershipState {
     pub stale_commits: Vec<String>,
     /// When each view was stored: (simulated time, view id).
     pub stored_at: Vec<(u64, u64)>,
+    /// The coordination service's faults ([`crate::FaultKind::Coord`]); `None`: every
+    /// call is answered at once, as before that kind existed.
+    pub coord: Option<CoordFaults>,
     /// Violations found (the first [`VIOLATIONS_KEPT`]) and how many in all.
     pub violations: Vec<String>,
     /// Violations found in all.
@@ -146,10 +149,50 @@ impl MembershipState {
             violations: Vec::new(),
             stale_commits: Vec::new(),
             stored_at: Vec::new(),
+            coord: None,
             violations_count: 0,
             reported: BTreeSet::new(),
             events_seen: 0,
         }
+    }
+
+    /// Carries the coordination service's calls out apart from the nodes, with the
+    /// faults of [`crate::FaultKind::Coord`]: a swap answered "outcome unknown" with
+    /// chance `unknown` (stored or not, half each), drawn from `seed`.
+    pub fn coord_faults(&mut self, unknown: f64, seed: u64) {
+        self.coord = Some(CoordFaults {
+            unknown,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0xc00d_fa17),
+            latency_max_ns: 0,
+            slow_until: 0,
+            down_until: 0,
+            back: None,
+            pending: Vec::new(),
+            counts: CoordCounts::default(),
+        });
+    }
+
+    /// A node's call to the coordination service, carried out once due: at once, or up
+    /// to the latency while the service is slow, and never before the node's earlier
+    /// calls (one call in flight per node, as a node's coordination thread makes them).
+    pub fn coord_call(&mut self, now: u64, node: u16, life: u64, call: CoordCall) {
+        let coord = self.coord.as_mut().expect("coordination faults");
+        let delay = if now < coord.slow_until && coord.latency_max_ns > 0 {
+            coord.counts.delayed += 1;
+            coord.rng.random_range(0..=coord.latency_max_ns)
+        } else {
+            0
+        };
+        let after = coord
+            .pending
+            .iter()
+            .filter(|(_, n, l, _)| *n == node && *l == life)
+            .map(|(at, ..)| *at)
+            .max()
+            .unwrap_or(0);
+        coord
+            .pending
+            .push(((now + delay).max(after), node, life, call));
     }
 
     /// Delays each node's installs by up to `max_ns[node]` (drawn from `seed`). With no
@@ -305,4 +348,54 @@ impl MembershipState {
                     .any(|m| !w[1].is_member(m.node, m.incarnation))
             })
     }
+}
+
+/// A call to the coordination service a node made, not answered yet.
+#[derive(Clone, Debug)]
+pub enum CoordCall {
+    /// [`ferrotx_membership::Action::Read`].
+    Read,
+    /// [`ferrotx_membership::Action::Cas`].
+    Cas {
+        /// The id the swap expects.
+        expected: Option<u64>,
+        /// The view to store.
+        next: View,
+    },
+}
+
+/// The coordination service's faults in a run, and the calls under way.
+#[derive(Debug)]
+pub struct CoordFaults {
+    /// Chance that a swap is answered "outcome unknown" (half of them stored).
+    pub unknown: f64,
+    /// Draws latencies and unknown outcomes.
+    pub rng: ChaCha8Rng,
+    /// Calls made before `slow_until` are answered up to this late.
+    pub latency_max_ns: u64,
+    /// See `latency_max_ns`.
+    pub slow_until: u64,
+    /// Calls carried out before then are answered "unavailable".
+    pub down_until: u64,
+    /// The store went back: until when, and the view to restore then.
+    pub back: Option<(u64, Option<View>)>,
+    /// Calls under way: (due, node, life, call).
+    pub pending: Vec<(u64, u16, u64, CoordCall)>,
+    /// What happened.
+    pub counts: CoordCounts,
+}
+
+/// What the coordination service's faults did in a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoordCounts {
+    /// Calls answered late.
+    pub delayed: u64,
+    /// Calls answered "unavailable".
+    pub unavailable: u64,
+    /// Swaps answered "outcome unknown" that stored the view, and that did not.
+    pub unknown_stored: u64,
+    /// See `unknown_stored`.
+    pub unknown_not_stored: u64,
+    /// Times the store went back.
+    pub went_back: u64,
 }

@@ -223,6 +223,8 @@ pub struct MembershipReport {
     /// member, and none is being filled), 0 if they already were; `None` if the last is
     /// not.
     pub strength_after_ns: Option<u64>,
+    /// What the coordination service's faults did ([`FaultKind::Coord`]), if any ran.
+    pub coord: Option<crate::membership::CoordCounts>,
     /// Client coroutines still running at the end of a run that went beyond f (a
     /// partition with no copy left, or half the view down): reported, not failed. Within
     /// f they are a liveness failure.
@@ -449,6 +451,9 @@ fn run_with_membership(
     let state = cluster.membership.as_mut().expect("membership runs");
     state.strict_ticks = options.membership_strict_ticks;
     state.delay_installs(options.install_delay_max_ns.clone(), options.seed);
+    if let Some(unknown) = plan.coord {
+        state.coord_faults(unknown, options.seed);
+    }
     let mut report = MembershipReport::default();
     // Bootstrap: every node joins, the node of lowest id swaps in the first view, every
     // node installs it and serves. Bounded by simulated time.
@@ -582,6 +587,7 @@ fn run_with_membership(
         state.violation(what);
     }
     let state = cluster.membership.as_ref().expect("membership runs");
+    report.coord = state.coord.as_ref().map(|c| c.counts);
     report.strength_after_ns = strength_since(&state.history(), &state.stored_at, options.replicas)
         .map(|t| t.saturating_sub(state.faults_over_ns.unwrap_or(0)));
     report.views = state
@@ -865,7 +871,9 @@ fn finish(
             FaultKind::Loss => counters.lost,
             FaultKind::Dup => counters.duplicated,
             FaultKind::Reorder => counters.reordered,
-            FaultKind::Partition | FaultKind::Pause | FaultKind::Crash => plan.scheduled(*kind),
+            FaultKind::Partition | FaultKind::Pause | FaultKind::Crash | FaultKind::Coord => {
+                plan.scheduled(*kind)
+            }
             FaultKind::Drift => plan
                 .clocks
                 .iter()

@@ -19,6 +19,11 @@ struct Harness {
     cut: BTreeSet<(u16, u16)>,
     committed_max: u64,
     removed: BTreeSet<u16>,
+    /// The next compare-and-swap answers "outcome unknown": `Some(true)` after storing
+    /// the view, `Some(false)` without; `conflict_if_stored` answers a stored one with a
+    /// conflict carrying it instead (a retried swap whose first attempt went in).
+    cas_unknown: Option<bool>,
+    conflict_if_stored: bool,
 }
 
 impl Harness {
@@ -38,6 +43,8 @@ impl Harness {
             cut: BTreeSet::new(),
             committed_max: 0,
             removed: BTreeSet::new(),
+            cas_unknown: None,
+            conflict_if_stored: false,
         };
         for n in 0..nodes {
             h.nodes.push(None);
@@ -91,7 +98,19 @@ impl Harness {
                     m.handle_read(self.now, r);
                 }
                 Action::Cas { expected, next } => {
-                    let r = self.coordination.compare_and_swap(expected, &next);
+                    let r = match self.cas_unknown.take() {
+                        None => self.coordination.compare_and_swap(expected, &next),
+                        Some(store) => {
+                            if store {
+                                self.coordination.compare_and_swap(expected, &next).unwrap();
+                            }
+                            if store && self.conflict_if_stored {
+                                Err(CoordinationError::Conflict(Some(Box::new(next))))
+                            } else {
+                                Err(CoordinationError::Unknown("timed out".into()))
+                            }
+                        }
+                    };
                     m.handle_cas(self.now, r);
                 }
                 Action::Install(v) => m.handle_installed(self.now, v.id),
@@ -880,4 +899,95 @@ fn an_operator_forgets_a_suspended_node_and_the_cluster_commits_it() {
     assert_eq!((after.unavailable(), after.lost()), (0, held));
     assert!(h.all_serving(&[0, 1]));
     assert_eq!(h.committed_max, after.id);
+}
+
+/// Issue 31: a swap whose outcome is unknown (it timed out) and that went in. The CM reads
+/// the service, finds its view, and goes on as its CM: NEW-CONFIG, acks, commit.
+/// (Before, it adopted its own view as a follower and never sent NEW-CONFIG.)
+#[test]
+fn a_swap_that_went_in_with_its_outcome_unknown_is_carried_on_by_its_cm() {
+    for conflict in [false, true] {
+        let mut h = Harness::new(3);
+        h.run_for(5 * LEASE_NS);
+        assert!(h.all_serving(&[0, 1, 2]));
+        let before = h.coordination.current().unwrap().id;
+        h.cas_unknown = Some(true);
+        h.conflict_if_stored = conflict;
+        h.kill(2);
+        h.run_for(10 * LEASE_NS);
+        assert_eq!(h.cas_unknown, None, "a swap was made");
+        let current = h.coordination.current().unwrap();
+        assert_eq!(
+            current.id,
+            before + 1,
+            "no other view after it: {current:?}"
+        );
+        assert_eq!(h.members_of_current(), vec![0, 1]);
+        assert_eq!(h.committed_max, current.id, "the view is committed");
+        assert!(h.all_serving(&[0, 1]));
+        let cm = h.node(current.cm).stats();
+        assert_eq!(
+            cm.swaps_unknown,
+            u64::from(!conflict),
+            "conflict answer {conflict}"
+        );
+        assert_eq!(cm.swaps_lost, 0, "conflict answer {conflict}");
+    }
+}
+
+/// The same swap, not stored: the CM reads the old view, and the next round swaps again.
+#[test]
+fn a_swap_that_did_not_go_in_with_its_outcome_unknown_is_made_again() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    let before = h.coordination.current().unwrap().id;
+    h.cas_unknown = Some(false);
+    h.kill(2);
+    h.run_for(10 * LEASE_NS);
+    let current = h.coordination.current().unwrap();
+    assert_eq!(current.id, before + 1);
+    assert_eq!(h.members_of_current(), vec![0, 1]);
+    assert_eq!(h.committed_max, current.id);
+    assert!(h.all_serving(&[0, 1]));
+    let cm = h.node(current.cm).stats();
+    assert_eq!((cm.swaps_unknown, cm.swaps_lost), (1, 1));
+}
+
+/// Issue 31: a store that goes back (restored from an old copy). The nodes report it and
+/// store nothing over it; leases go on, so the cluster serves; once the store holds the
+/// cluster's view again, it reconfigures as before.
+#[test]
+fn a_store_that_went_back_is_reported_and_never_swapped_against() {
+    let mut h = Harness::new(3);
+    h.run_for(5 * LEASE_NS);
+    let old = h.coordination.current();
+    h.kill(2);
+    h.run_for(10 * LEASE_NS);
+    let current = h.coordination.current().unwrap();
+    assert_eq!(h.members_of_current(), vec![0, 1]);
+    let stored = h.coordination.history().len();
+    h.restore_store(old.clone());
+    h.start(2);
+    h.run_for(20 * LEASE_NS);
+    assert_eq!(
+        h.coordination.history().len(),
+        stored,
+        "nothing stored over it"
+    );
+    assert!(h.all_serving(&[0, 1]), "leases go on");
+    let cm = h.node(current.cm);
+    assert!(cm.stats().store_went_back >= 1, "{:?}", cm.stats());
+    assert_eq!(cm.store_behind(), old.as_ref().map(|v| v.id));
+    // The operator puts the right copy back: node 2's new life is admitted.
+    h.restore_store(Some(current));
+    h.run_for(20 * LEASE_NS);
+    assert_eq!(h.members_of_current(), vec![0, 1, 2]);
+    assert!(h.all_serving(&[0, 1, 2]));
+    assert_eq!(h.node(0).store_behind(), None);
+}
+
+impl Harness {
+    fn restore_store(&mut self, view: Option<View>) {
+        self.coordination.restore(view);
+    }
 }
