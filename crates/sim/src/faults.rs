@@ -289,13 +289,18 @@ impl FaultPlan {
             for _ in 0..rng.random_range(1..=2) {
                 let at = rng.random_range(0..horizon_ns);
                 let for_ns = rng.random_range(1_000_000..=horizon_ns.max(1_000_000));
-                let event = match rng.random_range(0..3) {
-                    0 => FaultEvent::CoordSlow {
+                // Not `CoordBack`: a store that goes back can fork the views (two views
+                // of one id: a node that never saw the newer one swaps over the older),
+                // found by `membership-random` seeds 141, 148, 169, 191 at 18180b2. FaRM
+                // assumes a store that never goes back; nodes detect and report it
+                // (`Membership::store_behind`) but cannot make it safe. Open.
+                let event = if rng.random_bool(0.5) {
+                    FaultEvent::CoordSlow {
                         latency_max_ns: rng.random_range(100_000..=horizon_ns.max(100_000) / 2),
                         for_ns,
-                    },
-                    1 => FaultEvent::CoordDown { for_ns },
-                    _ => FaultEvent::CoordBack { for_ns },
+                    }
+                } else {
+                    FaultEvent::CoordDown { for_ns }
                 };
                 plan.schedule.push((at, event));
             }
