@@ -282,18 +282,7 @@ fn a_deleted_state_file_is_an_error_that_names_it() {
     c.compare_and_swap(None, &view(1, &[0, 1])).unwrap();
     let saved = fs::read(dir.state()).unwrap();
     fs::remove_file(dir.state()).unwrap();
-    for result in [
-        c.compare_and_swap(Some(1), &view(2, &[0])).map(|()| None),
-        c.read(),
-    ] {
-        match result {
-            Err(CoordinationError::Unavailable(e)) => {
-                assert!(e.contains(&dir.state().display().to_string()), "{e}");
-                assert!(e.contains("missing"), "{e}");
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    refused_naming(&mut c, &dir.state(), "missing");
     // Another node's value, opened after the deletion, has seen nothing: no cluster yet.
     let mut fresh = FileCoordination::open(dir.state(), 1).unwrap();
     assert_eq!(fresh.read().unwrap(), None);
@@ -309,14 +298,19 @@ fn a_corrupt_state_file_is_an_error_that_names_it() {
     let mut c = FileCoordination::open(dir.state(), 0).unwrap();
     c.compare_and_swap(None, &view(1, &[0, 1])).unwrap();
     fs::write(dir.state(), "id = [not a view").unwrap();
+    refused_naming(&mut c, &dir.state(), "malformed");
+}
+
+/// Both a swap and a read through `c` fail as unavailable, naming `state` and `why`.
+fn refused_naming(c: &mut FileCoordination, state: &Path, why: &str) {
     for result in [
         c.compare_and_swap(Some(1), &view(2, &[0])).map(|()| None),
         c.read(),
     ] {
         match result {
             Err(CoordinationError::Unavailable(e)) => {
-                assert!(e.contains(&dir.state().display().to_string()), "{e}");
-                assert!(e.contains("malformed"), "{e}");
+                assert!(e.contains(&state.display().to_string()), "{e}");
+                assert!(e.contains(why), "{e}");
             }
             other => panic!("{other:?}"),
         }

@@ -337,6 +337,24 @@ impl SimCluster {
             .push(format!("{:.3} ms: {event:?}", now as f64 / 1e6));
     }
 
+    /// Cuts `node` off (both ways) from every other node but `spare`, healed
+    /// `heal_after_ns` after `now`, and counts it struck; returns when the cut heals.
+    fn cut_off(&mut self, now: u64, node: u16, spare: Option<u16>, heal_after_ns: u64) -> u64 {
+        self.attack_struck.insert(node);
+        let rest: Vec<u16> = (0..self.node_count())
+            .filter(|&n| n != node && Some(n) != spare)
+            .collect();
+        self.apply_event(
+            now,
+            &FaultEvent::Partition {
+                side_a: vec![node],
+                side_b: rest,
+            },
+        );
+        self.scheduled.push((now + heal_after_ns, FaultEvent::Heal));
+        now + heal_after_ns
+    }
+
     /// Marks the faults as going on until `until` (convergence is timed from the last).
     fn faults_until(&mut self, until: u64) {
         if let Some(state) = self.membership.as_mut() {
@@ -394,26 +412,16 @@ impl SimCluster {
                 last = now + for_ns;
             }
             TrapAction::Isolate { heal_after_ns } => {
-                self.attack_struck.insert(node);
-                let rest: Vec<u16> = (0..self.node_count()).filter(|&n| n != node).collect();
-                self.apply_event(
-                    now,
-                    &FaultEvent::Partition {
-                        side_a: vec![node],
-                        side_b: rest,
-                    },
-                );
-                self.scheduled.push((now + heal_after_ns, FaultEvent::Heal));
-                last = now + heal_after_ns;
+                last = self.cut_off(now, node, None, heal_after_ns);
             }
             TrapAction::Sever { heal_after_ns } => {
-                self.attack_struck.insert(node);
                 let cm = self
                     .membership
                     .as_ref()
                     .and_then(|s| s.coordination.current())
                     .map(|v| v.cm);
                 if cm == Some(node) {
+                    self.attack_struck.insert(node);
                     // The CM cut off from the others would be isolated, which
                     // `recovery-isolate-filler` attacks: nothing is cut.
                     self.attack_log.push(format!(
@@ -426,18 +434,7 @@ impl SimCluster {
                     }
                     return;
                 }
-                let rest: Vec<u16> = (0..self.node_count())
-                    .filter(|&n| n != node && Some(n) != cm)
-                    .collect();
-                self.apply_event(
-                    now,
-                    &FaultEvent::Partition {
-                        side_a: vec![node],
-                        side_b: rest,
-                    },
-                );
-                self.scheduled.push((now + heal_after_ns, FaultEvent::Heal));
-                last = now + heal_after_ns;
+                last = self.cut_off(now, node, cm, heal_after_ns);
             }
         }
         if let Some((delay, pick)) = attack.then_after_commit {
@@ -580,19 +577,7 @@ impl SimCluster {
         let (strike, over) = (plot.plot.strike.clone(), plot.faults_over_ns);
         let mut last = now;
         let isolate = |cluster: &mut Self, node: u16, heal_after_ns: u64| {
-            let rest: Vec<u16> = (0..cluster.node_count()).filter(|&n| n != node).collect();
-            cluster.attack_struck.insert(node);
-            cluster.apply_event(
-                now,
-                &FaultEvent::Partition {
-                    side_a: vec![node],
-                    side_b: rest,
-                },
-            );
-            cluster
-                .scheduled
-                .push((now + heal_after_ns, FaultEvent::Heal));
-            now + heal_after_ns
+            cluster.cut_off(now, node, None, heal_after_ns)
         };
         let current = self
             .membership
