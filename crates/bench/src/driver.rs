@@ -442,11 +442,14 @@ fn start_member<T: Transport + Send + 'static>(
     }
     let incarnation =
         ferrotx_node::lives::next_incarnation(previous, ferrotx_node::incarnation_from_clock());
+    let membership = ferrotx_membership::Options::with_lease_ms(lease_ms);
+    // A lock held elsewhere fails a swap for certain, before the call's deadline.
+    coordination.set_lock_timeout(ferrotx_node::call_timeout(&membership) / 2);
     let lease = ferrotx_node::LeaseThread::start(
         config.clone(),
         id,
         incarnation,
-        ferrotx_membership::Options::with_lease_ms(lease_ms),
+        membership,
         Box::new(coordination),
         Instant::now(),
         keys,

@@ -60,6 +60,14 @@ const LIVENESS_LOCK_TRIES: u32 = 20;
 /// The pause between two of those tries.
 const LIVENESS_LOCK_PAUSE: Duration = Duration::from_millis(5);
 
+/// How long a change waits for the state lock by default before it fails
+/// ([`FileCoordination::set_lock_timeout`]): another process holding it that long is
+/// stuck, and a node must not be.
+pub const STATE_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest pause between two tries of the state lock.
+const STATE_LOCK_PAUSE_MAX: Duration = Duration::from_millis(20);
+
 /// Why [`FileCoordination::open`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -136,6 +144,8 @@ pub struct FileCoordination {
     /// The highest view id this value read or stored: once a view was there, a state
     /// file gone missing is an error that names it, never "no cluster yet".
     seen: Option<u64>,
+    /// How long a change waits for the state lock before it fails.
+    lock_timeout: Duration,
 }
 
 impl FileCoordination {
@@ -185,7 +195,16 @@ impl FileCoordination {
             node,
             _liveness: file,
             seen: None,
+            lock_timeout: STATE_LOCK_TIMEOUT,
         })
+    }
+
+    /// How long a change waits for the state lock, held by another process, before it
+    /// fails with [`CoordinationError::Unavailable`] naming the lock (by default
+    /// [`STATE_LOCK_TIMEOUT`]). A node sets it below its coordination calls' deadline, so
+    /// that a lock held elsewhere fails a swap for certain, not with an unknown outcome.
+    pub fn set_lock_timeout(&mut self, timeout: Duration) {
+        self.lock_timeout = timeout;
     }
 
     /// The state file.
@@ -258,13 +277,30 @@ impl FileCoordination {
         }
     }
 
-    /// Takes the state lock (blocking); released when the file returned is dropped.
+    /// Takes the state lock, trying for up to the lock timeout; released when the file
+    /// returned is dropped.
     fn state_lock(&self) -> Result<File, CoordinationError> {
         let lock_path = with_suffix(&self.path, ".lock");
         let file = open_lock_file(&lock_path).map_err(|e| unavailable("open", &lock_path, &e))?;
-        file.lock()
-            .map_err(|e| unavailable("lock", &lock_path, &e))?;
-        Ok(file)
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(unavailable("lock", &lock_path, &e)),
+            }
+            let waited = started.elapsed();
+            if waited >= self.lock_timeout {
+                return Err(CoordinationError::Unavailable(format!(
+                    "coordination file: the lock {} is held by another process (waited {} ms); nothing was changed",
+                    lock_path.display(),
+                    waited.as_millis()
+                )));
+            }
+            std::thread::sleep(pause.min(self.lock_timeout - waited));
+            pause = (pause * 2).min(STATE_LOCK_PAUSE_MAX);
+        }
     }
 
     /// The view in the state file, `None` if there is none.

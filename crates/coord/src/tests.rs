@@ -316,3 +316,35 @@ fn refused_naming(c: &mut FileCoordination, state: &Path, why: &str) {
         }
     }
 }
+
+/// Issue 31: the state lock held by another holder (here another open file description
+/// in this process, as `flock` sees another process) fails a swap within the lock
+/// timeout, naming the lock and changing nothing; released, the swap goes in.
+#[test]
+fn a_held_state_lock_fails_a_swap_in_time_and_changes_nothing() {
+    let dir = TempDir::new("held");
+    let mut c = FileCoordination::open(dir.state(), 0).unwrap();
+    c.compare_and_swap(None, &view(1, &[0, 1])).unwrap();
+    c.set_lock_timeout(Duration::from_millis(150));
+    let lock_path = with_suffix(&dir.state(), ".lock");
+    let holder = open_lock_file(&lock_path).unwrap();
+    holder.lock().unwrap();
+    let started = std::time::Instant::now();
+    match c.compare_and_swap(Some(1), &view(2, &[0])) {
+        Err(CoordinationError::Unavailable(e)) => {
+            assert!(e.contains(&lock_path.display().to_string()), "{e}");
+            assert!(e.contains("held by another process"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    // Reads take no lock.
+    assert_eq!(c.read().unwrap().unwrap().id, 1);
+    drop(holder);
+    c.compare_and_swap(Some(1), &view(2, &[0])).unwrap();
+    assert_eq!(c.read().unwrap().unwrap().id, 2);
+}

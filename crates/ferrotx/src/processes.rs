@@ -158,11 +158,14 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     if let Some(spin_us) = spin_us {
         options.idle.spin = Duration::from_micros(spin_us);
     }
+    let membership = ferrotx_membership::Options::with_lease_ms(lease_ms);
+    // A lock held elsewhere fails a swap for certain, before the call's deadline.
+    coordination.set_lock_timeout(ferrotx_node::call_timeout(&membership) / 2);
     let lease = ferrotx_node::LeaseThread::start(
         config.clone(),
         id,
         incarnation,
-        ferrotx_membership::Options::with_lease_ms(lease_ms),
+        membership,
         Box::new(coordination),
         epoch,
         Some(keys),
@@ -329,7 +332,15 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
         }
     };
     let probes = probe_members(&config, &view, auth.as_ref());
-    let recoveries = query_recovery(&config, &view);
+    let infos = query_info(&config, &view);
+    let recoveries: Vec<Option<RecoveryCounters>> = infos
+        .iter()
+        .map(|t| t.as_deref().and_then(RecoveryCounters::from_info))
+        .collect();
+    let coordination: Vec<Option<CoordinationInfo>> = infos
+        .iter()
+        .map(|t| t.as_deref().and_then(CoordinationInfo::from_info))
+        .collect();
     let answered: Vec<&RecoveryCounters> = recoveries.iter().flatten().collect();
     let total = (!answered.is_empty()).then(|| RecoveryCounters::sum(&answered));
     let replicas = usize::from(config.replicas());
@@ -368,7 +379,8 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
             .iter()
             .zip(&probes)
             .zip(&recoveries)
-            .map(|((m, p), r)| {
+            .zip(&coordination)
+            .map(|(((m, p), r), c)| {
                 serde_json::json!({
                     "node": m.node,
                     "incarnation": m.incarnation,
@@ -378,6 +390,7 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
                     "same_life": p.map(|p| p.incarnation == m.incarnation),
                     "rtt_us": p.map(|p| p.rtt_us),
                     "recovery": r.as_ref().map(RecoveryCounters::json),
+                    "coordination": c.as_ref().map(CoordinationInfo::json),
                 })
             })
             .collect();
@@ -463,6 +476,12 @@ pub fn status(path: &Path, coordination: Option<&Path>, json: bool) -> anyhow::R
     }
     if let Some(t) = &total {
         println!("  all {} answering: {}", answered.len(), t.line());
+    }
+    println!("coordination service, as each member finds it (INFO over Redis):");
+    for (m, c) in view.members.iter().zip(&coordination) {
+        if let Some(c) = c {
+            println!("  node {}: {}", m.node, c.line());
+        }
     }
     println!("datagrams dropped (INFO over Redis):");
     for (m, r) in view.members.iter().zip(&recoveries) {
@@ -670,13 +689,76 @@ impl RecoveryCounters {
     }
 }
 
-/// The recovery counters of every member of `view` with a Redis address, asked with
-/// INFO over TCP, all at once, each within [`INFO_TIMEOUT`]; `None` for a member without
-/// an address or that did not answer in time.
-fn query_recovery(
-    config: &Configuration,
-    view: &ferrotx_cluster::View,
-) -> Vec<Option<RecoveryCounters>> {
+/// How the coordination service answers a node, from the `coordination_*` fields of its
+/// INFO.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct CoordinationInfo {
+    state: String,
+    calls: u64,
+    failures: u64,
+    timeouts: u64,
+    in_flight_ms: u64,
+    last_ok_ms_ago: u64,
+    store_behind: u64,
+    last_error: Option<String>,
+}
+
+impl CoordinationInfo {
+    /// The fields in INFO's text, or `None` if it has none (a node without them).
+    fn from_info(text: &str) -> Option<Self> {
+        let fields: std::collections::HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|line| line.trim_end().split_once(':'))
+            .collect();
+        let number = |name: &str| fields.get(name)?.parse::<u64>().ok();
+        Some(Self {
+            state: fields.get("coordination_state")?.to_string(),
+            calls: number("coordination_calls")?,
+            failures: number("coordination_failures")?,
+            timeouts: number("coordination_timeouts")?,
+            in_flight_ms: number("coordination_call_in_flight_ms")?,
+            last_ok_ms_ago: number("coordination_last_ok_ms_ago")?,
+            store_behind: number("coordination_store_behind")?,
+            last_error: fields.get("coordination_last_error").map(|e| e.to_string()),
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "state": self.state,
+            "calls": self.calls,
+            "failures": self.failures,
+            "timeouts": self.timeouts,
+            "call_in_flight_ms": self.in_flight_ms,
+            "last_ok_ms_ago": self.last_ok_ms_ago,
+            "store_behind": self.store_behind,
+            "last_error": self.last_error,
+        })
+    }
+
+    /// One line of `ferrotx status`.
+    fn line(&self) -> String {
+        let mut line = format!(
+            "{}: {} calls, {} failed ({} timed out)",
+            self.state, self.calls, self.failures, self.timeouts
+        );
+        if self.in_flight_ms > 0 {
+            line += &format!(", a call under way for {} ms", self.in_flight_ms);
+        }
+        if self.store_behind > 0 {
+            line += &format!(", went back to view {}", self.store_behind);
+        }
+        if let Some(e) = &self.last_error {
+            line += &format!("; last error: {e}");
+        }
+        line
+    }
+}
+
+/// The INFO text of every member of `view` with a Redis address, asked over TCP, all at
+/// once, each within [`INFO_TIMEOUT`]; `None` for a member without an address or that
+/// did not answer in time.
+fn query_info(config: &Configuration, view: &ferrotx_cluster::View) -> Vec<Option<String>> {
     let password = config.resp().requirepass.as_deref();
     std::thread::scope(|scope| {
         let asks: Vec<_> = view
@@ -689,8 +771,7 @@ fn query_recovery(
                     if addr.ip().is_unspecified() {
                         addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
                     }
-                    let text = info_over_tcp(addr, password, INFO_TIMEOUT)?;
-                    RecoveryCounters::from_info(&text)
+                    info_over_tcp(addr, password, INFO_TIMEOUT)
                 })
             })
             .collect();

@@ -149,6 +149,9 @@ pub struct Stats {
     /// store restored from an old copy, or another store): reported, never swapped
     /// against.
     pub store_went_back: u64,
+    /// Lease requests the CM left unanswered because the view it is storing drops their
+    /// sender.
+    pub renewals_refused: u64,
     /// Views committed here.
     pub views_committed: u64,
     /// Messages dropped: from non-members, older views, or not matching anything.
@@ -177,6 +180,7 @@ impl Default for Stats {
             swaps_lost: 0,
             swaps_unknown: 0,
             store_went_back: 0,
+            renewals_refused: 0,
             views_committed: 0,
             dropped: 0,
             undecodable: 0,
@@ -1894,6 +1898,17 @@ impl Membership {
             return;
         }
         self.note_memory(m, used, limit);
+        if let Reconfig::Swapping { next, .. } | Reconfig::Confirming { next, .. } =
+            &self.cm.reconfig
+            && !next.is_member(m.from, m.incarnation)
+        {
+            // The view being stored drops this member (its lease ran out when the probe
+            // round ended). Renewing it now would keep alive a member the next view
+            // removes: the swap may take long (a slow coordination service), and the
+            // member asks again, to be admitted, once the view is committed.
+            self.stats.renewals_refused += 1;
+            return;
+        }
         let lease = self.options.lease_ns;
         let duration = lease.min(self.cm_lease_until().saturating_sub(now_ns));
         let g = self.cm.grants.entry(m.from).or_default();

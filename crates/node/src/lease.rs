@@ -40,10 +40,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, CoordinationService, View};
+
 use ferrotx_membership::{Action, MESSAGE_BYTES_MAX, Membership, Options, Phase, Stats};
 use ferrotx_transport::Doorbell;
 use ferrotx_wire::auth::TRAILER_BYTES;
 
+use crate::coordination::{Answer, Call, CoordinationHealth, Coordinator, call_timeout};
 use crate::keys::ClusterKeys;
 
 /// How often the lease thread hands the node the members past their memory limits
@@ -196,6 +198,10 @@ pub struct LeaseStatus {
     pub max_wake_late_us: u64,
     /// The backups this node is filling (data recovery), with their progress.
     pub fills: Vec<ferrotx_txn::refill::FillProgress>,
+    /// How the coordination service has been answering.
+    pub coordination: CoordinationHealth,
+    /// How long a coordination call may take before it is given up on, in milliseconds.
+    pub coordination_timeout_ms: u64,
 }
 
 impl Link {
@@ -299,6 +305,9 @@ pub enum LeaseError {
     /// The node is not a member of the configuration file.
     #[error("node {0} is not in the configuration")]
     NotInConfiguration(u16),
+    /// The coordination thread could not start.
+    #[error("starting the coordination thread: {0}")]
+    CoordinationThread(std::io::Error),
     /// Its lease socket could not be bound.
     #[error("binding the lease socket {addr}: {source}")]
     Bind {
@@ -327,6 +336,9 @@ impl LeaseThread {
             .lease_addr(node)
             .ok_or(LeaseError::NotInConfiguration(node))?;
         let socket = UdpSocket::bind(addr).map_err(|source| LeaseError::Bind { addr, source })?;
+        let timeout_ns = call_timeout(&options).as_nanos() as u64;
+        let coordination = Coordinator::start(coordination, node, timeout_ns)
+            .map_err(LeaseError::CoordinationThread)?;
         let link = Arc::new(Link::new(usize::from(config.threads_per_node())));
         // Before the thread starts, so that its stack is locked and faulted in as well.
         let memory_locked = match tuning.lock_memory {
@@ -438,7 +450,8 @@ struct LeaseLoop {
     membership: Membership,
     config: Arc<Configuration>,
     socket: UdpSocket,
-    coordination: Box<dyn CoordinationService + Send>,
+    /// The coordination thread, which makes the calls to the service.
+    coordination: Coordinator,
     link: Arc<Link>,
     epoch: Instant,
     /// Preallocated buffers: an encoded message, a received datagram.
@@ -503,6 +516,7 @@ impl LeaseLoop {
                 self.membership.handle_timeout(now);
             }
             self.perform(now);
+            self.take_answers(now);
             self.check_switched(now);
             self.report_fills(now);
             self.link
@@ -520,7 +534,11 @@ impl LeaseLoop {
             } else {
                 20_000_000
             };
-            let wait = self.membership.poll_timeout().saturating_sub(now).min(cap);
+            let due = match self.coordination.deadline_ns() {
+                Some(deadline) => self.membership.poll_timeout().min(deadline),
+                None => self.membership.poll_timeout(),
+            };
+            let wait = due.saturating_sub(now).min(cap);
             if wait > 0 && !self.wait_readable(wait) {
                 continue;
             }
@@ -539,21 +557,42 @@ impl LeaseLoop {
         }
     }
 
-    /// Waits up to `timeout_ns` for the socket to be readable; false on timeout.
+    /// Waits up to `timeout_ns` for the socket to be readable, or the coordination
+    /// thread to bring an answer; false on timeout, or if only the answer came.
     fn wait_readable(&self, timeout_ns: u64) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.socket.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.coordination.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         let timeout = libc::timespec {
             tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
         };
-        // SAFETY: `fd` and `timeout` are valid for the call; a null signal mask leaves the
-        // thread's mask as it is.
-        let r = unsafe { libc::ppoll(&mut fd, 1, &timeout, std::ptr::null()) };
-        r > 0
+        // SAFETY: `fds` and `timeout` are valid for the call; a null signal mask leaves
+        // the thread's mask as it is.
+        let r = unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &timeout, std::ptr::null()) };
+        r > 0 && fds[0].revents != 0
+    }
+
+    /// Hands the membership the coordination thread's answers, and the failures of calls
+    /// past their deadline.
+    fn take_answers(&mut self, now: u64) {
+        while let Some(answer) = self.coordination.next_answer(now) {
+            match answer {
+                Answer::Read(result) => self.membership.handle_read(now, result),
+                Answer::Cas(result) => self.membership.handle_cas(now, result),
+            }
+            self.perform(now);
+            self.status_due = true;
+        }
     }
 
     /// Gives the membership the node's memory figures (two relaxed loads), which every
@@ -622,6 +661,12 @@ impl LeaseLoop {
         status.realtime = self.realtime;
         status.memory_locked = self.memory_locked;
         status.max_wake_late_us = self.late_us;
+        self.coordination.health_into(
+            self.now(),
+            self.membership.store_behind(),
+            &mut status.coordination,
+        );
+        status.coordination_timeout_ms = self.coordination.timeout_ns() / 1_000_000;
         if let Some(usage) = thread_usage() {
             status.faults_minor = usage.ru_minflt as u64;
             status.faults_major = usage.ru_majflt as u64;
@@ -648,13 +693,9 @@ impl LeaseLoop {
                     self.membership.encode(to, &message, &mut self.out);
                     let _ = self.socket.send_to(&self.out, addr);
                 }
-                Action::Read => {
-                    let result = self.coordination.read();
-                    self.membership.handle_read(now, result);
-                }
+                Action::Read => self.coordination.call(now, Call::Read),
                 Action::Cas { expected, next } => {
-                    let result = self.coordination.compare_and_swap(expected, &next);
-                    self.membership.handle_cas(now, result);
+                    self.coordination.call(now, Call::Cas { expected, next });
                 }
                 Action::Install(view) => {
                     let id = view.id;

@@ -11,6 +11,7 @@
 //! the real clock on the current thread: it busy-polls while there is work, spins briefly
 //! when there is none, then sleeps in the kernel until a datagram or a timer wakes it.
 
+mod coordination;
 mod copies;
 mod core;
 mod drops;
@@ -24,6 +25,7 @@ mod poller;
 mod runtime;
 mod worker;
 
+pub use coordination::{CALL_TIMEOUT_MIN, CoordinationHealth, call_timeout};
 pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, copy_digests};
 pub use core::{CoreOptions, CoreWorker, NodeCore};
 pub use drops::DropStats;

@@ -435,6 +435,14 @@ impl NodeHandle {
         sum
     }
 
+    /// How the coordination service has been answering the node's lease thread (as last
+    /// published, every 50 ms), with the calls' deadline in milliseconds; `None` for a
+    /// node without one.
+    pub fn coordination_health(&self) -> Option<(crate::CoordinationHealth, u64)> {
+        let status = self.link.as_ref()?.status();
+        Some((status.coordination, status.coordination_timeout_ms))
+    }
+
     /// Datagrams the node dropped, by reason: its worker threads' RPC engines (as
     /// published within the last 32 iterations of each loop) and its lease thread (as
     /// last published, every 50 ms). Cheap; takes the lease status's lock for an instant.

@@ -74,6 +74,9 @@ impl Stats {
                 .iter()
                 .map(|(name, n)| (format!("dropped_{name}"), n.to_string())),
         );
+        if let Some((health, timeout_ms)) = handle.coordination_health() {
+            extra.extend(coordination_fields(&health, timeout_ms));
+        }
         let memory = handle.memory();
         InfoStats {
             used_memory: memory.used(),
@@ -103,6 +106,56 @@ impl Stats {
             ..InfoStats::default()
         }
     }
+}
+
+/// INFO's `coordination_*` fields: how the coordination service answers this node.
+/// `coordination_state` is `ok`, `slow` (a call under way for half its deadline),
+/// `failing` (the last answer failed) or `went_back` (it holds a view older than the
+/// node's); durations in milliseconds, with 0 for none.
+pub(crate) fn coordination_fields(
+    health: &ferrotx_node::CoordinationHealth,
+    timeout_ms: u64,
+) -> Vec<(String, String)> {
+    let mut fields = vec![
+        (
+            "coordination_state".to_owned(),
+            health.state(timeout_ms).replace(' ', "_"),
+        ),
+        ("coordination_calls".to_owned(), health.calls.to_string()),
+        (
+            "coordination_failures".to_owned(),
+            health.failures.to_string(),
+        ),
+        (
+            "coordination_timeouts".to_owned(),
+            health.timeouts.to_string(),
+        ),
+        (
+            "coordination_late_answers".to_owned(),
+            health.late.to_string(),
+        ),
+        (
+            "coordination_call_in_flight_ms".to_owned(),
+            health.in_flight_ms.unwrap_or(0).to_string(),
+        ),
+        (
+            "coordination_last_ok_ms_ago".to_owned(),
+            health.last_ok_ms_ago.unwrap_or(0).to_string(),
+        ),
+        (
+            "coordination_store_behind".to_owned(),
+            health.store_behind.unwrap_or(0).to_string(),
+        ),
+        ("coordination_timeout_ms".to_owned(), timeout_ms.to_string()),
+    ];
+    if let Some(e) = &health.last_error {
+        // One line, whatever the error's text holds.
+        fields.push((
+            "coordination_last_error".to_owned(),
+            e.replace(['\r', '\n'], " "),
+        ));
+    }
+    fields
 }
 
 /// INFO's `recovery_*` fields (in the `# ferrotx` section) for a node's transaction-state

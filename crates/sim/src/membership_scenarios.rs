@@ -241,12 +241,7 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
         }
         "membership-random" | "membership-random-writes" => {
             let mut kinds = FaultKind::ALL.to_vec();
-            // Not `coord` (yet): with the coordination service slow, a CM whose swap is
-            // under way still renews the leases of members its next view removes, and
-            // check (e) fails (`membership-random` seeds 22, 67 and
-            // `membership-random-writes` 150 with `coord` drawn here, at 18180b2 plus the
-            // store no longer going back). Open: issue 31's coordination thread.
-            kinds.retain(|k| *k != FaultKind::Buggify && *k != FaultKind::Coord);
+            kinds.retain(|k| *k != FaultKind::Buggify);
             plan = FaultPlan::draw(seed, &kinds, nodes, 5 * lease);
             plan.network.loss /= 2.5;
             plan.network.duplicate /= 2.5;

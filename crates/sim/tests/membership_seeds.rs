@@ -169,6 +169,22 @@ fn bug_cm_installing_never_retries() {
     }
 }
 
+/// With the coordination service slow (`coord` faults), a CM whose swap was under way
+/// went on renewing the leases of members its next view dropped: the swap landed while
+/// the CM still held them alive, check (e). Before the fix (the CM leaves such lease
+/// requests unanswered, `Stats::renewals_refused`), these seeds failed it.
+#[test]
+fn bug_cm_renews_members_its_swap_drops() {
+    for (name, seed) in [
+        ("membership-random", 22),
+        ("membership-random", 67),
+        ("membership-random-writes", 150),
+    ] {
+        let report = run_seed(name, seed, false);
+        assert!(report.passed(), "{name} {seed}: {:#?}", report.membership);
+    }
+}
+
 /// Seeds of `membership-slow-install` that failed before the backup CM waited out the
 /// CM's ack timeout (commit 7973863): in seeds 0 and 3 backup CM 1 (rank 0), in seed 4
 /// backup CM 2 (rank 1), removes the CM in view 2.
