@@ -599,8 +599,13 @@ fn print_replay(report: &RunReport) {
         );
         if let Some(c) = &m.coord {
             println!(
-                "coordination service: {} calls late, {} unavailable, swaps of unknown outcome {} stored and {} not, went back {} times",
-                c.delayed, c.unavailable, c.unknown_stored, c.unknown_not_stored, c.went_back
+                "coordination service: {} calls late, {} unavailable, swaps of unknown outcome {} stored and {} not, went back {} times (found behind by a node {} times)",
+                c.delayed,
+                c.unavailable,
+                c.unknown_stored,
+                c.unknown_not_stored,
+                c.went_back,
+                c.found_behind
             );
         }
         for (id, members, cm) in &m.views {

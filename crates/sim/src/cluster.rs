@@ -1126,6 +1126,9 @@ impl SimCluster {
                     };
                     if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
                         m.handle_read(local, read);
+                        if m.store_behind().is_some() {
+                            coord.counts.found_behind += 1;
+                        }
                     }
                 }
                 CoordCall::Cas { expected, next } => {
@@ -1154,6 +1157,11 @@ impl SimCluster {
                     };
                     if let Some(m) = self.nodes[usize::from(node)].membership.as_mut() {
                         m.handle_cas(local, result);
+                        if m.store_behind().is_some() {
+                            let state = self.membership.as_mut().expect("membership runs");
+                            let coord = state.coord.as_mut().expect("coordination faults");
+                            coord.counts.found_behind += 1;
+                        }
                     }
                 }
             }

@@ -398,4 +398,7 @@ pub struct CoordCounts {
     pub unknown_not_stored: u64,
     /// Times the store went back.
     pub went_back: u64,
+    /// Reads a node answered with a view older than its own: it found the store behind
+    /// (and refuses to swap against it, [`ferrotx_membership::Membership::store_behind`]).
+    pub found_behind: u64,
 }

@@ -18,7 +18,7 @@ use crate::scenarios::WorkloadScenario;
 use crate::simulator::NodeClock;
 
 /// Every membership scenario, in the order `--workload membership` runs them.
-pub const NAMES: [&str; 18] = [
+pub const NAMES: [&str; 19] = [
     "membership-crash",
     "membership-crash-cm",
     "membership-pause",
@@ -37,6 +37,7 @@ pub const NAMES: [&str; 18] = [
     "membership-last-holder-readmitted",
     "membership-false-positive-rejoin",
     "membership-seed-7",
+    "membership-store-back",
 ];
 
 /// The scenarios of issue 30, one for each situation membership got wrong or nearly did,
@@ -192,6 +193,25 @@ pub fn options(name: &str, seed: u64) -> RunOptions {
             };
             schedule.push((t, event));
             schedule.push((t + at(2 * lease, 6 * lease), FaultEvent::Heal));
+        }
+        "membership-store-back" => {
+            // The coordination service is restored from an old copy: it holds the view
+            // before the current one for 6 to 10 leases, until the operator restores the
+            // right copy. A member crashed first (so that there is an older view), and
+            // another crashes while the store is behind. Every live node saw the current
+            // view: each finds the store behind when it reads, refuses to swap against
+            // it, and serves on; the second crash is handled once the store is right.
+            plan.coord = Some(0.0);
+            let first = u16::try_from(at(1, u64::from(nodes) - 1)).expect("a node id");
+            let second = 1 + (first + u16::try_from(at(0, 2)).expect("small")) % (nodes - 1);
+            let back = at(6 * lease, 10 * lease);
+            let t_back = t + 4 * lease;
+            schedule.push((t, FaultEvent::Crash { node: first }));
+            schedule.push((t_back, FaultEvent::CoordBack { for_ns: back }));
+            schedule.push((
+                t_back + at(lease, 2 * lease),
+                FaultEvent::Crash { node: second },
+            ));
         }
         "membership-cm-during-reconfig" => {
             // A member fails; the CM fails while it handles that (suspecting, probing,
@@ -568,6 +588,9 @@ pub fn reached(name: &str, report: &RunReport) -> Result<(), String> {
                 last == Some(want)
             }) && s.rejoined > 0
         }
+        "membership-store-back" => m
+            .coord
+            .is_some_and(|c| c.went_back > 0 && c.found_behind > 0),
         _ => return Ok(()),
     };
     if ok {
