@@ -229,6 +229,18 @@ impl NodeCore {
             return Arc::new(self.build_store(view, false));
         }
         let previous = cached.1.clone();
+        if view.id > cached.0 + 1 {
+            // The node skipped views: its fills may have been dropped in one of them and
+            // given again since, and commits made there were not sent to it. A view that
+            // names this node is committed only once its workers switched to it, so the
+            // views skipped were not committed or did not have this life as a member (it
+            // was suspended, and this view readmits it). Either way its fills start again
+            // from nothing (`build_store` makes a new copy for a fill it lacks): kept,
+            // their copies lack what those views committed, and a fill already done (or
+            // past a key) would be counted without it (membership-random-writes seeds
+            // 1626 and 2850).
+            self.fills.lock().expect("fills lock").clear();
+        }
         let mut store = self.build_store(view, true);
         // The newest view: copies it does not give this node are dropped, and so are
         // fills it no longer names.

@@ -218,3 +218,30 @@ fn bug_slow_install_backup_cm_removes_waiting_cm() {
         );
     }
 }
+
+/// A suspended life readmitted kept the fills of the view it was cut off in. Its workers
+/// stay in their last view while it is suspended, so they never switch to the view that
+/// dropped those fills, and when the view readmitting it gives it the same partitions to
+/// fill again, `NodeCore::store_for` found the old copy and its `Fill` still there and
+/// went on with them: the thread's progress (it belongs to the `Fill`) past keys already
+/// copied, or the fill already done. Commits of the views it skipped were never sent to
+/// it, so the copy, counted once filled, lacked them. Seed 1626: node 3 fills partition 4
+/// in view 2 (one object copied), view 4 suspends it, key 0 is written at version
+/// 2, view 5 readmits it with partition 4 to fill again, and view 7 counts a copy at
+/// version 1. Seed 2850: node 0's fill of partition 7 is done in view 2, view 3 suspends
+/// node 0, key 4 is written at version 4, and view 4 readmits it with partition 7 to fill:
+/// it reports the stale fill done at once, and view 5 counts it at version 3. A node that
+/// skipped views now starts its fills again from nothing.
+#[test]
+fn bug_readmitted_life_keeps_its_stale_fills() {
+    for seed in [1626, 2850] {
+        let name = "membership-random-writes";
+        let report = run_seed(name, seed, false);
+        assert!(
+            report.passed(),
+            "{name} {seed}: {:?} {:#?}",
+            failure(name, &report),
+            report.membership
+        );
+    }
+}
