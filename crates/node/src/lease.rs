@@ -1,8 +1,11 @@
 //! The lease thread: a node's membership state machine on a thread and UDP socket of its
 //! own (FaRM 5.1), and what it shares with the worker threads.
 //!
-//! The thread owns the [`Membership`] state machine, the lease socket and the
-//! coordination service. It publishes to the workers, through [`Link`], the view to
+//! The thread owns the [`Membership`] state machine and the lease socket; the
+//! coordination service belongs to a coordination thread of its own
+//! ([`crate::coordination`]), which the thread hands the membership's calls and whose
+//! answers it takes (so a slow disk or a lock held elsewhere never holds up a lease).
+//! It publishes to the workers, through [`Link`], the view to
 //! switch to (a generation counter they check once per loop iteration: one relaxed load),
 //! the committed view id, and until when the node may serve (its lease). Workers report
 //! the generation they switched to; once all have, the thread answers NEW-CONFIG-ACK.
@@ -40,7 +43,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, CoordinationService, View};
-
 use ferrotx_membership::{Action, MESSAGE_BYTES_MAX, Membership, Options, Phase, Stats};
 use ferrotx_transport::Doorbell;
 use ferrotx_wire::auth::TRAILER_BYTES;
