@@ -440,3 +440,28 @@ fn torn_segment_creation_is_cut_and_resumed() {
     assert_eq!(recovery.records.len(), 2);
     assert_eq!(recovery.torn_tail, None);
 }
+
+#[test]
+fn resume_cuts_the_torn_tail_so_later_recoveries_see_no_garbage() {
+    let mut cut = 0;
+    for seed in 0..100 {
+        let mut disk = SimDisk::new(1 << 20);
+        let mut writer = LogWriter::create(&mut disk, config(4096)).unwrap();
+        writer.append(1, b"synced").unwrap();
+        writer.sync().unwrap();
+        for i in 0..5u8 {
+            writer.append(1, &[i + 1; 30]).unwrap();
+        }
+        disk.crash(&mut ChaCha8Rng::seed_from_u64(seed));
+        let recovery = recover(&disk, &config(4096)).unwrap();
+        cut += usize::from(recovery.torn_tail.is_some());
+        let kept = recovery.records.len();
+        let mut writer = LogWriter::resume(&mut disk, config(4096), &recovery).unwrap();
+        writer.append(1, b"next life").unwrap();
+        writer.sync().unwrap();
+        let again = recover(&disk, &config(4096)).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(again.records.len(), kept + 1, "seed {seed}");
+        assert_eq!(again.torn_tail, None, "seed {seed}");
+    }
+    assert!(cut > 10, "{cut}");
+}
