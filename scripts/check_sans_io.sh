@@ -27,6 +27,7 @@ protocol_crates=(
   ferrotx-redis-exec
   ferrotx-workload
   ferrotx-membership
+  ferrotx-wal
 )
 
 # Crates no protocol crate may reach: system interfaces and event loops, the OS's random
