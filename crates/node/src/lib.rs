@@ -14,6 +14,7 @@
 mod coordination;
 mod copies;
 mod core;
+mod disk;
 mod drops;
 mod keys;
 mod lease;
@@ -28,6 +29,7 @@ mod worker;
 pub use coordination::{CALL_TIMEOUT_MIN, CoordinationHealth, call_timeout};
 pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, copy_digests};
 pub use core::{CoreOptions, CoreWorker, NodeCore};
+pub use disk::FsStorage;
 pub use drops::DropStats;
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
