@@ -3,6 +3,7 @@
 //! table and JSON.
 
 pub mod cpu;
+pub mod disk;
 pub mod driver;
 pub mod failover;
 pub mod kv;

@@ -264,6 +264,10 @@ enum Bench {
     Rpc(RpcArgs),
     /// CPU used by an idle node (RPC server threads with no traffic).
     Idle(IdleArgs),
+    /// What the disk under a data directory gives the write-ahead log: synced 4 KiB
+    /// writes, group commit at several batch sizes, and reading a log back out of the
+    /// page cache (durability, issue 32).
+    Disk(DiskArgs),
     /// The server side of `bench rpc` (started by it; not for direct use).
     #[command(hide = true)]
     RpcServer {
@@ -731,6 +735,29 @@ fn run_cluster_bench(options: &ClusterBenchOptions, run: &ClusterRunArgs) -> any
 }
 
 #[derive(Args)]
+struct DiskArgs {
+    /// Where to write (a directory of its own is made there and removed at the end); on
+    /// the disk the data directories will use.
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    dir: PathBuf,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Bytes of each log record's payload.
+    #[arg(long, default_value_t = 128)]
+    record_bytes: usize,
+    /// Records per sync, one measurement each.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
+    batches: Vec<usize>,
+    /// Megabytes of log written and read back.
+    #[arg(long, default_value_t = 256)]
+    read_mb: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct IdleArgs {
     /// Seconds to measure.
     #[arg(long, default_value_t = 10.0)]
@@ -1079,6 +1106,17 @@ fn main() -> anyhow::Result<()> {
                 report.rpcs_issued,
                 report.rpcs_executed
             );
+        }
+        Command::Bench(Bench::Disk(args)) => {
+            let report = ferrotx_bench::disk::run(&ferrotx_bench::disk::DiskBenchOptions {
+                dir: args.dir.clone(),
+                duration_s: args.duration,
+                record_bytes: args.record_bytes,
+                batches: args.batches.clone(),
+                read_mb: args.read_mb,
+            })?;
+            ferrotx_bench::disk::print(&report);
+            write_json(&args.json, &report)?;
         }
         Command::Bench(Bench::Idle(args)) => {
             let report =
