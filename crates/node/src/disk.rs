@@ -49,6 +49,12 @@ impl FsStorage {
         &self.dir
     }
 
+    /// Closes this value's descriptor of file `name`, if open (a sync thread done with a
+    /// log's old segment); the next operation on it opens it again.
+    pub fn close(&mut self, name: &str) {
+        self.files.remove(name);
+    }
+
     fn path(&self, name: &str) -> Result<PathBuf, StorageError> {
         if name.is_empty() || name == "." || name == ".." || name.contains('/') {
             return Err(StorageError::Io(format!(

@@ -16,6 +16,7 @@ mod copies;
 mod core;
 mod disk;
 mod drops;
+mod group_commit;
 mod keys;
 mod lease;
 pub mod lives;
@@ -33,6 +34,7 @@ pub use disk::FsStorage;
 pub use drops::DropStats;
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
+pub use group_commit::{LogShare, SyncThread, WorkerLog};
 pub use keys::{
     ClusterKeys, KEY_RELOAD, KEY_WAIT, KeyError, cluster_id, key_path, load_keys, new_key_line,
     process_auth, random_bytes, read_key_file, write_new_key_file,

@@ -139,10 +139,15 @@ impl<S: Storage> LogWriter<S> {
         }
         let lsn = self.next_lsn;
         encode_record(&mut self.buffer, lsn, self.durable_lsn, kind, payload);
-        let file = self.current().file.clone();
+        // The segment's name borrowed, not cloned: no allocation per record.
+        let file = &self
+            .segments
+            .back()
+            .expect("a writer always has a segment")
+            .file;
         self.storage
-            .write_at(&file, self.offset, &self.buffer)
-            .map_err(|source| storage_error(&file, source))?;
+            .write_at(file, self.offset, &self.buffer)
+            .map_err(|source| storage_error(file, source))?;
         self.offset += size;
         self.next_lsn += 1;
         debug_assert!(self.offset <= self.config.segment_size_bytes);
@@ -189,6 +194,25 @@ impl<S: Storage> LogWriter<S> {
     /// Every record up to this LSN is durable (0: none yet).
     pub fn durable_lsn(&self) -> Lsn {
         self.durable_lsn
+    }
+
+    /// Records up to `lsn` were made durable by a sync made elsewhere (a node's sync
+    /// thread, which fdatasyncs this log's current segment through a storage of its own
+    /// after reading how far the log was written). Later records carry it as their
+    /// durable LSN, the witness recovery uses to tell damage from a torn tail, so it must
+    /// only be told what a sync that returned `Ok` covered. Clamped to what was appended.
+    pub fn note_durable(&mut self, lsn: Lsn) {
+        self.durable_lsn = self.durable_lsn.max(lsn.min(self.next_lsn - 1));
+    }
+
+    /// The sequence number of the segment appended to now.
+    pub fn current_sequence(&self) -> u64 {
+        self.current().sequence
+    }
+
+    /// The log's configuration.
+    pub fn config(&self) -> &WalConfig {
+        &self.config
     }
 
     /// The live segments, oldest first.
