@@ -8,6 +8,8 @@
 //! Use: [`LogWriter::create`] a log, [`LogWriter::append`] records, [`LogWriter::sync`];
 //! after a restart, [`recover`] reads it back (refusing another cluster's directory, an
 //! unknown format and corruption; cutting a torn tail) and [`LogWriter::resume`] goes on.
+//! [`recover_with`] (or a [`LogReader`]) does the same reading as a stream, handing each
+//! record to a callback with a borrowed payload: the restart path.
 //! The format is in [`format`].
 
 mod config;
@@ -24,7 +26,10 @@ mod tests;
 pub use config::{MIN_SEGMENT_BYTES, WalConfig};
 pub use error::WalError;
 pub use format::{FORMAT_VERSION, Lsn};
-pub use recover::{Record, Recovery, SegmentInfo, TornTail, recover};
+pub use recover::{
+    DEFAULT_READ_CHUNK_BYTES, LogReader, Record, RecordRef, Recovery, SegmentInfo, TornTail,
+    recover, recover_with,
+};
 pub use sim_disk::{CrashReport, SimDisk};
 pub use storage::{Storage, StorageError};
 pub use writer::LogWriter;

@@ -465,3 +465,482 @@ fn resume_cuts_the_torn_tail_so_later_recoveries_see_no_garbage() {
     }
     assert!(cut > 10, "{cut}");
 }
+
+// The streaming reader (`LogReader`, `recover_with`) against the whole-segment reader it
+// replaced (kept below as `whole_segment_reference`), on the crash corpus and on damage.
+
+/// Chunk sizes for the comparisons: 1, 64 and 100 bytes put nearly every record across a
+/// chunk boundary (100 is not a multiple of 8, so the boundaries fall inside headers);
+/// 4096 and the default hold many records.
+const CHUNKS: [usize; 5] = [1, 64, 100, 4096, crate::DEFAULT_READ_CHUNK_BYTES];
+
+/// The log read by the streaming reader with `chunk_bytes`, its records collected.
+fn stream(disk: &SimDisk, config: &WalConfig, chunk_bytes: usize) -> Result<Recovery, WalError> {
+    let mut records = Vec::new();
+    let mut recovery =
+        crate::LogReader::with_chunk_bytes(chunk_bytes).read(disk, config, |record| {
+            records.push(record.to_record());
+            Ok::<(), WalError>(())
+        })?;
+    assert!(recovery.records.is_empty(), "records go to the callback");
+    recovery.records = records;
+    Ok(recovery)
+}
+
+/// Checks that `recover` and the streaming reader at every chunk size return exactly what
+/// the whole-segment reader returns (records, segments, end, torn tail, or the error with
+/// its file, offset and reason). Returns that.
+fn assert_readers_agree(
+    disk: &SimDisk,
+    config: &WalConfig,
+    context: &str,
+) -> Result<Recovery, WalError> {
+    let reference = whole_segment_reference::recover(disk, config);
+    assert_eq!(recover(disk, config), reference, "{context}: recover");
+    for chunk in CHUNKS {
+        assert_eq!(
+            stream(disk, config, chunk),
+            reference,
+            "{context}: chunk {chunk}"
+        );
+    }
+    reference
+}
+
+/// What the damaged copies of the corpus came to, to show the comparisons reach each case.
+#[derive(Debug, Default)]
+struct Outcomes {
+    clean: usize,
+    torn: usize,
+    corrupt: usize,
+    other_errors: usize,
+}
+
+impl Outcomes {
+    fn count(&mut self, result: &Result<Recovery, WalError>) {
+        match result {
+            Ok(recovery) if recovery.torn_tail.is_some() => self.torn += 1,
+            Ok(_) => self.clean += 1,
+            Err(WalError::Corrupt { .. }) => self.corrupt += 1,
+            Err(_) => self.other_errors += 1,
+        }
+    }
+}
+
+/// Damages a copy of a log: a flipped bit, random bytes, a truncated or a removed segment.
+fn damage(disk: &mut SimDisk, rng: &mut ChaCha8Rng) {
+    let files = disk.list().unwrap();
+    if files.is_empty() {
+        return;
+    }
+    let file = &files[rng.random_range(0..files.len())];
+    let len = disk.len(file).unwrap();
+    match rng.random_range(0..5) {
+        0 | 1 if len > 0 => {
+            for _ in 0..rng.random_range(1..=3) {
+                disk.flip_bit(file, rng.random_range(0..len), rng.random_range(0..8))
+                    .unwrap();
+            }
+        }
+        2 if len > 0 => {
+            let bytes: Vec<u8> = (0..rng.random_range(1..40)).map(|_| rng.random()).collect();
+            disk.write_at(file, rng.random_range(0..len), &bytes)
+                .unwrap();
+        }
+        3 => disk.set_len(file, rng.random_range(0..=len)).unwrap(),
+        _ => disk.remove(file).unwrap(),
+    }
+}
+
+/// The writer's log through `lives` crashes, as in `crash_and_recover`; after each crash
+/// every reader must agree on the log and on a damaged copy of it.
+fn crash_and_compare(seed: u64, lives: usize, outcomes: &mut Outcomes) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let segment_size_bytes = [256, 512, 4096][rng.random_range(0..3)];
+    let config = config(segment_size_bytes);
+    let mut disk = SimDisk::new(1 << 22);
+    let mut recovery = Recovery::default();
+    for life in 0..lives {
+        let mut writer = if life == 0 {
+            LogWriter::create(&mut disk, config.clone()).unwrap()
+        } else {
+            LogWriter::resume(&mut disk, config.clone(), &recovery).unwrap()
+        };
+        for _ in 0..rng.random_range(0..60) {
+            let payload: Vec<u8> = (0..rng.random_range(0..120))
+                .map(|_| rng.random())
+                .collect();
+            writer.append(rng.random_range(1..=255), &payload).unwrap();
+            if rng.random_bool(0.2) {
+                writer.sync().unwrap();
+            }
+        }
+        disk.crash(&mut rng);
+        let context = format!("seed {seed} life {life}");
+        recovery = assert_readers_agree(&disk, &config, &context)
+            .unwrap_or_else(|e| panic!("{context}: {e}"));
+        outcomes.count(&Ok(recovery.clone()));
+        let mut damaged = disk.clone();
+        damage(&mut damaged, &mut rng);
+        let result = assert_readers_agree(&damaged, &config, &format!("{context}, damaged"));
+        outcomes.count(&result);
+        // The streaming reader's own result resumes as well as `recover`'s.
+        let streamed = crate::LogReader::with_chunk_bytes(64)
+            .read(&disk, &config, |_| Ok::<(), WalError>(()))
+            .unwrap();
+        assert_eq!(
+            Recovery {
+                records: Vec::new(),
+                ..recovery.clone()
+            },
+            streamed,
+            "{context}"
+        );
+        if rng.random_bool(0.5) {
+            recovery = streamed;
+        }
+    }
+}
+
+#[test]
+fn streaming_reader_agrees_with_the_whole_segment_reader_on_crashes_and_damage() {
+    let mut outcomes = Outcomes::default();
+    for seed in 0..300 {
+        crash_and_compare(seed, 4, &mut outcomes);
+    }
+    assert!(
+        outcomes.clean > 50 && outcomes.torn > 50 && outcomes.corrupt > 50,
+        "{outcomes:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn streaming_reader_agrees_on_random_seeds(seed in any::<u64>(), lives in 1usize..6) {
+        crash_and_compare(seed, lives, &mut Outcomes::default());
+    }
+}
+
+#[test]
+fn large_records_straddle_many_chunks() {
+    let config = config(64 << 10);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut disk = SimDisk::new(1 << 24);
+    let mut writer = LogWriter::create(&mut disk, config.clone()).unwrap();
+    let mut written = Vec::new();
+    for _ in 0..60 {
+        let len = rng.random_range(0..=config.max_payload_bytes() as usize);
+        let payload: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        writer.append(3, &payload).unwrap();
+        written.push(payload);
+    }
+    writer.sync().unwrap();
+    let recovery = assert_readers_agree(&disk, &config, "large").unwrap();
+    assert_eq!(payloads(&recovery), written);
+    assert!(recovery.segments.len() > 10);
+}
+
+#[test]
+fn streaming_reader_with_checksums_off_serves_a_flip_and_with_them_refuses_it() {
+    for seed in 0..20 {
+        let (disk, victim) = log_with_a_flip_in_the_middle(seed);
+        for chunk in [1, 64, 100, 4096] {
+            let checked = stream(&disk, &config(512), chunk);
+            assert!(
+                matches!(&checked, Err(WalError::Corrupt { file, offset, .. }) if *file == victim.file && *offset == victim.offset),
+                "seed {seed} chunk {chunk}: {checked:?}"
+            );
+            // The deliberate break: without checksums the streaming reader serves the flip.
+            let unchecked = with_checksums(false, || stream(&disk, &config(512), chunk))
+                .expect("a reader that does not verify accepts the flip");
+            let served = &unchecked.records[victim.lsn as usize - 1];
+            assert_ne!(served.payload, victim.payload, "seed {seed} chunk {chunk}");
+        }
+    }
+}
+
+#[test]
+fn the_callbacks_error_stops_the_read() {
+    #[derive(Debug, PartialEq)]
+    enum Stop {
+        Wal(WalError),
+        At(u64),
+    }
+    impl From<WalError> for Stop {
+        fn from(error: WalError) -> Self {
+            Stop::Wal(error)
+        }
+    }
+    let mut disk = SimDisk::new(1 << 20);
+    let mut writer = LogWriter::create(&mut disk, config(256)).unwrap();
+    for i in 0..20u8 {
+        writer.append(1, &[i; 30]).unwrap();
+    }
+    writer.sync().unwrap();
+    let mut seen = Vec::new();
+    let result = crate::recover_with(&disk, &config(256), |record| {
+        seen.push(record.lsn);
+        if record.lsn == 7 {
+            return Err(Stop::At(record.lsn));
+        }
+        Ok(())
+    });
+    assert_eq!(result, Err(Stop::At(7)));
+    assert_eq!(seen, (1..=7).collect::<Vec<_>>());
+    // A log error comes back through `From`.
+    let other = WalConfig {
+        node_id: 2,
+        ..config(256)
+    };
+    assert!(matches!(
+        crate::recover_with(&disk, &other, |_| Ok::<(), Stop>(())),
+        Err(Stop::Wal(WalError::ForeignNode { .. }))
+    ));
+}
+
+#[test]
+fn empty_directory_and_torn_creation_agree() {
+    let disk = SimDisk::new(1 << 20);
+    assert_eq!(
+        assert_readers_agree(&disk, &config(256), "empty").unwrap(),
+        Recovery {
+            next_lsn: 1,
+            ..Recovery::default()
+        }
+    );
+    let mut disk = SimDisk::new(1 << 20);
+    let mut writer = LogWriter::create(&mut disk, config(256)).unwrap();
+    writer.append(1, &[1; 100]).unwrap();
+    writer.sync().unwrap();
+    for (content, body_byte) in [(&[0x46u8, 0x54][..], None), (&[0x46, 0x54][..], Some(200))] {
+        let mut torn = disk.clone();
+        torn.create("w0-0000000000000001.wal").unwrap();
+        torn.write_at("w0-0000000000000001.wal", 0, content)
+            .unwrap();
+        torn.set_len("w0-0000000000000001.wal", 256).unwrap();
+        if let Some(at) = body_byte {
+            torn.write_at("w0-0000000000000001.wal", at, &[1]).unwrap();
+        }
+        let result = assert_readers_agree(&torn, &config(256), "torn creation");
+        assert_eq!(result.is_ok(), body_byte.is_none(), "{result:?}");
+    }
+}
+
+/// The whole-segment reader that `recover` was before the streaming reader (commit
+/// 0ad23bb), kept verbatim as the oracle the streaming reader is compared with.
+mod whole_segment_reference {
+    use crate::config::WalConfig;
+    use crate::error::{WalError, hex};
+    use crate::format::{
+        HeaderProblem, Lsn, RECORD_ALIGN, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
+        decode_record, record_bytes,
+    };
+    use crate::recover::{Record, Recovery, SegmentInfo, TornTail};
+    use crate::storage::Storage;
+
+    /// Reads the log named by `config` from `storage`. Reads only; nothing is changed.
+    pub(super) fn recover<S: Storage + ?Sized>(
+        storage: &S,
+        config: &WalConfig,
+    ) -> Result<Recovery, WalError> {
+        config.validate()?;
+        let io = |file: &str| {
+            let file = file.to_owned();
+            move |source| WalError::Io { file, source }
+        };
+        let mut sequences: Vec<(u64, String)> = storage
+            .list()
+            .map_err(io("(directory)"))?
+            .into_iter()
+            .filter_map(|name| config.parse_segment_name(&name).map(|seq| (seq, name)))
+            .collect();
+        sequences.sort();
+        let mut recovery = Recovery {
+            next_lsn: 1,
+            ..Recovery::default()
+        };
+        let count = sequences.len();
+        for (index, (sequence, file)) in sequences.into_iter().enumerate() {
+            let last = index + 1 == count;
+            let length = storage.len(&file).map_err(io(&file))?;
+            let mut bytes = vec![0; usize::try_from(length).expect("segment fits in memory")];
+            let read = storage.read_at(&file, 0, &mut bytes).map_err(io(&file))?;
+            bytes.truncate(read);
+            recovery.last_sequence = Some(sequence);
+            let Some(header) = check_header(config, &file, &bytes, last)? else {
+                recovery.torn_tail = Some(TornTail { file, offset: 0 });
+                break;
+            };
+            if let Some(previous) = recovery.segments.last()
+                && sequence != previous.sequence + 1
+            {
+                return Err(corrupt(
+                    &file,
+                    0,
+                    format!("segment {} is missing", previous.sequence + 1),
+                ));
+            }
+            if header.sequence != sequence {
+                return Err(corrupt(
+                    &file,
+                    0,
+                    format!("header says segment {}", header.sequence),
+                ));
+            }
+            if !recovery.segments.is_empty() && header.first_lsn != recovery.next_lsn {
+                return Err(corrupt(
+                    &file,
+                    0,
+                    format!(
+                        "first LSN {} but the previous segment ends before {}",
+                        header.first_lsn, recovery.next_lsn
+                    ),
+                ));
+            }
+            if header.first_lsn == 0 {
+                return Err(corrupt(&file, 0, "first LSN 0".into()));
+            }
+            recovery.next_lsn = header.first_lsn;
+            recovery.segments.push(SegmentInfo {
+                file: file.clone(),
+                sequence,
+                first_lsn: header.first_lsn,
+            });
+            let end = scan_records(&file, &bytes, last, &mut recovery)?;
+            recovery.end_offset = end;
+        }
+        Ok(recovery)
+    }
+
+    /// Checks a segment's header: `Ok(None)` for a last segment torn at creation.
+    fn check_header(
+        config: &WalConfig,
+        file: &str,
+        bytes: &[u8],
+        last: bool,
+    ) -> Result<Option<SegmentHeader>, WalError> {
+        let header_bytes = SEGMENT_HEADER_BYTES as usize;
+        let body_is_blank = bytes
+            .get(header_bytes..)
+            .is_none_or(|body| body.iter().all(|&b| b == 0));
+        let problem = match SegmentHeader::decode(bytes) {
+            Ok(header) => {
+                if header.cluster_id != config.cluster_id {
+                    return Err(WalError::ForeignCluster {
+                        file: file.into(),
+                        found: hex(&header.cluster_id),
+                        expected: hex(&config.cluster_id),
+                    });
+                }
+                if header.node_id != config.node_id {
+                    return Err(WalError::ForeignNode {
+                        file: file.into(),
+                        found: header.node_id,
+                        expected: config.node_id,
+                    });
+                }
+                return Ok(Some(header));
+            }
+            Err(HeaderProblem::UnknownVersion(found)) => {
+                return Err(WalError::UnknownVersion {
+                    file: file.into(),
+                    found,
+                });
+            }
+            Err(problem) => problem,
+        };
+        if last && body_is_blank {
+            return Ok(None);
+        }
+        Err(corrupt(
+            file,
+            0,
+            format!("segment header unreadable ({problem:?})"),
+        ))
+    }
+
+    /// Reads the records of one segment into `recovery`; returns where they end.
+    fn scan_records(
+        file: &str,
+        bytes: &[u8],
+        last: bool,
+        recovery: &mut Recovery,
+    ) -> Result<u64, WalError> {
+        let mut offset = SEGMENT_HEADER_BYTES as usize;
+        loop {
+            let rest = bytes.get(offset..).unwrap_or(&[]);
+            let blank = rest.len() < RECORD_HEADER_BYTES as usize
+                || rest[..RECORD_HEADER_BYTES as usize].iter().all(|&b| b == 0);
+            if let Some((header, payload)) = decode_record(rest) {
+                if header.lsn != recovery.next_lsn {
+                    return Err(corrupt(
+                        file,
+                        offset as u64,
+                        format!(
+                            "record has LSN {} where {} was expected",
+                            header.lsn, recovery.next_lsn
+                        ),
+                    ));
+                }
+                recovery.records.push(Record {
+                    lsn: header.lsn,
+                    kind: header.kind,
+                    payload: payload.to_vec(),
+                    file: file.into(),
+                    offset: offset as u64,
+                });
+                recovery.next_lsn += 1;
+                offset += record_bytes(header.payload_bytes) as usize;
+                continue;
+            }
+            // The records end here: cleanly, torn, or damaged.
+            if !last {
+                if blank {
+                    return Ok(offset as u64);
+                }
+                return Err(corrupt(
+                    file,
+                    offset as u64,
+                    "bad record in a segment synced whole".into(),
+                ));
+            }
+            if let Some(witness) = durable_witness(bytes, offset, recovery.next_lsn) {
+                return Err(corrupt(
+                    file,
+                    offset as u64,
+                    format!(
+                        "bad record with LSN {}, which the record at byte {witness} says was durable",
+                        recovery.next_lsn
+                    ),
+                ));
+            }
+            let tail_is_blank = rest.iter().all(|&b| b == 0);
+            if !tail_is_blank {
+                recovery.torn_tail = Some(TornTail {
+                    file: file.into(),
+                    offset: offset as u64,
+                });
+            }
+            return Ok(offset as u64);
+        }
+    }
+
+    /// The offset of a valid record after `from` whose durable LSN covers `lsn`, if any: proof
+    /// that the record expected at `from` had been synced.
+    fn durable_witness(bytes: &[u8], from: usize, lsn: Lsn) -> Option<usize> {
+        let step = RECORD_ALIGN as usize;
+        (from + step..bytes.len()).step_by(step).find(|&at| {
+            decode_record(&bytes[at..]).is_some_and(|(header, _)| header.durable_lsn >= lsn)
+        })
+    }
+
+    fn corrupt(file: &str, offset: u64, reason: String) -> WalError {
+        WalError::Corrupt {
+            file: file.into(),
+            offset,
+            reason,
+        }
+    }
+}
