@@ -37,6 +37,28 @@ pub struct DiskBenchOptions {
     pub batches: Vec<usize>,
     /// Megabytes of log written for the read-back measurement.
     pub read_mb: u64,
+    /// Worker threads of the sync-thread measurement (each its own log).
+    pub writers: usize,
+    /// Commits each writer keeps outstanding (as a worker's coroutines do).
+    pub outstanding: usize,
+}
+
+/// Group commit through the node's sync thread: `writers` threads, each appending to its
+/// own log and keeping `outstanding` commits waiting for durability.
+#[derive(Clone, Debug, Serialize)]
+pub struct SyncThreadReport {
+    /// Writer threads.
+    pub writers: usize,
+    /// Commits each keeps outstanding.
+    pub outstanding: usize,
+    /// Commits (records made durable) per second, all writers.
+    pub commits_per_s: f64,
+    /// Syncs (`fdatasync` of one log) per second.
+    pub syncs_per_s: f64,
+    /// Commits per sync.
+    pub commits_per_sync: f64,
+    /// From the first append of a writer's batch to its last record durable.
+    pub commit_latency_us: LatencyUs,
 }
 
 /// Latency figures in microseconds.
@@ -91,6 +113,8 @@ pub struct DiskBenchReport {
     pub synced_write_latency_us: LatencyUs,
     /// Group commit, per batch size.
     pub batches: Vec<BatchReport>,
+    /// Group commit through the sync thread.
+    pub sync_thread: SyncThreadReport,
     /// MB of log read back.
     pub read_mb: f64,
     /// The log read and checked by `recover` with its pages out of the cache, MB/s.
@@ -191,6 +215,8 @@ fn measure(options: &DiskBenchOptions, dir: &Path) -> anyhow::Result<DiskBenchRe
         std::fs::remove_dir_all(dir.join(format!("batch-{i}")))?;
     }
 
+    let sync_thread = measure_sync_thread(options, &dir.join("sync-thread"), &payload)?;
+
     // Read back: a log of `read_mb`, synced, out of the cache.
     let read_dir = dir.join("read");
     let storage = FsStorage::open(&read_dir)?;
@@ -255,10 +281,70 @@ fn measure(options: &DiskBenchOptions, dir: &Path) -> anyhow::Result<DiskBenchRe
         synced_writes_per_s,
         synced_write_latency_us,
         batches,
+        sync_thread,
         read_mb: bytes as f64 / 1e6,
         recover_mb_per_s: bytes as f64 / recover_s / 1e6,
         stream_recover_mb_per_s: bytes as f64 / stream_s / 1e6,
         raw_read_mb_per_s: raw as f64 / raw_s / 1e6,
+    })
+}
+
+/// Group commit through [`ferrotx_node::SyncThread`]: `options.writers` threads, each
+/// with its own log, appending `options.outstanding` records and waiting until the last
+/// is durable, in a loop.
+fn measure_sync_thread(
+    options: &DiskBenchOptions,
+    dir: &Path,
+    payload: &[u8],
+) -> anyhow::Result<SyncThreadReport> {
+    let writers = options.writers.max(1);
+    let outstanding = options.outstanding.max(1);
+    let configs = (0..writers).map(|w| config(&format!("w{w}"))).collect();
+    let (sync, logs) = ferrotx_node::SyncThread::start(dir, configs)?;
+    let duration = Duration::from_secs_f64(options.duration_s);
+    let started = Instant::now();
+    let threads: Vec<_> = logs
+        .into_iter()
+        .map(|mut log| {
+            let payload = payload.to_vec();
+            std::thread::spawn(move || -> anyhow::Result<(u64, Vec<u64>)> {
+                let (mut commits, mut latencies) = (0u64, Vec::new());
+                while started.elapsed() < duration {
+                    let t = Instant::now();
+                    let mut last = 0;
+                    for _ in 0..outstanding {
+                        last = log.append(1, &payload)?;
+                    }
+                    while log.durable() < last {
+                        anyhow::ensure!(!log.share().failed(), "a sync failed");
+                        std::thread::yield_now();
+                    }
+                    latencies.push(t.elapsed().as_nanos() as u64);
+                    commits += outstanding as u64;
+                }
+                Ok((commits, latencies))
+            })
+        })
+        .collect();
+    let (mut commits, mut latencies) = (0, Vec::new());
+    for t in threads {
+        let (c, l) = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+        commits += c;
+        latencies.extend(l);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (_, syncs) = sync.counts();
+    drop(sync);
+    std::fs::remove_dir_all(dir)?;
+    Ok(SyncThreadReport {
+        writers,
+        outstanding,
+        commits_per_s: commits as f64 / secs,
+        syncs_per_s: syncs as f64 / secs,
+        commits_per_sync: commits as f64 / syncs.max(1) as f64,
+        commit_latency_us: LatencyUs::of(latencies),
     })
 }
 
@@ -282,6 +368,17 @@ pub fn print(report: &DiskBenchReport) {
             l.p99
         );
     }
+    let t = &report.sync_thread;
+    println!(
+        "sync thread, {} writers with {} commits outstanding each: {:.0} commits/s, {:.0} syncs/s, {:.1} commits per sync; batch latency p50 {:.0} us, p99 {:.0} us",
+        t.writers,
+        t.outstanding,
+        t.commits_per_s,
+        t.syncs_per_s,
+        t.commits_per_sync,
+        t.commit_latency_us.p50,
+        t.commit_latency_us.p99
+    );
     println!(
         "read back {:.0} MB out of the page cache: recover {:.0} MB/s, raw reads {:.0} MB/s",
         report.read_mb, report.recover_mb_per_s, report.raw_read_mb_per_s
@@ -306,6 +403,8 @@ mod tests {
             record_bytes: 100,
             batches: vec![1, 8],
             read_mb: 2,
+            writers: 2,
+            outstanding: 4,
         })
         .unwrap();
         assert!(report.synced_writes_per_s > 0.0, "{report:?}");
@@ -313,6 +412,8 @@ mod tests {
         assert_eq!(report.batches[1].records_per_sync, 8);
         assert!(report.batches.iter().all(|b| b.records_per_s > 0.0));
         assert!(report.recover_mb_per_s > 0.0 && report.raw_read_mb_per_s > 0.0);
+        assert!(report.sync_thread.commits_per_s > 0.0, "{report:?}");
+        assert!(report.sync_thread.commits_per_sync >= 1.0, "{report:?}");
         assert!(report.stream_recover_mb_per_s > 0.0);
         // Its own directory is gone.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);

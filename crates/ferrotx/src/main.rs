@@ -752,6 +752,12 @@ struct DiskArgs {
     /// Megabytes of log written and read back.
     #[arg(long, default_value_t = 256)]
     read_mb: u64,
+    /// Writer threads for the sync-thread measurement, each with its own log.
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    /// Commits each writer keeps outstanding.
+    #[arg(long, default_value_t = 16)]
+    outstanding: usize,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -1114,6 +1120,8 @@ fn main() -> anyhow::Result<()> {
                 record_bytes: args.record_bytes,
                 batches: args.batches.clone(),
                 read_mb: args.read_mb,
+                writers: args.writers,
+                outstanding: args.outstanding,
             })?;
             ferrotx_bench::disk::print(&report);
             write_json(&args.json, &report)?;
