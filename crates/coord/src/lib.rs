@@ -356,10 +356,17 @@ impl FileCoordination {
             .map_err(|e| unavailable("write", &tmp, &e))?;
         drop(file);
         fs::rename(&tmp, &self.path).map_err(|e| unavailable("replace", &self.path, &e))?;
+        // Renamed: readers see the new view now. A failure from here on does not undo
+        // that, so it is an unknown outcome, never "not stored" (a CM told "unavailable"
+        // would swap again and lose the stored view's wait for old leases).
         let dir = parent_dir(&self.path);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| unavailable("sync directory", &dir, &e))
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| {
+            CoordinationError::Unknown(format!(
+                "coordination file: the view was written to {} but syncing {} failed: {e}",
+                self.path.display(),
+                dir.display()
+            ))
+        })
     }
 }
 

@@ -210,13 +210,13 @@ impl Coordinator {
     pub fn call(&mut self, now_ns: u64, call: Call) {
         self.health.calls += 1;
         self.queued.push_back((call, now_ns));
-        self.post_next();
+        self.post_next(now_ns);
     }
 
     /// The next answer to hand the membership at `now_ns`, if any: one the thread
     /// brought, or the failure of a call past its deadline.
     pub fn next_answer(&mut self, now_ns: u64) -> Option<Answer> {
-        self.post_next();
+        self.post_next(now_ns);
         if let Some(answer) = self.take_answer(now_ns) {
             return Some(answer);
         }
@@ -346,7 +346,7 @@ impl Coordinator {
             }
         };
         self.in_flight = None;
-        self.post_next();
+        self.post_next(now_ns);
         if f.abandoned {
             self.health.late += 1;
             return None;
@@ -363,13 +363,16 @@ impl Coordinator {
         Some(answer)
     }
 
-    /// Posts the first queued call if none is under way.
-    fn post_next(&mut self) {
+    /// Posts the first queued call if none is under way and its deadline has not passed
+    /// at `now_ns` (one past it stays queued, and [`Coordinator::next_answer`] fails it
+    /// unmade).
+    fn post_next(&mut self, now_ns: u64) {
         if self.in_flight.is_some() {
             return;
         }
-        if self.queued.is_empty() {
-            return;
+        match self.queued.front() {
+            Some((_, asked)) if now_ns < asked + self.timeout_ns => {}
+            _ => return,
         }
         // As in `take_answer`, never waiting for the lock: busy, the call stays queued
         // and [`Coordinator::deadline_ns`] has the lease thread come back at once.
