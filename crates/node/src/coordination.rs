@@ -105,10 +105,11 @@ pub struct CoordinationHealth {
 
 impl CoordinationHealth {
     /// One word for the service's state: `ok`, `slow` (a call under way past half its
-    /// deadline), `failing` (the last answer failed), or `went back`.
+    /// deadline), `failing` (the last answer failed), or `went_back` (the store holds a
+    /// view older than this node's).
     pub fn state(&self, timeout_ms: u64) -> &'static str {
         if self.store_behind.is_some() {
-            "went back"
+            "went_back"
         } else if self.in_flight_ms.is_some_and(|ms| ms >= timeout_ms / 2) {
             "slow"
         } else if self.last_error.is_some() {

@@ -119,7 +119,7 @@ pub(crate) fn coordination_fields(
     let mut fields = vec![
         (
             "coordination_state".to_owned(),
-            health.state(timeout_ms).replace(' ', "_"),
+            health.state(timeout_ms).to_owned(),
         ),
         ("coordination_calls".to_owned(), health.calls.to_string()),
         (
