@@ -442,6 +442,7 @@ fn start_member<T: Transport + Send + 'static>(
     }
     let incarnation =
         ferrotx_node::lives::next_incarnation(previous, ferrotx_node::incarnation_from_clock());
+    let options = &with_logs(options, config, config_path, id, incarnation)?;
     let membership = ferrotx_membership::Options::with_lease_ms(lease_ms);
     // A lock held elsewhere fails a swap for certain, before the call's deadline.
     coordination.set_lock_timeout(ferrotx_node::call_timeout(&membership) / 2);
@@ -459,6 +460,27 @@ fn start_member<T: Transport + Send + 'static>(
     let node = Node::start_member(transports, options, lease, ADMIT_TIMEOUT)
         .with_context(|| format!("starting node {id} as a member"))?;
     Ok((node, incarnation))
+}
+
+/// `options` with this life's logs, in `flush` and `sync` modes: in `node-N` beside the
+/// configuration, as `cluster local --data-dir` lays them out.
+fn with_logs(
+    options: &NodeOptions,
+    config: &Configuration,
+    config_path: &Path,
+    id: u16,
+    incarnation: u64,
+) -> anyhow::Result<NodeOptions> {
+    let dir = config_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(format!("node-{id}"));
+    let logs = ferrotx_node::NodeLogs::open(&dir, config, id, incarnation)
+        .with_context(|| format!("node {id}: opening its data directory"))?;
+    Ok(NodeOptions {
+        logs,
+        ..options.clone()
+    })
 }
 
 /// The keys of a driven node, as `ferrotx node` has them: the key file next to the
@@ -886,13 +908,10 @@ pub fn serve(
             &driven.options,
         )?,
         None => {
-            let node = Node::start(
-                config.clone(),
-                id,
-                transports,
-                &driven.options,
-                Instant::now(),
-            );
+            let incarnation = ferrotx_node::incarnation_from_clock();
+            let mut options = with_logs(&driven.options, &config, config_path, id, incarnation)?;
+            options.incarnation = Some(incarnation);
+            let node = Node::start(config.clone(), id, transports, &options, Instant::now());
             let incarnation = node.core().incarnation();
             (node, incarnation)
         }

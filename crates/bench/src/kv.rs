@@ -79,6 +79,11 @@ pub struct ClusterBenchOptions {
     /// past its lease makes one. Needs `lease_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<Pause>,
+    /// The cluster's `[durability] mode` (docs/durability.md): in `flush` and `sync`
+    /// each node logs to `node-N` beside the run's configuration, on this host's disk
+    /// under the temporary directory.
+    #[serde(default)]
+    pub durability: ferrotx_cluster::DurabilityMode,
 }
 
 /// A node paused in the measured window ([`ClusterBenchOptions::pause`]).
@@ -150,7 +155,11 @@ impl ClusterBenchOptions {
             self.partitions_per_node,
             self.port_base,
         )?
-        .with_tables(self.workload.schema())?;
+        .with_tables(self.workload.schema())?
+        .with_durability(ferrotx_cluster::Durability {
+            mode: self.durability,
+            ..ferrotx_cluster::Durability::default()
+        });
         if self.domains > 0 {
             let domains = self.domains;
             config = config.with_failure_domains(|n| format!("d{}", n % domains))?;
@@ -1494,6 +1503,7 @@ mod tests {
             kill: None,
             rereplication_deadline_s: 0.0,
             pause: None,
+            durability: ferrotx_cluster::DurabilityMode::Memory,
         }
     }
 

@@ -105,6 +105,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         kill: None,
         rereplication_deadline_s: 0.0,
         pause: None,
+        durability: ferrotx_cluster::DurabilityMode::Memory,
     })?;
     anyhow::ensure!(
         cluster.checks.ok,

@@ -46,6 +46,64 @@ pub struct Configuration {
     /// relative to the configuration file. `None`: the configuration file's path with
     /// `.key` appended.
     key_file: Option<String>,
+    /// What reaches the disk before a commit is acknowledged (`[durability]`).
+    durability: Durability,
+}
+
+/// A cluster's durability mode (`[durability] mode`; docs/durability.md).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityMode {
+    /// Copies live in memory only: a crash of every copy at once loses them (the default).
+    #[default]
+    Memory,
+    /// Logged on every copy's disk and synced at least every `flush_interval_ms`;
+    /// acknowledged before the sync.
+    Flush,
+    /// A backup acknowledges COMMIT-BACKUP only once the record is synced: nothing
+    /// acknowledged is lost when every node loses power.
+    Sync,
+}
+
+impl DurabilityMode {
+    /// The mode's name in the configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Flush => "flush",
+            Self::Sync => "sync",
+        }
+    }
+
+    /// The mode named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "memory" => Some(Self::Memory),
+            "flush" => Some(Self::Flush),
+            "sync" => Some(Self::Sync),
+            _ => None,
+        }
+    }
+}
+
+/// The `[durability]` section.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Durability {
+    pub mode: DurabilityMode,
+    /// In `flush` mode, the longest time between syncs of a node's logs.
+    pub flush_interval_ms: u64,
+}
+
+/// `flush` mode's default interval (Redis's `everysec` is 1 s).
+pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 100;
+
+impl Default for Durability {
+    fn default() -> Self {
+        Self {
+            mode: DurabilityMode::Memory,
+            flush_interval_ms: DEFAULT_FLUSH_INTERVAL_MS,
+        }
+    }
 }
 
 /// The tables of a configuration that names none: table 1, `kv`, values of any size up
@@ -74,6 +132,7 @@ impl Configuration {
             resp: RespSettings::default(),
             maxmemory: 0,
             key_file: None,
+            durability: Durability::default(),
         })
     }
 
@@ -102,6 +161,7 @@ impl Configuration {
             resp: RespSettings::default(),
             maxmemory: 0,
             key_file: None,
+            durability: Durability::default(),
         })
     }
 
@@ -253,6 +313,17 @@ impl Configuration {
     pub fn with_key_file(mut self, path: Option<String>) -> Self {
         self.key_file = path;
         self
+    }
+
+    /// The durability mode and its settings.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The durability mode and its settings (`[durability]`).
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// Where the cluster key is, as the file says (`key_file`): relative to the

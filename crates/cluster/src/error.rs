@@ -260,4 +260,7 @@ pub enum ConfigError {
          \"100k\" (0: no limit)"
     )]
     MaxMemory(String),
+    /// The `[durability]` section is wrong.
+    #[error("[durability]: {0}")]
+    Durability(String),
 }

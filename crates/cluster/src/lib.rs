@@ -93,7 +93,10 @@ mod resp;
 mod toml_format;
 mod view;
 
-pub use configuration::{Configuration, LOCAL_CONFIGURATION_ID, default_tables};
+pub use configuration::{
+    Configuration, DEFAULT_FLUSH_INTERVAL_MS, Durability, DurabilityMode, LOCAL_CONFIGURATION_ID,
+    default_tables,
+};
 pub use coordination::{CoordinationError, CoordinationService, MemoryCoordination};
 pub use error::ConfigError;
 pub use key_hash::hash_partition_key;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use ferrotx_store::{KEY_BYTES_MAX, TableSpec, VALUE_BYTES_MAX, ValueSize};
 
-use crate::configuration::{Configuration, default_tables};
+use crate::configuration::{Configuration, Durability, DurabilityMode, default_tables};
 use crate::error::ConfigError;
 use crate::member::Member;
 use crate::partition_map::{PartitionMap, Replicas};
@@ -27,12 +27,59 @@ struct ConfigurationFile {
     maxmemory: Option<MemorySize>,
     #[serde(default, skip_serializing_if = "RespSection::is_empty")]
     resp: RespSection,
+    #[serde(default, skip_serializing_if = "DurabilitySection::is_default")]
+    durability: DurabilitySection,
     #[serde(rename = "member", default)]
     members: Vec<Member>,
     #[serde(rename = "partition", default, skip_serializing_if = "Vec::is_empty")]
     partitions: Vec<PartitionEntry>,
     #[serde(rename = "table", default, skip_serializing_if = "Vec::is_empty")]
     tables: Vec<TableEntry>,
+}
+
+/// `[durability]`: `mode = "memory" | "flush" | "sync"`, `flush_interval_ms`.
+#[derive(Serialize, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct DurabilitySection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    flush_interval_ms: Option<u64>,
+}
+
+impl DurabilitySection {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn to_durability(&self) -> Result<Durability, ConfigError> {
+        let mut durability = Durability::default();
+        if let Some(mode) = &self.mode {
+            durability.mode = DurabilityMode::parse(mode).ok_or_else(|| {
+                ConfigError::Durability(format!(
+                    "mode {mode:?} is none of \"memory\", \"flush\", \"sync\""
+                ))
+            })?;
+        }
+        if let Some(ms) = self.flush_interval_ms {
+            if ms == 0 || ms > 60_000 {
+                return Err(ConfigError::Durability(format!(
+                    "flush_interval_ms {ms} is outside 1..=60000"
+                )));
+            }
+            durability.flush_interval_ms = ms;
+        }
+        Ok(durability)
+    }
+
+    fn from_durability(durability: Durability) -> Self {
+        let default = Durability::default();
+        Self {
+            mode: (durability.mode != default.mode).then(|| durability.mode.name().to_string()),
+            flush_interval_ms: (durability.flush_interval_ms != default.flush_interval_ms)
+                .then_some(durability.flush_interval_ms),
+        }
+    }
 }
 
 /// `maxmemory`'s value: a number of bytes, or text with a unit.
@@ -186,6 +233,7 @@ impl Configuration {
         let resp = file.resp.to_settings();
         let maxmemory = file.maxmemory.as_ref().map_or(Ok(0), MemorySize::bytes)?;
         let key_file = file.key_file.clone();
+        let durability = file.durability.to_durability()?;
         let tables = if file.tables.is_empty() {
             default_tables()
         } else {
@@ -204,7 +252,12 @@ impl Configuration {
             )?
             .with_tables(tables)?
             .with_resp(resp)
-            .map(|config| config.with_maxmemory(maxmemory).with_key_file(key_file));
+            .map(|config| {
+                config
+                    .with_maxmemory(maxmemory)
+                    .with_key_file(key_file)
+                    .with_durability(durability)
+            });
         }
         if file.partitions.len() != file.partition_count as usize {
             return Err(ConfigError::PartitionCountMismatch {
@@ -229,7 +282,12 @@ impl Configuration {
         Self::with_partition_map(file.id, file.threads_per_node, file.members, partitions)?
             .with_tables(tables)?
             .with_resp(resp)
-            .map(|config| config.with_maxmemory(maxmemory).with_key_file(key_file))
+            .map(|config| {
+                config
+                    .with_maxmemory(maxmemory)
+                    .with_key_file(key_file)
+                    .with_durability(durability)
+            })
     }
 
     /// The configuration as TOML, which [`Self::from_toml_str`] reads back to an equal
@@ -262,6 +320,7 @@ impl Configuration {
             key_file: self.key_file().map(str::to_string),
             maxmemory: self.maxmemory().map(MemorySize::Bytes),
             resp: RespSection::from_settings(self.resp()),
+            durability: DurabilitySection::from_durability(self.durability()),
             members: self.members().to_vec(),
             partitions,
             tables: if self.tables() == default_tables().as_slice() {
@@ -298,6 +357,24 @@ mod tests {
 
     fn parse_error(text: &str) -> ConfigError {
         Configuration::from_toml_str(text).unwrap_err()
+    }
+
+    #[test]
+    fn durability_parses_round_trips_and_refuses_unknown_modes() {
+        let base = file("");
+        let config = Configuration::from_toml_str(&base).unwrap();
+        assert_eq!(config.durability(), Durability::default());
+        assert!(!config.to_toml_string().contains("durability"));
+        let text = format!("{base}[durability]\nmode = \"sync\"\nflush_interval_ms = 250\n");
+        let config = Configuration::from_toml_str(&text).unwrap();
+        assert_eq!(config.durability().mode, DurabilityMode::Sync);
+        assert_eq!(config.durability().flush_interval_ms, 250);
+        let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
+        assert_eq!(again, config);
+        let error = parse_error(&format!("{base}[durability]\nmode = \"fsync\"\n"));
+        assert!(error.to_string().contains("\"fsync\""), "{error}");
+        let error = parse_error(&format!("{base}[durability]\nflush_interval_ms = 0\n"));
+        assert!(error.to_string().contains("flush_interval_ms"), "{error}");
     }
 
     #[test]

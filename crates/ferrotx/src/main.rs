@@ -123,6 +123,11 @@ struct NodeArgs {
     /// holds no data at first and receives backups to fill (data recovery).
     #[arg(long)]
     join: bool,
+    /// This node's data directory: its logs, in the configuration's `[durability]` modes
+    /// `flush` and `sync` (required then). Refused if it belongs to another cluster or
+    /// node. See docs/durability.md for what is built.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Exit with code 3 when the cluster removes this node (it was partitioned away, or
     /// paused past its lease), as an operator's supervisor may want. By default the
     /// process comes back by itself: it replaces itself (same pid) with a new life of the
@@ -216,9 +221,19 @@ struct LocalArgs {
     /// How long the nodes' idle workers poll (see `ferrotx node --spin-us`).
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
-    /// Write the generated configuration here (default: a temporary file).
+    /// Write the generated configuration here (default: a temporary file, or
+    /// DIR/cluster.toml with --data-dir).
     #[arg(long)]
     config_out: Option<PathBuf>,
+    /// What reaches the disk before a commit is acknowledged: `memory` (nothing),
+    /// `flush` (logged, synced every 100 ms), `sync` (a backup acknowledges once its log
+    /// is synced). `flush` and `sync` need --data-dir. See docs/durability.md.
+    #[arg(long, value_name = "MODE", default_value = "memory", value_parser = ["memory", "flush", "sync"])]
+    durability: String,
+    /// The cluster's directory: its configuration and key, and each node's data
+    /// directory (DIR/node-N).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// How each node process locks its memory for its lease thread, where it may lock all it maps
     /// (CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK): `fault` (every page from its first
     /// touch, the code at once), `all` (every mapping faulted in when made: the
@@ -336,6 +351,11 @@ struct ClusterRunArgs {
     /// cluster that serves anyone).
     #[arg(long)]
     no_auth: bool,
+    /// The cluster's durability mode: `memory`, `flush` (logged, synced every 100 ms)
+    /// or `sync` (a backup acknowledges once its log is synced); see docs/durability.md.
+    /// The logs go under the run's temporary directory.
+    #[arg(long, value_name = "MODE", default_value = "memory", value_parser = ["memory", "flush", "sync"])]
+    durability: String,
     /// Node processes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
@@ -681,6 +701,8 @@ impl ClusterRunArgs {
                     )
                 })
                 .transpose()?,
+            durability: ferrotx_cluster::DurabilityMode::parse(&self.durability)
+                .expect("clap checked it"),
         })
     }
 }
@@ -870,6 +892,7 @@ fn main() -> anyhow::Result<()> {
             coordination: args.coordination.as_deref(),
             spin_us: args.spin_us,
             join: args.join,
+            data_dir: args.data_dir.as_deref(),
             rejoin: !args.no_rejoin,
             tuning: tuning(args.mlock, args.no_realtime),
         })?,
@@ -914,6 +937,9 @@ fn main() -> anyhow::Result<()> {
                 lease_ms: args.lease_ms,
                 spin_us: args.spin_us,
                 tuning: tuning(args.mlock, args.no_realtime),
+                durability: ferrotx_cluster::DurabilityMode::parse(&args.durability)
+                    .expect("clap checked it"),
+                data_dir: args.data_dir.clone(),
             },
             args.config_out.as_deref(),
         )?,
@@ -1016,6 +1042,7 @@ fn main() -> anyhow::Result<()> {
                         )
                     })
                     .transpose()?,
+                durability: ferrotx_cluster::DurabilityMode::Memory,
             };
             let tatp = ferrotx_bench::kv::run(&options)?;
             ferrotx_bench::kv::print_table(&tatp);

@@ -2,7 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +70,8 @@ pub struct NodeSpec<'a> {
     pub spin_us: Option<u64>,
     /// Only join a running cluster (`--join`).
     pub join: bool,
+    /// The data directory (`--data-dir`), for the `flush` and `sync` modes.
+    pub data_dir: Option<&'a Path>,
     /// Come back as a new life when removed (not `--no-rejoin`).
     pub rejoin: bool,
     /// What the lease thread does to stay on time (`--no-mlock`, `--no-realtime`).
@@ -93,6 +95,7 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         coordination,
         spin_us,
         join,
+        data_dir,
         rejoin,
         tuning,
     } = *spec;
@@ -116,6 +119,25 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
     let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
+    let mode = config.durability().mode;
+    if mode != ferrotx_cluster::DurabilityMode::Memory && data_dir.is_none() {
+        bail!(
+            "node {id}: the configuration's [durability] mode is {:?}, which logs to disk: \
+             give the node its data directory with --data-dir DIR",
+            mode.name()
+        );
+    }
+    if mode == ferrotx_cluster::DurabilityMode::Memory && data_dir.is_some() {
+        eprintln!(
+            "node {id}: --data-dir given, but the configuration's [durability] mode is \
+             \"memory\": nothing is written there"
+        );
+    }
+    let earlier_lives = data_dir
+        .filter(|_| mode != ferrotx_cluster::DurabilityMode::Memory)
+        .map(earlier_lives)
+        .transpose()?
+        .unwrap_or_default();
     if join {
         // Into a running cluster only: never the first node of a new, empty one.
         let Some(view) = coordination.running_cluster()? else {
@@ -126,6 +148,18 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             );
         };
         println!("node {id}: joining the running cluster at configuration {view}");
+    } else if earlier_lives > 0 && coordination.running_cluster()?.is_none() {
+        // Never a new, empty cluster over logs of an earlier one: restarting a whole
+        // cluster from its data directories is not built yet (docs/durability.md).
+        bail!(
+            "node {id}: the data directory {} holds the logs of {earlier_lives} earlier \
+             life(s) of this node, and no cluster runs on {}: starting a new, empty cluster \
+             over them would drop that data. Restarting a whole cluster from its data \
+             directories is not built yet; to start empty on purpose, move the directory \
+             away (or use another --data-dir)",
+            data_dir.map_or_else(String::new, |d| d.display().to_string()),
+            state.display()
+        );
     } else if let Some(ended) = coordination.retire_if_dead()? {
         println!(
             "node {id}: the cluster of configuration {ended} in {} has no live member: starting a new one",
@@ -150,9 +184,22 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     let procedures = ferrotx_redis_exec::KvTable::find(&config)
         .map(|kv| ferrotx_redis_exec::procedures(kv.with_wall_offset_ns(wall_offset_ns)))
         .unwrap_or_default();
+    let logs = match data_dir {
+        Some(dir) => ferrotx_node::NodeLogs::open(dir, &config, id, incarnation)
+            .with_context(|| format!("node {id}: opening its data directory"))?,
+        None => None,
+    };
+    if let Some(logs) = &logs {
+        println!(
+            "node {id}: durability {}: logging to {}",
+            mode.name(),
+            logs.dir().display()
+        );
+    }
     let mut options = NodeOptions {
         procedures,
         keys: Some(keys.clone()),
+        logs,
         ..NodeOptions::default()
     };
     if let Some(spin_us) = spin_us {
@@ -1003,6 +1050,11 @@ pub struct LocalCluster {
     pub spin_us: Option<u64>,
     /// `ferrotx node --mlock` and `--no-realtime`.
     pub tuning: ferrotx_node::LeaseTuning,
+    /// `[durability] mode`.
+    pub durability: ferrotx_cluster::DurabilityMode,
+    /// The cluster's directory (`--data-dir`): configuration, key, and node N's data
+    /// directory in `node-N`.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Node processes, terminated and reaped when dropped.
@@ -1066,10 +1118,34 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
         pipeline_commands_max: spec.resp_pipeline_max,
         ..RespSettings::default()
     })
-    .context("--resp-pipeline-max")?;
-    let (path, temp_dir) = match config_out {
-        Some(path) => (path.to_path_buf(), None),
-        None => {
+    .context("--resp-pipeline-max")?
+    .with_durability(ferrotx_cluster::Durability {
+        mode: spec.durability,
+        ..ferrotx_cluster::Durability::default()
+    });
+    if spec.durability != ferrotx_cluster::DurabilityMode::Memory && spec.data_dir.is_none() {
+        bail!(
+            "--durability {} logs to disk: give the cluster a directory with --data-dir DIR",
+            spec.durability.name()
+        );
+    }
+    if let Some(dir) = &spec.data_dir {
+        let existing = dir.join("cluster.toml");
+        if existing.exists() {
+            bail!(
+                "{} holds a cluster already ({}). Restarting a whole cluster from its data \
+                 directories is not built yet (docs/durability.md); give another --data-dir \
+                 to start a new cluster",
+                dir.display(),
+                existing.display()
+            );
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let (path, temp_dir) = match (config_out, &spec.data_dir) {
+        (Some(path), _) => (path.to_path_buf(), None),
+        (None, Some(dir)) => (dir.join("cluster.toml"), None),
+        (None, None) => {
             let dir = std::env::temp_dir().join(format!("ferrotx-cluster-{}", std::process::id()));
             std::fs::create_dir_all(&dir)?;
             (dir.join("cluster.toml"), Some(dir))
@@ -1121,6 +1197,11 @@ fn run_children(config: &Configuration, path: &Path, spec: &LocalCluster) -> any
         if !spec.tuning.realtime {
             command.arg("--no-realtime");
         }
+        if let Some(dir) = &spec.data_dir {
+            command
+                .arg("--data-dir")
+                .arg(dir.join(format!("node-{}", member.node)));
+        }
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1164,6 +1245,19 @@ fn run_children(config: &Configuration, path: &Path, spec: &LocalCluster) -> any
     children.stop();
     println!("stopped all {} nodes", config.members().len());
     Ok(())
+}
+
+/// How many earlier lives of this node logged in data directory `dir` (their
+/// `life-*` directories); 0 if it does not exist yet.
+fn earlier_lives(dir: &Path) -> anyhow::Result<usize> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("life-"))
+            .count()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("reading the data directory {}", dir.display())),
+    }
 }
 
 #[cfg(test)]

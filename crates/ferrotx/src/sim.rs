@@ -62,6 +62,16 @@ pub struct SimArgs {
     /// state machine's contract), not also after each delivery.
     #[arg(long)]
     strict_ticks: bool,
+    /// The cluster's `[durability] mode`: `flush` and `sync` give each node life a
+    /// simulated disk for its logs; in `sync`, every quarter of a simulated millisecond
+    /// the run checks that a power cut then would lose no write installed at a primary
+    /// (docs/durability.md). Applies to every workload and scenario of the run.
+    #[arg(long, default_value = "memory", value_parser = ["memory", "flush", "sync"])]
+    durability: String,
+    /// A deliberate break, to see the power-cut check fail: the simulated disks answer
+    /// as if every record were durable at once (acknowledging before the sync).
+    #[arg(long, hide = true)]
+    disk_lie: bool,
 }
 
 fn scenario_of(name: &str, seed: u64) -> Box<dyn Scenario> {
@@ -226,20 +236,28 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
              partition"
         );
     }
+    let durability =
+        ferrotx_cluster::DurabilityMode::parse(&args.durability).expect("clap checked it");
     let options_for = |workload: &str, seed: u64| {
         if recovery_scenarios::is_recovery(workload) {
             return RunOptions {
                 membership_strict_ticks: args.strict_ticks,
+                durability,
+                disk_lie: args.disk_lie,
                 ..recovery_scenarios::options(workload, seed)
             };
         }
         if membership_scenarios::is_membership(workload) {
             return RunOptions {
                 membership_strict_ticks: args.strict_ticks,
+                durability,
+                disk_lie: args.disk_lie,
                 ..membership_scenarios::options(workload, seed)
             };
         }
         RunOptions {
+            durability,
+            disk_lie: args.disk_lie,
             nodes: args.nodes,
             replicas: args.replicas,
             faults: kinds.clone(),
@@ -487,6 +505,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                 ""
             }
         );
+        if args.durability != "memory" {
+            println!("    (with --durability {})", args.durability);
+        }
     }
     // The closing line CI counts.
     println!(

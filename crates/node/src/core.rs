@@ -20,6 +20,7 @@ use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Epoch, Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
 use ferrotx_txn::coordinator::{Coordinator, Placement, REFILL_SLOTS, RefillThread};
+use ferrotx_txn::durable::{CommitLog, LogMode};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
 use ferrotx_txn::reclaim::ReclaimOptions;
 use ferrotx_txn::refill::{Fill, FillProgress, RefillOptions};
@@ -454,6 +455,18 @@ impl NodeCore {
         transport: T,
         options: &CoreOptions,
     ) -> CoreWorker<T> {
+        self.worker_logged(thread, transport, options, None)
+    }
+
+    /// [`NodeCore::worker`], whose participant logs to `log` (issue 32: `flush` and
+    /// `sync` modes; [`ferrotx_txn::durable`]).
+    pub fn worker_logged<T: Transport>(
+        &self,
+        thread: u16,
+        transport: T,
+        options: &CoreOptions,
+        log: Option<(Box<dyn CommitLog>, LogMode)>,
+    ) -> CoreWorker<T> {
         let local = EndpointId::new(self.node, thread);
         assert_eq!(transport.local(), local, "a transport of another endpoint");
         assert!(thread < self.config.threads_per_node());
@@ -463,16 +476,23 @@ impl NodeCore {
                 view: ViewId(self.config.id()),
                 incarnation: self.incarnation,
                 // More in the background: recovery, data recovery (REFILL_SLOTS),
-                // reclamation, the memory figures, and the executors of shipped
-                // operations.
+                // reclamation, the memory figures, the executors of shipped
+                // operations, and in `sync` mode the answers that wait for the disk.
                 callers: options.coroutines
                     + 3
                     + usize::from(REFILL_SLOTS)
-                    + options.ship_executors.count,
+                    + options.ship_executors.count
+                    // `sync` mode's answers to COMMIT-BACKUP, once durable.
+                    + usize::from(log.as_ref().is_some_and(|(_, mode)| mode.wait)),
                 ..options.rpc.clone()
             },
         );
-        let participant = Rc::new(RefCell::new(Participant::new(self.store.clone())));
+        let mut participant = Participant::new(self.store.clone());
+        let logged = log.is_some();
+        if let Some((log, mode)) = log {
+            participant.set_log(log, mode, engine.config().callers);
+        }
+        let participant = Rc::new(RefCell::new(participant));
         Participant::register(&participant, &mut engine);
         let placement: Arc<dyn Placement> = self.placement.clone();
         let coordinator = Rc::new(
@@ -495,6 +515,14 @@ impl NodeCore {
         worker
             .executor()
             .spawn_background(move |co| async move { recovery.run_recovery(co).await });
+        if logged && participant.borrow().waits_for_disk() {
+            let shared = worker.shared().clone();
+            Participant::register_durable(&participant, &mut shared.engine(), &shared);
+            let answers = participant.clone();
+            worker.executor().spawn_background(move |co| async move {
+                Participant::run_durable_answers(answers, co).await
+            });
+        }
         let (refill_options, seed) = (
             options.refill,
             u64::from(self.node) << 48 ^ self.incarnation ^ u64::from(thread) << 32,

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::Duration;
 
+use ferrotx_txn::durable::LogFailed;
 use ferrotx_wal::{LogWriter, Lsn, Storage, WalConfig, WalError};
 
 use crate::FsStorage;
@@ -69,6 +70,9 @@ struct Shared {
     /// Rounds of syncs that synced something, and syncs made.
     rounds: AtomicU64,
     syncs: AtomicU64,
+    /// The shortest time from the start of one round of syncs to the next: zero syncs
+    /// back to back (`sync` mode); `flush` mode's interval lets writes gather.
+    round_gap: Duration,
 }
 
 impl Shared {
@@ -80,6 +84,32 @@ impl Shared {
         }
     }
 }
+
+impl ferrotx_txn::durable::CommitLog for WorkerLog {
+    fn append(&mut self, kind: u8, payload: &[u8]) -> Result<u64, LogFailed> {
+        WorkerLog::append(self, kind, payload).map_err(|e| match e {
+            WalError::NoSpace { .. } => LogFailed(
+                "MISCONF disk full: this node cannot log commits (free space in its data \
+                 directory); nothing unlogged was acknowledged",
+            ),
+            WalError::Poisoned { .. } | WalError::SyncFailed { .. } => LOG_FAILED,
+            _ => LogFailed("MISCONF the node's log could not be written: see its log"),
+        })
+    }
+
+    fn durable(&mut self, _now_ns: u64) -> u64 {
+        self.share.durable()
+    }
+
+    fn failed(&self) -> Option<LogFailed> {
+        self.share.failed().then_some(LOG_FAILED)
+    }
+}
+
+const LOG_FAILED: LogFailed = LogFailed(
+    "MISCONF a sync of this node's log failed: it logs nothing more (restart it on a \
+     working disk)",
+);
 
 /// A worker's log, appended to on the worker's thread.
 #[derive(Debug)]
@@ -137,6 +167,16 @@ impl SyncThread {
         dir: &std::path::Path,
         configs: Vec<WalConfig>,
     ) -> Result<(Self, Vec<WorkerLog>), WalError> {
+        Self::start_paced(dir, configs, Duration::ZERO)
+    }
+
+    /// [`SyncThread::start`], whose rounds of syncs start at least `round_gap` apart
+    /// (`flush` mode: what is written within the gap reaches the disk at its end).
+    pub fn start_paced(
+        dir: &std::path::Path,
+        configs: Vec<WalConfig>,
+        round_gap: Duration,
+    ) -> Result<(Self, Vec<WorkerLog>), WalError> {
         let io = |e: std::io::Error| WalError::Io {
             file: dir.display().to_string(),
             source: ferrotx_wal::StorageError::Io(e.to_string()),
@@ -159,6 +199,7 @@ impl SyncThread {
             thread: std::sync::OnceLock::new(),
             rounds: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            round_gap,
         });
         let storage = FsStorage::open(dir).map_err(io)?;
         let thread_shared = shared.clone();
@@ -210,6 +251,7 @@ fn run(shared: &Shared, mut storage: FsStorage) {
     // moves on (the writer synced it whole then).
     let mut segments: Vec<Option<u64>> = vec![None; shared.logs.len()];
     while !shared.stop.load(Ordering::SeqCst) {
+        let round_start = std::time::Instant::now();
         let mut any = false;
         for (i, (config, share)) in shared.logs.iter().enumerate() {
             if share.failed() {
@@ -237,6 +279,11 @@ fn run(shared: &Shared, mut storage: FsStorage) {
         }
         if any {
             shared.rounds.fetch_add(1, Ordering::Relaxed);
+            let next = round_start + shared.round_gap;
+            let now = std::time::Instant::now();
+            if next > now && !shared.stop.load(Ordering::SeqCst) {
+                thread::park_timeout(next - now);
+            }
             continue;
         }
         // Nothing to sync: sleep until a worker writes (it unparks us once `sleeping` is

@@ -16,6 +16,7 @@ mod copies;
 mod core;
 mod disk;
 mod drops;
+mod durability;
 mod group_commit;
 mod keys;
 mod lease;
@@ -32,6 +33,7 @@ pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, co
 pub use core::{CoreOptions, CoreWorker, NodeCore};
 pub use disk::FsStorage;
 pub use drops::DropStats;
+pub use durability::{DataDirError, NodeLogs};
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use group_commit::{LogShare, SyncThread, WorkerLog};

@@ -62,6 +62,9 @@ pub struct NodeOptions {
     /// carry no MAC, for tests that write datagrams by hand and for measuring what
     /// authentication costs; a node serving real traffic always has keys.
     pub keys: Option<Arc<ClusterKeys>>,
+    /// This life's logs (`flush` and `sync` modes: [`crate::NodeLogs::open`]); `None` in
+    /// `memory` mode. Each worker takes its own when it starts.
+    pub logs: Option<Arc<crate::NodeLogs>>,
 }
 
 impl Default for NodeOptions {
@@ -78,6 +81,7 @@ impl Default for NodeOptions {
             udp: UdpConfig::default(),
             procedures: Procedures::default(),
             keys: None,
+            logs: None,
         }
     }
 }
@@ -268,6 +272,9 @@ pub struct Node {
     threads: Vec<JoinHandle<WorkerReport>>,
     /// Its lease thread, if it runs with membership (stopped after the workers).
     lease: Option<LeaseThread>,
+    /// Its logs and their sync thread (`flush` and `sync` modes), stopped after the
+    /// workers.
+    logs: Option<Arc<crate::NodeLogs>>,
 }
 
 /// Why a node with membership did not start.
@@ -662,6 +669,7 @@ impl Node {
             let core = core.clone();
             let core_options = core_options.clone();
             let keys = options.keys.clone();
+            let log = options.logs.as_ref().and_then(|logs| logs.take(thread));
             let stop = stop.clone();
             let idle = options.idle;
             let name = format!("ferrotx-{local}");
@@ -670,7 +678,17 @@ impl Node {
                     mut worker,
                     coordinator,
                     participant,
-                } = core.worker(thread, transport, &core_options);
+                } = core.worker_logged(
+                    thread,
+                    transport,
+                    &core_options,
+                    log.map(|(log, mode)| {
+                        (
+                            Box::new(log) as Box<dyn ferrotx_txn::durable::CommitLog>,
+                            mode,
+                        )
+                    }),
+                );
                 let mut membership = link.map(|link| WorkerMembership::new(link, thread));
                 if membership.is_some() {
                     // Nothing runs before the first view is switched to.
@@ -808,6 +826,7 @@ impl Node {
             stop,
             threads,
             lease: None,
+            logs: options.logs.clone(),
         }
     }
 
@@ -904,6 +923,11 @@ impl Node {
     /// [`NodeHandle::recovery_stats`]).
     pub fn recovery_stats(&self) -> RecoveryStats {
         self.handle.recovery_stats()
+    }
+
+    /// Its logs (`flush` and `sync` modes).
+    pub fn logs(&self) -> Option<&Arc<crate::NodeLogs>> {
+        self.logs.as_ref()
     }
 
     /// A handle that starts coroutines on this node from any thread.

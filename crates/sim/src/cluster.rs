@@ -47,6 +47,11 @@ struct SimNode {
     memory_limit: u64,
 }
 
+/// How far apart in simulated time `sync` mode's power cut is checked
+/// ([`SimCluster::power_cut_check`]): about a sync's length, so that most of the windows
+/// between a record's write and its sync are looked into.
+const POWER_CUT_PROBE_NS: u64 = 250_000;
+
 /// A simulated cluster of every member of a configuration.
 pub struct SimCluster {
     /// The simulator: workers, network, clocks, pauses.
@@ -87,6 +92,16 @@ pub struct SimCluster {
     epoch: Epoch,
     /// A fault placed on a cue (a hand-written membership scenario), while it waits.
     plot: Option<PlotState>,
+    /// The simulated disks of the participants' logs, in the configuration's `flush`
+    /// and `sync` modes (issue 32).
+    pub disks: Option<crate::disk::SimDisks>,
+    /// What [`SimCluster::power_cut_check`] found at the instants it ran (`sync` mode).
+    pub disk_violations: Vec<String>,
+    /// Instants checked so far, and the next.
+    pub power_cut_probes: u64,
+    next_power_cut_probe: u64,
+    /// Keys loaded before the run, at version 1 (no log record installs them).
+    loaded: RefCell<std::collections::HashSet<(u16, Key)>>,
     /// What the run went through: the plot's strike, and what the membership scenarios
     /// must reach (the history's part is filled in at the end of the run).
     pub situations: Situations,
@@ -186,6 +201,19 @@ impl SimCluster {
             assert_eq!(usize::from(member.node), i, "members numbered from 0");
         }
         let network = SimNetwork::new(seed, faults);
+        let durability = config.durability();
+        let disks = (durability.mode != ferrotx_cluster::DurabilityMode::Memory).then(|| {
+            let sync = durability.mode == ferrotx_cluster::DurabilityMode::Sync;
+            crate::disk::SimDisks::new(
+                ferrotx_txn::durable::LogMode { wait: sync },
+                if sync {
+                    0
+                } else {
+                    durability.flush_interval_ms * 1_000_000
+                },
+                seed,
+            )
+        });
         let mut cluster = Self {
             sim: Simulator::new(network),
             nodes: config
@@ -219,6 +247,11 @@ impl SimCluster {
             attack_struck: std::collections::BTreeSet::new(),
             epoch: Epoch::private(),
             plot: None,
+            disks,
+            disk_violations: Vec::new(),
+            power_cut_probes: 0,
+            next_power_cut_probe: POWER_CUT_PROBE_NS / 2 + seed % POWER_CUT_PROBE_NS,
+            loaded: RefCell::new(std::collections::HashSet::new()),
             situations: Situations::default(),
         };
         for (node, clock) in clocks.iter().enumerate() {
@@ -653,9 +686,66 @@ impl SimCluster {
     /// Stores `value` under `key` on every copy of its partition held by a node that is
     /// up, at version 1 (loading before transactions run).
     pub fn load(&self, table: TableId, key: Key, value: &[u8]) {
+        if self.disks.is_some() {
+            self.loaded.borrow_mut().insert((table.0, key));
+        }
         for node in self.nodes.iter().filter_map(|n| n.core.as_ref()) {
             node.load(table, key, value).expect("loading a valid key");
         }
+    }
+
+    /// If the power went now, on every node at once: the writes installed at a primary
+    /// (visible, or acknowledged) that no disk holds, in `sync` mode's promise (FaRM's
+    /// NVRAM rule). Empty in `memory` mode. See [`crate::disk`].
+    pub fn power_cut_check(&self) -> Vec<String> {
+        let Some(disks) = &self.disks else {
+            return Vec::new();
+        };
+        let writes = disks.durable_writes(self.sim.now_ns());
+        let loaded = self.loaded.borrow();
+        let mut lost = Vec::new();
+        for (node, slot) in self.nodes.iter().enumerate() {
+            let Some(core) = &slot.core else {
+                continue;
+            };
+            for (partition, role, copy) in core.copies() {
+                if role != Role::Primary {
+                    continue;
+                }
+                let copies = self.copies_of(partition).len();
+                for table in copy.tables().collect::<Vec<_>>() {
+                    let mut cursor = 0;
+                    loop {
+                        let next = copy
+                            .copy_out(
+                                table,
+                                cursor,
+                                1024,
+                                |key, version, _| {
+                                    let was_loaded =
+                                        version == 1 && loaded.contains(&(table.0, *key));
+                                    if !was_loaded && !writes.contains(&(table.0, *key, version)) {
+                                        lost.push(format!(
+                                            "node {node} primary of partition {}: table {} key \
+                                             {key:?} at version {version} is on no disk \
+                                             ({copies} copies up)",
+                                            partition.0, table.0
+                                        ));
+                                    }
+                                    true
+                                },
+                                |_| {},
+                            )
+                            .expect("a table of the copy");
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+            }
+        }
+        lost
     }
 
     /// Every copy of `partition` on a node that is up, the primary first (by the
@@ -750,6 +840,9 @@ impl SimCluster {
         if !self.stop(node) {
             return;
         }
+        if let Some(disks) = self.disks.as_mut() {
+            disks.end_life(node, life.incarnation, self.sim.now_ns());
+        }
         if let Some(state) = self.membership.as_mut() {
             state.crashed.insert(life);
         }
@@ -833,11 +926,18 @@ impl SimCluster {
         for thread in 0..self.config.threads_per_node() {
             let local = EndpointId::new(node, thread);
             let transport = SimNetwork::endpoint(&self.sim.network, local);
+            let log = self.disks.as_mut().map(|disks| {
+                let log = disks.open(&self.sim.network, node, slot.incarnation, thread);
+                (
+                    Box::new(log) as Box<dyn ferrotx_txn::durable::CommitLog>,
+                    disks.mode,
+                )
+            });
             let CoreWorker {
                 worker,
                 coordinator,
                 participant,
-            } = core.worker(thread, transport, &self.options);
+            } = core.worker_logged(thread, transport, &self.options, log);
             slot.coordinators.push(coordinator);
             slot.participants.push(participant);
             self.sim.workers.push(worker);
@@ -1481,6 +1581,37 @@ impl SimCluster {
     /// Runs until simulated time `until_ns` (or until nothing is left to happen; with
     /// membership, until the step bound is reached).
     pub fn run_until(&mut self, until_ns: u64) -> u64 {
+        // In `sync` mode, a power cut is checked at instants a fixed step apart: the run
+        // stops there, checks, and goes on (nothing is changed).
+        loop {
+            let probe = self
+                .disks
+                .as_ref()
+                .filter(|d| d.mode.wait)
+                .map(|_| self.next_power_cut_probe);
+            match probe {
+                Some(at) if at <= until_ns => {
+                    let reached = self.run_until_unprobed(at);
+                    if self.disk_violations.len() < 5 {
+                        let lost = self.power_cut_check();
+                        self.disk_violations.extend(
+                            lost.into_iter().take(5).map(|what| {
+                                format!("power cut at {} ns: {what}", self.sim.now_ns())
+                            }),
+                        );
+                    }
+                    self.power_cut_probes += 1;
+                    self.next_power_cut_probe = at + POWER_CUT_PROBE_NS;
+                    if reached < at {
+                        return reached;
+                    }
+                }
+                _ => return self.run_until_unprobed(until_ns),
+            }
+        }
+    }
+
+    fn run_until_unprobed(&mut self, until_ns: u64) -> u64 {
         if self.membership.is_none() {
             return self.sim.run_until(until_ns);
         }

@@ -10,6 +10,7 @@
 //! [`FaultPlan`] its seed draws; `ferrotx sim` runs many.
 
 pub mod cluster;
+pub mod disk;
 pub mod faults;
 pub mod membership;
 pub mod membership_scenarios;

@@ -131,6 +131,13 @@ pub struct RunOptions {
     /// simulated leases): scenarios timing what follows a heal set it to a lease, the
     /// share of a lease it is on real nodes.
     pub rto_max_ns: Option<u64>,
+    /// The configuration's `[durability] mode`: in `flush` and `sync`, every worker logs
+    /// to a simulated disk ([`crate::disk`]); in `sync`, a power cut is checked every
+    /// quarter of a millisecond.
+    pub durability: ferrotx_cluster::DurabilityMode,
+    /// A deliberate break for the checker's own test: the simulated disks answer as if
+    /// every record were durable at once (acknowledging before the sync).
+    pub disk_lie: bool,
 }
 
 impl RunOptions {
@@ -159,6 +166,8 @@ impl RunOptions {
             plot: None,
             refill_pace: 1,
             rto_max_ns: None,
+            durability: ferrotx_cluster::DurabilityMode::Memory,
+            disk_lie: false,
         }
     }
 }
@@ -330,6 +339,12 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         Some(domains) => c.with_failure_domains(|n| format!("d{}", n % domains.max(1))),
         None => Ok(c),
     })
+    .map(|c| {
+        c.with_durability(ferrotx_cluster::Durability {
+            mode: options.durability,
+            ..ferrotx_cluster::Durability::default()
+        })
+    })
     .expect("a valid simulated configuration");
     let core = CoreOptions {
         coroutines: options.coroutines,
@@ -385,6 +400,9 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
         return run_with_membership(scenario, options, plan, config, core, membership);
     }
     let mut cluster = SimCluster::new(config, core, options.seed, plan.network.clone());
+    if let Some(disks) = cluster.disks.as_mut() {
+        disks.set_lie(options.disk_lie);
+    }
     for (node, clock) in plan.clocks.iter().enumerate() {
         cluster.set_clock(u16::try_from(node).expect("node ids are u16"), *clock);
     }
@@ -419,7 +437,8 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             now as f64 / 1e9
         )
     });
-    let checked = scenario.check(&cluster);
+    let mut checked = scenario.check(&cluster);
+    checked.violations.append(&mut cluster.disk_violations);
     finish(
         scenario, options, &plan, &cluster, checked, liveness, buggify, None,
     )
@@ -447,6 +466,9 @@ fn run_with_membership(
     );
     for &node in &options.full_nodes {
         cluster.set_memory_limit(node, 1);
+    }
+    if let Some(disks) = cluster.disks.as_mut() {
+        disks.set_lie(options.disk_lie);
     }
     let state = cluster.membership.as_mut().expect("membership runs");
     state.strict_ticks = options.membership_strict_ticks;
@@ -583,6 +605,9 @@ fn run_with_membership(
         ));
     }
     state.check_history();
+    for what in std::mem::take(&mut cluster.disk_violations) {
+        state.violation(what);
+    }
     for what in placed_on_full(&state.history(), &options.full_nodes) {
         state.violation(what);
     }

@@ -7,6 +7,7 @@
 
 pub mod answer;
 pub mod coordinator;
+pub mod durable;
 pub mod messages;
 pub mod participant;
 pub mod reclaim;

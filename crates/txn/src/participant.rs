@@ -280,6 +280,13 @@ pub struct Participant {
     /// The node's memory budget: past its limit, LOCK refuses writes that would grow
     /// the store ([`Answer::OutOfMemory`]).
     memory: Arc<Memory>,
+    /// The disk this participant logs to, and the answers waiting for it (issue 32:
+    /// [`crate::durable`]); none in `memory` mode.
+    pub(crate) durable: Option<crate::durable::Durable>,
+    pub(crate) log_stats: crate::durable::LogStats,
+    /// `sync` mode: the position of each LOCK record logged here, until its transaction
+    /// installs or aborts ([`crate::durable::RECORD_LOCK`]).
+    pub(crate) lock_lsn: HashMap<TxId, u64, FixedState>,
 }
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -308,6 +315,9 @@ impl Participant {
             aged_locks: HashMap::with_hasher(FixedState::with_seed(0)),
             clock: None,
             memory: Arc::new(Memory::unlimited()),
+            durable: None,
+            log_stats: crate::durable::LogStats::default(),
+            lock_lsn: HashMap::with_hasher(FixedState::with_seed(0)),
         }
     }
 
@@ -321,7 +331,7 @@ impl Participant {
         self.clock = Some(Rc::downgrade(worker));
     }
 
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.clock
             .as_ref()
             .and_then(std::rc::Weak::upgrade)
@@ -728,6 +738,26 @@ impl Participant {
         // Kept with the versions locked (a blind write's record says "any"): recovery
         // may replicate it to backups, which apply it at those versions.
         set_record_versions(&mut bytes, &response[1..]).expect("checked when parsed");
+        if self.waits_for_disk() {
+            // On this primary's disk before it installs (`crate::durable`).
+            match self.log_append(crate::durable::RECORD_LOCK, &bytes) {
+                Ok(lsn) => {
+                    self.lock_lsn.insert(record.tx, lsn);
+                }
+                Err(crate::durable::LogFailed(why)) => {
+                    for write in record.writes() {
+                        self.primary_of(write.partition)
+                            .unlock(write.table, &write.key)
+                            .expect("locked above");
+                    }
+                    self.aged_locks.remove(&record.tx);
+                    self.recycle(bytes);
+                    self.stats.locks_granted -= 1;
+                    self.stats.locks_refused += 1;
+                    return Err(HandlerError(why));
+                }
+            }
+        }
         self.locked.insert(record.tx, bytes);
         Ok(())
     }
@@ -863,6 +893,14 @@ impl Participant {
                     "backup log full: the coordinator did not reserve space",
                 ));
             }
+            // On this node's disk before it is kept (and, in `sync` mode, before the
+            // answer: `crate::durable`); refused if it cannot be.
+            let lsn = self
+                .log_append(crate::durable::RECORD_COMMIT_BACKUP, payload)
+                .map_err(|crate::durable::LogFailed(why)| HandlerError(why))?;
+            if let Some(durable) = &mut self.durable {
+                durable.wait_for = lsn;
+            }
             let bytes = self.keep(payload);
             let log = self.logs.entry(coordinator).or_default();
             let replaced = log.records.insert(record.tx.counter, bytes);
@@ -953,10 +991,53 @@ impl Participant {
     /// Installs the writes of `tx` locked here and unlocks them; remembers that it did
     /// (a commit-primary vote) until a truncation mark covers it. False if `tx` holds no
     /// locks here.
-    fn install_locked(&mut self, tx: &TxId) -> bool {
+    ///
+    /// In `sync` mode, once its LOCK record is durable here: until then the transaction
+    /// keeps its locks (no reader sees its writes) and the install waits
+    /// ([`crate::durable`]), as does the answer of the handler that asked.
+    pub(crate) fn install_locked(&mut self, tx: &TxId) -> bool {
+        if !self.locked.contains_key(tx) {
+            return false;
+        }
+        if let Some(lsn) = self.lock_not_durable(tx) {
+            let durable = self.durable.as_mut().expect("a LOCK record was logged");
+            durable.installs.push_back((lsn, *tx));
+            durable.wait_for = lsn;
+            durable.ring();
+            return true;
+        }
+        self.install_now(tx)
+    }
+
+    /// Installs the writes of `tx` locked here and unlocks them, logging it first (see
+    /// [`Participant::install_locked`]). False if `tx` holds no locks here.
+    pub(crate) fn install_now(&mut self, tx: &TxId) -> bool {
         let Some(bytes) = self.locked.remove(tx) else {
             return false;
         };
+        if let Some(durable) = &mut self.durable {
+            // The primary's copy logs what it installs without waiting: in `flush` mode
+            // the record (its backups hold it too), in `sync` mode a marker (its LOCK
+            // record is durable already). A failure here leaves the other copies, and
+            // in `sync` mode the LOCK record, to recovery.
+            if self.lock_lsn.remove(tx).is_some() {
+                self.scratch.clear();
+                crate::messages::encode_tx(tx, &mut self.scratch);
+                let _ = crate::durable::append(
+                    durable,
+                    &mut self.log_stats,
+                    crate::durable::RECORD_INSTALLED,
+                    &self.scratch,
+                );
+            } else {
+                let _ = crate::durable::append(
+                    durable,
+                    &mut self.log_stats,
+                    crate::durable::RECORD_COMMIT_PRIMARY,
+                    &bytes,
+                );
+            }
+        }
         let record = RecordView::parse(&bytes).expect("checked when locked");
         self.shipped.remember(record.note());
         for write in record.writes() {
@@ -1010,8 +1091,11 @@ impl Participant {
         });
         if let Some(bytes) = removed {
             self.recycle(bytes);
+            // Logged here: a replay must never apply it.
+            let _ = self.log_append(crate::durable::RECORD_ABORT, payload);
         }
         if let Some(bytes) = self.locked.remove(&tx) {
+            self.lock_lsn.remove(&tx);
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {
                 if let Some(partition) = self.store.get_any(write.partition) {

@@ -51,17 +51,48 @@ impl Coordinator {
         let mut batched = 0;
         for (i, &node) in nodes.iter().enumerate() {
             if node == local {
-                let (mut request, mut response) =
-                    (self.scratch.borrow_mut(), self.response.borrow_mut());
-                request.clear();
-                response.clear();
-                encode(node, &mut request);
-                let result = handler(&mut self.participant.borrow_mut(), &request, &mut response);
-                let ok = match result {
-                    Ok(()) => read(node, Ok(&response)),
-                    Err(_) => read(node, Err(RpcError::Handler)),
+                // `sync` mode: COMMIT-BACKUP and COMMIT-PRIMARY are answered once the
+                // log is durable, as a remote participant answers (`crate::durable`).
+                // The buffers are shared by this thread's coroutines: the one-byte
+                // answer is kept across the wait.
+                let waiting = {
+                    let (mut request, mut response) =
+                        (self.scratch.borrow_mut(), self.response.borrow_mut());
+                    request.clear();
+                    response.clear();
+                    encode(node, &mut request);
+                    let mut participant = self.participant.borrow_mut();
+                    participant.take_wait();
+                    let result = handler(&mut participant, &request, &mut response);
+                    let wait = if participant.waits_for_disk()
+                        && matches!(
+                            request_type,
+                            RequestType::CommitBackup | RequestType::CommitPrimary
+                        ) {
+                        participant.take_wait()
+                    } else {
+                        0
+                    };
+                    drop(participant);
+                    if wait == 0 {
+                        let ok = match result {
+                            Ok(()) => read(node, Ok(&response)),
+                            Err(_) => read(node, Err(RpcError::Handler)),
+                        };
+                        answers.push((node, ok));
+                        None
+                    } else {
+                        Some((result, wait, [response.first().copied().unwrap_or(0)]))
+                    }
                 };
-                answers.push((node, ok));
+                if let Some((result, wait, answer)) = waiting {
+                    let durable = Participant::wait_durable(&self.participant, co, wait).await;
+                    let ok = match result {
+                        Ok(()) if durable => read(node, Ok(&answer)),
+                        _ => read(node, Err(RpcError::Handler)),
+                    };
+                    answers.push((node, ok));
+                }
                 continue;
             }
             if batched == batch_max {

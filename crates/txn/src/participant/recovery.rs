@@ -423,6 +423,7 @@ impl Participant {
         if commit {
             self.install_locked(tx);
         } else if let Some(bytes) = self.locked.remove(tx) {
+            self.lock_lsn.remove(tx);
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {
                 if let Some(partition) = self.store.get_any(write.partition) {
