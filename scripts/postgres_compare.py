@@ -27,7 +27,8 @@ What it does, in order:
 6. Stops the server and removes the directory, also on errors, Ctrl-C and SIGTERM.
 7. With --ferrotx BIN, runs `BIN bench tatp` and `BIN bench smallbank` at the same scale
    and puts their figures in the same tables, with the ratio ferrotx / PostgreSQL
-   (synchronous_commit=off).
+   (synchronous_commit=off; with --ferrotx-durability sync, ferrotx's `sync` mode against
+   synchronous_commit=on).
 
 Prints one table per benchmark and, with --json PATH, writes every number (each client
 count tried included).
@@ -35,6 +36,7 @@ count tried included).
 Usage:
   python3 scripts/postgres_compare.py [--subscribers N] [--accounts N] [--hot-accounts N]
       [--clients 2,4,8,16,32] [--duration S] [--ferrotx target/release/ferrotx]
+      [--ferrotx-durability memory|flush|sync]
       [--json PATH]
 """
 
@@ -681,7 +683,8 @@ def run_ferrotx(binary, bench, args):
     prefix_dir = tempfile.mkdtemp(prefix="ferrotx-%s-" % bench)
     prefix = os.path.join(prefix_dir, "sweep")
     base = [binary, "bench", bench, "--duration", str(args.duration), "--nodes", str(nodes),
-            "--sweep-coroutines", args.ferrotx_coroutines] + scale
+            "--sweep-coroutines", args.ferrotx_coroutines,
+            "--durability", args.ferrotx_durability] + scale
     try:
         for attempt in range(3):
             wait_for_binary(binary)
@@ -723,6 +726,7 @@ def run_ferrotx(binary, bench, args):
         runs.append(run)
     best = dict(max(runs, key=lambda r: r["throughput_per_s"]))
     best["command"] = " ".join(base + ["--sweep", "PREFIX"])
+    best["durability"] = args.ferrotx_durability
     best["runs"] = runs
     return best
 
@@ -753,12 +757,16 @@ def table(title, results):
                      fmt(best["latency_us"]["p50"]), fmt(best["latency_us"]["p99"])))
     fx = results.get("ferrotx")
     if fx:
-        pg = results["synchronous_commit_off"]["best"]
-        rows.append(("ferrotx (%s nodes, %s replicas)" % (fx["nodes"], fx["replicas"]),
+        # Durable against durable: ferrotx's `sync` mode beside synchronous_commit=on,
+        # its `memory` and `flush` modes beside synchronous_commit=off.
+        against = "on" if fx.get("durability") == "sync" else "off"
+        pg = results["synchronous_commit_" + against]["best"]
+        rows.append(("ferrotx (%s nodes, %s replicas, %s)" % (fx["nodes"], fx["replicas"],
+                                                              fx.get("durability", "memory")),
                      "%d co" % fx["coroutines"], fmt(fx["throughput_per_s"]), "-",
                      fmt(fx["throughput_per_cpu_s"]), fmt(fx["latency_us"]["p50"], 1),
                      fmt(fx["latency_us"]["p99"], 1)))
-        rows.append(("ferrotx / PostgreSQL (sync off)", "",
+        rows.append(("ferrotx / PostgreSQL (sync %s)" % against, "",
                      ratio(fx["throughput_per_s"], pg["tps"]), "",
                      ratio(fx["throughput_per_cpu_s"], pg["tps_per_cpu_s_with_clients"]),
                      ratio(fx["latency_us"]["p50"], pg["latency_us"]["p50"]),
@@ -816,6 +824,10 @@ def parse_args():
                    help="coroutines per node thread that ferrotx runs with, one run each on "
                         "one loaded cluster; the best throughput is kept, as for "
                         "PostgreSQL's clients")
+    p.add_argument("--ferrotx-durability", default="memory",
+                   choices=("memory", "flush", "sync"),
+                   help="ferrotx's durability mode (bench --durability); `sync` is compared "
+                        "with synchronous_commit=on, the others with synchronous_commit=off")
     p.add_argument("--ferrotx-nodes", type=int, default=3,
                    help="ferrotx node processes (the scale is split evenly among them)")
     p.add_argument("--json", metavar="PATH", default=None, help="write every number here")

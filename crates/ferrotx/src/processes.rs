@@ -133,6 +133,10 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
              \"memory\": nothing is written there"
         );
     }
+    if let Some(dir) = data_dir.filter(|_| mode != ferrotx_cluster::DurabilityMode::Memory) {
+        ferrotx_node::check_data_dir(dir, &config, id)
+            .with_context(|| format!("node {id}: its data directory"))?;
+    }
     let earlier_lives = data_dir
         .filter(|_| mode != ferrotx_cluster::DurabilityMode::Memory)
         .map(earlier_lives)

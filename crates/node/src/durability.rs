@@ -28,6 +28,11 @@ pub const DATA_META_FILE: &str = "ferrotx-data.toml";
 /// Each log segment's preallocated size.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
+/// Each log segment's size (for tools that read the logs back).
+pub fn durability_segment_bytes() -> u64 {
+    SEGMENT_BYTES
+}
+
 /// A data directory that cannot be used, with why: names the path.
 #[derive(Debug)]
 pub struct DataDirError(pub String);
@@ -132,7 +137,12 @@ impl NodeLogs {
     }
 }
 
-/// Checks that `dir` belongs to this cluster and node in this format, or makes it.
+/// Checks that `dir` belongs to this cluster and node in this format, or makes it (with
+/// its `ferrotx-data.toml`): an error naming the file and what differs.
+pub fn check_data_dir(dir: &Path, config: &Configuration, node: u16) -> Result<(), DataDirError> {
+    check_or_make(dir, config, node)
+}
+
 fn check_or_make(dir: &Path, config: &Configuration, node: u16) -> Result<(), DataDirError> {
     let meta = dir.join(DATA_META_FILE);
     let err = |e: std::io::Error| DataDirError(format!("{}: {e}", meta.display()));

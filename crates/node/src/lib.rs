@@ -33,7 +33,9 @@ pub use copies::{CopiesError, CopyDigest, CopyDigests, CopyRole, TableDigest, co
 pub use core::{CoreOptions, CoreWorker, NodeCore};
 pub use disk::FsStorage;
 pub use drops::DropStats;
-pub use durability::{DataDirError, NodeLogs};
+pub use durability::{
+    DataDirError, NodeLogs, check_data_dir, cluster_id_bytes, durability_segment_bytes,
+};
 pub use ferrotx_txn::participant::RecoveryStats;
 pub use ferrotx_txn::recovery::{VOTES as RECOVERY_VOTES, Vote as RecoveryVote};
 pub use group_commit::{LogShare, SyncThread, WorkerLog};

@@ -107,6 +107,12 @@ pub(crate) struct Durable {
     pub(crate) installs: VecDeque<(u64, crate::messages::TxId)>,
     /// Rung when something starts waiting.
     arrived: Rc<Signal>,
+    /// Rung when the log became durable further, or failed: coroutines of this worker
+    /// waiting in [`Participant::wait_durable`] (a coordinator's own COMMIT-BACKUP and
+    /// COMMIT-PRIMARY), how many, and the durable position last rung for.
+    advanced: Rc<Signal>,
+    local_waiters: usize,
+    rung_at: u64,
     /// The worker's executor, to ring `arrived` from a handler.
     shared: Weak<Shared>,
 }
@@ -120,6 +126,9 @@ impl Durable {
             waiting: VecDeque::new(),
             installs: VecDeque::new(),
             arrived: Rc::new(Signal::new(callers)),
+            advanced: Rc::new(Signal::new(callers)),
+            local_waiters: 0,
+            rung_at: 0,
             shared: Weak::new(),
         }
     }
@@ -267,8 +276,11 @@ impl Participant {
         );
     }
 
-    /// Answers the COMMIT-BACKUPs that wait for the log, in order, as it becomes durable;
-    /// refuses them all if the log failed. A background coroutine of the worker, forever.
+    /// Answers the COMMIT-BACKUPs that wait for the log, in order, as it becomes durable,
+    /// runs the installs that wait for it, and wakes this worker's coroutines waiting
+    /// for it; refuses the answers if the log failed. The one coroutine of the worker
+    /// that looks at the log (every [`DURABLE_POLL_NS`] while anything waits, never
+    /// otherwise), forever.
     pub async fn run_durable_answers(participant: Rc<RefCell<Self>>, co: Co) {
         let Some(arrived) = participant
             .borrow()
@@ -285,7 +297,14 @@ impl Participant {
                 // Installs first: an answer that waited for one follows it.
                 let upto = {
                     let durable = p.durable.as_mut().expect("checked above");
-                    durable.log.durable(co.now_ns())
+                    let upto = durable.log.durable(co.now_ns());
+                    if durable.local_waiters > 0
+                        && (upto > durable.rung_at || durable.log.failed().is_some())
+                    {
+                        durable.rung_at = upto;
+                        co.notify_all(&durable.advanced);
+                    }
+                    upto
                 };
                 while let Some(&(lsn, tx)) = p.durable.as_ref().and_then(|d| d.installs.front()) {
                     if lsn > upto {
@@ -299,7 +318,10 @@ impl Participant {
                     p.install_now(&tx);
                 }
                 let durable = p.durable.as_mut().expect("checked above");
-                if durable.waiting.is_empty() && durable.installs.is_empty() {
+                if durable.waiting.is_empty()
+                    && durable.installs.is_empty()
+                    && durable.local_waiters == 0
+                {
                     None
                 } else {
                     let failed = durable.log.failed();
@@ -320,7 +342,11 @@ impl Participant {
                         });
                         engine.respond(w.token, response);
                     }
-                    Some(!durable.waiting.is_empty() || !durable.installs.is_empty())
+                    Some(
+                        !durable.waiting.is_empty()
+                            || !durable.installs.is_empty()
+                            || durable.local_waiters > 0,
+                    )
                 }
             };
             match more {
@@ -335,7 +361,7 @@ impl Participant {
     /// COMMIT-BACKUP to its own node, in `sync` mode). False if the log failed first.
     pub async fn wait_durable(participant: &RefCell<Self>, co: &Co, lsn: u64) -> bool {
         loop {
-            {
+            let advanced = {
                 let mut p = participant.borrow_mut();
                 let Some(durable) = p.durable.as_mut() else {
                     return true;
@@ -346,8 +372,15 @@ impl Participant {
                 if durable.log.failed().is_some() {
                     return false;
                 }
+                // The answering coroutine looks for both of us.
+                durable.local_waiters += 1;
+                durable.ring();
+                durable.advanced.clone()
+            };
+            co.wait(&advanced).await;
+            if let Some(durable) = participant.borrow_mut().durable.as_mut() {
+                durable.local_waiters -= 1;
             }
-            co.sleep_until(co.now_ns() + DURABLE_POLL_NS).await;
         }
     }
 }

@@ -1,0 +1,170 @@
+//! Issue 32: `cluster local --durability sync --data-dir DIR` on real processes. Every
+//! SET acknowledged is in the logs of all three copies when every process is killed at
+//! once (SIGKILL to the process group), read back through the log's checksums. (A
+//! SIGKILL keeps the page cache, so this shows the records are written where and as
+//! they should be; whether they were synced before the acknowledgement is the
+//! simulator's check, `crates/sim/tests/durability_seeds.rs`.) The data directories are
+//! then refused to another cluster, node, or a second `cluster local`, each naming why.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use ferrotx_node::FsStorage;
+use ferrotx_redis_exec::RespValue;
+use ferrotx_wal::WalConfig;
+
+use common::client::{Conn, cmd};
+use common::{ferrotx, temp_path, test_ports};
+
+const SETS: usize = 300;
+
+/// Every record payload of every log of node directory `dir` (all its lives).
+fn payloads(dir: &Path, node: u16, cluster: [u8; 16]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for life in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        if !life.file_name().to_string_lossy().starts_with("life-") {
+            continue;
+        }
+        let storage = FsStorage::open(life.path()).unwrap();
+        let config = WalConfig {
+            log_name: "w0".into(),
+            cluster_id: cluster,
+            node_id: node,
+            segment_size_bytes: ferrotx_node::durability_segment_bytes(),
+        };
+        let recovery = ferrotx_wal::recover(&storage, &config)
+            .unwrap_or_else(|e| panic!("{}: {e}", life.path().display()));
+        out.extend(recovery.records.into_iter().map(|r| r.payload));
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn sync_mode_logs_every_acknowledged_set_on_every_copy() {
+    let dir = temp_path("durability-local");
+    let _ = std::fs::remove_dir_all(&dir);
+    let port_base = test_ports(0);
+    let resp_base = port_base + 12;
+    let mut cluster = ferrotx()
+        .args(["cluster", "local", "--durability", "sync", "--data-dir"])
+        .arg(&dir)
+        .args(["--port-base", &port_base.to_string()])
+        .args(["--resp-port-base", &resp_base.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("start cluster local");
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, resp_base));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut acknowledged = Vec::new();
+    while acknowledged.len() < SETS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} SETs acknowledged",
+            acknowledged.len()
+        );
+        let Some(mut conn) = Conn::open(addr) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        while acknowledged.len() < SETS {
+            let value = format!("durable-{}-{}", std::process::id(), acknowledged.len());
+            let key = format!("k{}", acknowledged.len());
+            match conn.call(cmd(&[&"SET", &key, &value])) {
+                Ok(RespValue::Simple(s)) if s == b"OK" => acknowledged.push(value),
+                Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => break,
+            }
+        }
+    }
+    // Every process at once.
+    // SAFETY: kill(2) on the process group this test started.
+    unsafe { libc::kill(-(cluster.id() as i32), libc::SIGKILL) };
+    let _ = cluster.wait();
+    std::thread::sleep(Duration::from_millis(200));
+
+    let config = ferrotx_cluster::Configuration::load(&dir.join("cluster.toml")).unwrap();
+    let cluster_id = ferrotx_node::cluster_id_bytes(&config);
+    let logs: Vec<Vec<Vec<u8>>> = (0..3u16)
+        .map(|n| payloads(&dir.join(format!("node-{n}")), n, cluster_id))
+        .collect();
+    for (n, log) in logs.iter().enumerate() {
+        assert!(!log.is_empty(), "node {n} logged nothing");
+    }
+    let missing: Vec<(usize, &String)> = acknowledged
+        .iter()
+        .flat_map(|value| {
+            logs.iter()
+                .enumerate()
+                .filter(|(_, log)| !log.iter().any(|p| contains(p, value.as_bytes())))
+                .map(move |(n, _)| (n, value))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged SETs missing from a copy's log (node, value): {:?}",
+        &missing[..missing.len().min(10)]
+    );
+
+    // The same directory again: refused, naming it.
+    let again = ferrotx()
+        .args(["cluster", "local", "--durability", "sync", "--data-dir"])
+        .arg(&dir)
+        .args(["--port-base", &port_base.to_string()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && said.contains("holds a cluster already"),
+        "{said}"
+    );
+    // Node 1 on node 0's directory, and any node without one: refused.
+    let config_path = dir.join("cluster.toml");
+    let wrong = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config_path)
+        .args(["--id", "1", "--data-dir"])
+        .arg(dir.join("node-0"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        !wrong.status.success() && said.contains("ferrotx-data.toml") && said.contains("node 0"),
+        "{said}"
+    );
+    let none = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config_path)
+        .args(["--id", "1"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        !none.status.success() && said.contains("--data-dir"),
+        "{said}"
+    );
+    // A node of a dead cluster over its earlier life's logs: never a new empty cluster.
+    let over = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config_path)
+        .args(["--id", "0", "--data-dir"])
+        .arg(dir.join("node-0"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&over.stderr);
+    assert!(
+        !over.status.success() && said.contains("earlier") && said.contains("empty cluster"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
