@@ -93,7 +93,7 @@ fn sync_mode_logs_every_acknowledged_set_on_every_copy() {
     let _ = cluster.wait();
     std::thread::sleep(Duration::from_millis(200));
 
-    let config = ferrotx_cluster::Configuration::load(&dir.join("cluster.toml")).unwrap();
+    let config = ferrotx_cluster::Configuration::load(dir.join("cluster.toml")).unwrap();
     let cluster_id = ferrotx_node::cluster_id_bytes(&config);
     let logs: Vec<Vec<Vec<u8>>> = (0..3u16)
         .map(|n| payloads(&dir.join(format!("node-{n}")), n, cluster_id))
