@@ -87,14 +87,12 @@ impl Shared {
 
 impl ferrotx_txn::durable::CommitLog for WorkerLog {
     fn append(&mut self, kind: u8, payload: &[u8]) -> Result<u64, LogFailed> {
-        WorkerLog::append(self, kind, payload).map_err(|e| match e {
-            WalError::NoSpace { .. } => LogFailed(
-                "MISCONF disk full: this node cannot log commits (free space in its data \
-                 directory); nothing unlogged was acknowledged",
-            ),
-            WalError::Poisoned { .. } | WalError::SyncFailed { .. } => LOG_FAILED,
-            _ => LogFailed("MISCONF the node's log could not be written: see its log"),
-        })
+        WorkerLog::append_buffered(self, kind, payload).map_err(log_failed)
+    }
+
+    fn write(&mut self) {
+        // A failure poisons the writer: the next append says why.
+        let _ = WorkerLog::write(self);
     }
 
     fn durable(&mut self, _now_ns: u64) -> u64 {
@@ -103,6 +101,18 @@ impl ferrotx_txn::durable::CommitLog for WorkerLog {
 
     fn failed(&self) -> Option<LogFailed> {
         self.share.failed().then_some(LOG_FAILED)
+    }
+}
+
+/// What a participant's COMMIT-BACKUP or LOCK refusal says of a log error.
+fn log_failed(e: WalError) -> LogFailed {
+    match e {
+        WalError::NoSpace { .. } => LogFailed(
+            "MISCONF disk full: this node cannot log commits (free space in its data \
+                 directory); nothing unlogged was acknowledged",
+        ),
+        WalError::Poisoned { .. } | WalError::SyncFailed { .. } => LOG_FAILED,
+        _ => LogFailed("MISCONF the node's log could not be written: see its log"),
     }
 }
 
@@ -123,19 +133,50 @@ impl WorkerLog {
     /// Appends a record; it is durable once [`WorkerLog::durable`] reaches the LSN
     /// returned.
     pub fn append(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
+        let lsn = self.append_buffered(kind, payload)?;
+        self.write()?;
+        Ok(lsn)
+    }
+
+    /// Appends a record into the log's buffer: written, and handed to the sync thread,
+    /// by the next [`WorkerLog::write`] (a worker's loop calls it once per iteration, so
+    /// the records of one iteration cost one `pwrite`).
+    pub fn append_buffered(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
         if self.share.failed() {
             return Err(WalError::Poisoned {
                 reason: "a sync of this log failed (sync thread)".into(),
             });
         }
         self.writer.note_durable(self.share.durable());
-        let lsn = self.writer.append(kind, payload)?;
+        let lsn = self.writer.append_buffered(kind, payload)?;
+        if self.writer.written_lsn() == lsn {
+            // Written already (a full buffer, a new segment): the sync thread may go.
+            self.publish();
+        }
+        Ok(lsn)
+    }
+
+    /// Writes the buffered records (one `pwrite`) and lets the sync thread sync them.
+    /// Does nothing, without a system call, when nothing is buffered.
+    pub fn write(&mut self) -> Result<Lsn, WalError> {
+        let before = self.writer.written_lsn();
+        let written = self.writer.write_pending()?;
+        if written > before {
+            self.publish();
+        }
+        Ok(written)
+    }
+
+    /// Publishes how far the log is written: its segment, then the LSN (Release), and
+    /// wakes the sync thread.
+    fn publish(&self) {
         self.share
             .segment
             .store(self.writer.current_sequence(), Ordering::Release);
-        self.share.written.store(lsn, Ordering::Release);
+        self.share
+            .written
+            .store(self.writer.written_lsn(), Ordering::Release);
         self.shared.wake();
-        Ok(lsn)
     }
 
     /// The highest LSN made durable.

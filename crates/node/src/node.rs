@@ -670,6 +670,7 @@ impl Node {
             let core_options = core_options.clone();
             let keys = options.keys.clone();
             let log = options.logs.as_ref().and_then(|logs| logs.take(thread));
+            let log_attached = log.is_some();
             let stop = stop.clone();
             let idle = options.idle;
             let name = format!("ferrotx-{local}");
@@ -709,6 +710,10 @@ impl Node {
                 let mut waiting: std::collections::VecDeque<Spawn> =
                     std::collections::VecDeque::new();
                 run_with(&mut worker, epoch, idle, |worker, now_ns| {
+                    // What the last iteration logged: one write for all of it.
+                    if log_attached && let Ok(mut p) = participant.try_borrow_mut() {
+                        p.write_log();
+                    }
                     // Recovery's counters change only while it runs: published when they
                     // do (see `PublishedRecovery`), looked at every 32 iterations (an idle
                     // worker still wakes every few ms for recovery's idle pass).

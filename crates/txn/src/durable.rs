@@ -72,6 +72,12 @@ pub trait CommitLog {
     /// each record from 1. It is durable once [`CommitLog::durable`] reaches it.
     fn append(&mut self, kind: u8, payload: &[u8]) -> Result<u64, LogFailed>;
 
+    /// Writes what was appended since the last call (a log may buffer appends and write
+    /// them together: the worker's loop calls this once per iteration). Nothing is
+    /// durable before it is written. A failure shows in the next append or in
+    /// [`CommitLog::failed`].
+    fn write(&mut self) {}
+
     /// The highest position durable at `now_ns` (the worker's clock: the simulator's
     /// disk is timed by it; a real one ignores it).
     fn durable(&mut self, now_ns: u64) -> u64;
@@ -203,6 +209,15 @@ impl Participant {
         match &mut self.durable {
             Some(durable) => append(durable, &mut self.log_stats, kind, payload),
             None => Ok(0),
+        }
+    }
+
+    /// Writes what this participant logged since the last call ([`CommitLog::write`]):
+    /// the worker's loop calls it once per iteration, so that the records of one
+    /// iteration cost one write.
+    pub fn write_log(&mut self) {
+        if let Some(durable) = &mut self.durable {
+            durable.log.write();
         }
     }
 

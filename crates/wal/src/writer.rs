@@ -34,7 +34,16 @@ pub struct LogWriter<S: Storage> {
     poisoned: Option<String>,
     /// The encoding buffer, kept to avoid an allocation per record.
     buffer: Vec<u8>,
+    /// Records appended by [`LogWriter::append_buffered`] and not written yet: their
+    /// bytes, where in the last segment they go, and how many. Kept between uses (no
+    /// allocation once warm).
+    pending: Vec<u8>,
+    pending_offset: u64,
+    pending_records: u64,
 }
+
+/// Buffered records are written once they take this many bytes, at the latest.
+pub const PENDING_BYTES_MAX: usize = 256 << 10;
 
 impl<S: Storage> LogWriter<S> {
     /// Starts a new, empty log. Fails if the storage holds a segment of this log already.
@@ -59,6 +68,9 @@ impl<S: Storage> LogWriter<S> {
             durable_lsn: 0,
             poisoned: None,
             buffer: Vec::new(),
+            pending: Vec::new(),
+            pending_offset: 0,
+            pending_records: 0,
         };
         writer.start_segment(0)?;
         Ok(writer)
@@ -80,6 +92,9 @@ impl<S: Storage> LogWriter<S> {
             durable_lsn: recovery.next_lsn - 1,
             poisoned: None,
             buffer: Vec::new(),
+            pending: Vec::new(),
+            pending_offset: 0,
+            pending_records: 0,
         };
         if let Some(torn) = &recovery.torn_tail {
             let io = |source| WalError::Io {
@@ -119,6 +134,7 @@ impl<S: Storage> LogWriter<S> {
     /// needed and the disk is full; the log is unchanged then, and a later append may
     /// succeed.
     pub fn append(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
+        self.write_pending()?;
         self.check_poisoned()?;
         assert!(kind != 0, "record kind 0 is reserved");
         let payload_bytes = payload.len() as u64;
@@ -157,6 +173,7 @@ impl<S: Storage> LogWriter<S> {
     /// Makes every record appended so far durable; returns the durable LSN. A failure is
     /// fatal: the writer is poisoned.
     pub fn sync(&mut self) -> Result<Lsn, WalError> {
+        self.write_pending()?;
         self.check_poisoned()?;
         let written = self.next_lsn - 1;
         if self.durable_lsn < written {
@@ -184,6 +201,78 @@ impl<S: Storage> LogWriter<S> {
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// Appends a record as [`LogWriter::append`] does, but only into a buffer: it is
+    /// written with the records buffered beside it by the next
+    /// [`LogWriter::write_pending`] (or `append`, or `sync`), one write for them all, or
+    /// at once when the buffer reaches [`PENDING_BYTES_MAX`]. A record not written yet
+    /// is not covered by a sync made elsewhere ([`LogWriter::written_lsn`] says how far
+    /// the log is written). For a worker that appends many records per loop iteration
+    /// and writes them once per iteration.
+    pub fn append_buffered(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
+        self.check_poisoned()?;
+        assert!(kind != 0, "record kind 0 is reserved");
+        let payload_bytes = payload.len() as u64;
+        let max_bytes = self.config.max_payload_bytes();
+        if payload_bytes > max_bytes {
+            return Err(WalError::RecordTooLarge {
+                payload_bytes,
+                max_bytes,
+            });
+        }
+        let size = record_bytes(payload_bytes);
+        if self.offset + size > self.config.segment_size_bytes {
+            // As `append`: the segment is written and synced whole before the next.
+            self.sync()?;
+            let sequence = self.current().sequence + 1;
+            self.start_segment(sequence)?;
+        }
+        let lsn = self.next_lsn;
+        encode_record(&mut self.buffer, lsn, self.durable_lsn, kind, payload);
+        if self.pending.is_empty() {
+            self.pending_offset = self.offset;
+        }
+        self.pending.extend_from_slice(&self.buffer);
+        self.pending_records += 1;
+        self.offset += size;
+        self.next_lsn += 1;
+        debug_assert!(self.offset <= self.config.segment_size_bytes);
+        if self.pending.len() >= PENDING_BYTES_MAX {
+            self.write_pending()?;
+        }
+        Ok(lsn)
+    }
+
+    /// Writes the records [`LogWriter::append_buffered`] left in its buffer, in one write;
+    /// returns how far the log is written. A failed write poisons the writer (those
+    /// records have LSNs and are not in the file).
+    pub fn write_pending(&mut self) -> Result<Lsn, WalError> {
+        self.check_poisoned()?;
+        if !self.pending.is_empty() {
+            let file = &self
+                .segments
+                .back()
+                .expect("a writer always has a segment")
+                .file;
+            if let Err(source) = self
+                .storage
+                .write_at(file, self.pending_offset, &self.pending)
+            {
+                let error = storage_error(file, source);
+                self.poisoned = Some(format!("write of buffered records: {error}"));
+                return Err(error);
+            }
+            self.pending.clear();
+            self.pending_records = 0;
+        }
+        Ok(self.written_lsn())
+    }
+
+    /// How far the log is written to its file (records buffered by
+    /// [`LogWriter::append_buffered`] and not written yet excluded).
+    pub fn written_lsn(&self) -> Lsn {
+        self.next_lsn - 1 - self.pending_records
     }
 
     /// The LSN the next record gets.
