@@ -50,6 +50,8 @@ pub struct SimLogState {
     rng: u64,
     /// The life ended (crash or power cut) at this time: nothing more reaches the disk.
     ended_at: Option<u64>,
+    /// Durable records up to this LSN are in [`SimDisks::durable_writes`]'s set.
+    indexed: u64,
 }
 
 impl SimLogState {
@@ -92,14 +94,6 @@ impl SimLogState {
             self.last_start = Some(start);
             self.syncing = Some((start + latency, cover));
         }
-    }
-
-    /// The records durable now, as (kind, payload).
-    fn durable_records(&self) -> impl Iterator<Item = (u8, &[u8])> {
-        self.records
-            .iter()
-            .take_while(|r| r.0 <= self.durable)
-            .map(|r| (r.1, &r.2[..]))
     }
 }
 
@@ -146,6 +140,8 @@ pub struct SimDisks {
     logs: Vec<Rc<RefCell<SimLogState>>>,
     /// Acknowledge before the sync (a deliberate break the check must catch).
     lie: Rc<std::cell::Cell<bool>>,
+    /// What [`SimDisks::durable_writes`] found so far.
+    writes: RefCell<HashSet<(u16, Key, u64)>>,
 }
 
 impl SimDisks {
@@ -156,6 +152,7 @@ impl SimDisks {
             seed,
             logs: Vec::new(),
             lie: Rc::new(std::cell::Cell::new(false)),
+            writes: RefCell::new(HashSet::new()),
         }
     }
 
@@ -188,6 +185,7 @@ impl SimDisks {
             gap_ns: self.gap_ns,
             rng,
             ended_at: None,
+            indexed: 0,
         }));
         self.logs.push(state.clone());
         SimLog {
@@ -224,23 +222,37 @@ impl SimDisks {
     /// Every (table, key, version) a durable COMMIT-BACKUP, COMMIT-PRIMARY or LOCK record
     /// installs, over every disk, if the power went at `now` (a LOCK record's transaction
     /// may not have committed: the check asks only whether what is visible is on a disk).
-    pub fn durable_writes(&self, now: u64) -> HashSet<(u16, Key, u64)> {
-        let mut writes = HashSet::new();
-        for log in &self.logs {
-            let mut log = log.borrow_mut();
-            log.advance(now);
-            for (kind, payload) in log.durable_records() {
-                if ![RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_LOCK].contains(&kind) {
-                    continue;
+    ///
+    /// Kept as the run goes (time only moves on, and a record once durable stays so): each
+    /// call reads only the records that became durable since the last.
+    pub fn durable_writes(&self, now: u64) -> std::cell::Ref<'_, HashSet<(u16, Key, u64)>> {
+        {
+            let mut writes = self.writes.borrow_mut();
+            for log in &self.logs {
+                let mut log = log.borrow_mut();
+                log.advance(now);
+                let from = log.indexed;
+                let upto = log.durable;
+                for (lsn, kind, payload, _) in &log.records {
+                    if *lsn <= from {
+                        continue;
+                    }
+                    if *lsn > upto {
+                        break;
+                    }
+                    if ![RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_LOCK].contains(kind) {
+                        continue;
+                    }
+                    let Ok(record) = RecordView::parse(payload) else {
+                        continue;
+                    };
+                    for write in record.writes() {
+                        writes.insert((write.table.0, write.key, write.version + 1));
+                    }
                 }
-                let Ok(record) = RecordView::parse(payload) else {
-                    continue;
-                };
-                for write in record.writes() {
-                    writes.insert((write.table.0, write.key, write.version + 1));
-                }
+                log.indexed = upto;
             }
         }
-        writes
+        self.writes.borrow()
     }
 }

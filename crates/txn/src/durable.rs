@@ -100,6 +100,10 @@ struct Waiting {
     lsn: u64,
     token: Deferred,
     answer: Result<Answer, HandlerError>,
+    /// A COMMIT-PRIMARY whose install waits: if the view changes first, the install is
+    /// dropped (recovery decides the transaction, as for any commit message of an older
+    /// view) and the answer is [`Answer::Undecided`].
+    install_of: Option<crate::messages::TxId>,
 }
 
 /// A participant's log and what waits for it.
@@ -273,6 +277,9 @@ impl Participant {
                 p.take_wait();
                 let result = p.handle(handler, request.payload, &mut response);
                 let lsn = p.take_wait();
+                let install_of = (request_type == RequestType::CommitPrimary && lsn > 0)
+                    .then(|| crate::messages::decode_tx(request.payload).ok())
+                    .flatten();
                 let answer = result.and_then(|()| {
                     response
                         .first()
@@ -282,7 +289,12 @@ impl Participant {
                 let Some(durable) = &mut p.durable else {
                     return;
                 };
-                durable.waiting.push_back(Waiting { lsn, token, answer });
+                durable.waiting.push_back(Waiting {
+                    lsn,
+                    token,
+                    answer,
+                    install_of,
+                });
                 let waiting = durable.waiting.len() as u64;
                 durable.ring();
                 p.log_stats.answers_waited += 1;
@@ -330,8 +342,12 @@ impl Participant {
                         .expect("checked above")
                         .installs
                         .pop_front();
-                    p.install_now(&tx);
+                    // A view changed meanwhile: the transaction is recovery's now.
+                    if tx.view >= p.view() {
+                        p.install_now(&tx);
+                    }
                 }
+                let view = p.view();
                 let durable = p.durable.as_mut().expect("checked above");
                 if durable.waiting.is_empty()
                     && durable.installs.is_empty()
@@ -348,6 +364,9 @@ impl Participant {
                         let w = durable.waiting.pop_front().expect("not empty");
                         let answer = match (failed, w.answer) {
                             (Some(LogFailed(why)), _) if w.lsn > upto => Err(HandlerError(why)),
+                            (_, Ok(_)) if w.install_of.is_some_and(|tx| tx.view < view) => {
+                                Ok(Answer::Undecided)
+                            }
                             (_, answer) => answer,
                         };
                         bytes.clear();

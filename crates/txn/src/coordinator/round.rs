@@ -82,11 +82,21 @@ impl Coordinator {
                         answers.push((node, ok));
                         None
                     } else {
-                        Some((result, wait, [response.first().copied().unwrap_or(0)]))
+                        // A COMMIT-PRIMARY whose install waits is recovery's if the view
+                        // changes first (`crate::durable`): its answer is then
+                        // "undecided".
+                        let view = (request_type == RequestType::CommitPrimary)
+                            .then(|| crate::messages::decode_tx(&request).ok())
+                            .flatten()
+                            .map(|tx| tx.view);
+                        Some((result, wait, [response.first().copied().unwrap_or(0)], view))
                     }
                 };
-                if let Some((result, wait, answer)) = waiting {
+                if let Some((result, wait, mut answer, view)) = waiting {
                     let durable = Participant::wait_durable(&self.participant, co, wait).await;
+                    if view.is_some_and(|v| v < self.participant.borrow().view()) {
+                        answer = [Answer::Undecided as u8];
+                    }
                     let ok = match result {
                         Ok(()) if durable => read(node, Ok(&answer)),
                         _ => read(node, Err(RpcError::Handler)),
