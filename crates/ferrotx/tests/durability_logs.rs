@@ -44,6 +44,23 @@ fn payloads(dir: &Path, node: u16, cluster: [u8; 16]) -> Vec<Vec<u8>> {
     out
 }
 
+/// What `ferrotx node` says on stderr when it refuses to start node `id` of `config` on
+/// `data_dir`; panics if it starts.
+fn node_refused(config: &Path, id: u16, data_dir: Option<&Path>) -> String {
+    let mut command = ferrotx();
+    command
+        .args(["node", "--config"])
+        .arg(config)
+        .args(["--id", &id.to_string()]);
+    if let Some(dir) = data_dir {
+        command.arg("--data-dir").arg(dir);
+    }
+    let output = command.output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "node {id} started: {said}");
+    said
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -130,40 +147,18 @@ fn sync_mode_logs_every_acknowledged_set_on_every_copy() {
     );
     // Node 1 on node 0's directory, and any node without one: refused.
     let config_path = dir.join("cluster.toml");
-    let wrong = ferrotx()
-        .args(["node", "--config"])
-        .arg(&config_path)
-        .args(["--id", "1", "--data-dir"])
-        .arg(dir.join("node-0"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&wrong.stderr);
+    let node_0 = dir.join("node-0");
+    let said = node_refused(&config_path, 1, Some(&node_0));
     assert!(
-        !wrong.status.success() && said.contains("ferrotx-data.toml") && said.contains("node 0"),
+        said.contains("ferrotx-data.toml") && said.contains("node 0"),
         "{said}"
     );
-    let none = ferrotx()
-        .args(["node", "--config"])
-        .arg(&config_path)
-        .args(["--id", "1"])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&none.stderr);
-    assert!(
-        !none.status.success() && said.contains("--data-dir"),
-        "{said}"
-    );
+    let said = node_refused(&config_path, 1, None);
+    assert!(said.contains("--data-dir"), "{said}");
     // A node of a dead cluster over its earlier life's logs: never a new empty cluster.
-    let over = ferrotx()
-        .args(["node", "--config"])
-        .arg(&config_path)
-        .args(["--id", "0", "--data-dir"])
-        .arg(dir.join("node-0"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&over.stderr);
+    let said = node_refused(&config_path, 0, Some(&node_0));
     assert!(
-        !over.status.success() && said.contains("earlier") && said.contains("empty cluster"),
+        said.contains("earlier") && said.contains("empty cluster"),
         "{said}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

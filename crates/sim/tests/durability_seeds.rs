@@ -23,6 +23,17 @@ fn sync_run(workload: &str, seed: u64, lie: bool) -> RunReport {
     run(&mut *ferrotx_sim::scenarios::scenario(workload), &options)
 }
 
+/// The runs of `seeds` (workload, seed) in `sync` mode that a checker faults, with what.
+fn failing(seeds: &[(&str, u64)]) -> Vec<String> {
+    seeds
+        .iter()
+        .filter_map(|&(workload, seed)| {
+            let found = problems(&sync_run(workload, seed, false));
+            (!found.is_empty()).then(|| format!("{workload} seed {seed}: {found:?}"))
+        })
+        .collect()
+}
+
 fn problems(report: &RunReport) -> Vec<String> {
     let mut found = report.checked.violations.clone();
     if let Some(m) = &report.membership {
@@ -50,13 +61,7 @@ fn bug_primary_installed_writes_no_disk_held() {
         ("resp-expiry", 9),
         ("smallbank", 1),
     ];
-    let failed: Vec<_> = seeds
-        .iter()
-        .filter_map(|&(workload, seed)| {
-            let found = problems(&sync_run(workload, seed, false));
-            (!found.is_empty()).then(|| format!("{workload} seed {seed}: {found:?}"))
-        })
-        .collect();
+    let failed = failing(&seeds);
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
@@ -76,13 +81,7 @@ fn bug_install_after_a_view_change_wrote_versions_twice() {
         ("smallbank", 85),
         ("smallbank", 142),
     ];
-    let failed: Vec<_> = seeds
-        .iter()
-        .filter_map(|&(workload, seed)| {
-            let found = problems(&sync_run(workload, seed, false));
-            (!found.is_empty()).then(|| format!("{workload} seed {seed}: {found:?}"))
-        })
-        .collect();
+    let failed = failing(&seeds);
     assert!(failed.is_empty(), "{failed:#?}");
 }
 

@@ -135,24 +135,7 @@ impl<S: Storage> LogWriter<S> {
     /// succeed.
     pub fn append(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
         self.write_pending()?;
-        self.check_poisoned()?;
-        assert!(kind != 0, "record kind 0 is reserved");
-        let payload_bytes = payload.len() as u64;
-        let max_bytes = self.config.max_payload_bytes();
-        if payload_bytes > max_bytes {
-            return Err(WalError::RecordTooLarge {
-                payload_bytes,
-                max_bytes,
-            });
-        }
-        let size = record_bytes(payload_bytes);
-        if self.offset + size > self.config.segment_size_bytes {
-            // Segments before the last are synced whole: recovery treats any bad record in
-            // them as corruption.
-            self.sync()?;
-            let sequence = self.current().sequence + 1;
-            self.start_segment(sequence)?;
-        }
+        let size = self.make_room(kind, payload)?;
         let lsn = self.next_lsn;
         encode_record(&mut self.buffer, lsn, self.durable_lsn, kind, payload);
         // The segment's name borrowed, not cloned: no allocation per record.
@@ -211,23 +194,7 @@ impl<S: Storage> LogWriter<S> {
     /// the log is written). For a worker that appends many records per loop iteration
     /// and writes them once per iteration.
     pub fn append_buffered(&mut self, kind: u8, payload: &[u8]) -> Result<Lsn, WalError> {
-        self.check_poisoned()?;
-        assert!(kind != 0, "record kind 0 is reserved");
-        let payload_bytes = payload.len() as u64;
-        let max_bytes = self.config.max_payload_bytes();
-        if payload_bytes > max_bytes {
-            return Err(WalError::RecordTooLarge {
-                payload_bytes,
-                max_bytes,
-            });
-        }
-        let size = record_bytes(payload_bytes);
-        if self.offset + size > self.config.segment_size_bytes {
-            // As `append`: the segment is written and synced whole before the next.
-            self.sync()?;
-            let sequence = self.current().sequence + 1;
-            self.start_segment(sequence)?;
-        }
+        let size = self.make_room(kind, payload)?;
         let lsn = self.next_lsn;
         encode_record(&mut self.buffer, lsn, self.durable_lsn, kind, payload);
         if self.pending.is_empty() {
@@ -242,6 +209,30 @@ impl<S: Storage> LogWriter<S> {
             self.write_pending()?;
         }
         Ok(lsn)
+    }
+
+    /// Checks a record of `kind` with `payload` can be appended, and moves to a new
+    /// segment if it does not fit in this one; returns its size on disk.
+    fn make_room(&mut self, kind: u8, payload: &[u8]) -> Result<u64, WalError> {
+        self.check_poisoned()?;
+        assert!(kind != 0, "record kind 0 is reserved");
+        let payload_bytes = payload.len() as u64;
+        let max_bytes = self.config.max_payload_bytes();
+        if payload_bytes > max_bytes {
+            return Err(WalError::RecordTooLarge {
+                payload_bytes,
+                max_bytes,
+            });
+        }
+        let size = record_bytes(payload_bytes);
+        if self.offset + size > self.config.segment_size_bytes {
+            // Segments before the last are synced whole (buffered records written first):
+            // recovery treats any bad record in them as corruption.
+            self.sync()?;
+            let sequence = self.current().sequence + 1;
+            self.start_segment(sequence)?;
+        }
+        Ok(size)
     }
 
     /// Writes the records [`LogWriter::append_buffered`] left in its buffer, in one write;
