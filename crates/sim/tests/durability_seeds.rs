@@ -85,6 +85,23 @@ fn bug_install_after_a_view_change_wrote_versions_twice() {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
+/// The seeds that found recovery's commit decision never installed at a primary whose
+/// LOCK record was not yet durable: the install waited, and the install queue dropped it
+/// as a commit of an older view (the transaction's id carries the view it began in),
+/// so the primary kept the old versions and its backups the new (lost writes, copies
+/// differing, overlapping INCRs). A decided install is now never dropped. Same plans
+/// as above (found by `--seeds 200 --seed-base 1000`).
+#[test]
+fn bug_recovery_decided_install_dropped_at_the_primary() {
+    let seeds = [
+        ("kv-churn", 1165),
+        ("list-append", 1149),
+        ("resp-counter", 1076),
+    ];
+    let failed = failing(&seeds);
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
 #[test]
 fn sync_mode_keeps_every_visible_write_on_a_disk() {
     let mut failed = Vec::new();

@@ -22,8 +22,9 @@
 //! - COMMIT-PRIMARY: in `flush` mode the primary appends the LOCK record it installs
 //!   ([`RECORD_COMMIT_PRIMARY`]); in `sync` mode a marker that it installed
 //!   ([`RECORD_INSTALLED`]).
-//! - ABORT: a backup that had logged the record appends its id ([`RECORD_ABORT`]), so
-//!   that a replay never applies it.
+//! - ABORT: a backup that had logged the record, or a primary that had logged its LOCK
+//!   record, appends its id ([`RECORD_ABORT`]), so that a replay never applies it.
+//! - Recovery's decisions ([`RECORD_DECIDED`]) on what a replica held.
 //!
 //! A record that cannot be appended (a full disk, a log whose sync failed) makes
 //! COMMIT-BACKUP refuse with the reason: the coordinator aborts the transaction and its
@@ -56,6 +57,12 @@ pub const RECORD_LOCK: u8 = 4;
 /// A record kind (`sync` mode): the primary installed the transaction whose LOCK record
 /// it logged (the COMMIT-PRIMARY message's bytes: its transaction id).
 pub const RECORD_INSTALLED: u8 = 5;
+
+/// A record kind: recovery's decision on a transaction this replica held something of
+/// (a record, a lock), so that a restart replays it as decided rather than asking again
+/// (a transaction aborted by recovery must never commit at a later one): 1 for commit,
+/// 0 for abort, then the DECISION message's bytes ([`crate::recovery::encode_decision`]).
+pub const RECORD_DECIDED: u8 = 6;
 
 /// How often a waiting answer looks at how far the log is durable. A sync takes about
 /// 0.1 to 0.3 ms on this project's machines, so this adds at most a fifth of one.
@@ -113,8 +120,11 @@ pub(crate) struct Durable {
     /// The position the answer of the handler now running must wait for (0: none).
     pub(crate) wait_for: u64,
     waiting: VecDeque<Waiting>,
-    /// Transactions to install once their LOCK record is durable, by its position.
-    pub(crate) installs: VecDeque<(u64, crate::messages::TxId)>,
+    /// Transactions to install once their LOCK record is durable, by its position, and
+    /// whether recovery decided them (installed whatever view follows: a decision is
+    /// final, and the next view's recovery finds it decided and installs nothing) or
+    /// COMMIT-PRIMARY asked (dropped if the view changes first: recovery decides it).
+    pub(crate) installs: VecDeque<(u64, crate::messages::TxId, bool)>,
     /// Rung when something starts waiting.
     arrived: Rc<Signal>,
     /// Rung when the log became durable further, or failed: coroutines of this worker
@@ -333,7 +343,9 @@ impl Participant {
                     }
                     upto
                 };
-                while let Some(&(lsn, tx)) = p.durable.as_ref().and_then(|d| d.installs.front()) {
+                while let Some(&(lsn, tx, decided)) =
+                    p.durable.as_ref().and_then(|d| d.installs.front())
+                {
                     if lsn > upto {
                         break;
                     }
@@ -342,8 +354,9 @@ impl Participant {
                         .expect("checked above")
                         .installs
                         .pop_front();
-                    // A view changed meanwhile: the transaction is recovery's now.
-                    if tx.view >= p.view() {
+                    // A view changed meanwhile: the transaction is recovery's now,
+                    // unless recovery decided it already.
+                    if decided || tx.view >= p.view() {
                         p.install_now(&tx);
                     }
                 }

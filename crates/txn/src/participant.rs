@@ -28,6 +28,7 @@ use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_page;
 
 mod recovery;
+pub mod restore;
 
 pub(crate) use recovery::HeldRecord;
 pub use recovery::RecoveryStats;
@@ -983,7 +984,7 @@ impl Participant {
             Answer::Undecided.encode(response);
             return Ok(());
         }
-        self.install_locked(&tx);
+        self.install_locked(&tx, false);
         Answer::Granted.encode(response);
         Ok(())
     }
@@ -995,13 +996,16 @@ impl Participant {
     /// In `sync` mode, once its LOCK record is durable here: until then the transaction
     /// keeps its locks (no reader sees its writes) and the install waits
     /// ([`crate::durable`]), as does the answer of the handler that asked.
-    pub(crate) fn install_locked(&mut self, tx: &TxId) -> bool {
+    ///
+    /// `decided`: recovery decided the commit, so a later view change does not drop the
+    /// install that waits (nothing would install it then, and its locks would stay).
+    pub(crate) fn install_locked(&mut self, tx: &TxId, decided: bool) -> bool {
         if !self.locked.contains_key(tx) {
             return false;
         }
         if let Some(lsn) = self.lock_not_durable(tx) {
             let durable = self.durable.as_mut().expect("a LOCK record was logged");
-            durable.installs.push_back((lsn, *tx));
+            durable.installs.push_back((lsn, *tx, decided));
             durable.wait_for = lsn;
             durable.ring();
             return true;
@@ -1089,13 +1093,16 @@ impl Participant {
             }
             log.records.remove(&tx.counter)
         });
-        if let Some(bytes) = removed {
+        let removed_logged = removed.map(|bytes| {
             self.recycle(bytes);
             // Logged here: a replay must never apply it.
             let _ = self.log_append(crate::durable::RECORD_ABORT, payload);
-        }
+        });
         if let Some(bytes) = self.locked.remove(&tx) {
-            self.lock_lsn.remove(&tx);
+            if self.lock_lsn.remove(&tx).is_some() && removed_logged.is_none() {
+                // Its LOCK record is on this disk: a replay must never apply it.
+                let _ = self.log_append(crate::durable::RECORD_ABORT, payload);
+            }
             let record = RecordView::parse(&bytes).expect("checked when locked");
             for write in record.writes() {
                 if let Some(partition) = self.store.get_any(write.partition) {

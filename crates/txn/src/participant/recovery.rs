@@ -420,8 +420,9 @@ impl Participant {
             self.settle(tx);
             return;
         }
+        let mut held = self.locked.contains_key(tx);
         if commit {
-            self.install_locked(tx);
+            self.install_locked(tx, true);
         } else if let Some(bytes) = self.locked.remove(tx) {
             self.lock_lsn.remove(tx);
             let record = RecordView::parse(&bytes).expect("checked when locked");
@@ -446,6 +447,7 @@ impl Participant {
                 records.extend(log.replicated.remove(&k));
             }
         }
+        held |= !records.is_empty();
         for bytes in records {
             if commit && let Ok(record) = RecordView::parse(&bytes) {
                 self.shipped.remember(record.note());
@@ -467,6 +469,15 @@ impl Participant {
                 self.stats.records_applied += 1;
             }
             self.recycle(bytes);
+        }
+        if held && self.durable.is_some() {
+            // On this disk, so that a restart finds it decided (`crate::restore`).
+            self.scratch.clear();
+            self.scratch.push(u8::from(commit));
+            crate::recovery::encode_decision(tx.view, tx, partitions, &mut self.scratch);
+            let scratch = std::mem::take(&mut self.scratch);
+            let _ = self.log_append(crate::durable::RECORD_DECIDED, &scratch);
+            self.scratch = scratch;
         }
         self.recovery
             .decided

@@ -1,0 +1,294 @@
+//! Restart from disk (issue 32): a worker's log, replayed into the copies of a node's new
+//! life and into its participant, so that the new life holds what the ended one held.
+//!
+//! Sans-IO: the node reads the records from its data directory (the ended life's logs,
+//! each worker's in order) and hands them here. Replay runs in two steps over every
+//! worker's records:
+//!
+//! 1. [`replay`]: each record is classified by what the log itself says of its
+//!    transaction. A COMMIT-BACKUP record is committed once a truncation mark of its
+//!    coordinator covers it (a mark says every transaction up to it ended, and one that
+//!    aborted after logging here logged an ABORT) or recovery's decision here says so
+//!    ([`crate::durable::RECORD_DECIDED`]); a primary's LOCK record once it installed
+//!    ([`crate::durable::RECORD_INSTALLED`]), a mark covers it or a decision commits it;
+//!    a primary's COMMIT-PRIMARY record (`flush` mode) always. Committed writes are
+//!    applied to the copies at their versions (a copy keeps the highest version it is
+//!    given, so the order of records and of workers does not matter). Records that are
+//!    neither committed nor aborted are in doubt, kept as [`Replay`].
+//! 2. [`Replay::relock`], once every worker's committed writes are applied: a primary's
+//!    LOCK records in doubt lock their objects again at the versions they locked; then
+//!    [`Participant::restore`] gives the participant its records in doubt, truncation
+//!    marks, installs and decisions, as it held them. The first view's transaction-state
+//!    recovery decides every transaction in doubt, as after any failure (FaRM 5.3).
+
+use foldhash::fast::FixedState;
+use hashbrown::{HashMap, HashSet};
+
+use ferrotx_store::LockError;
+
+use crate::durable::{
+    RECORD_ABORT, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED, RECORD_INSTALLED,
+    RECORD_LOCK,
+};
+use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx};
+use crate::participant::{NodeStore, Participant, Role};
+use crate::recovery::decode_decision;
+
+/// Why a log could not be replayed: a record whose checksum held but whose bytes are
+/// not what its kind says (another version's log, or a bug), or a lock in doubt that its
+/// object cannot take again.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("record {index} of the log (kind {kind}): {what}")]
+pub struct ReplayError {
+    /// The record's position among those replayed (0 first).
+    pub index: usize,
+    /// Its kind.
+    pub kind: u8,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// What replay did, for the node's log and status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Records read.
+    pub records: u64,
+    /// Committed transactions applied to copies, and their writes applied.
+    pub committed: u64,
+    pub writes: u64,
+    /// Transactions found aborted (their records skipped).
+    pub aborted: u64,
+    /// Records in doubt given to recovery: primaries' locks and backups' records.
+    pub locks_in_doubt: u64,
+    pub records_in_doubt: u64,
+    /// Writes of committed records to partitions this life does not hold (skipped).
+    pub writes_elsewhere: u64,
+}
+
+impl ReplayStats {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &ReplayStats) {
+        self.records += other.records;
+        self.committed += other.committed;
+        self.writes += other.writes;
+        self.aborted += other.aborted;
+        self.locks_in_doubt += other.locks_in_doubt;
+        self.records_in_doubt += other.records_in_doubt;
+        self.writes_elsewhere += other.writes_elsewhere;
+    }
+}
+
+/// One worker's log, replayed: what its participant held in doubt when the life ended.
+#[derive(Default)]
+pub struct Replay {
+    /// Primaries' LOCK records in doubt, by transaction.
+    locked: Vec<(TxId, Vec<u8>)>,
+    /// Backups' COMMIT-BACKUP records in doubt, by coordinator and counter.
+    records: Vec<(CoordinatorId, u64, Vec<u8>)>,
+    /// The highest truncation mark of each coordinator.
+    marks: HashMap<CoordinatorId, u64, FixedState>,
+    /// Transactions installed here above their coordinator's mark (commit-primary votes).
+    installed: Vec<(CoordinatorId, u64)>,
+    /// Recovery's decisions logged here.
+    decided: Vec<(TxId, bool, Vec<u32>)>,
+    /// What replay did.
+    pub stats: ReplayStats,
+}
+
+fn coordinator_of(tx: &TxId) -> CoordinatorId {
+    (tx.node, tx.thread, tx.incarnation)
+}
+
+/// Replays one worker's `records` (kind and payload, in log order) into `store`'s copies
+/// (step 1 of the module): applies the committed writes, returns what is in doubt.
+pub fn replay<'a>(
+    store: &NodeStore,
+    records: impl Iterator<Item = (u8, &'a [u8])> + Clone,
+) -> Result<Replay, ReplayError> {
+    let bad = |index: usize, kind: u8, what: &str| ReplayError {
+        index,
+        kind,
+        what: what.to_owned(),
+    };
+    // First pass: what the log says of each transaction's end.
+    let mut replay = Replay::default();
+    let mut aborted: HashSet<TxId, FixedState> = HashSet::with_hasher(FixedState::with_seed(0));
+    let mut installed: HashSet<TxId, FixedState> = HashSet::with_hasher(FixedState::with_seed(0));
+    let mut decided: HashMap<TxId, bool, FixedState> =
+        HashMap::with_hasher(FixedState::with_seed(0));
+    for (index, (kind, payload)) in records.clone().enumerate() {
+        replay.stats.records += 1;
+        match kind {
+            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY => {
+                let record = RecordView::parse(payload)
+                    .map_err(|e| bad(index, kind, &format!("not a record: {e}")))?;
+                let mark = replay.marks.entry(coordinator_of(&record.tx)).or_default();
+                *mark = (*mark).max(record.truncate_up_to);
+            }
+            RECORD_ABORT => {
+                let tx = decode_tx(payload)
+                    .map_err(|e| bad(index, kind, &format!("not a transaction id: {e}")))?;
+                aborted.insert(tx);
+            }
+            RECORD_INSTALLED => {
+                let tx = decode_tx(payload)
+                    .map_err(|e| bad(index, kind, &format!("not a transaction id: {e}")))?;
+                installed.insert(tx);
+            }
+            RECORD_DECIDED => {
+                let (&commit, rest) = payload
+                    .split_first()
+                    .ok_or_else(|| bad(index, kind, "empty"))?;
+                let (_, tx, partitions) = decode_decision(rest)
+                    .map_err(|e| bad(index, kind, &format!("not a decision: {e}")))?;
+                decided.insert(tx, commit == 1);
+                replay.decided.push((tx, commit == 1, partitions));
+            }
+            _ => return Err(bad(index, kind, "unknown record kind")),
+        }
+    }
+    // Second pass: apply what committed, keep what is in doubt.
+    let mut applied: HashSet<TxId, FixedState> = HashSet::with_hasher(FixedState::with_seed(0));
+    for (kind, payload) in records {
+        if !matches!(
+            kind,
+            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY
+        ) {
+            continue;
+        }
+        let record = RecordView::parse(payload).expect("parsed in the first pass");
+        let tx = record.tx;
+        let coordinator = coordinator_of(&tx);
+        let marked = replay.marks.get(&coordinator).copied().unwrap_or(0) >= tx.counter;
+        let decision = decided.get(&tx).copied();
+        if aborted.contains(&tx) || decision == Some(false) {
+            replay.stats.aborted += 1;
+            continue;
+        }
+        let committed = kind == RECORD_COMMIT_PRIMARY
+            || marked
+            || decision == Some(true)
+            || (kind == RECORD_LOCK && installed.contains(&tx));
+        if committed {
+            for write in record.writes() {
+                let Some(version) = write.version.checked_add(1) else {
+                    continue;
+                };
+                match store.get_any(write.partition) {
+                    Some(partition) => {
+                        let _ = partition.apply(write.table, &write.key, version, write.value);
+                        replay.stats.writes += 1;
+                    }
+                    None => replay.stats.writes_elsewhere += 1,
+                }
+            }
+            if applied.insert(tx) {
+                replay.stats.committed += 1;
+            }
+            if kind != RECORD_COMMIT_BACKUP && !marked {
+                // A commit-primary vote until a mark covers it.
+                replay.installed.push((coordinator, tx.counter));
+            }
+        } else if kind == RECORD_LOCK {
+            replay.locked.push((tx, payload.to_vec()));
+            replay.stats.locks_in_doubt += 1;
+        } else {
+            replay
+                .records
+                .push((coordinator, tx.counter, payload.to_vec()));
+            replay.stats.records_in_doubt += 1;
+        }
+    }
+    Ok(replay)
+}
+
+impl Replay {
+    /// Locks again, in `store`, the objects of this worker's LOCK records in doubt, at
+    /// the versions they locked (step 2 of the module): once every worker's committed
+    /// writes are applied. A record whose partition this life does not hold as primary
+    /// is dropped (the lock went with the copy).
+    pub fn relock(&mut self, store: &NodeStore) -> Result<(), ReplayError> {
+        let mut kept = Vec::with_capacity(self.locked.len());
+        for (tx, bytes) in std::mem::take(&mut self.locked) {
+            let record = RecordView::parse(&bytes).expect("parsed by replay");
+            let mut taken = 0;
+            let mut failed = None;
+            for write in record.writes() {
+                let Some(partition) = store.get(write.partition, Role::Primary) else {
+                    failed = Some("its partition is not a primary here".to_owned());
+                    break;
+                };
+                match partition.lock(write.table, &write.key, write.version) {
+                    Ok(Ok(())) => taken += 1,
+                    Ok(Err(LockError::VersionChanged { current })) => {
+                        failed = Some(format!(
+                            "an object locked at version {} is at version {current}",
+                            write.version
+                        ));
+                        break;
+                    }
+                    Ok(Err(e)) => {
+                        failed = Some(e.to_string());
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => kept.push((tx, bytes)),
+                Some(what) => {
+                    for write in record.writes().take(taken) {
+                        if let Some(p) = store.get(write.partition, Role::Primary) {
+                            let _ = p.unlock(write.table, &write.key);
+                        }
+                    }
+                    if record
+                        .writes()
+                        .any(|w| store.get(w.partition, Role::Primary).is_some())
+                    {
+                        return Err(ReplayError {
+                            index: 0,
+                            kind: RECORD_LOCK,
+                            what: format!("transaction {tx:?} in doubt: {what}"),
+                        });
+                    }
+                    self.stats.locks_in_doubt -= 1;
+                }
+            }
+        }
+        self.locked = kept;
+        Ok(())
+    }
+}
+
+impl Participant {
+    /// Gives this participant what its worker's log held in doubt (step 2 of the
+    /// module), before the worker serves anything.
+    pub fn restore(&mut self, replay: Replay) {
+        for (coordinator, mark) in &replay.marks {
+            let log = self.logs.entry(*coordinator).or_default();
+            log.truncated_up_to = log.truncated_up_to.max(*mark);
+        }
+        for (coordinator, counter, bytes) in replay.records {
+            let log = self.logs.entry(coordinator).or_default();
+            if counter > log.truncated_up_to {
+                log.records.insert(counter, bytes);
+            }
+        }
+        for (coordinator, counter) in replay.installed {
+            let log = self.logs.entry(coordinator).or_default();
+            if counter > log.truncated_up_to && !log.installed.contains(&counter) {
+                log.installed.push_back(counter);
+            }
+        }
+        for (tx, bytes) in replay.locked {
+            self.locked.insert(tx, bytes);
+        }
+        for (tx, commit, partitions) in replay.decided {
+            self.recovery.decided.insert(tx, (commit, partitions));
+        }
+    }
+}
