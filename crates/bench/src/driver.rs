@@ -420,7 +420,9 @@ fn start_member<T: Transport + Send + 'static>(
     let keys = options.keys.clone();
     ensure!(lease_ms >= 1, "leases must be at least 1 ms long");
     let state = ferrotx_coord::default_state_path(config_path);
-    let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
+    let incarnation =
+        ferrotx_node::lives::next_incarnation(previous, ferrotx_node::incarnation_from_clock());
+    let mut coordination = ferrotx_coord::FileCoordination::open_life(&state, id, incarnation)
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
     match previous {
         None => {
@@ -440,8 +442,6 @@ fn start_member<T: Transport + Send + 'static>(
             );
         }
     }
-    let incarnation =
-        ferrotx_node::lives::next_incarnation(previous, ferrotx_node::incarnation_from_clock());
     let options = &with_logs(options, config, config_path, id, incarnation)?;
     let membership = ferrotx_membership::Options::with_lease_ms(lease_ms);
     // A lock held elsewhere fails a swap for certain, before the call's deadline.

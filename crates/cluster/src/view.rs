@@ -166,6 +166,75 @@ impl View {
         self.members.is_empty()
     }
 
+    /// The view of a cluster that ended with its copies on disk (issue 32, whole-cluster
+    /// restart): ended (no members: [`View::is_ended`]), with the same id, every life of
+    /// `self` (members and suspended) suspended, and the copies each partition had (on
+    /// members, or else on suspended lives) as its suspended copies. A partition being
+    /// filled counts only its copies, as in any view. The first view of the restarted
+    /// cluster ([`View::restarted`]) gives these copies to the new lives of the same
+    /// nodes, which loaded them from their data directories.
+    pub fn ended_on_disk(&self) -> Self {
+        let mut suspended: Vec<ViewMember> = self
+            .members
+            .iter()
+            .chain(&self.suspended)
+            .copied()
+            .collect();
+        suspended.sort();
+        let suspended_copies: Vec<Vec<u16>> = (0..self.copies.len())
+            .map(|p| {
+                if self.copies[p].is_empty() {
+                    self.suspended_copies(p as u32).to_vec()
+                } else {
+                    self.copies[p].clone()
+                }
+            })
+            .collect();
+        let mut ended = Self {
+            suspended,
+            suspended_copies,
+            ..Self::ended(self.id, self.copies.len())
+        };
+        if ended.suspended_copies.iter().all(Vec::is_empty) {
+            ended.suspended_copies.clear();
+        }
+        ended
+    }
+
+    /// True for a view of [`View::ended_on_disk`]: a cluster that ended with copies that
+    /// its nodes' data directories hold.
+    pub fn is_ended_on_disk(&self) -> bool {
+        self.is_ended() && !self.suspended.is_empty()
+    }
+
+    /// The first view of a cluster restarted from an [`View::ended_on_disk`] view `self`,
+    /// with id `id` and the new lives `members` (one per node of the configuration
+    /// file): each partition's copies are those it had, in the same order, now on the
+    /// new lives of their nodes. The member of lowest node id is CM.
+    pub fn restarted(&self, id: u64, members: Vec<ViewMember>) -> Self {
+        let mut members = members;
+        members.sort();
+        let cm = members.first().map_or(NO_NODE, |m| m.node);
+        let copies = (0..self.copies.len())
+            .map(|p| {
+                self.suspended_copies(p as u32)
+                    .iter()
+                    .copied()
+                    .filter(|&n| members.iter().any(|m| m.node == n))
+                    .collect()
+            })
+            .collect();
+        Self {
+            id,
+            cm,
+            members,
+            copies,
+            filling: Vec::new(),
+            suspended: Vec::new(),
+            suspended_copies: Vec::new(),
+        }
+    }
+
     /// The incarnation of member `node`, if it is one.
     pub fn incarnation(&self, node: u16) -> Option<u64> {
         life_in(&self.members, node)
@@ -766,6 +835,53 @@ mod tests {
         }
         assert!(v.orphaned_in(&next, &BTreeSet::new()).is_empty());
         assert_eq!(next.short_and_lost(3), (12, 0));
+    }
+
+    #[test]
+    fn a_view_ended_on_disk_gives_its_copies_to_the_new_lives_of_their_nodes() {
+        let config = Configuration::local(3, 3, 1, 4, 7000).unwrap();
+        let v = view3();
+        let ended = v.ended_on_disk();
+        assert!(ended.is_ended() && ended.is_ended_on_disk());
+        assert_eq!(ended.id, v.id);
+        assert_eq!(ended.suspended, v.members);
+        for p in 0..v.copies.len() as u32 {
+            assert!(ended.copies[p as usize].is_empty());
+            assert_eq!(ended.suspended_copies(p), v.copies[p as usize].as_slice());
+        }
+        ended.check(&config).unwrap();
+        assert!(!View::ended(5, 12).is_ended_on_disk());
+        // The first view after the restart: the same copies, in the same order, on the
+        // new lives.
+        let lives: Vec<ViewMember> = (0..3)
+            .map(|node| ViewMember {
+                node,
+                incarnation: 20 + u64::from(node),
+            })
+            .collect();
+        let first = ended.restarted(6, lives.clone());
+        first.check(&config).unwrap();
+        assert_eq!((first.id, first.cm), (6, 0));
+        assert_eq!(first.members, lives);
+        assert_eq!(first.copies, v.copies);
+        // A partition suspended before the end keeps its suspended copies, and one whose
+        // copies were all lost stays lost.
+        let mut partial = v.clone();
+        partial.copies[0].clear();
+        partial.copies[1].clear();
+        partial.suspended_copies = vec![Vec::new(), vec![2]];
+        partial.suspended = vec![partial.members.pop().unwrap()];
+        for c in &mut partial.copies {
+            c.retain(|&n| n != 2);
+        }
+        partial.check(&config).unwrap();
+        let ended = partial.ended_on_disk();
+        ended.check(&config).unwrap();
+        assert_eq!(ended.suspended.len(), 3);
+        let first = ended.restarted(6, lives);
+        assert!(first.copies[0].is_empty());
+        assert_eq!(first.copies[1], vec![2]);
+        assert_eq!(first.copies[2], vec![0, 1]);
     }
 
     #[test]

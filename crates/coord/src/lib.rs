@@ -45,7 +45,7 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -154,7 +154,26 @@ impl FileCoordination {
     /// value is dropped. Fails with [`OpenError::NodeRunning`] if another process, or
     /// another value in this one, holds it. The state file itself need not exist.
     pub fn open(path: impl AsRef<Path>, node: u16) -> Result<Self, OpenError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_inner(path.as_ref(), node, None)
+    }
+
+    /// [`FileCoordination::open`] for the process that runs as life `incarnation` of
+    /// node `node`: the liveness lock is taken and the life written into its file under
+    /// the state lock, at once, so that no other process ever finds the lock held
+    /// without knowing by which life. A member of a view is alive only while its own
+    /// life holds its node's lock: a newer life of the node holding it proves the member
+    /// dead, whether or not that newer life is admitted yet (a whole cluster killed and
+    /// started again, each node seeing the others' new processes).
+    pub fn open_life(
+        path: impl AsRef<Path>,
+        node: u16,
+        incarnation: u64,
+    ) -> Result<Self, OpenError> {
+        Self::open_inner(path.as_ref(), node, Some(incarnation))
+    }
+
+    fn open_inner(path: &Path, node: u16, life: Option<u64>) -> Result<Self, OpenError> {
+        let path = path.to_path_buf();
         let dir = parent_dir(&path);
         fs::create_dir_all(&dir).map_err(|source| OpenError::Io {
             what: "create directory",
@@ -167,6 +186,18 @@ impl FileCoordination {
             path: lock_path.clone(),
             source,
         })?;
+        // With a life: under the state lock, so that a liveness check (which holds it)
+        // sees the lock free, or held with this life written.
+        let state_lock = match life {
+            Some(_) => Some(
+                Self::take_state_lock(&path, STATE_LOCK_TIMEOUT).map_err(|e| OpenError::Io {
+                    what: "lock",
+                    path: with_suffix(&path, ".lock"),
+                    source: io::Error::other(e.to_string()),
+                })?,
+            ),
+            None => None,
+        };
         let mut tries = 0;
         loop {
             match file.try_lock() {
@@ -190,6 +221,17 @@ impl FileCoordination {
                 }
             }
         }
+        if let Some(life) = life {
+            let written = file
+                .set_len(0)
+                .and_then(|()| (&file).write_all(format!("{life}\n").as_bytes()));
+            written.map_err(|source| OpenError::Io {
+                what: "write",
+                path: lock_path.clone(),
+                source,
+            })?;
+        }
+        drop(state_lock);
         Ok(Self {
             path,
             node,
@@ -240,6 +282,28 @@ impl FileCoordination {
         Ok(Some(view.id))
     }
 
+    /// [`FileCoordination::retire_if_dead`] for a cluster whose copies are on disk
+    /// (`flush` and `sync` modes, issue 32): the stored view, if its cluster died, is
+    /// replaced by [`View::ended_on_disk`] (same id, every life suspended with its
+    /// copies), from which the restarted cluster's first view gives the copies to the new
+    /// lives of the same nodes. Returns the view ended so (stored earlier, or now), or
+    /// `None` if there is none, it ended with nothing on disk, or a member is alive.
+    pub fn end_on_disk_if_dead(&mut self) -> Result<Option<View>, CoordinationError> {
+        let _lock = self.state_lock()?;
+        let Some(view) = self.read_file()? else {
+            return Ok(None);
+        };
+        if view.is_ended_on_disk() {
+            return Ok(Some(view));
+        }
+        if view.is_ended() || self.any_member_alive(&view)? {
+            return Ok(None);
+        }
+        let ended = view.ended_on_disk();
+        self.write_file(&ended)?;
+        Ok(Some(ended))
+    }
+
     /// The id of the stored view if a cluster runs on this service: a view that has not
     /// ended, with a member other than this node alive. A process started with `--join`
     /// checks it, so that it never starts a new, empty cluster by mistake.
@@ -253,7 +317,7 @@ impl FileCoordination {
 
     fn any_member_alive(&self, view: &View) -> Result<bool, CoordinationError> {
         for m in &view.members {
-            if m.node != self.node && self.node_alive(m.node)? {
+            if m.node != self.node && self.node_alive(m.node, m.incarnation)? {
                 return Ok(true);
             }
         }
@@ -261,9 +325,13 @@ impl FileCoordination {
     }
 
     /// True if node `node`'s liveness lock is held. Takes it for an instant if not.
-    fn node_alive(&self, node: u16) -> Result<bool, CoordinationError> {
+    /// True if life `incarnation` of node `node` may be alive: its node's liveness lock
+    /// is held, and not by another life of the node ([`FileCoordination::open_life`]
+    /// writes the holder's life into the lock's file; a holder that wrote none, such as
+    /// a tool, counts as alive). Takes the lock for an instant if it is free.
+    fn node_alive(&self, node: u16, incarnation: u64) -> Result<bool, CoordinationError> {
         let lock_path = node_lock_path(&self.path, node);
-        let file = match File::open(&lock_path) {
+        let mut file = match File::open(&lock_path) {
             Ok(f) => f,
             // Never opened: no process runs as that node.
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -272,7 +340,14 @@ impl FileCoordination {
         match file.try_lock() {
             // Released when `file` is dropped, right away.
             Ok(()) => Ok(false),
-            Err(TryLockError::WouldBlock) => Ok(true),
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                Ok(match text.trim().parse::<u64>() {
+                    Ok(holder) => holder == incarnation,
+                    Err(_) => true,
+                })
+            }
             Err(TryLockError::Error(e)) => Err(unavailable("probe", &lock_path, &e)),
         }
     }
@@ -280,7 +355,11 @@ impl FileCoordination {
     /// Takes the state lock, trying for up to the lock timeout; released when the file
     /// returned is dropped.
     fn state_lock(&self) -> Result<File, CoordinationError> {
-        let lock_path = with_suffix(&self.path, ".lock");
+        Self::take_state_lock(&self.path, self.lock_timeout)
+    }
+
+    fn take_state_lock(path: &Path, lock_timeout: Duration) -> Result<File, CoordinationError> {
+        let lock_path = with_suffix(path, ".lock");
         let file = open_lock_file(&lock_path).map_err(|e| unavailable("open", &lock_path, &e))?;
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(1);
@@ -291,14 +370,14 @@ impl FileCoordination {
                 Err(TryLockError::Error(e)) => return Err(unavailable("lock", &lock_path, &e)),
             }
             let waited = started.elapsed();
-            if waited >= self.lock_timeout {
+            if waited >= lock_timeout {
                 return Err(CoordinationError::Unavailable(format!(
                     "coordination file: the lock {} is held by another process (waited {} ms); nothing was changed",
                     lock_path.display(),
                     waited.as_millis()
                 )));
             }
-            std::thread::sleep(pause.min(self.lock_timeout - waited));
+            std::thread::sleep(pause.min(lock_timeout - waited));
             pause = (pause * 2).min(STATE_LOCK_PAUSE_MAX);
         }
     }

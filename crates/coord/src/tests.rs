@@ -348,3 +348,31 @@ fn a_held_state_lock_fails_a_swap_in_time_and_changes_nothing() {
     c.compare_and_swap(Some(1), &view(2, &[0])).unwrap();
     assert_eq!(c.read().unwrap().unwrap().id, 2);
 }
+
+#[test]
+fn a_cluster_that_ended_on_disk_keeps_its_copies_and_a_newer_life_proves_a_member_dead() {
+    let dir = TempDir::new("on-disk");
+    let mut a = FileCoordination::open_life(dir.state(), 0, 7).unwrap();
+    assert_eq!(a.end_on_disk_if_dead().unwrap(), None);
+    let stored = view(5, &[0, 1, 2]);
+    a.compare_and_swap(None, &stored).unwrap();
+    // Node 1's member life (incarnation 1) holds its lock: alive.
+    let b = FileCoordination::open_life(dir.state(), 1, 1).unwrap();
+    assert_eq!(a.end_on_disk_if_dead().unwrap(), None);
+    assert!(a.running_cluster().unwrap().is_some());
+    drop(b);
+    // A newer life of node 1 holds the lock: the member life is dead all the same (a
+    // whole cluster started again at once).
+    let _b = FileCoordination::open_life(dir.state(), 1, 2).unwrap();
+    assert_eq!(a.running_cluster().unwrap(), None);
+    let ended = a.end_on_disk_if_dead().unwrap().expect("ended on disk");
+    assert_eq!(ended, stored.ended_on_disk());
+    assert_eq!(a.read().unwrap(), Some(ended.clone()));
+    // Asked again (another node starting): the same view, unchanged.
+    assert_eq!(a.end_on_disk_if_dead().unwrap(), Some(ended));
+    // A holder that wrote no life (a tool) counts as alive.
+    let mut c = FileCoordination::open(dir.state(), 2).unwrap();
+    let running = view(6, &[0, 2]);
+    c.compare_and_swap(Some(5), &running).unwrap();
+    assert_eq!(a.end_on_disk_if_dead().unwrap(), None);
+}

@@ -117,7 +117,8 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     let state = coordination
         .map(Path::to_path_buf)
         .unwrap_or_else(|| ferrotx_coord::default_state_path(path));
-    let mut coordination = ferrotx_coord::FileCoordination::open(&state, id)
+    let incarnation = previous.incarnation(ferrotx_node::incarnation_from_clock());
+    let mut coordination = ferrotx_coord::FileCoordination::open_life(&state, id, incarnation)
         .with_context(|| format!("opening the coordination file {}", state.display()))?;
     let mode = config.durability().mode;
     if mode != ferrotx_cluster::DurabilityMode::Memory && data_dir.is_none() {
@@ -142,6 +143,16 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         .map(earlier_lives)
         .transpose()?
         .unwrap_or_default();
+    let mut ended_on_disk: Option<ferrotx_cluster::View> = None;
+    if mode != ferrotx_cluster::DurabilityMode::Memory && earlier_lives > 0 && !join {
+        // Processes of a cluster killed at once release their liveness locks as they
+        // exit: one started again at once may find a member still "alive" for a few
+        // milliseconds, and would wait to join a cluster that is gone.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while coordination.running_cluster()?.is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     if join {
         // Into a running cluster only: never the first node of a new, empty one.
         let Some(view) = coordination.running_cluster()? else {
@@ -152,18 +163,38 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             );
         };
         println!("node {id}: joining the running cluster at configuration {view}");
-    } else if earlier_lives > 0 && coordination.running_cluster()?.is_none() {
-        // Never a new, empty cluster over logs of an earlier one: restarting a whole
-        // cluster from its data directories is not built yet (docs/durability.md).
-        bail!(
-            "node {id}: the data directory {} holds the logs of {earlier_lives} earlier \
-             life(s) of this node, and no cluster runs on {}: starting a new, empty cluster \
-             over them would drop that data. Restarting a whole cluster from its data \
-             directories is not built yet; to start empty on purpose, move the directory \
-             away (or use another --data-dir)",
-            data_dir.map_or_else(String::new, |d| d.display().to_string()),
-            state.display()
-        );
+    } else if mode != ferrotx_cluster::DurabilityMode::Memory
+        && coordination.running_cluster()?.is_none()
+    {
+        // A cluster whose every process died restarts from its data directories: its
+        // last view is ended "on disk" (every life suspended with its copies), and this
+        // life loads its node's copies before it asks to join (`ferrotx_node::restore`).
+        match coordination.end_on_disk_if_dead()? {
+            Some(ended) => {
+                println!(
+                    "node {id}: the cluster of configuration {} in {} has no live member: \
+                     restarting it from its data directories (every node of {} must start)",
+                    ended.id,
+                    state.display(),
+                    path.display()
+                );
+                ended_on_disk = Some(ended);
+            }
+            None if earlier_lives > 0 => {
+                // Never a new, empty cluster over logs of an earlier one.
+                bail!(
+                    "node {id}: the data directory {} holds the logs of {earlier_lives} \
+                     earlier life(s) of this node, but {} holds no view of a cluster that \
+                     ended with copies on disk (it is new, or its cluster ended in memory \
+                     mode): starting a new, empty cluster over them would drop that data. \
+                     Start the node with the coordination file of its cluster; to start \
+                     empty on purpose, move the directory away (or use another --data-dir)",
+                    data_dir.map_or_else(String::new, |d| d.display().to_string()),
+                    state.display()
+                );
+            }
+            None => {}
+        }
     } else if let Some(ended) = coordination.retire_if_dead()? {
         println!(
             "node {id}: the cluster of configuration {ended} in {} has no live member: starting a new one",
@@ -176,7 +207,6 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     let cluster = ferrotx_node::cluster_id(&mut coordination)?;
     let keys = ferrotx_node::ClusterKeys::watch(key_path.clone(), keys, cluster)
         .context("reading /dev/urandom for this process's sender salts")?;
-    let incarnation = previous.incarnation(ferrotx_node::incarnation_from_clock());
     // The workers' clock counts from `epoch`; Unix time is that plus the offset read now.
     let epoch = Instant::now();
     let wall_offset_ns = std::time::SystemTime::now()
@@ -200,10 +230,39 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             logs.dir().display()
         );
     }
+    let restored = match (&ended_on_disk, data_dir, &logs) {
+        (Some(ended), Some(dir), Some(logs)) => {
+            let restored = ferrotx_node::restore::load(dir, &config, id, ended)
+                .with_context(|| format!("node {id}: loading its copies from {}", dir.display()))?;
+            if let Some(restored) = &restored {
+                logs.note_restored_from(restored.life)
+                    .with_context(|| format!("node {id}: its data directory"))?;
+                let s = &restored.stats;
+                println!(
+                    "node {id}: loaded {} copies of life {:x} ({} lives' logs, {} records, \
+                     {} bytes) in {:.3} s: {} transactions committed, {} aborted, {} locks \
+                     and {} records in doubt for recovery",
+                    restored.partitions().len(),
+                    restored.life,
+                    restored.chain.len(),
+                    s.records,
+                    restored.bytes,
+                    restored.elapsed.as_secs_f64(),
+                    s.committed,
+                    s.aborted,
+                    s.locks_in_doubt,
+                    s.records_in_doubt
+                );
+            }
+            restored.map(Arc::new)
+        }
+        _ => None,
+    };
     let mut options = NodeOptions {
         procedures,
         keys: Some(keys.clone()),
         logs,
+        restored,
         ..NodeOptions::default()
     };
     if let Some(spin_us) = spin_us {
@@ -1135,14 +1194,28 @@ pub fn cluster_local(spec: &LocalCluster, config_out: Option<&Path>) -> anyhow::
     }
     if let Some(dir) = &spec.data_dir {
         let existing = dir.join("cluster.toml");
-        if existing.exists() {
-            bail!(
-                "{} holds a cluster already ({}). Restarting a whole cluster from its data \
-                 directories is not built yet (docs/durability.md); give another --data-dir \
-                 to start a new cluster",
+        if existing.exists() && config_out.is_none() {
+            // The cluster of this directory, restarted from its configuration, key and
+            // nodes' data directories (docs/durability.md, "Whole-cluster restart").
+            let stored = Configuration::load(&existing)
+                .with_context(|| format!("reading the cluster in {}", dir.display()))?;
+            if stored.durability().mode != spec.durability
+                && spec.durability != ferrotx_cluster::DurabilityMode::Memory
+            {
+                bail!(
+                    "{} holds a cluster in {} mode, not {}: its configuration decides",
+                    dir.display(),
+                    stored.durability().mode.name(),
+                    spec.durability.name()
+                );
+            }
+            println!(
+                "ferrotx local cluster: restarting the cluster in {} ({} mode) from its \
+                 configuration and its nodes' data directories; the shape options are not used",
                 dir.display(),
-                existing.display()
+                stored.durability().mode.name()
             );
+            return run_children(&stored, &existing, spec);
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -4,7 +4,8 @@
 //! SIGKILL keeps the page cache, so this shows the records are written where and as
 //! they should be; whether they were synced before the acknowledgement is the
 //! simulator's check, `crates/sim/tests/durability_seeds.rs`.) The data directories are
-//! then refused to another cluster, node, or a second `cluster local`, each naming why.
+//! then refused to another cluster, node, or mode, each naming why, and a node whose
+//! directory lacks its copies is refused.
 
 mod common;
 
@@ -133,16 +134,17 @@ fn sync_mode_logs_every_acknowledged_set_on_every_copy() {
         &missing[..missing.len().min(10)]
     );
 
-    // The same directory again: refused, naming it.
+    // The same directory in another mode: refused, naming it (in its own mode it
+    // restarts the cluster: tests/durability_restart.rs).
     let again = ferrotx()
-        .args(["cluster", "local", "--durability", "sync", "--data-dir"])
+        .args(["cluster", "local", "--durability", "flush", "--data-dir"])
         .arg(&dir)
         .args(["--port-base", &port_base.to_string()])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&again.stderr);
     assert!(
-        !again.status.success() && said.contains("holds a cluster already"),
+        !again.status.success() && said.contains("holds a cluster in sync mode"),
         "{said}"
     );
     // Node 1 on node 0's directory, and any node without one: refused.
@@ -155,11 +157,26 @@ fn sync_mode_logs_every_acknowledged_set_on_every_copy() {
     );
     let said = node_refused(&config_path, 1, None);
     assert!(said.contains("--data-dir"), "{said}");
-    // A node of a dead cluster over its earlier life's logs: never a new empty cluster.
-    let said = node_refused(&config_path, 0, Some(&node_0));
+    // A node of the dead cluster started on an empty directory: its copies are not
+    // there, and it never serves as if they were empty.
+    let empty = dir.join("node-0-empty");
+    let said = node_refused(&config_path, 0, Some(&empty));
+    assert!(said.contains("missing") && said.contains("life"), "{said}");
+    // And over its earlier lives' logs with a coordination file of no cluster: never a
+    // new, empty cluster.
+    let said = ferrotx()
+        .args(["node", "--config"])
+        .arg(&config_path)
+        .args(["--id", "0", "--data-dir"])
+        .arg(&node_0)
+        .arg("--coordination")
+        .arg(dir.join("another.state.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&said.stderr);
     assert!(
-        said.contains("earlier") && said.contains("empty cluster"),
-        "{said}"
+        !said.status.success() && text.contains("earlier") && text.contains("empty cluster"),
+        "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -439,6 +439,11 @@ pub struct Membership {
     expired: bool,
     /// Reading the coordination service ([`Timer::Read`] waits for the answer).
     read_pending: bool,
+    /// The id of this node's view when the pending read was asked for (0: none): a read
+    /// answered below the view adopted since, but not below this, was overtaken (the
+    /// view was adopted from a NEW-CONFIG while the read was on its way), not a
+    /// service that went back.
+    read_asked_at: u64,
     /// The id of a view older than this node's that the coordination service answered
     /// with (it went back), until it answers this node's view or a newer one.
     store_behind: Option<u64>,
@@ -498,6 +503,7 @@ impl Membership {
             last_tick_ns: 0,
             expired: false,
             read_pending: false,
+            read_asked_at: 0,
             store_behind: None,
             last_committed: None,
             actions: VecDeque::new(),
@@ -706,6 +712,7 @@ impl Membership {
     fn request_read(&mut self, now_ns: u64) {
         if !self.read_pending && self.phase != Phase::Removed {
             self.read_pending = true;
+            self.read_asked_at = self.view.as_ref().map_or(0, |v| v.id);
             self.timers.set(Timer::Read, now_ns + self.options.lease_ns);
             self.actions.push_back(Action::Read);
         }
@@ -786,11 +793,25 @@ impl Membership {
         }
         let expected = self.view.as_ref().map(|v| v.id);
         let id = expected.map_or(self.config.id(), |id| id + 1);
-        let next = View::initial(id, &self.config, members);
-        tracing::info!(
-            view = id,
-            "bootstrap: every node asked to join; creating the first view"
-        );
+        let next = match self.view.as_ref().filter(|v| v.is_ended_on_disk()) {
+            // A cluster restarted from its data directories (issue 32): every node's new
+            // life loaded its earlier life's copies, and holds them again.
+            Some(ended) => {
+                tracing::info!(
+                    view = id,
+                    "restart: every node asked to join; the first view gives each the \
+                     copies its data directory holds"
+                );
+                ended.restarted(id, members)
+            }
+            None => {
+                tracing::info!(
+                    view = id,
+                    "bootstrap: every node asked to join; creating the first view"
+                );
+                View::initial(id, &self.config, members)
+            }
+        };
         self.reconfig_to(Reconfig::Swapping {
             next: next.clone(),
             commit_after_ns: 0,
@@ -2193,7 +2214,7 @@ impl Membership {
             self.idle_until(now_ns + self.options.renew_ns());
         }
         match result {
-            Ok(Some(v)) => self.handle_view_read(now_ns, v),
+            Ok(Some(v)) => self.handle_view_read(now_ns, v, self.read_asked_at),
             Ok(None) => {
                 if self.view.is_none() {
                     self.timers.set(Timer::Renew, now_ns);
@@ -2208,8 +2229,14 @@ impl Membership {
         self.handle_timeout(now_ns);
     }
 
-    fn handle_view_read(&mut self, now_ns: u64, v: View) {
+    /// A view read from the coordination service, by a read asked for when this node's
+    /// view was `asked_at`.
+    fn handle_view_read(&mut self, now_ns: u64, v: View, asked_at: u64) {
         let my_id = self.view.as_ref().map_or(0, |v| v.id);
+        if v.id < my_id && v.id >= asked_at {
+            // Overtaken: this node adopted a newer view while the read was on its way.
+            return;
+        }
         if v.id < my_id {
             // The service went back: restored from an old copy, or another store. Never
             // adopted nor swapped against (a swap expects this node's id, so it fails).
@@ -2265,7 +2292,8 @@ impl Membership {
                     "lost the race to swap the view; adopting the winner's"
                 );
                 if let Some(v) = current {
-                    self.handle_view_read(now_ns, *v);
+                    // Read now: never overtaken.
+                    self.handle_view_read(now_ns, *v, u64::MAX);
                 }
             }
             Err(CoordinationError::Unknown(e)) => {

@@ -179,6 +179,23 @@ impl NodeCore {
         incarnation: u64,
         epoch: Epoch,
     ) -> Self {
+        Self::from_view_loaded(config, view, node, incarnation, epoch, &[])
+    }
+
+    /// [`NodeCore::from_view_in`] for a life that loaded copies from its data directory
+    /// (issue 32: [`crate::restore`]): the copies `view` gives it are the `loaded` ones
+    /// where it has them (empty where not), and each partition it is primary of is
+    /// blocked until this view's transaction-state recovery is done, as a promoted
+    /// backup's is (the loaded copy's locks in doubt may lack what another copy logged).
+    /// With nothing `loaded`, exactly [`NodeCore::from_view_in`].
+    pub fn from_view_loaded(
+        config: Arc<Configuration>,
+        view: &View,
+        node: u16,
+        incarnation: u64,
+        epoch: Epoch,
+        loaded: &[(PartitionId, Role, Arc<Partition>)],
+    ) -> Self {
         assert!(
             view.is_member(node, incarnation),
             "node {node} is not a member of view {}",
@@ -190,8 +207,11 @@ impl NodeCore {
             let id = PartitionId(u32::try_from(index).expect("at most PARTITIONS_MAX partitions"));
             if let Some(i) = nodes.iter().position(|&n| n == node) {
                 let role = if i == 0 { Role::Primary } else { Role::Backup };
-                let partition = Partition::with_epoch(id, &schema, &epoch);
-                copies.push((id, role, Arc::new(partition)));
+                let partition = loaded.iter().find(|(p, _, _)| *p == id).map_or_else(
+                    || Arc::new(Partition::with_epoch(id, &schema, &epoch)),
+                    |(_, _, partition)| partition.clone(),
+                );
+                copies.push((id, role, partition));
             }
         }
         let empty = Arc::new(NodeStore::new());
@@ -209,7 +229,19 @@ impl NodeCore {
             epoch,
         };
         // The view's copies, and the backups it has this node fill.
-        let store = Arc::new(core.build_store(view, true));
+        let mut store = core.build_store(view, true);
+        if !loaded.is_empty() {
+            let threads = u32::from(core.config.threads_per_node());
+            let primaries: Vec<u32> = store
+                .hosted()
+                .filter(|&(_, role)| role == Role::Primary)
+                .map(|(p, _)| p)
+                .collect();
+            for p in primaries {
+                store.block(p, threads);
+            }
+        }
+        let store = Arc::new(store);
         *core.view_store.lock().expect("view store lock") = (view.id, store.clone());
         core.store = store;
         core

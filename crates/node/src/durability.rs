@@ -126,6 +126,21 @@ impl NodeLogs {
             .map(|log| (log, self.mode))
     }
 
+    /// Records in this life's directory that it loaded its copies from life `life`'s
+    /// logs ([`crate::restore`]): a later restart of this life reads that chain. Synced
+    /// (file and directory) before it returns.
+    pub fn note_restored_from(&self, life: u64) -> Result<(), DataDirError> {
+        let path = self.dir.join(crate::restore::RESTORED_FROM_FILE);
+        let err = |e: std::io::Error| DataDirError(format!("{}: {e}", path.display()));
+        std::fs::write(&path, format!("{life:016x}\n")).map_err(err)?;
+        std::fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(err)?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)
+    }
+
     /// This life's log directory.
     pub fn dir(&self) -> &Path {
         &self.dir

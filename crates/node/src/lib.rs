@@ -25,6 +25,7 @@ mod local_cluster;
 mod node;
 mod placement;
 mod poller;
+pub mod restore;
 mod runtime;
 mod worker;
 

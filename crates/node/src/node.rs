@@ -65,6 +65,10 @@ pub struct NodeOptions {
     /// This life's logs (`flush` and `sync` modes: [`crate::NodeLogs::open`]); `None` in
     /// `memory` mode. Each worker takes its own when it starts.
     pub logs: Option<Arc<crate::NodeLogs>>,
+    /// The copies this life loaded from its data directory, for a cluster restarted from
+    /// disk ([`crate::restore`]): the first view's copies of this node are these, and
+    /// each worker's participant takes its transactions in doubt.
+    pub restored: Option<Arc<crate::restore::Restored>>,
 }
 
 impl Default for NodeOptions {
@@ -82,6 +86,7 @@ impl Default for NodeOptions {
             procedures: Procedures::default(),
             keys: None,
             logs: None,
+            restored: None,
         }
     }
 }
@@ -598,7 +603,18 @@ impl Node {
                 StartError::NotAdmitted(admit_timeout)
             });
         };
-        let core = NodeCore::from_view(config, &view, node, incarnation);
+        let loaded = options
+            .restored
+            .as_ref()
+            .map_or(&[][..], |r| r.partitions());
+        let core = NodeCore::from_view_loaded(
+            config,
+            &view,
+            node,
+            incarnation,
+            ferrotx_store::Epoch::process(),
+            loaded,
+        );
         let mut node =
             Self::start_core(core, transports, options, epoch, Some(lease.link().clone()));
         node.lease = Some(lease);
@@ -671,6 +687,10 @@ impl Node {
             let keys = options.keys.clone();
             let log = options.logs.as_ref().and_then(|logs| logs.take(thread));
             let log_attached = log.is_some();
+            let replay = options
+                .restored
+                .as_ref()
+                .and_then(|r| r.take_replay(thread));
             let stop = stop.clone();
             let idle = options.idle;
             let name = format!("ferrotx-{local}");
@@ -690,6 +710,11 @@ impl Node {
                         )
                     }),
                 );
+                if let Some(replay) = replay {
+                    // What this worker's log held in doubt: recovery decides it in the
+                    // first view.
+                    participant.borrow_mut().restore(replay);
+                }
                 let mut membership = link.map(|link| WorkerMembership::new(link, thread));
                 if membership.is_some() {
                     // Nothing runs before the first view is switched to.

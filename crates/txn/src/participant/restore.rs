@@ -79,7 +79,7 @@ impl ReplayStats {
 }
 
 /// One worker's log, replayed: what its participant held in doubt when the life ended.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct Replay {
     /// Primaries' LOCK records in doubt, by transaction.
     locked: Vec<(TxId, Vec<u8>)>,
@@ -290,5 +290,158 @@ impl Participant {
         for (tx, commit, partitions) in replay.decided {
             self.recovery.decided.insert(tx, (commit, partitions));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrotx_store::{Key, Partition, PartitionId, ReadError, TableId, TableSpec};
+    use ferrotx_wire::ViewId;
+
+    use super::*;
+    use crate::durable::RECORD_DECIDED;
+    use crate::messages::{LockRecord, Write, encode_tx};
+    use crate::recovery::encode_decision;
+
+    const T: TableId = TableId(1);
+
+    fn tx(counter: u64) -> TxId {
+        TxId {
+            view: ViewId(3),
+            node: 1,
+            thread: 0,
+            incarnation: 9,
+            counter,
+        }
+    }
+
+    /// A record of `tx(counter)` writing `value` to key `key` of partition 0 at `version`
+    /// (read), carrying truncation mark `mark`.
+    fn record(counter: u64, key: u64, version: u64, value: u8, mark: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        LockRecord {
+            tx: tx(counter),
+            partitions: vec![0],
+            writes: vec![Write {
+                partition: 0,
+                table: T,
+                key: Key::from(key),
+                version,
+                value: Some(vec![value; 8]),
+            }],
+            truncate_up_to: mark,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    fn tx_bytes(counter: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_tx(&tx(counter), &mut out);
+        out
+    }
+
+    fn store(role: Role) -> (NodeStore, Arc<Partition>) {
+        let part = Arc::new(Partition::new(
+            PartitionId(0),
+            &[TableSpec::fixed(1, "t", 8)],
+        ));
+        let mut store = NodeStore::new();
+        store.host(role, part.clone());
+        (store, part)
+    }
+
+    fn read(part: &Partition, key: u64) -> Result<(u64, Option<u8>), ReadError> {
+        let mut out = Vec::new();
+        part.read(T, &Key::from(key), &mut out)
+            .unwrap()
+            .map(|o| (o.version, o.present.then(|| out[0])))
+    }
+
+    fn run(store: &NodeStore, records: &[(u8, Vec<u8>)]) -> Replay {
+        replay(store, records.iter().map(|(k, p)| (*k, &p[..]))).unwrap()
+    }
+
+    /// A backup's records: those a mark covers or a decision commits are applied at their
+    /// versions, whatever the order; an aborted one never; the rest wait for recovery.
+    #[test]
+    fn a_backup_applies_what_committed_and_keeps_what_is_in_doubt() {
+        let (store, part) = store(Role::Backup);
+        let mut decided = vec![1u8];
+        encode_decision(ViewId(4), &tx(5), &[0], &mut decided);
+        let records = vec![
+            // Key 2's second write logged before its first: the higher version stays.
+            (RECORD_COMMIT_BACKUP, record(2, 2, 1, 22, 0)),
+            (RECORD_COMMIT_BACKUP, record(1, 2, 0, 11, 0)),
+            (RECORD_COMMIT_BACKUP, record(3, 3, 0, 33, 0)),
+            (RECORD_ABORT, tx_bytes(3)),
+            (RECORD_COMMIT_BACKUP, record(4, 4, 0, 44, 2)),
+            (RECORD_COMMIT_BACKUP, record(5, 5, 0, 55, 2)),
+            (RECORD_DECIDED, decided),
+        ];
+        let r = run(&store, &records);
+        assert_eq!(read(&part, 2), Ok((2, Some(22))));
+        assert_eq!(read(&part, 3), Ok((0, None)), "aborted: never applied");
+        assert_eq!(read(&part, 4), Ok((0, None)), "in doubt: recovery's");
+        assert_eq!(read(&part, 5), Ok((1, Some(55))), "decided: applied");
+        assert_eq!(
+            (r.stats.committed, r.stats.aborted, r.stats.records_in_doubt),
+            (3, 1, 1)
+        );
+        let mut p = Participant::new(Arc::new(store));
+        p.restore(r);
+        let log = &p.logs[&(1, 0, 9)];
+        assert_eq!(log.truncated_up_to, 2);
+        assert_eq!(log.records.keys().copied().collect::<Vec<_>>(), vec![4]);
+        assert!(p.recovery.decided.contains_key(&tx(5)));
+    }
+
+    /// A primary's LOCK records (`sync` mode): installed ones are applied, one in doubt
+    /// locks its object again at the version it locked, for recovery to decide; an
+    /// installed one above the mark is a commit-primary vote.
+    #[test]
+    fn a_primary_locks_again_what_is_in_doubt() {
+        let (store, part) = store(Role::Primary);
+        let records = vec![
+            (RECORD_LOCK, record(1, 7, 0, 1, 0)),
+            (RECORD_INSTALLED, tx_bytes(1)),
+            (RECORD_LOCK, record(2, 7, 1, 2, 0)),
+        ];
+        let mut r = run(&store, &records);
+        assert_eq!(read(&part, 7), Ok((1, Some(1))));
+        r.relock(&store).unwrap();
+        assert_eq!(read(&part, 7), Err(ReadError::Locked));
+        assert_eq!(r.stats.locks_in_doubt, 1);
+        let mut p = Participant::new(Arc::new(store));
+        p.restore(r);
+        assert!(p.locked.contains_key(&tx(2)));
+        assert_eq!(p.logs[&(1, 0, 9)].installed, [1]);
+    }
+
+    /// Bytes whose checksum held but that are not what their kind says are refused,
+    /// naming the record, never replayed.
+    #[test]
+    fn a_record_that_is_not_its_kind_is_refused() {
+        let (store, _) = store(Role::Backup);
+        for records in [
+            vec![(RECORD_COMMIT_BACKUP, vec![1, 2, 3])],
+            vec![(RECORD_ABORT, vec![])],
+            vec![(RECORD_INSTALLED, record(1, 1, 0, 1, 0)), (99, vec![])],
+        ] {
+            let e = replay(&store, records.iter().map(|(k, p)| (*k, &p[..]))).unwrap_err();
+            assert_eq!(e.index, 0, "{e}");
+        }
+        let e = replay(
+            &store,
+            [
+                (RECORD_COMMIT_BACKUP, &record(1, 1, 0, 1, 0)[..]),
+                (99, &[][..]),
+            ]
+            .into_iter(),
+        )
+        .unwrap_err();
+        assert_eq!((e.index, e.kind), (1, 99), "{e}");
     }
 }

@@ -1,0 +1,258 @@
+//! Issue 32: a `sync` cluster (`cluster local --durability sync --data-dir DIR`) under
+//! load has every process killed at once (SIGKILL to the process group) and is started
+//! again on the same directory, round after round (`FERROTX_RESTART_ROUNDS`, default 10).
+//! After each restart every acknowledged write reads back: unique SETs, appends (each
+//! key's tokens, Elle's list-append over APPEND: every acknowledged token once, each
+//! client's in the order acknowledged), and bank transfers (MULTI/EXEC: every balance is
+//! its initial one plus the acknowledged transfers plus some of those of unknown
+//! outcome, and every audit while running saw all the money).
+//!
+//! A SIGKILL keeps the page cache: this shows the restart loads what was logged and
+//! recovers the transactions in flight; that the logs were synced before the
+//! acknowledgement is the simulator's check (`crates/sim/tests/durability_seeds.rs`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferrotx_redis_exec::RespValue;
+
+use common::bank::Bank;
+use common::client::{Conn, call_until_answered, certainly_no_effect, cmd};
+use common::{ferrotx, temp_path, test_ports};
+
+const ACCOUNTS: u64 = 8;
+const BANK_CLIENTS: usize = 3;
+const APPEND_KEYS: usize = 4;
+
+fn rounds() -> usize {
+    std::env::var("FERROTX_RESTART_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+fn start(dir: &Path, port_base: u16, resp_base: u16, round: usize) -> Child {
+    let log = std::fs::File::create(dir.with_extension(format!("round-{round}.log")))
+        .expect("the round's log");
+    ferrotx()
+        .args(["cluster", "local", "--durability", "sync", "--data-dir"])
+        .arg(dir)
+        .args(["--port-base", &port_base.to_string()])
+        .args(["--resp-port-base", &resp_base.to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .expect("start cluster local")
+}
+
+/// SIGKILL to every process of the cluster at once; returns once all are gone.
+fn kill_all(mut cluster: Child) {
+    let group = -(cluster.id() as i32);
+    // SAFETY: kill(2) on the process group this test started.
+    unsafe { libc::kill(group, libc::SIGKILL) };
+    let _ = cluster.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: signal 0 only asks whether a process of the group is left.
+    while unsafe { libc::kill(group, 0) } == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What the writers had acknowledged.
+#[derive(Default)]
+struct Acknowledged {
+    /// Unique SETs: key and value.
+    sets: BTreeMap<String, String>,
+    /// Appends: per key, the tokens acknowledged, in order.
+    appends: BTreeMap<String, Vec<String>>,
+    /// Appends of unknown outcome: per key, tokens that may or may not be there.
+    maybe: BTreeMap<String, Vec<String>>,
+}
+
+/// Writes unique SETs through `addr` until `stop`.
+fn setter(addr: SocketAddr, round: usize, stop: &AtomicBool, acked: &Mutex<Acknowledged>) {
+    let mut conn = None;
+    let mut n = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = conn.as_mut() else {
+            conn = Conn::open(addr);
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let (key, value) = (format!("set:{round}:{n}"), format!("v{round}-{n}"));
+        n += 1;
+        match c.call(cmd(&[&"SET", &key, &value])) {
+            Ok(RespValue::Simple(s)) if s == b"OK" => {
+                acked.lock().unwrap().sets.insert(key, value);
+            }
+            Ok(_) => {}
+            Err(_) => conn = None,
+        }
+    }
+}
+
+/// Appends tokens `" {client}:{n}"` to a few keys through `addr` until `stop`.
+fn appender(
+    addr: SocketAddr,
+    client: usize,
+    round: usize,
+    stop: &AtomicBool,
+    acked: &Mutex<Acknowledged>,
+) {
+    let mut conn = None;
+    let mut n = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = conn.as_mut() else {
+            conn = Conn::open(addr);
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let key = format!("list:{}", n as usize % APPEND_KEYS);
+        let token = format!("{client}.{round}.{n}");
+        n += 1;
+        match c.call(cmd(&[&"APPEND", &key, &format!(" {token}")])) {
+            Ok(RespValue::Integer(_)) => {
+                acked
+                    .lock()
+                    .unwrap()
+                    .appends
+                    .entry(key)
+                    .or_default()
+                    .push(token);
+            }
+            Ok(RespValue::Error(e)) if certainly_no_effect(&e) => {}
+            Ok(_) | Err(_) => {
+                acked
+                    .lock()
+                    .unwrap()
+                    .maybe
+                    .entry(key)
+                    .or_default()
+                    .push(token);
+                conn = None;
+            }
+        }
+    }
+}
+
+/// Panics unless every acknowledged write reads back through `addrs`.
+fn check_read_back(addrs: &[SocketAddr], acked: &Acknowledged, round: usize) {
+    for (i, (key, value)) in acked.sets.iter().enumerate() {
+        let got = call_until_answered(addrs[i % addrs.len()], &cmd(&[&"GET", key]));
+        assert_eq!(
+            got.as_bytes(),
+            Some(value.as_bytes()),
+            "round {round}: acknowledged SET {key} = {value} read back as {got:?}"
+        );
+    }
+    for key in (0..APPEND_KEYS).map(|k| format!("list:{k}")) {
+        let got = call_until_answered(addrs[0], &cmd(&[&"GET", &key]));
+        let text = String::from_utf8_lossy(got.as_bytes().unwrap_or_default()).into_owned();
+        let tokens: Vec<&str> = text.split_whitespace().collect();
+        let mut seen = std::collections::HashSet::new();
+        for t in &tokens {
+            assert!(
+                seen.insert(*t),
+                "round {round}: {key} holds {t} twice: {text}"
+            );
+        }
+        let acked_here = acked.appends.get(&key).map_or(&[][..], Vec::as_slice);
+        let maybe = acked.maybe.get(&key).map_or(&[][..], Vec::as_slice);
+        for t in &tokens {
+            assert!(
+                acked_here.iter().any(|a| a == t) || maybe.iter().any(|m| m == t),
+                "round {round}: {key} holds {t}, which no client appended: {text}"
+            );
+        }
+        // Every acknowledged token, and each client's in the order acknowledged.
+        let position: BTreeMap<&str, usize> =
+            tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        let mut last: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in acked_here {
+            let Some(&at) = position.get(t.as_str()) else {
+                panic!("round {round}: acknowledged append {t} missing from {key}: {text}");
+            };
+            let client = t.split('.').next().unwrap();
+            if let Some(&before) = last.get(client) {
+                assert!(
+                    at > before,
+                    "round {round}: {key}: client {client}'s appends out of order: {text}"
+                );
+            }
+            last.insert(client, at);
+        }
+    }
+}
+
+#[test]
+fn sync_cluster_killed_at_once_restarts_with_every_acknowledged_write() {
+    let dir = temp_path("durability-restart");
+    let _ = std::fs::remove_dir_all(&dir);
+    let port_base = test_ports(0);
+    let resp_base = port_base + 12;
+    let addrs: Vec<SocketAddr> = (0..3)
+        .map(|i| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, resp_base + i)))
+        .collect();
+    let acked = Arc::new(Mutex::new(Acknowledged::default()));
+    let mut bank: Option<Arc<Bank>> = None;
+    let rounds = rounds();
+    let started = Instant::now();
+    for round in 0..=rounds {
+        let cluster = start(&dir, port_base, resp_base, round);
+        // Everything acknowledged before the last kill reads back.
+        check_read_back(&addrs, &acked.lock().unwrap(), round);
+        if let Some(bank) = bank.take() {
+            let summary = bank.check(addrs[round % addrs.len()]);
+            eprintln!("round {round}: bank after the restart: {summary}");
+        }
+        if round == rounds {
+            kill_all(cluster);
+            break;
+        }
+        // Load, then every process killed at once in the middle of it.
+        let b = Bank::open(&addrs, ACCOUNTS);
+        let clients = b.start(BANK_CLIENTS);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for (i, &addr) in addrs.iter().enumerate() {
+            let (stop, acked) = (stop.clone(), acked.clone());
+            writers.push(std::thread::spawn(move || {
+                if i == 0 {
+                    setter(addr, round, &stop, &acked);
+                } else {
+                    appender(addr, i, round, &stop, &acked);
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(300 + 150 * (round as u64 % 6)));
+        kill_all(cluster);
+        stop.store(true, Ordering::SeqCst);
+        b.stop(clients);
+        for w in writers {
+            w.join().unwrap();
+        }
+        let a = acked.lock().unwrap();
+        eprintln!(
+            "round {round}: killed after {} transfers, {} SETs and {} appends acknowledged in all",
+            b.transfers(),
+            a.sets.len(),
+            a.appends.values().map(Vec::len).sum::<usize>()
+        );
+        assert!(b.transfers() > 0, "round {round}: no transfer went through");
+        bank = Some(b);
+    }
+    eprintln!(
+        "{rounds} rounds of SIGKILL and restart in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

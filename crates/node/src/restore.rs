@@ -1,0 +1,209 @@
+//! Loading a node's copies from its data directory (issue 32: whole-cluster restart).
+//!
+//! A cluster whose every process died, in `flush` or `sync` mode, leaves its last view
+//! in the coordination service; the first node to start again ends it "on disk"
+//! ([`View::ended_on_disk`]): every life suspended with the copies it held. Each node's
+//! new life then loads, before it asks to join, the copies that view gives its node's
+//! earlier life, from that life's logs ([`load`]), and the restarted cluster's first
+//! view ([`View::restarted`]) gives them to it again.
+//!
+//! A life's logs hold what it logged itself; a life that was itself restarted names the
+//! life it loaded in `restored-from`, so loading reads the chain of lives, oldest
+//! first, each worker's log in order, and replays each worker's records
+//! ([`ferrotx_txn::participant::restore`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferrotx_cluster::{Configuration, View};
+use ferrotx_store::{Epoch, Partition, PartitionId, TableSpec};
+use ferrotx_txn::participant::restore::{Replay, ReplayStats, replay};
+use ferrotx_txn::participant::{NodeStore, Role};
+use ferrotx_wal::{WalConfig, WalError, recover_with};
+
+use crate::DataDirError;
+use crate::disk::FsStorage;
+use crate::durability::{SEGMENT_BYTES, cluster_id_bytes};
+
+/// The file of a life's directory naming the life it loaded its copies from.
+pub const RESTORED_FROM_FILE: &str = "restored-from";
+
+/// Most lives one chain may hold (a loop in `restored-from` files is refused).
+const CHAIN_MAX: usize = 10_000;
+
+/// The directory of life `life` in data directory `dir`.
+pub fn life_dir(dir: &Path, life: u64) -> PathBuf {
+    dir.join(format!("life-{life:016x}"))
+}
+
+/// What a node loaded from its data directory: the copies, and each worker's
+/// transactions in doubt for its participant.
+pub struct Restored {
+    /// The life whose copies these are, and the chain of lives read (oldest first).
+    pub life: u64,
+    pub chain: Vec<u64>,
+    partitions: Vec<(PartitionId, Role, Arc<Partition>)>,
+    replays: Mutex<Vec<Option<Replay>>>,
+    /// What replay did, over every worker's log.
+    pub stats: ReplayStats,
+    /// Bytes of records read, and how long loading took.
+    pub bytes: u64,
+    pub elapsed: Duration,
+}
+
+impl std::fmt::Debug for Restored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restored")
+            .field("life", &self.life)
+            .field("chain", &self.chain)
+            .field("partitions", &self.partitions.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Restored {
+    /// The copies loaded, with the roles the ended view gave them.
+    pub fn partitions(&self) -> &[(PartitionId, Role, Arc<Partition>)] {
+        &self.partitions
+    }
+
+    /// Worker `thread`'s transactions in doubt, taken once.
+    pub fn take_replay(&self, thread: u16) -> Option<Replay> {
+        self.replays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(usize::from(thread))
+            .and_then(Option::take)
+    }
+}
+
+/// The life of `node` whose copies `ended` (a view ended on disk) keeps, and those copies
+/// (partition, and whether it is the primary); `None` if it keeps none of `node`'s.
+pub fn copies_on_disk(ended: &View, node: u16) -> Option<(u64, Vec<(u32, Role)>)> {
+    let life = ended.suspended_incarnation(node)?;
+    let copies: Vec<(u32, Role)> = (0..ended.copies.len() as u32)
+        .filter_map(|p| {
+            let held = ended.suspended_copies(p);
+            let i = held.iter().position(|&n| n == node)?;
+            Some((p, if i == 0 { Role::Primary } else { Role::Backup }))
+        })
+        .collect();
+    (!copies.is_empty()).then_some((life, copies))
+}
+
+/// The chain of lives whose logs hold life `life`'s copies, oldest first.
+fn chain_of(dir: &Path, life: u64) -> Result<Vec<u64>, DataDirError> {
+    let mut chain = vec![life];
+    let mut at = life;
+    loop {
+        let dir_of = life_dir(dir, at);
+        if !dir_of.is_dir() {
+            return Err(DataDirError(format!(
+                "{}: missing: the cluster's last view has copies on this node's life {at:x}, \
+                 whose logs are not in this data directory (another node's directory, or \
+                 one restored from an older backup?)",
+                dir_of.display()
+            )));
+        }
+        let link = dir_of.join(RESTORED_FROM_FILE);
+        match std::fs::read_to_string(&link) {
+            Ok(text) => {
+                let earlier = u64::from_str_radix(text.trim(), 16).map_err(|_| {
+                    DataDirError(format!("{}: not a life's incarnation", link.display()))
+                })?;
+                if chain.len() >= CHAIN_MAX || chain.contains(&earlier) {
+                    return Err(DataDirError(format!(
+                        "{}: the chain of restored lives loops",
+                        link.display()
+                    )));
+                }
+                chain.push(earlier);
+                at = earlier;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(DataDirError(format!("{}: {e}", link.display()))),
+        }
+    }
+    chain.reverse();
+    Ok(chain)
+}
+
+/// Loads, from data directory `dir`, the copies of node `node` that `ended` (a view
+/// ended on disk) keeps: reads the logs of the life it names (and the lives that life
+/// loaded from), replays them into new copies and returns them with each worker's
+/// transactions in doubt. `None` if `ended` keeps no copy of `node`'s. An error names
+/// the file (and offset) that could not be read: a corrupt record anywhere but at a torn
+/// tail is refused, never replayed.
+pub fn load(
+    dir: &Path,
+    config: &Configuration,
+    node: u16,
+    ended: &View,
+) -> Result<Option<Restored>, DataDirError> {
+    let Some((life, copies)) = copies_on_disk(ended, node) else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    let chain = chain_of(dir, life)?;
+    let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
+    let epoch = Epoch::process();
+    let mut store = NodeStore::new();
+    let mut partitions = Vec::new();
+    for &(p, role) in &copies {
+        let partition = Arc::new(Partition::with_epoch(PartitionId(p), &schema, &epoch));
+        store.host(role, partition.clone());
+        partitions.push((PartitionId(p), role, partition));
+    }
+    let mut replays = Vec::new();
+    let mut stats = ReplayStats::default();
+    let mut bytes = 0u64;
+    for thread in 0..config.threads_per_node() {
+        let mut records: Vec<(u8, Vec<u8>)> = Vec::new();
+        for &at in &chain {
+            let dir_of = life_dir(dir, at);
+            let storage = FsStorage::open(&dir_of)
+                .map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
+            let wal = WalConfig {
+                log_name: format!("w{thread}"),
+                cluster_id: cluster_id_bytes(config),
+                node_id: node,
+                segment_size_bytes: SEGMENT_BYTES,
+            };
+            recover_with(&storage, &wal, |record| {
+                bytes += record.payload.len() as u64;
+                records.push((record.kind, record.payload.to_vec()));
+                Ok::<(), WalError>(())
+            })
+            .map_err(|e| {
+                DataDirError(format!(
+                    "{}: log w{thread} cannot be read: {e}",
+                    dir_of.display()
+                ))
+            })?;
+        }
+        let replayed = replay(&store, records.iter().map(|(k, p)| (*k, &p[..]))).map_err(|e| {
+            DataDirError(format!(
+                "{}: log w{thread} (lives {chain:x?}): {e}",
+                dir.display()
+            ))
+        })?;
+        replays.push(replayed);
+    }
+    for (thread, replayed) in replays.iter_mut().enumerate() {
+        replayed
+            .relock(&store)
+            .map_err(|e| DataDirError(format!("{}: log w{thread}: {e}", dir.display())))?;
+        stats.add(&replayed.stats);
+    }
+    Ok(Some(Restored {
+        life,
+        chain,
+        partitions,
+        replays: Mutex::new(replays.into_iter().map(Some).collect()),
+        stats,
+        bytes,
+        elapsed: started.elapsed(),
+    }))
+}
