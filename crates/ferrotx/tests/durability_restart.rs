@@ -26,6 +26,8 @@ use ferrotx_redis_exec::RespValue;
 
 use common::bank::Bank;
 use common::client::{Conn, call_until_answered, certainly_no_effect, cmd};
+use common::copies::check_copies_equal;
+use common::nodes::{Nodes, full_strength, one_cluster_at_a_time};
 use common::{ferrotx, temp_path, test_ports};
 
 const ACCOUNTS: u64 = 8;
@@ -255,4 +257,57 @@ fn sync_cluster_killed_at_once_restarts_with_every_acknowledged_write() {
         started.elapsed().as_secs_f64()
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A copy filled from its peers (data recovery, after its node was killed and came back
+/// as a new life) is on that node's disk too: the fill's pages are logged, and the
+/// writes its node logged before the fill are not replayed over them. After the whole
+/// cluster is killed and started again, every copy equals its primary and every
+/// acknowledged SET reads back.
+#[test]
+fn a_refilled_copy_comes_back_whole_after_a_whole_cluster_restart() {
+    let _serial = one_cluster_at_a_time();
+    let config = ferrotx_cluster::Configuration::local(3, 3, 1, 4, test_ports(1))
+        .expect("configuration")
+        .with_durability(ferrotx_cluster::Durability {
+            mode: ferrotx_cluster::DurabilityMode::Sync,
+            ..ferrotx_cluster::Durability::default()
+        });
+    let data = temp_path("durability-refill");
+    let _ = std::fs::remove_dir_all(&data);
+    let dirs = data.clone();
+    let mut nodes = Nodes::start_cluster_with("durability-refill", &config, 1000, move |n| {
+        vec![
+            "--data-dir".into(),
+            dirs.join(format!("node-{n}")).display().to_string(),
+        ]
+    });
+    let addrs = nodes.addrs.clone();
+    let mut acked = Acknowledged::default();
+    // Through the first `through` nodes.
+    let set = |acked: &mut Acknowledged, from: usize, to: usize, through: usize| {
+        for i in from..to {
+            let (key, value) = (format!("refill:{i}"), format!("r{i}"));
+            let got = call_until_answered(addrs[i % through], &cmd(&[&"SET", &key, &value]));
+            assert_eq!(got, RespValue::ok());
+            acked.sets.insert(key, value);
+        }
+    };
+    set(&mut acked, 0, 200, 3);
+    // Node 2 killed and back as a new life: removed, admitted, refilled.
+    nodes.kill(2);
+    set(&mut acked, 200, 300, 2);
+    nodes.start(2);
+    nodes.wait_status("node 2 refilled", |s| full_strength(s, 3));
+    set(&mut acked, 300, 400, 3);
+    // Every process at once, then all started again (no --join: from disk).
+    nodes.kill_together(&[0, 1, 2]);
+    for node in 0..3 {
+        nodes.start_as(node, false);
+    }
+    check_read_back(&nodes.addrs, &acked, 1);
+    let summary = check_copies_equal(&mut nodes, 3);
+    eprintln!("after the restart: {summary}");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_store::{Epoch, Partition, PartitionId, TableSpec};
-use ferrotx_txn::participant::restore::{Replay, ReplayStats, replay};
+use ferrotx_txn::participant::restore::{FillViews, Replay, ReplayStats, fill_views, replay};
 use ferrotx_txn::participant::{NodeStore, Role};
 use ferrotx_wal::{WalConfig, WalError, recover_with};
 
@@ -159,6 +159,7 @@ pub fn load(
     let mut replays = Vec::new();
     let mut stats = ReplayStats::default();
     let mut bytes = 0u64;
+    let mut logs: Vec<Vec<(u8, Vec<u8>)>> = Vec::new();
     for thread in 0..config.threads_per_node() {
         let mut records: Vec<(u8, Vec<u8>)> = Vec::new();
         for &at in &chain {
@@ -183,14 +184,25 @@ pub fn load(
                 ))
             })?;
         }
-        let replayed = replay(&store, records.iter().map(|(k, p)| (*k, &p[..]))).map_err(|e| {
-            DataDirError(format!(
-                "{}: log w{thread} (lives {chain:x?}): {e}",
-                dir.display()
-            ))
-        })?;
+        logs.push(records);
+    }
+    // Fills first, over every worker's log: a partition's writes logged by any worker
+    // before its last fill began are the replaced copy's.
+    let mut fills = FillViews::default();
+    for records in &logs {
+        fill_views(records.iter().map(|(k, p)| (*k, &p[..])), &mut fills);
+    }
+    for (thread, records) in logs.iter().enumerate() {
+        let replayed =
+            replay(&store, records.iter().map(|(k, p)| (*k, &p[..])), &fills).map_err(|e| {
+                DataDirError(format!(
+                    "{}: log w{thread} (lives {chain:x?}): {e}",
+                    dir.display()
+                ))
+            })?;
         replays.push(replayed);
     }
+    drop(logs);
     for (thread, replayed) in replays.iter_mut().enumerate() {
         replayed
             .relock(&store)

@@ -64,6 +64,17 @@ pub const RECORD_INSTALLED: u8 = 5;
 /// 0 for abort, then the DECISION message's bytes ([`crate::recovery::encode_decision`]).
 pub const RECORD_DECIDED: u8 = 6;
 
+/// A record kind: a fill of a partition (data recovery) starts here from nothing, in a
+/// view: [u32 partition][u64 view]. On replay, writes to the partition from
+/// transactions of older views are the old copy's, superseded by the fill's pages.
+pub const RECORD_FILL_BEGIN: u8 = 7;
+/// A record kind: one page a fill copied into a partition: [u32 partition][u64 view]
+/// [u16 table][u8 1 for the table's floors, 0 for objects] then the FETCH answer's bytes.
+pub const RECORD_FILL: u8 = 8;
+/// A record kind: a committed record recovery applied here that this node had not
+/// logged (REPLICATE-TX-STATE brought it): the record's bytes.
+pub const RECORD_APPLIED: u8 = 9;
+
 /// How often a waiting answer looks at how far the log is durable. A sync takes about
 /// 0.1 to 0.3 ms on this project's machines, so this adds at most a fifth of one.
 pub const DURABLE_POLL_NS: u64 = 20_000;
@@ -224,6 +235,40 @@ impl Participant {
             Some(durable) => append(durable, &mut self.log_stats, kind, payload),
             None => Ok(0),
         }
+    }
+
+    /// Logs that a fill of `partition` starts from nothing in `view`
+    /// ([`RECORD_FILL_BEGIN`]).
+    pub(crate) fn log_fill_begin(&mut self, partition: u32, view: ferrotx_wire::ViewId) {
+        if self.durable.is_some() {
+            let mut payload = [0u8; 12];
+            payload[..4].copy_from_slice(&partition.to_le_bytes());
+            payload[4..].copy_from_slice(&view.0.to_le_bytes());
+            let _ = self.log_append(RECORD_FILL_BEGIN, &payload);
+        }
+    }
+
+    /// Logs a page a fill of `partition` copied in `view` from `table`: the FETCH
+    /// answer `answer`, of the table's floors or of objects ([`RECORD_FILL`]). Its position (0 without a log); `u64::MAX` if
+    /// it could not be logged, so that the fill is never counted done.
+    pub(crate) fn log_fill(
+        &mut self,
+        partition: u32,
+        view: ferrotx_wire::ViewId,
+        table: ferrotx_store::TableId,
+        floors: bool,
+        answer: &[u8],
+    ) -> u64 {
+        if self.durable.is_none() {
+            return 0;
+        }
+        let mut payload = Vec::with_capacity(15 + answer.len());
+        payload.extend_from_slice(&partition.to_le_bytes());
+        payload.extend_from_slice(&view.0.to_le_bytes());
+        payload.extend_from_slice(&table.0.to_le_bytes());
+        payload.push(u8::from(floors));
+        payload.extend_from_slice(answer);
+        self.log_append(RECORD_FILL, &payload).unwrap_or(u64::MAX)
     }
 
     /// Writes what this participant logged since the last call ([`CommitLog::write`]):

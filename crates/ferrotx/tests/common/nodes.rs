@@ -99,6 +99,13 @@ impl Nodes {
     /// Starts a process for `node`: its first, or a restart, which joins the running
     /// cluster (`--join`), as an operator restarts a node.
     pub fn start(&mut self, node: u16) {
+        let join = self.lives[usize::from(node)] > 0;
+        self.start_as(node, join);
+    }
+
+    /// Starts a process for `node`, with `--join` if `join` (without: a node of a whole
+    /// cluster started again, which restarts from disk in `flush` and `sync` modes).
+    pub fn start_as(&mut self, node: u16, join: bool) {
         let i = usize::from(node);
         assert!(self.children[i].is_none(), "node {node} already runs");
         self.lives[i] += 1;
@@ -112,7 +119,7 @@ impl Nodes {
             .arg(&self.config)
             .args(["--id", &node.to_string()])
             .args(["--lease-ms", &self.lease_ms.to_string()]);
-        if self.lives[i] > 1 {
+        if join {
             command.arg("--join");
         }
         command.args(&self.extra_args[i]);

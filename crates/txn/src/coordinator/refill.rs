@@ -46,6 +46,9 @@ struct Progress {
     locked: BTreeSet<(TableId, Key)>,
     /// Tables whose floors were taken (the last step, once every object was copied).
     floors: usize,
+    /// The log position of the last page of it logged here (issue 32: a fill is done
+    /// only once what it copied is on this node's disk).
+    logged: u64,
 }
 
 /// What the refill coroutines of one worker thread share: the fills' progress, the
@@ -227,26 +230,27 @@ impl Coordinator {
             .iter()
             .find(|m| m.0 == primary)
             .map_or(0, |m| m.1);
-        let state = slot.get_or_insert_with(|| Progress {
+        let fresh = Progress {
             fill: fill.clone(),
             source: (primary, life),
             table: 0,
             cursor: 0,
             locked: BTreeSet::new(),
             floors: 0,
-        });
-        if state.source != (primary, life) {
-            // A new primary: its index has another order, so start again.
-            *state = Progress {
-                fill: fill.clone(),
-                source: (primary, life),
-                table: 0,
-                cursor: 0,
-                locked: BTreeSet::new(),
-                floors: 0,
-            };
-            fill.restarted();
+            logged: 0,
+        };
+        let restarted = slot.as_ref().is_some_and(|s| s.source != (primary, life));
+        if slot.is_none() || restarted {
+            // A copy from nothing (a new primary: its index has another order): on this
+            // node's disk, the writes to the partition logged before this view are the
+            // old copy's (`crate::participant::restore`).
+            self.participant.borrow_mut().log_fill_begin(p, self.view());
+            *slot = Some(fresh);
+            if restarted {
+                fill.restarted();
+            }
         }
+        let state = slot.as_mut().expect("set above");
         let request = if let Some(&table) = tables.get(state.table) {
             FetchRequest {
                 partition: p,
@@ -277,6 +281,12 @@ impl Coordinator {
                 what: FetchWhat::Floors,
             }
         } else {
+            // Done once what it copied is on this node's disk too (at once in `memory`
+            // mode).
+            let logged = state.logged;
+            if !crate::participant::Participant::wait_durable(&self.participant, co, logged).await {
+                return unanswered;
+            }
             fill.set_done();
             return unanswered;
         };
@@ -291,6 +301,7 @@ impl Coordinator {
             return unanswered;
         }
         let (mut objects, mut bytes) = (0u64, 0u64);
+        let mut logged = 0u64;
         let mut refetched = Vec::new();
         let mut locked = Vec::new();
         let answered = co.result(0, |response| {
@@ -305,11 +316,26 @@ impl Coordinator {
                 // Keys the primary reclaimed before now read here at no lower version,
                 // bucket by bucket (crates/store `Partition::raise_floors_each`).
                 let floors = page.floors().ok()?;
+                logged = self.participant.borrow_mut().log_fill(
+                    p,
+                    self.view(),
+                    request.table,
+                    true,
+                    bytes_in,
+                );
                 return copy
                     .raise_floors_each(request.table, &floors)
                     .ok()
                     .map(|()| 0);
             }
+            // On this node's disk, for a restart (`crate::participant::restore`).
+            logged = self.participant.borrow_mut().log_fill(
+                p,
+                self.view(),
+                request.table,
+                false,
+                bytes_in,
+            );
             let visited = page.visit(
                 |o| {
                     objects += 1;
@@ -329,6 +355,7 @@ impl Coordinator {
             return unanswered;
         };
         fill.copied(objects, bytes);
+        state.logged = state.logged.max(logged);
         let table = request.table;
         match request.what {
             FetchWhat::Page { .. } => {

@@ -436,6 +436,7 @@ impl Participant {
         }
         let coordinator: CoordinatorId = (tx.node, tx.thread, tx.incarnation);
         let mut records: Vec<Vec<u8>> = Vec::new();
+        let mut unlogged: Vec<usize> = Vec::new();
         if let Some(log) = self.logs.get_mut(&coordinator) {
             records.extend(log.records.remove(&tx.counter));
             let replicated: Vec<(u64, u32)> = log
@@ -444,10 +445,19 @@ impl Participant {
                 .map(|(k, _)| *k)
                 .collect();
             for k in replicated {
-                records.extend(log.replicated.remove(&k));
+                if let Some(bytes) = log.replicated.remove(&k) {
+                    if commit && self.durable.is_some() {
+                        // Not logged here yet: a restart must find it applied.
+                        unlogged.push(records.len());
+                    }
+                    records.push(bytes);
+                }
             }
         }
         held |= !records.is_empty();
+        for &i in &unlogged {
+            let _ = self.log_append(crate::durable::RECORD_APPLIED, &records[i]);
+        }
         for bytes in records {
             if commit && let Ok(record) = RecordView::parse(&bytes) {
                 self.shipped.remember(record.note());

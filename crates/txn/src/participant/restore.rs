@@ -26,13 +26,17 @@ use hashbrown::{HashMap, HashSet};
 
 use ferrotx_store::LockError;
 
+use ferrotx_store::TableId;
+use ferrotx_wire::ViewId;
+
 use crate::durable::{
-    RECORD_ABORT, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED, RECORD_INSTALLED,
-    RECORD_LOCK,
+    RECORD_ABORT, RECORD_APPLIED, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED,
+    RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED, RECORD_LOCK,
 };
 use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx};
 use crate::participant::{NodeStore, Participant, Role};
 use crate::recovery::decode_decision;
+use crate::refill::decode_fetch_response;
 
 /// Why a log could not be replayed: a record whose checksum held but whose bytes are
 /// not what its kind says (another version's log, or a bug), or a lock in doubt that its
@@ -63,6 +67,9 @@ pub struct ReplayStats {
     pub records_in_doubt: u64,
     /// Writes of committed records to partitions this life does not hold (skipped).
     pub writes_elsewhere: u64,
+    /// Writes to a copy that a later fill replaced (skipped), and objects fills copied.
+    pub writes_superseded: u64,
+    pub fill_objects: u64,
 }
 
 impl ReplayStats {
@@ -75,6 +82,8 @@ impl ReplayStats {
         self.locks_in_doubt += other.locks_in_doubt;
         self.records_in_doubt += other.records_in_doubt;
         self.writes_elsewhere += other.writes_elsewhere;
+        self.writes_superseded += other.writes_superseded;
+        self.fill_objects += other.fill_objects;
     }
 }
 
@@ -99,11 +108,72 @@ fn coordinator_of(tx: &TxId) -> CoordinatorId {
     (tx.node, tx.thread, tx.incarnation)
 }
 
+/// The view each partition's last fill began in, over every worker's log of a node
+/// ([`fill_views`]): writes to the partition from transactions of older views are the
+/// copy's before that fill, which the fill's pages supersede.
+pub type FillViews = HashMap<u32, ViewId, FixedState>;
+
+/// Adds the fills begun in `records` (one worker's log) to `views`. Every worker's log
+/// goes through this before any is replayed.
+pub fn fill_views<'a>(records: impl Iterator<Item = (u8, &'a [u8])>, views: &mut FillViews) {
+    for (kind, payload) in records {
+        if kind == RECORD_FILL_BEGIN
+            && let Some((partition, view)) = fill_header(payload)
+        {
+            let at = views.entry(partition).or_insert(view);
+            *at = (*at).max(view);
+        }
+    }
+}
+
+/// The partition and view a fill record starts with.
+fn fill_header(payload: &[u8]) -> Option<(u32, ViewId)> {
+    let partition = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?);
+    let view = u64::from_le_bytes(payload.get(4..12)?.try_into().ok()?);
+    Some((partition, ViewId(view)))
+}
+
+/// Applies a fill page ([`RECORD_FILL`]) to the copy of its partition in `store`.
+fn apply_fill(store: &NodeStore, payload: &[u8], fills: &FillViews) -> Result<u64, String> {
+    let (partition, view) = fill_header(payload).ok_or("a fill page too short")?;
+    let (table, floors) = match payload.get(12..15) {
+        Some(&[a, b, what @ (0 | 1)]) => (TableId(u16::from_le_bytes([a, b])), what == 1),
+        _ => return Err("a fill page too short, or of no kind".into()),
+    };
+    if fills.get(&partition).is_some_and(|&last| view < last) {
+        // A page of an earlier fill, superseded.
+        return Ok(0);
+    }
+    let Some(copy) = store.get_any(partition) else {
+        return Ok(0);
+    };
+    let (_, page) = decode_fetch_response(&payload[15..]).map_err(|e| e.to_string())?;
+    let page = page.ok_or("a fill page that is not a page")?;
+    if floors {
+        let floors = page.floors().map_err(|e| e.to_string())?;
+        copy.raise_floors_each(table, &floors)
+            .map_err(|e| e.to_string())?;
+        return Ok(0);
+    }
+    let mut applied = 0;
+    page.visit(
+        |o| {
+            if o.version > 0 && copy.apply(table, &o.key, o.version, o.value).is_ok() {
+                applied += 1;
+            }
+        },
+        |_| {},
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(applied)
+}
+
 /// Replays one worker's `records` (kind and payload, in log order) into `store`'s copies
 /// (step 1 of the module): applies the committed writes, returns what is in doubt.
 pub fn replay<'a>(
     store: &NodeStore,
     records: impl Iterator<Item = (u8, &'a [u8])> + Clone,
+    fills: &FillViews,
 ) -> Result<Replay, ReplayError> {
     let bad = |index: usize, kind: u8, what: &str| ReplayError {
         index,
@@ -119,7 +189,12 @@ pub fn replay<'a>(
     for (index, (kind, payload)) in records.clone().enumerate() {
         replay.stats.records += 1;
         match kind {
-            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY => {
+            RECORD_FILL_BEGIN | RECORD_FILL => {
+                if fill_header(payload).is_none() || (kind == RECORD_FILL && payload.len() < 15) {
+                    return Err(bad(index, kind, "a fill record too short"));
+                }
+            }
+            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY | RECORD_APPLIED => {
                 let record = RecordView::parse(payload)
                     .map_err(|e| bad(index, kind, &format!("not a record: {e}")))?;
                 let mark = replay.marks.entry(coordinator_of(&record.tx)).or_default();
@@ -149,10 +224,15 @@ pub fn replay<'a>(
     }
     // Second pass: apply what committed, keep what is in doubt.
     let mut applied: HashSet<TxId, FixedState> = HashSet::with_hasher(FixedState::with_seed(0));
-    for (kind, payload) in records {
+    for (index, (kind, payload)) in records.enumerate() {
+        if kind == RECORD_FILL {
+            replay.stats.fill_objects +=
+                apply_fill(store, payload, fills).map_err(|what| bad(index, kind, &what))?;
+            continue;
+        }
         if !matches!(
             kind,
-            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY
+            RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY | RECORD_APPLIED
         ) {
             continue;
         }
@@ -166,6 +246,7 @@ pub fn replay<'a>(
             continue;
         }
         let committed = kind == RECORD_COMMIT_PRIMARY
+            || kind == RECORD_APPLIED
             || marked
             || decision == Some(true)
             || (kind == RECORD_LOCK && installed.contains(&tx));
@@ -174,6 +255,14 @@ pub fn replay<'a>(
                 let Some(version) = write.version.checked_add(1) else {
                     continue;
                 };
+                if fills
+                    .get(&write.partition)
+                    .is_some_and(|&fill| tx.view < fill)
+                {
+                    // Written to the copy a later fill replaced.
+                    replay.stats.writes_superseded += 1;
+                    continue;
+                }
                 match store.get_any(write.partition) {
                     Some(partition) => {
                         let _ = partition.apply(write.table, &write.key, version, write.value);
@@ -185,7 +274,7 @@ pub fn replay<'a>(
             if applied.insert(tx) {
                 replay.stats.committed += 1;
             }
-            if kind != RECORD_COMMIT_BACKUP && !marked {
+            if matches!(kind, RECORD_LOCK | RECORD_COMMIT_PRIMARY) && !marked {
                 // A commit-primary vote until a mark covers it.
                 replay.installed.push((coordinator, tx.counter));
             }
@@ -361,7 +450,12 @@ mod tests {
     }
 
     fn run(store: &NodeStore, records: &[(u8, Vec<u8>)]) -> Replay {
-        replay(store, records.iter().map(|(k, p)| (*k, &p[..]))).unwrap()
+        replay(
+            store,
+            records.iter().map(|(k, p)| (*k, &p[..])),
+            &FillViews::default(),
+        )
+        .unwrap()
     }
 
     /// A backup's records: those a mark covers or a decision commits are applied at their
@@ -420,6 +514,25 @@ mod tests {
         assert_eq!(p.logs[&(1, 0, 9)].installed, [1]);
     }
 
+    /// Writes logged to a copy before its last fill began (in an older view) are the
+    /// replaced copy's: skipped, whichever worker logged them.
+    #[test]
+    fn writes_before_a_fill_are_the_replaced_copys() {
+        let (store, part) = store(Role::Backup);
+        let mut begin = 0u32.to_le_bytes().to_vec();
+        begin.extend_from_slice(&5u64.to_le_bytes());
+        let worker_0 = vec![(RECORD_COMMIT_BACKUP, record(1, 2, 0, 11, 1))];
+        let worker_1 = vec![(crate::durable::RECORD_FILL_BEGIN, begin)];
+        let mut fills = FillViews::default();
+        for log in [&worker_0, &worker_1] {
+            fill_views(log.iter().map(|(k, p)| (*k, &p[..])), &mut fills);
+        }
+        assert_eq!(fills.get(&0), Some(&ViewId(5)));
+        let r = replay(&store, worker_0.iter().map(|(k, p)| (*k, &p[..])), &fills).unwrap();
+        assert_eq!(read(&part, 2), Ok((0, None)));
+        assert_eq!(r.stats.writes_superseded, 1);
+    }
+
     /// Bytes whose checksum held but that are not what their kind says are refused,
     /// naming the record, never replayed.
     #[test]
@@ -430,7 +543,12 @@ mod tests {
             vec![(RECORD_ABORT, vec![])],
             vec![(RECORD_INSTALLED, record(1, 1, 0, 1, 0)), (99, vec![])],
         ] {
-            let e = replay(&store, records.iter().map(|(k, p)| (*k, &p[..]))).unwrap_err();
+            let e = replay(
+                &store,
+                records.iter().map(|(k, p)| (*k, &p[..])),
+                &FillViews::default(),
+            )
+            .unwrap_err();
             assert_eq!(e.index, 0, "{e}");
         }
         let e = replay(
@@ -440,6 +558,7 @@ mod tests {
                 (99, &[][..]),
             ]
             .into_iter(),
+            &FillViews::default(),
         )
         .unwrap_err();
         assert_eq!((e.index, e.kind), (1, 99), "{e}");
