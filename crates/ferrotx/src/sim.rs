@@ -36,9 +36,11 @@ pub struct SimArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Fault kinds to inject, comma-separated (loss, dup, reorder, partition, pause,
-    /// drift, crash, buggify), or `none`. Default: every kind but crash. Crash turns
-    /// --membership on: a crashed node's memory is gone, and only membership (its new
-    /// life admitted, data recovery) makes that a fault a cluster survives.
+    /// drift, crash, buggify, corrupt, coord, power), or `none`. Default: every kind but
+    /// crash, coord and power. Crash and power turn --membership on: a crashed node's
+    /// memory is gone, and only membership (its new life admitted, data recovery) makes
+    /// that a fault a cluster survives. Power (every node at once, then all started
+    /// again from their disks) needs --durability sync.
     #[arg(long, value_delimiter = ',')]
     faults: Option<Vec<String>>,
     /// Nodes.
@@ -238,6 +240,13 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
     }
     let durability =
         ferrotx_cluster::DurabilityMode::parse(&args.durability).expect("clap checked it");
+    if kinds.contains(&FaultKind::Power) && durability != ferrotx_cluster::DurabilityMode::Sync {
+        bail!(
+            "--faults power cuts every node's power at once and restarts the cluster from its \
+             disks: it needs --durability sync (flush mode's consistent cut at a restart is \
+             not built yet; memory mode keeps nothing)"
+        );
+    }
     let options_for = |workload: &str, seed: u64| {
         if recovery_scenarios::is_recovery(workload) {
             return RunOptions {

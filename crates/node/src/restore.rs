@@ -147,17 +147,6 @@ pub fn load(
     };
     let started = Instant::now();
     let chain = chain_of(dir, life)?;
-    let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
-    let epoch = Epoch::process();
-    let mut store = NodeStore::new();
-    let mut partitions = Vec::new();
-    for &(p, role) in &copies {
-        let partition = Arc::new(Partition::with_epoch(PartitionId(p), &schema, &epoch));
-        store.host(role, partition.clone());
-        partitions.push((PartitionId(p), role, partition));
-    }
-    let mut replays = Vec::new();
-    let mut stats = ReplayStats::default();
     let mut bytes = 0u64;
     let mut logs: Vec<Vec<(u8, Vec<u8>)>> = Vec::new();
     for thread in 0..config.threads_per_node() {
@@ -186,36 +175,58 @@ pub fn load(
         }
         logs.push(records);
     }
+    let mut restored = load_records(config, &copies, &logs)
+        .map_err(|e| DataDirError(format!("{}: lives {chain:x?}: {e}", dir.display())))?;
+    restored.life = life;
+    restored.chain = chain;
+    restored.bytes = bytes;
+    restored.elapsed = started.elapsed();
+    Ok(Some(restored))
+}
+
+/// Replays `logs` (each worker's records, in order, over the chain of lives) into new
+/// copies of `copies` (partition and role): the storage-free half of [`load`], which the
+/// simulator runs on its disks. An error names the worker's log and the record.
+pub fn load_records(
+    config: &Configuration,
+    copies: &[(u32, Role)],
+    logs: &[Vec<(u8, Vec<u8>)>],
+) -> Result<Restored, String> {
+    let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
+    let epoch = Epoch::process();
+    let mut store = NodeStore::new();
+    let mut partitions = Vec::new();
+    for &(p, role) in copies {
+        let partition = Arc::new(Partition::with_epoch(PartitionId(p), &schema, &epoch));
+        store.host(role, partition.clone());
+        partitions.push((PartitionId(p), role, partition));
+    }
     // Fills first, over every worker's log: a partition's writes logged by any worker
     // before its last fill began are the replaced copy's.
     let mut fills = FillViews::default();
-    for records in &logs {
+    for records in logs {
         fill_views(records.iter().map(|(k, p)| (*k, &p[..])), &mut fills);
     }
+    let mut replays = Vec::new();
     for (thread, records) in logs.iter().enumerate() {
-        let replayed =
-            replay(&store, records.iter().map(|(k, p)| (*k, &p[..])), &fills).map_err(|e| {
-                DataDirError(format!(
-                    "{}: log w{thread} (lives {chain:x?}): {e}",
-                    dir.display()
-                ))
-            })?;
+        let replayed = replay(&store, records.iter().map(|(k, p)| (*k, &p[..])), &fills)
+            .map_err(|e| format!("log w{thread}: {e}"))?;
         replays.push(replayed);
     }
-    drop(logs);
+    let mut stats = ReplayStats::default();
     for (thread, replayed) in replays.iter_mut().enumerate() {
         replayed
             .relock(&store)
-            .map_err(|e| DataDirError(format!("{}: log w{thread}: {e}", dir.display())))?;
+            .map_err(|e| format!("log w{thread}: {e}"))?;
         stats.add(&replayed.stats);
     }
-    Ok(Some(Restored {
-        life,
-        chain,
+    Ok(Restored {
+        life: 0,
+        chain: Vec::new(),
         partitions,
         replays: Mutex::new(replays.into_iter().map(Some).collect()),
         stats,
-        bytes,
-        elapsed: started.elapsed(),
-    }))
+        bytes: 0,
+        elapsed: Duration::ZERO,
+    })
 }

@@ -45,6 +45,9 @@ struct SimNode {
     /// Its memory limit in bytes, set on the memory budget of each of its lives' cores
     /// (0: none).
     memory_limit: u64,
+    /// What this life loaded from its disk at a power-on, for its first view's copies
+    /// and its participants (`None` otherwise).
+    restored: Option<ferrotx_node::restore::Restored>,
 }
 
 /// How far apart in simulated time `sync` mode's power cut is checked
@@ -65,6 +68,10 @@ pub struct SimCluster {
     pub crashes: u64,
     /// Restarts so far.
     pub restarts: u64,
+    /// Whole-cluster power cuts so far, and the nodes whose disks could not be replayed
+    /// at a power-on (each a finding: a node must never start empty over its data).
+    pub power_cuts: u64,
+    pub restore_failures: Vec<String>,
     /// Pauses so far.
     pub pauses: u64,
     /// Membership, when the cluster runs it ([`SimCluster::with_membership`]).
@@ -228,6 +235,7 @@ impl SimCluster {
                     membership: None,
                     fills_reported: (0, 0),
                     memory_limit: 0,
+                    restored: None,
                 })
                 .collect(),
             placement: ClusterPlacement::new(config.clone(), None),
@@ -235,6 +243,8 @@ impl SimCluster {
             options,
             crashes: 0,
             restarts: 0,
+            power_cuts: 0,
+            restore_failures: Vec::new(),
             pauses: 0,
             membership: membership.map(MembershipState::new),
             retired_recovery: RecoveryStats::default(),
@@ -359,6 +369,8 @@ impl SimCluster {
             FaultEvent::Pause { node, for_ns } => self.pause(*node, now + for_ns),
             FaultEvent::Crash { node } => self.crash(*node),
             FaultEvent::Restart { node } => self.restart(*node),
+            FaultEvent::PowerCut => self.power_cut(),
+            FaultEvent::PowerOn => self.power_on(),
             FaultEvent::CoordSlow { .. }
             | FaultEvent::CoordDown { .. }
             | FaultEvent::CoordBack { .. } => {
@@ -689,8 +701,19 @@ impl SimCluster {
         if self.disks.is_some() {
             self.loaded.borrow_mut().insert((table.0, key));
         }
-        for node in self.nodes.iter().filter_map(|n| n.core.as_ref()) {
-            node.load(table, key, value).expect("loading a valid key");
+        let partition = self.partition_of(table, &key);
+        for node in &self.nodes {
+            let Some(core) = node.core.as_ref() else {
+                continue;
+            };
+            if core.load(table, key, value).expect("loading a valid key")
+                && let Some(participant) = node.participants.first()
+            {
+                // On its disk too, for a restart (`flush` and `sync` modes).
+                participant
+                    .borrow_mut()
+                    .log_load(partition.0, table, &key, value);
+            }
         }
     }
 
@@ -847,6 +870,69 @@ impl SimCluster {
             state.crashed.insert(life);
         }
         self.crashes += 1;
+    }
+
+    /// Every node up loses power at the same instant: each life ends with what its disk
+    /// had synced (a crash of all at once). Memory mode keeps nothing.
+    pub fn power_cut(&mut self) {
+        for node in 0..self.node_count() {
+            self.crash(node);
+        }
+        self.power_cuts += 1;
+    }
+
+    /// Every node down starts again from its disk (issue 32, a whole-cluster restart):
+    /// the stored view is ended on disk ([`View::ended_on_disk`]), as the first real
+    /// node to start does, and each node's new life loads the copies that view keeps of
+    /// its earlier life from that life's durable records (and the lives it loaded from)
+    /// before it joins; the first view gives them back. A node whose records cannot be
+    /// replayed starts empty and is reported.
+    pub fn power_on(&mut self) {
+        let now = self.sim.now_ns();
+        let ended = self.membership.as_ref().and_then(|state| {
+            let current = state.coordination.current()?;
+            let ended = if current.is_ended_on_disk() {
+                current
+            } else if current.is_ended() {
+                return None;
+            } else {
+                current.ended_on_disk()
+            };
+            state.coordination.restore(Some(ended.clone()));
+            Some(ended)
+        });
+        for node in 0..self.node_count() {
+            if self.is_up(node) {
+                continue;
+            }
+            let old = self.nodes[usize::from(node)].incarnation;
+            let restored = match (&ended, self.disks.as_ref()) {
+                (Some(ended), Some(disks)) => ferrotx_node::restore::copies_on_disk(ended, node)
+                    .and_then(|(life, copies)| {
+                        let logs =
+                            disks.durable_records(node, life, self.config.threads_per_node(), now);
+                        match ferrotx_node::restore::load_records(&self.config, &copies, &logs) {
+                            Ok(restored) => Some(restored),
+                            Err(e) => {
+                                self.restore_failures.push(format!("node {node}: {e}"));
+                                None
+                            }
+                        }
+                        .map(|r| (life, r))
+                    }),
+                _ => None,
+            };
+            let restored =
+                restored.filter(|_| std::env::var_os("FERROTX_SABOTAGE_RESTORE").is_none());
+            if let Some((life, restored)) = restored {
+                if let Some(disks) = self.disks.as_mut() {
+                    disks.note_restored(node, old + 1, life);
+                }
+                self.nodes[usize::from(node)].restored = Some(restored);
+            }
+            self.restarts += 1;
+            self.start(node);
+        }
     }
 
     /// Stops node `node`'s process: workers, partitions and membership are gone, and
@@ -1021,14 +1107,27 @@ impl SimCluster {
                     state.installs += 1;
                     let incarnation = self.nodes[usize::from(node)].incarnation;
                     if self.nodes[usize::from(node)].core.is_none() {
-                        let core = NodeCore::from_view_in(
+                        let restored = self.nodes[usize::from(node)].restored.take();
+                        let core = NodeCore::from_view_loaded(
                             self.config.clone(),
                             &view,
                             node,
                             incarnation,
                             self.epoch.clone(),
+                            restored.as_ref().map_or(&[][..], |r| r.partitions()),
                         );
                         self.build_workers(node, core);
+                        if let Some(restored) = restored {
+                            for (thread, participant) in self.nodes[usize::from(node)]
+                                .participants
+                                .iter()
+                                .enumerate()
+                            {
+                                if let Some(replay) = restored.take_replay(thread as u16) {
+                                    participant.borrow_mut().restore(replay);
+                                }
+                            }
+                        }
                         self.feed_memory(node);
                     }
                     self.switch_workers(node, local, &view);
@@ -1584,6 +1683,9 @@ impl SimCluster {
         // In `sync` mode, a power cut is checked at instants a fixed step apart: the run
         // stops there, checks, and goes on (nothing is changed).
         loop {
+            // Time may have been moved on past a probe while nothing ran (every node
+            // down): the next probe is now.
+            self.next_power_cut_probe = self.next_power_cut_probe.max(self.sim.now_ns());
             let probe = self
                 .disks
                 .as_ref()

@@ -21,7 +21,8 @@ use std::rc::Rc;
 
 use ferrotx_store::Key;
 use ferrotx_txn::durable::{
-    CommitLog, LogFailed, LogMode, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_LOCK,
+    CommitLog, LogFailed, LogMode, RECORD_APPLIED, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY,
+    RECORD_LOCK,
 };
 use ferrotx_txn::messages::RecordView;
 
@@ -142,6 +143,8 @@ pub struct SimDisks {
     lie: Rc<std::cell::Cell<bool>>,
     /// What [`SimDisks::durable_writes`] found so far.
     writes: RefCell<HashSet<(u16, Key, u64)>>,
+    /// The life each life restarted from disk loaded (node, life) -> earlier life.
+    restored_from: std::collections::BTreeMap<(u16, u64), u64>,
 }
 
 impl SimDisks {
@@ -153,6 +156,7 @@ impl SimDisks {
             logs: Vec::new(),
             lie: Rc::new(std::cell::Cell::new(false)),
             writes: RefCell::new(HashSet::new()),
+            restored_from: std::collections::BTreeMap::new(),
         }
     }
 
@@ -207,6 +211,50 @@ impl SimDisks {
         }
     }
 
+    /// Node `node`'s life `life` loaded its copies from life `from`'s disk.
+    pub fn note_restored(&mut self, node: u16, life: u64, from: u64) {
+        self.restored_from.insert((node, life), from);
+    }
+
+    /// What node `node`'s disk holds of life `life` at `now`, for a restart: each worker's
+    /// durable records (kind, payload), in order, over the chain of lives it loaded from
+    /// (oldest first), as the node's data directory would give them.
+    pub fn durable_records(
+        &self,
+        node: u16,
+        life: u64,
+        threads: u16,
+        now: u64,
+    ) -> Vec<Vec<(u8, Vec<u8>)>> {
+        let mut chain = vec![life];
+        while let Some(&from) = self.restored_from.get(&(node, *chain.last().expect("one"))) {
+            chain.push(from);
+        }
+        chain.reverse();
+        (0..threads)
+            .map(|thread| {
+                let mut out = Vec::new();
+                for &at in &chain {
+                    for log in &self.logs {
+                        let mut log = log.borrow_mut();
+                        if log.node != node || log.incarnation != at || log.thread != thread {
+                            continue;
+                        }
+                        log.advance(now);
+                        let durable = log.durable;
+                        out.extend(
+                            log.records
+                                .iter()
+                                .take_while(|r| r.0 <= durable)
+                                .map(|r| (r.1, r.2.clone())),
+                        );
+                    }
+                }
+                out
+            })
+            .collect()
+    }
+
     /// Records appended and records durable at `now`, over every log.
     pub fn counts(&self, now: u64) -> (u64, u64) {
         let (mut appended, mut durable) = (0, 0);
@@ -240,7 +288,14 @@ impl SimDisks {
                     if *lsn > upto {
                         break;
                     }
-                    if ![RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_LOCK].contains(kind) {
+                    if ![
+                        RECORD_COMMIT_BACKUP,
+                        RECORD_COMMIT_PRIMARY,
+                        RECORD_LOCK,
+                        RECORD_APPLIED,
+                    ]
+                    .contains(kind)
+                    {
                         continue;
                     }
                     let Ok(record) = RecordView::parse(payload) else {

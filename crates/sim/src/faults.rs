@@ -42,11 +42,14 @@ pub enum FaultKind {
     /// back to an older view for a while, and some swaps answered "outcome unknown"
     /// (stored or not).
     Coord,
+    /// Every node loses power at once, and all start again a while later, from their
+    /// disks (`flush` and `sync` modes, issue 32: a whole-cluster restart).
+    Power,
 }
 
 impl FaultKind {
     /// Every kind, in order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Loss,
         FaultKind::Dup,
         FaultKind::Reorder,
@@ -57,6 +60,7 @@ impl FaultKind {
         FaultKind::Buggify,
         FaultKind::Corrupt,
         FaultKind::Coord,
+        FaultKind::Power,
     ];
 
     /// The kinds a run injects when it is not told: every kind but crashes, which the
@@ -85,6 +89,7 @@ impl FaultKind {
             FaultKind::Buggify => "buggify",
             FaultKind::Corrupt => "corrupt",
             FaultKind::Coord => "coord",
+            FaultKind::Power => "power",
         }
     }
 }
@@ -148,6 +153,10 @@ pub enum FaultEvent {
         /// The node.
         node: u16,
     },
+    /// Every node up loses power at once: each keeps what its disk had synced.
+    PowerCut,
+    /// Every node down starts again from its disk (a whole-cluster restart).
+    PowerOn,
     /// The coordination service answers each call up to `latency_max_ns` late, for a
     /// while.
     CoordSlow {
@@ -305,6 +314,13 @@ impl FaultPlan {
                 plan.schedule.push((at, event));
             }
         }
+        // Drawn last, as `Coord` is.
+        if has(FaultKind::Power) {
+            let at = rng.random_range(0..horizon_ns);
+            let back = at + rng.random_range(0..horizon_ns / 2 + 1);
+            plan.schedule.push((at, FaultEvent::PowerCut));
+            plan.schedule.push((back, FaultEvent::PowerOn));
+        }
         // Stable: events at one instant keep the order they were drawn in.
         plan.schedule.sort_by_key(|(at, _)| *at);
         plan
@@ -359,6 +375,8 @@ impl FaultPlan {
                 }
                 FaultEvent::Heal
                 | FaultEvent::Restart { .. }
+                | FaultEvent::PowerCut
+                | FaultEvent::PowerOn
                 | FaultEvent::CoordSlow { .. }
                 | FaultEvent::CoordDown { .. }
                 | FaultEvent::CoordBack { .. } => {}
@@ -396,6 +414,14 @@ impl FaultPlan {
                     drop(network);
                     cluster.restart(*node);
                 }
+                FaultEvent::PowerCut => {
+                    drop(network);
+                    cluster.power_cut();
+                }
+                FaultEvent::PowerOn => {
+                    drop(network);
+                    cluster.power_on();
+                }
                 FaultEvent::CoordSlow { .. }
                 | FaultEvent::CoordDown { .. }
                 | FaultEvent::CoordBack { .. } => {
@@ -416,6 +442,7 @@ impl FaultPlan {
                 }
                 FaultKind::Pause => matches!(e, FaultEvent::Pause { .. }),
                 FaultKind::Crash => matches!(e, FaultEvent::Crash { .. }),
+                FaultKind::Power => matches!(e, FaultEvent::PowerCut),
                 FaultKind::Coord => matches!(
                     e,
                     FaultEvent::CoordSlow { .. }

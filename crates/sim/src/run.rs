@@ -393,7 +393,8 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
     let membership = options.membership.or_else(|| {
         options
             .faults
-            .contains(&FaultKind::Crash)
+            .iter()
+            .any(|k| matches!(k, FaultKind::Crash | FaultKind::Power))
             .then(crate::membership::default_options)
     });
     if let Some(membership) = membership {
@@ -545,7 +546,18 @@ fn run_with_membership(
                 } else {
                     until
                 };
-                now = cluster.run_until(until).max(now);
+                let reached = cluster.run_until(until);
+                if reached < until && !cluster.out_of_steps() {
+                    // Nothing is left to happen before `until` (every node down, waiting
+                    // for the power to come back): time moves on to it.
+                    let mut network = cluster.sim.network.borrow_mut();
+                    let at = until.max(network.now_ns());
+                    network.advance(at);
+                    drop(network);
+                    now = at.max(now);
+                } else {
+                    now = reached.max(now);
+                }
                 if now >= until {
                     plan.apply_due(now, &mut cluster);
                 }
@@ -706,6 +718,13 @@ fn run_with_membership(
     if beyond_f {
         report.excused = std::mem::take(&mut checked.violations);
     }
+    // A node that could not replay its disk at a power-on started empty: never excused.
+    checked.violations.extend(
+        cluster
+            .restore_failures
+            .iter()
+            .map(|e| format!("restore: {e}")),
+    );
     finish(
         scenario,
         options,
@@ -896,9 +915,11 @@ fn finish(
             FaultKind::Loss => counters.lost,
             FaultKind::Dup => counters.duplicated,
             FaultKind::Reorder => counters.reordered,
-            FaultKind::Partition | FaultKind::Pause | FaultKind::Crash | FaultKind::Coord => {
-                plan.scheduled(*kind)
-            }
+            FaultKind::Partition
+            | FaultKind::Pause
+            | FaultKind::Crash
+            | FaultKind::Coord
+            | FaultKind::Power => plan.scheduled(*kind),
             FaultKind::Drift => plan
                 .clocks
                 .iter()

@@ -75,6 +75,11 @@ pub const RECORD_FILL: u8 = 8;
 /// logged (REPLICATE-TX-STATE brought it): the record's bytes.
 pub const RECORD_APPLIED: u8 = 9;
 
+/// A record kind: an object loaded before any transaction ran (a benchmark's or the
+/// simulator's data, at version 1): [u32 partition][u16 table][u16 key length][key]
+/// [value].
+pub const RECORD_LOAD: u8 = 10;
+
 /// How often a waiting answer looks at how far the log is durable. A sync takes about
 /// 0.1 to 0.3 ms on this project's machines, so this adds at most a fifth of one.
 pub const DURABLE_POLL_NS: u64 = 20_000;
@@ -235,6 +240,29 @@ impl Participant {
             Some(durable) => append(durable, &mut self.log_stats, kind, payload),
             None => Ok(0),
         }
+    }
+
+    /// Logs an object loaded into `partition` before any transaction ran
+    /// ([`RECORD_LOAD`]): loading goes around the commit protocol, so a restart finds it
+    /// only here.
+    pub fn log_load(
+        &mut self,
+        partition: u32,
+        table: ferrotx_store::TableId,
+        key: &ferrotx_store::Key,
+        value: &[u8],
+    ) {
+        if self.durable.is_none() {
+            return;
+        }
+        let key = key.as_bytes();
+        let mut payload = Vec::with_capacity(8 + key.len() + value.len());
+        payload.extend_from_slice(&partition.to_le_bytes());
+        payload.extend_from_slice(&table.0.to_le_bytes());
+        payload.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        payload.extend_from_slice(key);
+        payload.extend_from_slice(value);
+        let _ = self.log_append(RECORD_LOAD, &payload);
     }
 
     /// Logs that a fill of `partition` starts from nothing in `view`

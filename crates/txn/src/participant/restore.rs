@@ -31,7 +31,7 @@ use ferrotx_wire::ViewId;
 
 use crate::durable::{
     RECORD_ABORT, RECORD_APPLIED, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED,
-    RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED, RECORD_LOCK,
+    RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED, RECORD_LOAD, RECORD_LOCK,
 };
 use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx};
 use crate::participant::{NodeStore, Participant, Role};
@@ -133,6 +133,31 @@ fn fill_header(payload: &[u8]) -> Option<(u32, ViewId)> {
     Some((partition, ViewId(view)))
 }
 
+/// Applies a loaded object ([`RECORD_LOAD`]) to the copy of its partition in `store`,
+/// unless a fill replaced that copy since.
+fn apply_load(store: &NodeStore, payload: &[u8], fills: &FillViews) -> Result<u64, String> {
+    let short = || "a loaded object too short".to_string();
+    let partition = u32::from_le_bytes(payload.get(..4).ok_or_else(short)?.try_into().expect("4"));
+    let table = TableId(u16::from_le_bytes(
+        payload.get(4..6).ok_or_else(short)?.try_into().expect("2"),
+    ));
+    let len = usize::from(u16::from_le_bytes(
+        payload.get(6..8).ok_or_else(short)?.try_into().expect("2"),
+    ));
+    let key = payload.get(8..8 + len).ok_or_else(short)?;
+    let value = &payload[8 + len..];
+    let key = ferrotx_store::Key::from_bytes(key).map_err(|e| e.to_string())?;
+    if fills.contains_key(&partition) {
+        return Ok(0);
+    }
+    let Some(copy) = store.get_any(partition) else {
+        return Ok(0);
+    };
+    copy.load(table, key, value)
+        .map(u64::from)
+        .map_err(|e| e.to_string())
+}
+
 /// Applies a fill page ([`RECORD_FILL`]) to the copy of its partition in `store`.
 fn apply_fill(store: &NodeStore, payload: &[u8], fills: &FillViews) -> Result<u64, String> {
     let (partition, view) = fill_header(payload).ok_or("a fill page too short")?;
@@ -189,6 +214,7 @@ pub fn replay<'a>(
     for (index, (kind, payload)) in records.clone().enumerate() {
         replay.stats.records += 1;
         match kind {
+            RECORD_LOAD => {}
             RECORD_FILL_BEGIN | RECORD_FILL => {
                 if fill_header(payload).is_none() || (kind == RECORD_FILL && payload.len() < 15) {
                     return Err(bad(index, kind, "a fill record too short"));
@@ -225,6 +251,11 @@ pub fn replay<'a>(
     // Second pass: apply what committed, keep what is in doubt.
     let mut applied: HashSet<TxId, FixedState> = HashSet::with_hasher(FixedState::with_seed(0));
     for (index, (kind, payload)) in records.enumerate() {
+        if kind == RECORD_LOAD {
+            replay.stats.writes +=
+                apply_load(store, payload, fills).map_err(|what| bad(index, kind, &what))?;
+            continue;
+        }
         if kind == RECORD_FILL {
             replay.stats.fill_objects +=
                 apply_fill(store, payload, fills).map_err(|what| bad(index, kind, &what))?;
