@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_store::{Epoch, Partition, PartitionId, TableSpec};
-use ferrotx_txn::participant::restore::{FillViews, Replay, ReplayStats, fill_views, replay};
+use ferrotx_txn::participant::restore::{
+    FillViews, Replay, ReplayStats, fill_views, replay, settle_locks,
+};
 use ferrotx_txn::participant::{NodeStore, Role};
 use ferrotx_wal::{WalConfig, WalError, recover_with};
 
@@ -213,6 +215,7 @@ pub fn load_records(
             .map_err(|e| format!("log w{thread}: {e}"))?;
         replays.push(replayed);
     }
+    settle_locks(&store, &mut replays);
     let mut stats = ReplayStats::default();
     for (thread, replayed) in replays.iter_mut().enumerate() {
         replayed

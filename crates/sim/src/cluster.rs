@@ -72,6 +72,9 @@ pub struct SimCluster {
     /// at a power-on (each a finding: a node must never start empty over its data).
     pub power_cuts: u64,
     pub restore_failures: Vec<String>,
+    /// A break for tests: a node restarted from disk loads nothing (it serves its
+    /// partitions before their newest copies are back).
+    pub restore_nothing: bool,
     /// Pauses so far.
     pub pauses: u64,
     /// Membership, when the cluster runs it ([`SimCluster::with_membership`]).
@@ -245,6 +248,7 @@ impl SimCluster {
             restarts: 0,
             power_cuts: 0,
             restore_failures: Vec::new(),
+            restore_nothing: false,
             pauses: 0,
             membership: membership.map(MembershipState::new),
             retired_recovery: RecoveryStats::default(),
@@ -888,6 +892,17 @@ impl SimCluster {
     /// before it joins; the first view gives them back. A node whose records cannot be
     /// replayed starts empty and is reported.
     pub fn power_on(&mut self) {
+        for node in 0..self.node_count() {
+            if !self.is_up(node) {
+                self.restart_from_disk(node);
+            }
+        }
+    }
+
+    /// Starts node `node` (down) as a new life that first loads, from its disk, the
+    /// copies the stored view ended on disk keeps of its earlier life (ending it so
+    /// first, as the first real node to start does): see [`SimCluster::power_on`].
+    fn restart_from_disk(&mut self, node: u16) {
         let now = self.sim.now_ns();
         let ended = self.membership.as_ref().and_then(|state| {
             let current = state.coordination.current()?;
@@ -901,38 +916,32 @@ impl SimCluster {
             state.coordination.restore(Some(ended.clone()));
             Some(ended)
         });
-        for node in 0..self.node_count() {
-            if self.is_up(node) {
-                continue;
-            }
-            let old = self.nodes[usize::from(node)].incarnation;
-            let restored = match (&ended, self.disks.as_ref()) {
-                (Some(ended), Some(disks)) => ferrotx_node::restore::copies_on_disk(ended, node)
-                    .and_then(|(life, copies)| {
-                        let logs =
-                            disks.durable_records(node, life, self.config.threads_per_node(), now);
-                        match ferrotx_node::restore::load_records(&self.config, &copies, &logs) {
-                            Ok(restored) => Some(restored),
-                            Err(e) => {
-                                self.restore_failures.push(format!("node {node}: {e}"));
-                                None
-                            }
+        let old = self.nodes[usize::from(node)].incarnation;
+        let restored = match (&ended, self.disks.as_ref()) {
+            (Some(ended), Some(disks)) => ferrotx_node::restore::copies_on_disk(ended, node)
+                .and_then(|(life, copies)| {
+                    let logs =
+                        disks.durable_records(node, life, self.config.threads_per_node(), now);
+                    match ferrotx_node::restore::load_records(&self.config, &copies, &logs) {
+                        Ok(restored) => Some((life, restored)),
+                        Err(e) => {
+                            self.restore_failures.push(format!("node {node}: {e}"));
+                            None
                         }
-                        .map(|r| (life, r))
-                    }),
-                _ => None,
-            };
-            let restored =
-                restored.filter(|_| std::env::var_os("FERROTX_SABOTAGE_RESTORE").is_none());
-            if let Some((life, restored)) = restored {
-                if let Some(disks) = self.disks.as_mut() {
-                    disks.note_restored(node, old + 1, life);
-                }
-                self.nodes[usize::from(node)].restored = Some(restored);
+                    }
+                }),
+            _ => None,
+        };
+        // A deliberate break for tests: the node starts empty over its data.
+        let restored = restored.filter(|_| !self.restore_nothing);
+        if let Some((life, restored)) = restored {
+            if let Some(disks) = self.disks.as_mut() {
+                disks.note_restored(node, old + 1, life);
             }
-            self.restarts += 1;
-            self.start(node);
+            self.nodes[usize::from(node)].restored = Some(restored);
         }
+        self.restarts += 1;
+        self.start(node);
     }
 
     /// Stops node `node`'s process: workers, partitions and membership are gone, and
@@ -945,6 +954,9 @@ impl SimCluster {
         slot.up = false;
         slot.core = None;
         slot.membership = None;
+        // What this life loaded is its own: a next life starts from nothing (or loads
+        // again from disk).
+        slot.restored = None;
         if let Some(state) = self.membership.as_mut() {
             state.installs_pending.retain(|(_, n, _, _)| *n != node);
         }
@@ -974,6 +986,20 @@ impl SimCluster {
     /// nothing of its earlier life. Does nothing if it is up.
     pub fn restart(&mut self, node: u16) {
         if self.is_up(node) {
+            return;
+        }
+        let restarting = self.membership.as_ref().is_some_and(|s| {
+            s.coordination
+                .current()
+                .is_some_and(|v| v.is_ended_on_disk())
+        });
+        if self.disks.is_some()
+            && self.membership.is_some()
+            && (self.nodes_up().is_empty() || restarting)
+        {
+            // Every node is down (the power went), or the cluster is restarting from its
+            // disks: a node started now loads its copies first, as a real one does.
+            self.restart_from_disk(node);
             return;
         }
         self.restarts += 1;

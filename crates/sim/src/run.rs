@@ -138,6 +138,8 @@ pub struct RunOptions {
     /// A deliberate break for the checker's own test: the simulated disks answer as if
     /// every record were durable at once (acknowledging before the sync).
     pub disk_lie: bool,
+    /// A deliberate break: a node restarted from disk (`--faults power`) loads nothing.
+    pub restore_nothing: bool,
 }
 
 impl RunOptions {
@@ -168,6 +170,7 @@ impl RunOptions {
             rto_max_ns: None,
             durability: ferrotx_cluster::DurabilityMode::Memory,
             disk_lie: false,
+            restore_nothing: false,
         }
     }
 }
@@ -471,6 +474,7 @@ fn run_with_membership(
     if let Some(disks) = cluster.disks.as_mut() {
         disks.set_lie(options.disk_lie);
     }
+    cluster.restore_nothing = options.restore_nothing;
     let state = cluster.membership.as_mut().expect("membership runs");
     state.strict_ticks = options.membership_strict_ticks;
     state.delay_installs(options.install_delay_max_ns.clone(), options.seed);
@@ -593,6 +597,14 @@ fn run_with_membership(
         };
     }
     let out_of_steps = cluster.out_of_steps();
+    // A cluster restarting from its disks waits for every node of the file: one crashed
+    // for good in the meantime keeps it down (beyond f, below).
+    let restart_waits_for_a_dead_node = cluster
+        .membership
+        .as_ref()
+        .and_then(|s| s.coordination.current())
+        .is_some_and(|v| v.is_ended_on_disk())
+        && (0..cluster.node_count()).any(|n| !cluster.is_up(n));
     let state = cluster.membership.as_mut().expect("membership runs");
     if let Some(panic) = &report.panic {
         state.violation(format!("panic: {panic}"));
@@ -604,6 +616,7 @@ fn run_with_membership(
     } else if report
         .converged_after_ns
         .is_none_or(|t| t > CONVERGENCE_LEASES * lease)
+        && !restart_waits_for_a_dead_node
     {
         state.violation(format!(
             "(c) live nodes did not all serve in the latest view within {CONVERGENCE_LEASES} leases of the last fault (converged after {:?} ns)",
@@ -653,6 +666,12 @@ fn run_with_membership(
         let of_file = (0..cluster.node_count()).filter(|&n| up(n)).count();
         report.majority_down = 2 * of_view <= current.members.len()
             && 2 * of_file <= usize::from(cluster.node_count());
+        // A cluster restarting from its disks waits for every node of the file (each
+        // holds copies only its disk has): one down for good keeps it down, as FaRM's
+        // rule keeps a cluster without a majority down. Beyond f.
+        if current.is_ended_on_disk() && of_file < usize::from(cluster.node_count()) {
+            report.majority_down = true;
+        }
     }
     let mut struck = plan.struck_nodes(options.nodes);
     struck.extend(cluster.attack_struck.iter().copied());

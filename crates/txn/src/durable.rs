@@ -136,6 +136,12 @@ pub(crate) struct Durable {
     /// The position the answer of the handler now running must wait for (0: none).
     pub(crate) wait_for: u64,
     waiting: VecDeque<Waiting>,
+    /// Locks of aborted transactions whose LOCK records were logged, held until the
+    /// record of the abort is durable (its position, the LOCK record): until then a
+    /// replay finds the transaction in doubt, so no later transaction may lock its
+    /// objects at the versions it locked (a restart would find both in doubt, in
+    /// different workers' logs, with no order between them: `power` seeds).
+    pub(crate) releases: VecDeque<(u64, Vec<u8>)>,
     /// Transactions to install once their LOCK record is durable, by its position, and
     /// whether recovery decided them (installed whatever view follows: a decision is
     /// final, and the next view's recovery finds it decided and installs nothing) or
@@ -161,6 +167,7 @@ impl Durable {
             wait_for: 0,
             waiting: VecDeque::new(),
             installs: VecDeque::new(),
+            releases: VecDeque::new(),
             arrived: Rc::new(Signal::new(callers)),
             advanced: Rc::new(Signal::new(callers)),
             local_waiters: 0,
@@ -232,6 +239,23 @@ impl Participant {
         let now = self.now_ns();
         let durable = self.durable.as_mut()?;
         (durable.log.durable(now) < lsn).then_some(lsn)
+    }
+
+    /// In `sync` mode, keeps the objects of the aborted transaction whose LOCK record
+    /// `bytes` was logged locked until the log is durable past `lsn` (the record of the
+    /// abort), then unlocks them ([`Durable::releases`]): true if it did so. False (the
+    /// caller unlocks now) if the record is durable already, or the log does not wait.
+    pub(crate) fn release_after(&mut self, lsn: u64, bytes: &[u8]) -> bool {
+        let now = self.now_ns();
+        let Some(durable) = self.durable.as_mut().filter(|d| d.mode.wait) else {
+            return false;
+        };
+        if lsn == 0 || durable.log.durable(now) >= lsn {
+            return false;
+        }
+        durable.releases.push_back((lsn, bytes.to_vec()));
+        durable.ring();
+        true
     }
 
     /// Appends a record; its position (0 without a log), or why not.
@@ -430,12 +454,32 @@ impl Participant {
                     // A view changed meanwhile: the transaction is recovery's now,
                     // unless recovery decided it already.
                     if decided || tx.view >= p.view() {
-                        p.install_now(&tx);
+                        // Its INSTALLED marker is logged already.
+                        p.install_now(&tx, false);
+                    }
+                }
+                while let Some((lsn, _)) = p.durable.as_ref().and_then(|d| d.releases.front()) {
+                    if *lsn > upto {
+                        break;
+                    }
+                    let (_, bytes) = p
+                        .durable
+                        .as_mut()
+                        .expect("checked above")
+                        .releases
+                        .pop_front()
+                        .expect("not empty");
+                    let record = crate::messages::RecordView::parse(&bytes).expect("locked");
+                    for write in record.writes() {
+                        if let Some(partition) = p.store_any(write.partition) {
+                            let _ = partition.unlock(write.table, &write.key);
+                        }
                     }
                 }
                 let view = p.view();
                 let durable = p.durable.as_mut().expect("checked above");
                 if durable.waiting.is_empty()
+                    && durable.releases.is_empty()
                     && durable.installs.is_empty()
                     && durable.local_waiters == 0
                 {
@@ -465,6 +509,7 @@ impl Participant {
                     Some(
                         !durable.waiting.is_empty()
                             || !durable.installs.is_empty()
+                            || !durable.releases.is_empty()
                             || durable.local_waiters > 0,
                     )
                 }

@@ -1003,44 +1003,53 @@ impl Participant {
         if !self.locked.contains_key(tx) {
             return false;
         }
-        if let Some(lsn) = self.lock_not_durable(tx) {
+        let not_durable = self.lock_not_durable(tx);
+        if let Some(&lock_lsn) = self.lock_lsn.get(tx) {
+            // `sync` mode: the commit is on this disk (INSTALLED after the LOCK record)
+            // before the answer goes, though the install may come first: a truncation
+            // mark covering the transaction (the coordinator sends one only after this
+            // answer) then never reaches a backup's disk while a restart would find the
+            // transaction in doubt here, locked (recovery would abort a commit whose
+            // other copies applied it: `power` seeds).
+            self.scratch.clear();
+            crate::messages::encode_tx(tx, &mut self.scratch);
+            let scratch = std::mem::take(&mut self.scratch);
+            let lsn = self
+                .log_append(crate::durable::RECORD_INSTALLED, &scratch)
+                .unwrap_or(lock_lsn);
+            self.scratch = scratch;
             let durable = self.durable.as_mut().expect("a LOCK record was logged");
-            durable.installs.push_back((lsn, *tx, decided));
-            durable.wait_for = lsn;
-            durable.ring();
-            return true;
+            durable.wait_for = lsn.max(lock_lsn);
+            if let Some(lock_lsn) = not_durable {
+                durable.installs.push_back((lock_lsn, *tx, decided));
+                durable.ring();
+                return true;
+            }
+            return self.install_now(tx, false);
         }
-        self.install_now(tx)
+        self.install_now(tx, true)
     }
 
     /// Installs the writes of `tx` locked here and unlocks them, logging it first (see
     /// [`Participant::install_locked`]). False if `tx` holds no locks here.
-    pub(crate) fn install_now(&mut self, tx: &TxId) -> bool {
+    ///
+    /// `log`: append the record it installs ([`crate::durable::RECORD_COMMIT_PRIMARY`]:
+    /// `flush` mode, and a lock a restart gave back); false where its LOCK record and the
+    /// INSTALLED marker are logged already (`sync` mode).
+    pub(crate) fn install_now(&mut self, tx: &TxId, log: bool) -> bool {
         let Some(bytes) = self.locked.remove(tx) else {
             return false;
         };
-        if let Some(durable) = &mut self.durable {
-            // The primary's copy logs what it installs without waiting: in `flush` mode
-            // the record (its backups hold it too), in `sync` mode a marker (its LOCK
-            // record is durable already). A failure here leaves the other copies, and
-            // in `sync` mode the LOCK record, to recovery.
-            if self.lock_lsn.remove(tx).is_some() {
-                self.scratch.clear();
-                crate::messages::encode_tx(tx, &mut self.scratch);
-                let _ = crate::durable::append(
-                    durable,
-                    &mut self.log_stats,
-                    crate::durable::RECORD_INSTALLED,
-                    &self.scratch,
-                );
-            } else {
-                let _ = crate::durable::append(
-                    durable,
-                    &mut self.log_stats,
-                    crate::durable::RECORD_COMMIT_PRIMARY,
-                    &bytes,
-                );
-            }
+        self.lock_lsn.remove(tx);
+        if log && let Some(durable) = &mut self.durable {
+            // The primary's copy logs what it installs without waiting (its backups hold
+            // it too). A failure here leaves the other copies to recovery.
+            let _ = crate::durable::append(
+                durable,
+                &mut self.log_stats,
+                crate::durable::RECORD_COMMIT_PRIMARY,
+                &bytes,
+            );
         }
         let record = RecordView::parse(&bytes).expect("checked when locked");
         self.shipped.remember(record.note());
@@ -1093,20 +1102,27 @@ impl Participant {
             }
             log.records.remove(&tx.counter)
         });
-        let removed_logged = removed.map(|bytes| {
+        let mut abort_lsn = removed.map(|bytes| {
             self.recycle(bytes);
             // Logged here: a replay must never apply it.
-            let _ = self.log_append(crate::durable::RECORD_ABORT, payload);
+            self.log_append(crate::durable::RECORD_ABORT, payload)
+                .unwrap_or(0)
         });
         if let Some(bytes) = self.locked.remove(&tx) {
-            if self.lock_lsn.remove(&tx).is_some() && removed_logged.is_none() {
+            if self.lock_lsn.remove(&tx).is_some() && abort_lsn.is_none() {
                 // Its LOCK record is on this disk: a replay must never apply it.
-                let _ = self.log_append(crate::durable::RECORD_ABORT, payload);
+                abort_lsn = Some(
+                    self.log_append(crate::durable::RECORD_ABORT, payload)
+                        .unwrap_or(0),
+                );
             }
             let record = RecordView::parse(&bytes).expect("checked when locked");
-            for write in record.writes() {
-                if let Some(partition) = self.store.get_any(write.partition) {
-                    partition.unlock(write.table, &write.key).expect("locked");
+            let deferred = abort_lsn.is_some_and(|lsn| self.release_after(lsn, &bytes));
+            if !deferred {
+                for write in record.writes() {
+                    if let Some(partition) = self.store.get_any(write.partition) {
+                        partition.unlock(write.table, &write.key).expect("locked");
+                    }
                 }
             }
             // Its reservations stay, for its next attempt.
@@ -1170,6 +1186,11 @@ impl Participant {
             .map(|count| count as u64);
         encode_count_response(count, response);
         Ok(())
+    }
+
+    /// This node's copy of `partition`, whatever its role.
+    pub(crate) fn store_any(&self, partition: u32) -> Option<&Partition> {
+        self.store.get_any(partition)
     }
 
     fn primary_of(&self, partition: u32) -> &Partition {

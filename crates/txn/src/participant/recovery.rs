@@ -421,18 +421,24 @@ impl Participant {
             return;
         }
         let mut held = self.locked.contains_key(tx);
+        // `sync` mode: a lock whose LOCK record is on disk is released once the decision
+        // to abort is too (`Participant::release_after`).
+        let mut unlock_after_decision = None;
         if commit {
             self.install_locked(tx, true);
         } else if let Some(bytes) = self.locked.remove(tx) {
-            self.lock_lsn.remove(tx);
-            let record = RecordView::parse(&bytes).expect("checked when locked");
-            for write in record.writes() {
-                if let Some(partition) = self.store.get_any(write.partition) {
-                    let _ = partition.unlock(write.table, &write.key);
+            if self.lock_lsn.remove(tx).is_some() && self.waits_for_disk() {
+                unlock_after_decision = Some(bytes);
+            } else {
+                let record = RecordView::parse(&bytes).expect("checked when locked");
+                for write in record.writes() {
+                    if let Some(partition) = self.store.get_any(write.partition) {
+                        let _ = partition.unlock(write.table, &write.key);
+                    }
                 }
+                self.recycle(bytes);
             }
             self.stats.aborts += 1;
-            self.recycle(bytes);
         }
         let coordinator: CoordinatorId = (tx.node, tx.thread, tx.incarnation);
         let mut records: Vec<Vec<u8>> = Vec::new();
@@ -486,8 +492,23 @@ impl Participant {
             self.scratch.push(u8::from(commit));
             crate::recovery::encode_decision(tx.view, tx, partitions, &mut self.scratch);
             let scratch = std::mem::take(&mut self.scratch);
-            let _ = self.log_append(crate::durable::RECORD_DECIDED, &scratch);
+            let lsn = self
+                .log_append(crate::durable::RECORD_DECIDED, &scratch)
+                .unwrap_or(0);
             self.scratch = scratch;
+            if let Some(bytes) = unlock_after_decision.take()
+                && !self.release_after(lsn, &bytes)
+            {
+                unlock_after_decision = Some(bytes);
+            }
+        }
+        if let Some(bytes) = unlock_after_decision {
+            let record = RecordView::parse(&bytes).expect("checked when locked");
+            for write in record.writes() {
+                if let Some(partition) = self.store.get_any(write.partition) {
+                    let _ = partition.unlock(write.table, &write.key);
+                }
+            }
         }
         self.recovery
             .decided

@@ -33,7 +33,7 @@ use crate::durable::{
     RECORD_ABORT, RECORD_APPLIED, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED,
     RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED, RECORD_LOAD, RECORD_LOCK,
 };
-use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx};
+use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx, record_without_writes_of};
 use crate::participant::{NodeStore, Participant, Role};
 use crate::recovery::decode_decision;
 use crate::refill::decode_fetch_response;
@@ -70,6 +70,8 @@ pub struct ReplayStats {
     /// Writes to a copy that a later fill replaced (skipped), and objects fills copied.
     pub writes_superseded: u64,
     pub fill_objects: u64,
+    /// Locks in doubt that a later lock of their objects showed installed.
+    pub locks_settled: u64,
 }
 
 impl ReplayStats {
@@ -84,6 +86,7 @@ impl ReplayStats {
         self.writes_elsewhere += other.writes_elsewhere;
         self.writes_superseded += other.writes_superseded;
         self.fill_objects += other.fill_objects;
+        self.locks_settled += other.locks_settled;
     }
 }
 
@@ -309,17 +312,81 @@ pub fn replay<'a>(
                 // A commit-primary vote until a mark covers it.
                 replay.installed.push((coordinator, tx.counter));
             }
-        } else if kind == RECORD_LOCK {
-            replay.locked.push((tx, payload.to_vec()));
-            replay.stats.locks_in_doubt += 1;
         } else {
-            replay
-                .records
-                .push((coordinator, tx.counter, payload.to_vec()));
-            replay.stats.records_in_doubt += 1;
+            // In doubt, but only for the copies this node holds still: writes to a copy
+            // a later fill replaced are the old copy's (its lock and record went with
+            // it, `Participant::set_store`).
+            let superseded = |p: u32| fills.get(&p).is_some_and(|&fill| tx.view < fill);
+            let bytes = if record.writes().any(|w| superseded(w.partition)) {
+                match record_without_writes_of(payload, superseded) {
+                    Some(kept) => kept,
+                    None => continue,
+                }
+            } else {
+                payload.to_vec()
+            };
+            if kind == RECORD_LOCK {
+                replay.locked.push((tx, bytes));
+                replay.stats.locks_in_doubt += 1;
+            } else {
+                replay.records.push((coordinator, tx.counter, bytes));
+                replay.stats.records_in_doubt += 1;
+            }
         }
     }
     Ok(replay)
+}
+
+/// Settles, over every worker's replay of one node (before [`Replay::relock`]), the
+/// primaries' locks in doubt that a later lock shows committed: a LOCK record in doubt
+/// at version `v` of an object, and another (in doubt or not) at a higher version of
+/// it, mean that the first installed (only an install moves a primary's object past the
+/// version it was locked at, and an abort releases its objects only once its record is
+/// durable, so no other lock at `v` is in doubt): its INSTALLED record was not yet on
+/// disk when the power went. Its writes are applied and it votes commit-primary.
+pub fn settle_locks(store: &NodeStore, replays: &mut [Replay]) {
+    type Object = (u32, TableId, ferrotx_store::Key);
+    let mut highest: HashMap<Object, u64, FixedState> =
+        HashMap::with_hasher(FixedState::with_seed(0));
+    for replay in replays.iter() {
+        for (_, bytes) in &replay.locked {
+            let record = RecordView::parse(bytes).expect("parsed by replay");
+            for w in record.writes() {
+                let at = highest
+                    .entry((w.partition, w.table, w.key))
+                    .or_insert(w.version);
+                *at = (*at).max(w.version);
+            }
+        }
+    }
+    for replay in replays.iter_mut() {
+        let mut kept = Vec::with_capacity(replay.locked.len());
+        for (tx, bytes) in std::mem::take(&mut replay.locked) {
+            let record = RecordView::parse(&bytes).expect("parsed by replay");
+            let installed = record.writes().any(|w| {
+                highest
+                    .get(&(w.partition, w.table, w.key))
+                    .is_some_and(|&h| h > w.version)
+            });
+            if !installed {
+                kept.push((tx, bytes));
+                continue;
+            }
+            for w in record.writes() {
+                if let (Some(version), Some(copy)) =
+                    (w.version.checked_add(1), store.get_any(w.partition))
+                {
+                    let _ = copy.apply(w.table, &w.key, version, w.value);
+                    replay.stats.writes += 1;
+                }
+            }
+            replay.installed.push((coordinator_of(&tx), tx.counter));
+            replay.stats.locks_in_doubt -= 1;
+            replay.stats.committed += 1;
+            replay.stats.locks_settled += 1;
+        }
+        replay.locked = kept;
+    }
 }
 
 impl Replay {
@@ -348,7 +415,19 @@ impl Replay {
                         break;
                     }
                     Ok(Err(e)) => {
-                        failed = Some(e.to_string());
+                        let holder = kept.iter().find(|(_, b): &&(TxId, Vec<u8>)| {
+                            RecordView::parse(b).is_ok_and(|r| {
+                                r.writes().any(|w2| {
+                                    (w2.partition, w2.table, w2.key)
+                                        == (write.partition, write.table, write.key)
+                                })
+                            })
+                        });
+                        failed = Some(format!(
+                            "{e} (by {:?}, locked here at version {})",
+                            holder.map(|h| h.0),
+                            write.version
+                        ));
                         break;
                     }
                     Err(e) => {
