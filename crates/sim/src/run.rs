@@ -498,6 +498,11 @@ fn run_with_membership(
     let mut why = "";
     if bootstrapped {
         scenario.load(&cluster);
+        // Loaded data is on disk before any client starts.
+        let now_ns = cluster.sim.now_ns();
+        if let Some(disks) = cluster.disks.as_mut() {
+            disks.sync_all(now_ns);
+        }
         if let Some(attack) = options.attack.clone() {
             cluster.arm(attack);
         }

@@ -288,6 +288,12 @@ pub struct Participant {
     /// `sync` mode: the position of each LOCK record logged here, until its transaction
     /// installs or aborts ([`crate::durable::RECORD_LOCK`]).
     pub(crate) lock_lsn: HashMap<TxId, u64, FixedState>,
+    /// Transactions in doubt that a restart from disk gave back ([`restore`]): in
+    /// `locked`, but their objects are not locked in the store (the partitions are
+    /// blocked until recovery decides them, and a write recovery applies meanwhile must
+    /// not be skipped for a lock of an older version). A commit applies their writes at
+    /// their versions; an abort drops them.
+    pub(crate) restored_locks: hashbrown::HashSet<TxId, FixedState>,
 }
 
 /// A participant's handler of one request type, as `register` installs them.
@@ -319,6 +325,7 @@ impl Participant {
             durable: None,
             log_stats: crate::durable::LogStats::default(),
             lock_lsn: HashMap::with_hasher(FixedState::with_seed(0)),
+            restored_locks: hashbrown::HashSet::with_hasher(FixedState::with_seed(0)),
         }
     }
 
@@ -1041,6 +1048,7 @@ impl Participant {
             return false;
         };
         self.lock_lsn.remove(tx);
+        let restored = !self.restored_locks.is_empty() && self.restored_locks.remove(tx);
         if log && let Some(durable) = &mut self.durable {
             // The primary's copy logs what it installs without waiting (its backups hold
             // it too). A failure here leaves the other copies to recovery.
@@ -1055,6 +1063,14 @@ impl Participant {
         self.shipped.remember(record.note());
         for write in record.writes() {
             if let Some(partition) = self.store.get_any(write.partition) {
+                if restored {
+                    // Not locked in the store: applied at its version (a copy keeps the
+                    // highest).
+                    if let Some(version) = write.version.checked_add(1) {
+                        let _ = partition.apply(write.table, &write.key, version, write.value);
+                    }
+                    continue;
+                }
                 partition
                     .install(write.table, &write.key, write.value)
                     .expect("checked when locked");
@@ -1117,7 +1133,8 @@ impl Participant {
                 );
             }
             let record = RecordView::parse(&bytes).expect("checked when locked");
-            let deferred = abort_lsn.is_some_and(|lsn| self.release_after(lsn, &bytes));
+            let restored = !self.restored_locks.is_empty() && self.restored_locks.remove(&tx);
+            let deferred = restored || abort_lsn.is_some_and(|lsn| self.release_after(lsn, &bytes));
             if !deferred {
                 for write in record.writes() {
                     if let Some(partition) = self.store.get_any(write.partition) {

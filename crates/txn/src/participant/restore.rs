@@ -24,8 +24,6 @@
 use foldhash::fast::FixedState;
 use hashbrown::{HashMap, HashSet};
 
-use ferrotx_store::LockError;
-
 use ferrotx_store::TableId;
 use ferrotx_wire::ViewId;
 
@@ -390,72 +388,25 @@ pub fn settle_locks(store: &NodeStore, replays: &mut [Replay]) {
 }
 
 impl Replay {
-    /// Locks again, in `store`, the objects of this worker's LOCK records in doubt, at
-    /// the versions they locked (step 2 of the module): once every worker's committed
-    /// writes are applied. A record whose partition this life does not hold as primary
-    /// is dropped (the lock went with the copy).
+    /// Keeps, of this worker's LOCK records in doubt, the writes to partitions `store`
+    /// holds as primary (step 2 of the module; a record left with none is dropped: the
+    /// lock went with the copy). Their objects are not locked in the store: every
+    /// primary of a restarted life is blocked until the first view's recovery decided
+    /// what was in doubt, and a write recovery applies meanwhile (a later transaction of
+    /// the same object, committed at the backups) must not be skipped for an older lock.
+    /// A commit then applies the record's writes at their versions
+    /// ([`Participant::restore`]).
     pub fn relock(&mut self, store: &NodeStore) -> Result<(), ReplayError> {
+        let primary_here = |p: u32| store.get(p, Role::Primary).is_some();
         let mut kept = Vec::with_capacity(self.locked.len());
         for (tx, bytes) in std::mem::take(&mut self.locked) {
             let record = RecordView::parse(&bytes).expect("parsed by replay");
-            let mut taken = 0;
-            let mut failed = None;
-            for write in record.writes() {
-                let Some(partition) = store.get(write.partition, Role::Primary) else {
-                    failed = Some("its partition is not a primary here".to_owned());
-                    break;
-                };
-                match partition.lock(write.table, &write.key, write.version) {
-                    Ok(Ok(())) => taken += 1,
-                    Ok(Err(LockError::VersionChanged { current })) => {
-                        failed = Some(format!(
-                            "an object locked at version {} is at version {current}",
-                            write.version
-                        ));
-                        break;
-                    }
-                    Ok(Err(e)) => {
-                        let holder = kept.iter().find(|(_, b): &&(TxId, Vec<u8>)| {
-                            RecordView::parse(b).is_ok_and(|r| {
-                                r.writes().any(|w2| {
-                                    (w2.partition, w2.table, w2.key)
-                                        == (write.partition, write.table, write.key)
-                                })
-                            })
-                        });
-                        failed = Some(format!(
-                            "{e} (by {:?}, locked here at version {})",
-                            holder.map(|h| h.0),
-                            write.version
-                        ));
-                        break;
-                    }
-                    Err(e) => {
-                        failed = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
-            match failed {
-                None => kept.push((tx, bytes)),
-                Some(what) => {
-                    for write in record.writes().take(taken) {
-                        if let Some(p) = store.get(write.partition, Role::Primary) {
-                            let _ = p.unlock(write.table, &write.key);
-                        }
-                    }
-                    if record
-                        .writes()
-                        .any(|w| store.get(w.partition, Role::Primary).is_some())
-                    {
-                        return Err(ReplayError {
-                            index: 0,
-                            kind: RECORD_LOCK,
-                            what: format!("transaction {tx:?} in doubt: {what}"),
-                        });
-                    }
-                    self.stats.locks_in_doubt -= 1;
-                }
+            if record.writes().all(|w| primary_here(w.partition)) {
+                kept.push((tx, bytes));
+            } else if let Some(bytes) = record_without_writes_of(&bytes, |p| !primary_here(p)) {
+                kept.push((tx, bytes));
+            } else {
+                self.stats.locks_in_doubt -= 1;
             }
         }
         self.locked = kept;
@@ -484,6 +435,7 @@ impl Participant {
             }
         }
         for (tx, bytes) in replay.locked {
+            self.restored_locks.insert(tx);
             self.locked.insert(tx, bytes);
         }
         for (tx, commit, partitions) in replay.decided {
@@ -603,10 +555,11 @@ mod tests {
     }
 
     /// A primary's LOCK records (`sync` mode): installed ones are applied, one in doubt
-    /// locks its object again at the version it locked, for recovery to decide; an
-    /// installed one above the mark is a commit-primary vote.
+    /// goes back to the participant for recovery to decide (its object is not locked in
+    /// the store: the partition is blocked until recovery is done), and its commit then
+    /// applies its write; an installed one above the mark is a commit-primary vote.
     #[test]
-    fn a_primary_locks_again_what_is_in_doubt() {
+    fn a_primary_gets_back_what_is_in_doubt() {
         let (store, part) = store(Role::Primary);
         let records = vec![
             (RECORD_LOCK, record(1, 7, 0, 1, 0)),
@@ -616,12 +569,31 @@ mod tests {
         let mut r = run(&store, &records);
         assert_eq!(read(&part, 7), Ok((1, Some(1))));
         r.relock(&store).unwrap();
-        assert_eq!(read(&part, 7), Err(ReadError::Locked));
         assert_eq!(r.stats.locks_in_doubt, 1);
         let mut p = Participant::new(Arc::new(store));
         p.restore(r);
-        assert!(p.locked.contains_key(&tx(2)));
+        assert!(p.locked.contains_key(&tx(2)) && p.restored_locks.contains(&tx(2)));
         assert_eq!(p.logs[&(1, 0, 9)].installed, [1]);
+        // A later write recovery applies first is kept; the commit applies under it.
+        part.apply(T, &Key::from(7u64), 3, Some(&[3; 8])).unwrap();
+        assert!(p.install_now(&tx(2), false));
+        assert_eq!(read(&part, 7), Ok((3, Some(3))));
+    }
+
+    /// A lock in doubt whose object another lock of the node holds at a higher version
+    /// was installed: settled as committed.
+    #[test]
+    fn a_lock_in_doubt_below_a_later_lock_was_installed() {
+        let (store, part) = store(Role::Primary);
+        let mut replays = vec![
+            run(&store, &[(RECORD_LOCK, record(1, 7, 0, 1, 0))]),
+            run(&store, &[(RECORD_LOCK, record(2, 7, 1, 2, 0))]),
+        ];
+        settle_locks(&store, &mut replays);
+        assert_eq!(read(&part, 7), Ok((1, Some(1))));
+        assert_eq!(replays[0].stats.locks_settled, 1);
+        assert_eq!(replays[0].installed, vec![((1, 0, 9), 1)]);
+        assert_eq!(replays[1].stats.locks_in_doubt, 1);
     }
 
     /// Writes logged to a copy before its last fill began (in an older view) are the
