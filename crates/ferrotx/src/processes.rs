@@ -230,6 +230,21 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             logs.dir().display()
         );
     }
+    // While it loads and the cluster forms again, its Redis clients are answered
+    // -LOADING, as Redis answers while it loads its dataset.
+    let loading = match (&ended_on_disk, ServerOptions::from_config(&config, id)) {
+        (Some(_), Ok(options)) => match ferrotx_server::LoadingResponder::start(options.addr) {
+            Ok(responder) => Some(responder),
+            Err(e) => {
+                eprintln!(
+                    "node {id}: cannot answer -LOADING on {} while it loads: {e}",
+                    options.addr
+                );
+                None
+            }
+        },
+        _ => None,
+    };
     let restored = match (&ended_on_disk, data_dir, &logs) {
         (Some(ended), Some(dir), Some(logs)) => {
             let restored = ferrotx_node::restore::load(dir, &config, id, ended)
@@ -311,6 +326,9 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     let link = node.membership().expect("a member node").clone();
     let view = link.view().expect("admitted into a view");
     // The Redis front end, if the member has an address for it.
+    if let Some(loading) = loading {
+        loading.stop();
+    }
     let server = match ServerOptions::from_config(&config, id) {
         Ok(options) => Some(
             RespServer::start(node.handle(), &options)

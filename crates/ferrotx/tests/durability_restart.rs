@@ -7,6 +7,8 @@
 //! its initial one plus the acknowledged transfers plus some of those of unknown
 //! outcome, and every audit while running saw all the money).
 //!
+//! A node restarting answers its Redis clients `-LOADING` until it serves.
+//!
 //! A SIGKILL keeps the page cache: this shows the restart loads what was logged and
 //! recovers the transactions in flight; that the logs were synced before the
 //! acknowledgement is the simulator's check (`crates/sim/tests/durability_seeds.rs`).
@@ -300,9 +302,28 @@ fn a_refilled_copy_comes_back_whole_after_a_whole_cluster_restart() {
     nodes.start(2);
     nodes.wait_status("node 2 refilled", |s| full_strength(s, 3));
     set(&mut acked, 300, 400, 3);
-    // Every process at once, then all started again (no --join: from disk).
+    // Every process at once, then all started again (no --join: from disk). Node 0,
+    // alone at first, answers -LOADING until the cluster is back, as Redis does while
+    // it loads.
     nodes.kill_together(&[0, 1, 2]);
-    for node in 0..3 {
+    nodes.start_as(0, false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let loading = loop {
+        let reply = Conn::open(addrs[0]).map(|mut c| c.call(cmd(&[&"GET", &"refill:0"])));
+        if let Some(Ok(reply)) = reply {
+            break reply;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 0 never answered while loading"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        matches!(&loading, RespValue::Error(e) if e.starts_with(b"LOADING")),
+        "{loading:?}"
+    );
+    for node in 1..3 {
         nodes.start_as(node, false);
     }
     check_read_back(&nodes.addrs, &acked, 1);

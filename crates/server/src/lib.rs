@@ -48,11 +48,13 @@ mod dispatch;
 mod error;
 mod event_loop;
 mod inbox;
+mod loading;
 mod options;
 mod server;
 mod stats;
 
 pub use error::ServerError;
 pub use ferrotx_redis_exec::KV_TABLE_NAME;
+pub use loading::{LOADING_REPLY, LoadingResponder};
 pub use options::ServerOptions;
 pub use server::RespServer;
