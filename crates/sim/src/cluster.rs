@@ -923,26 +923,7 @@ impl SimCluster {
                     let logs =
                         disks.durable_records(node, life, self.config.threads_per_node(), now);
                     match ferrotx_node::restore::load_records(&self.config, &copies, &logs) {
-                        Ok(restored) => {
-                            if std::env::var_os("FERROTX_DEBUG_RESTORE").is_some() {
-                                for (w, log) in logs.iter().enumerate() {
-                                    for (i, (k, p)) in log.iter().enumerate() {
-                                        let what = match *k {
-                                            1 | 2 | 4 | 9 => ferrotx_txn::messages::RecordView::parse(p).map(|r| format!("{:?} mark {} writes {:?}", r.tx, r.truncate_up_to, r.writes().map(|w| (w.partition, w.key, w.version)).collect::<Vec<_>>())).unwrap_or_default(),
-                                            3 | 5 => format!("{:?}", ferrotx_txn::messages::decode_tx(p)),
-                                            6 => format!("{:?}", ferrotx_txn::recovery::decode_decision(&p[1..]).map(|d| (p[0], d.1))),
-                                            _ => String::new(),
-                                        };
-                                        if *k != 10 { eprintln!("REC node {node} w{w} #{i} kind {k}: {what}"); }
-                                    }
-                                }
-                                eprintln!(
-                                    "DEBUG node {node} at {now} loads life {life} copies {copies:?}: {:?}",
-                                    restored.stats
-                                );
-                            }
-                            Some((life, restored))
-                        }
+                        Ok(restored) => Some((life, restored)),
                         Err(e) => {
                             self.restore_failures.push(format!("node {node}: {e}"));
                             None
