@@ -903,6 +903,12 @@ impl SimCluster {
     /// copies the stored view ended on disk keeps of its earlier life (ending it so
     /// first, as the first real node to start does): see [`SimCluster::power_on`].
     fn restart_from_disk(&mut self, node: u16) {
+        if self.disks.is_none() {
+            // `memory` mode: nothing on disk; a new, empty life.
+            self.restarts += 1;
+            self.start(node);
+            return;
+        }
         let now = self.sim.now_ns();
         let ended = self.membership.as_ref().and_then(|state| {
             let current = state.coordination.current()?;

@@ -476,32 +476,13 @@ impl Participant {
                     let Some(version) = write.version.checked_add(1) else {
                         continue;
                     };
-                    let locked = self.store.get_any(write.partition).and_then(|partition| {
-                        partition
-                            .apply_unless_locked(write.table, &write.key, version, write.value)
-                            .ok()
-                    }) == Some(None);
-                    if locked
-                        && let Some(earlier) = self.locked_below(
-                            write.partition,
+                    if let Some(partition) = self.store.get_any(write.partition) {
+                        let _ = partition.apply_unless_locked(
                             write.table,
                             &write.key,
-                            write.version,
-                        )
-                    {
-                        // Locked here at an older version, by a transaction a restart
-                        // left in doubt (its commit marker had not reached this disk):
-                        // a later write of the object committed, so that one did too.
-                        // Installed now, so that this write is not skipped.
-                        self.install_now(&earlier, true);
-                        if let Some(partition) = self.store.get_any(write.partition) {
-                            let _ = partition.apply_unless_locked(
-                                write.table,
-                                &write.key,
-                                version,
-                                write.value,
-                            );
-                        }
+                            version,
+                            write.value,
+                        );
                     }
                 }
                 self.stats.records_applied += 1;
@@ -536,29 +517,6 @@ impl Participant {
             .decided
             .insert(*tx, (commit, partitions.to_vec()));
         self.settle(tx);
-    }
-
-    /// The transaction locked here that holds (`partition`, `table`, `key`) at a version
-    /// below `version`, if one does.
-    fn locked_below(
-        &self,
-        partition: u32,
-        table: ferrotx_store::TableId,
-        key: &ferrotx_store::Key,
-        version: u64,
-    ) -> Option<TxId> {
-        self.locked.iter().find_map(|(tx, bytes)| {
-            RecordView::parse(bytes)
-                .ok()?
-                .writes()
-                .any(|w| {
-                    w.partition == partition
-                        && w.table == table
-                        && w.key == *key
-                        && w.version < version
-                })
-                .then_some(*tx)
-        })
     }
 
     /// `tx` is decided here: partitions blocked for it may open.
