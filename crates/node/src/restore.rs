@@ -217,10 +217,8 @@ pub fn load_records(
     }
     settle_locks(&store, &mut replays);
     let mut stats = ReplayStats::default();
-    for (thread, replayed) in replays.iter_mut().enumerate() {
-        replayed
-            .relock(&store)
-            .map_err(|e| format!("log w{thread}: {e}"))?;
+    for replayed in &mut replays {
+        replayed.keep_primaries(&store);
         stats.add(&replayed.stats);
     }
     Ok(Restored {

@@ -20,6 +20,9 @@ use ferrotx_resp::{Parsed, ParserLimits, ProtocolVersion, RequestParser};
 /// The reply to every command while the node loads: Redis's own text.
 pub const LOADING_REPLY: &[u8] = b"-LOADING Redis is loading the dataset in memory\r\n";
 
+/// Most clients answered at once; more are closed as they connect.
+const CONNECTIONS_MAX: usize = 64;
+
 /// How often the threads look at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -76,6 +79,10 @@ fn accept(listener: &TcpListener, stop: &Arc<AtomicBool>) {
     let mut connections = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
+            // Past the cap a client is closed at once (it retries, or sees the node
+            // down): a restart's clients are few, and a flood must not spawn threads
+            // without bound.
+            Ok(_) if connections.len() >= CONNECTIONS_MAX => {}
             Ok((stream, _)) => {
                 let flag = stop.clone();
                 if let Ok(handle) = std::thread::Builder::new()

@@ -243,19 +243,20 @@ impl Participant {
 
     /// In `sync` mode, keeps the objects of the aborted transaction whose LOCK record
     /// `bytes` was logged locked until the log is durable past `lsn` (the record of the
-    /// abort), then unlocks them ([`Durable::releases`]): true if it did so. False (the
-    /// caller unlocks now) if the record is durable already, or the log does not wait.
-    pub(crate) fn release_after(&mut self, lsn: u64, bytes: &[u8]) -> bool {
+    /// abort), then unlocks them ([`Durable::releases`], which takes `bytes`): `None` if
+    /// it did so. `Some(bytes)` back (the caller unlocks now) if the record is durable
+    /// already, or the log does not wait.
+    pub(crate) fn release_after(&mut self, lsn: u64, bytes: Vec<u8>) -> Option<Vec<u8>> {
         let now = self.now_ns();
         let Some(durable) = self.durable.as_mut().filter(|d| d.mode.wait) else {
-            return false;
+            return Some(bytes);
         };
         if lsn == 0 || durable.log.durable(now) >= lsn {
-            return false;
+            return Some(bytes);
         }
-        durable.releases.push_back((lsn, bytes.to_vec()));
+        durable.releases.push_back((lsn, bytes));
         durable.ring();
-        true
+        None
     }
 
     /// Appends a record; its position (0 without a log), or why not.

@@ -1132,22 +1132,28 @@ impl Participant {
                         .unwrap_or(0),
                 );
             }
-            let record = RecordView::parse(&bytes).expect("checked when locked");
             let restored = !self.restored_locks.is_empty() && self.restored_locks.remove(&tx);
-            let deferred = restored || abort_lsn.is_some_and(|lsn| self.release_after(lsn, &bytes));
-            if !deferred {
+            // A lock a restart gave back holds nothing in the store; one whose LOCK
+            // record is on disk is released once the abort is too.
+            let unlock_now = match abort_lsn {
+                _ if restored => None,
+                Some(lsn) => self.release_after(lsn, bytes),
+                None => Some(bytes),
+            };
+            if let Some(bytes) = unlock_now {
+                let record = RecordView::parse(&bytes).expect("checked when locked");
                 for write in record.writes() {
                     if let Some(partition) = self.store.get_any(write.partition) {
                         partition.unlock(write.table, &write.key).expect("locked");
                     }
                 }
+                self.recycle(bytes);
             }
             // Its reservations stay, for its next attempt.
             if !self.aged_locks.is_empty() {
                 self.aged_locks.remove(&tx);
             }
             self.stats.aborts += 1;
-            self.recycle(bytes);
         }
         Answer::Granted.encode(response);
         Ok(())

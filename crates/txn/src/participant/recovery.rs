@@ -499,10 +499,8 @@ impl Participant {
                 .log_append(crate::durable::RECORD_DECIDED, &scratch)
                 .unwrap_or(0);
             self.scratch = scratch;
-            if let Some(bytes) = unlock_after_decision.take()
-                && !self.release_after(lsn, &bytes)
-            {
-                unlock_after_decision = Some(bytes);
+            if let Some(bytes) = unlock_after_decision.take() {
+                unlock_after_decision = self.release_after(lsn, bytes);
             }
         }
         if let Some(bytes) = unlock_after_decision {
@@ -512,6 +510,7 @@ impl Participant {
                     let _ = partition.unlock(write.table, &write.key);
                 }
             }
+            self.recycle(bytes);
         }
         self.recovery
             .decided

@@ -15,10 +15,12 @@
 //!    applied to the copies at their versions (a copy keeps the highest version it is
 //!    given, so the order of records and of workers does not matter). Records that are
 //!    neither committed nor aborted are in doubt, kept as [`Replay`].
-//! 2. [`Replay::relock`], once every worker's committed writes are applied: a primary's
-//!    LOCK records in doubt lock their objects again at the versions they locked; then
-//!    [`Participant::restore`] gives the participant its records in doubt, truncation
-//!    marks, installs and decisions, as it held them. The first view's transaction-state
+//! 2. Once every worker's committed writes are applied: [`settle_locks`] commits the
+//!    locks in doubt a later lock shows installed, [`Replay::keep_primaries`] keeps those
+//!    of partitions this life is primary of (not locked in the store: the partitions are
+//!    blocked until recovery decides them), then [`Participant::restore`] gives the
+//!    participant its records in doubt, truncation marks, installs and decisions, as it
+//!    held them. The first view's transaction-state
 //!    recovery decides every transaction in doubt, as after any failure (FaRM 5.3).
 
 use foldhash::fast::FixedState;
@@ -335,7 +337,7 @@ pub fn replay<'a>(
     Ok(replay)
 }
 
-/// Settles, over every worker's replay of one node (before [`Replay::relock`]), the
+/// Settles, over every worker's replay of one node (before [`Replay::keep_primaries`]), the
 /// primaries' locks in doubt that a later lock shows committed: a LOCK record in doubt
 /// at version `v` of an object, and another (in doubt or not) at a higher version of
 /// it, mean that the first installed (only an install moves a primary's object past the
@@ -396,7 +398,7 @@ impl Replay {
     /// the same object, committed at the backups) must not be skipped for an older lock.
     /// A commit then applies the record's writes at their versions
     /// ([`Participant::restore`]).
-    pub fn relock(&mut self, store: &NodeStore) -> Result<(), ReplayError> {
+    pub fn keep_primaries(&mut self, store: &NodeStore) {
         let primary_here = |p: u32| store.get(p, Role::Primary).is_some();
         let mut kept = Vec::with_capacity(self.locked.len());
         for (tx, bytes) in std::mem::take(&mut self.locked) {
@@ -410,7 +412,6 @@ impl Replay {
             }
         }
         self.locked = kept;
-        Ok(())
     }
 }
 
@@ -568,7 +569,7 @@ mod tests {
         ];
         let mut r = run(&store, &records);
         assert_eq!(read(&part, 7), Ok((1, Some(1))));
-        r.relock(&store).unwrap();
+        r.keep_primaries(&store);
         assert_eq!(r.stats.locks_in_doubt, 1);
         let mut p = Participant::new(Arc::new(store));
         p.restore(r);
