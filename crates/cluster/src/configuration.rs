@@ -92,16 +92,30 @@ pub struct Durability {
     pub mode: DurabilityMode,
     /// In `flush` mode, the longest time between syncs of a node's logs.
     pub flush_interval_ms: u64,
+    /// A node checkpoints its copies into its logs, and truncates what the checkpoint
+    /// covers, once its logs grew by this many MiB since its last checkpoint began.
+    pub checkpoint_log_mb: u64,
+    /// Each log segment's preallocated size, in MiB: a checkpoint truncates whole
+    /// segments.
+    pub segment_mb: u64,
 }
 
 /// `flush` mode's default interval (Redis's `everysec` is 1 s).
 pub const DEFAULT_FLUSH_INTERVAL_MS: u64 = 100;
+
+/// The default growth of a node's logs between checkpoints: four log segments.
+pub const DEFAULT_CHECKPOINT_LOG_MB: u64 = 256;
+
+/// The default size of a log segment.
+pub const DEFAULT_SEGMENT_MB: u64 = 64;
 
 impl Default for Durability {
     fn default() -> Self {
         Self {
             mode: DurabilityMode::Memory,
             flush_interval_ms: DEFAULT_FLUSH_INTERVAL_MS,
+            checkpoint_log_mb: DEFAULT_CHECKPOINT_LOG_MB,
+            segment_mb: DEFAULT_SEGMENT_MB,
         }
     }
 }

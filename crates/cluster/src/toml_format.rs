@@ -45,6 +45,10 @@ struct DurabilitySection {
     mode: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     flush_interval_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    checkpoint_log_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    segment_mb: Option<u64>,
 }
 
 impl DurabilitySection {
@@ -69,6 +73,22 @@ impl DurabilitySection {
             }
             durability.flush_interval_ms = ms;
         }
+        if let Some(mb) = self.checkpoint_log_mb {
+            if mb == 0 || mb > 1 << 20 {
+                return Err(ConfigError::Durability(format!(
+                    "checkpoint_log_mb {mb} is outside 1..=1048576"
+                )));
+            }
+            durability.checkpoint_log_mb = mb;
+        }
+        if let Some(mb) = self.segment_mb {
+            if mb == 0 || mb > 4096 {
+                return Err(ConfigError::Durability(format!(
+                    "segment_mb {mb} is outside 1..=4096"
+                )));
+            }
+            durability.segment_mb = mb;
+        }
         Ok(durability)
     }
 
@@ -78,6 +98,10 @@ impl DurabilitySection {
             mode: (durability.mode != default.mode).then(|| durability.mode.name().to_string()),
             flush_interval_ms: (durability.flush_interval_ms != default.flush_interval_ms)
                 .then_some(durability.flush_interval_ms),
+            checkpoint_log_mb: (durability.checkpoint_log_mb != default.checkpoint_log_mb)
+                .then_some(durability.checkpoint_log_mb),
+            segment_mb: (durability.segment_mb != default.segment_mb)
+                .then_some(durability.segment_mb),
         }
     }
 }
@@ -365,16 +389,22 @@ mod tests {
         let config = Configuration::from_toml_str(&base).unwrap();
         assert_eq!(config.durability(), Durability::default());
         assert!(!config.to_toml_string().contains("durability"));
-        let text = format!("{base}[durability]\nmode = \"sync\"\nflush_interval_ms = 250\n");
+        let text = format!(
+            "{base}[durability]\nmode = \"sync\"\nflush_interval_ms = 250\ncheckpoint_log_mb = 64\nsegment_mb = 2\n"
+        );
         let config = Configuration::from_toml_str(&text).unwrap();
         assert_eq!(config.durability().mode, DurabilityMode::Sync);
         assert_eq!(config.durability().flush_interval_ms, 250);
+        assert_eq!(config.durability().checkpoint_log_mb, 64);
+        assert_eq!(config.durability().segment_mb, 2);
         let again = Configuration::from_toml_str(&config.to_toml_string()).unwrap();
         assert_eq!(again, config);
         let error = parse_error(&format!("{base}[durability]\nmode = \"fsync\"\n"));
         assert!(error.to_string().contains("\"fsync\""), "{error}");
         let error = parse_error(&format!("{base}[durability]\nflush_interval_ms = 0\n"));
         assert!(error.to_string().contains("flush_interval_ms"), "{error}");
+        let error = parse_error(&format!("{base}[durability]\ncheckpoint_log_mb = 0\n"));
+        assert!(error.to_string().contains("checkpoint_log_mb"), "{error}");
     }
 
     #[test]

@@ -273,6 +273,7 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let life_logs = logs.clone();
     let mut options = NodeOptions {
         procedures,
         keys: Some(keys.clone()),
@@ -349,7 +350,37 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             server.local_addr()
         );
     }
+    let mut checkpoints_seen = 0;
     while !stop.load(Ordering::Relaxed) {
+        if let Some(logs) = &life_logs {
+            let checkpoints = node.core().checkpoints().stats();
+            if checkpoints.completed > checkpoints_seen {
+                if checkpoints_seen == 0 {
+                    // This life's logs now hold all a restart needs.
+                    match logs.remove_other_lives() {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(
+                            node = id,
+                            "checkpoint complete; removed {n} earlier lives' logs"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(node = id, "removing earlier lives' logs: {e}");
+                        }
+                    }
+                }
+                checkpoints_seen = checkpoints.completed;
+                tracing::info!(
+                    node = id,
+                    "checkpoint {} complete in {:.3} s ({} objects and {} bytes copied by \
+                     every round so far); {} log segments removed so far",
+                    checkpoints.completed,
+                    checkpoints.last_round_ns as f64 / 1e9,
+                    checkpoints.objects,
+                    checkpoints.bytes,
+                    logs.segments_removed()
+                );
+            }
+        }
         if link.removed() {
             let removing = removing_view(&link);
             // Sockets closed, the liveness lock released: nothing of this life is left

@@ -74,6 +74,15 @@ pub struct SimArgs {
     /// as if every record were durable at once (acknowledging before the sync).
     #[arg(long, hide = true)]
     disk_lie: bool,
+    /// `flush` and `sync` modes: a node starts a checkpoint round once its logs grew by
+    /// this many bytes since the last (0: never checkpoint, never truncate). Small by
+    /// default so that every run checkpoints and truncates many times.
+    #[arg(long, default_value_t = 16 << 10)]
+    checkpoint_log_bytes: u64,
+    /// A deliberate break, to see the checks fail: checkpoints copy without waiting for
+    /// what was in doubt to settle.
+    #[arg(long, hide = true)]
+    checkpoint_unsettled: bool,
 }
 
 fn scenario_of(name: &str, seed: u64) -> Box<dyn Scenario> {
@@ -172,6 +181,10 @@ struct Report {
     /// Shipped requests answered from a remembered result (asked again after a
     /// configuration change).
     ship_answered_again: u64,
+    /// Checkpoint rounds started, completed and abandoned (`flush` and `sync` modes).
+    checkpoints_started: u64,
+    checkpoints_completed: u64,
+    checkpoints_abandoned: u64,
     /// Data recovery: backups views gave nodes to fill, and filled ones a later view
     /// counted as copies.
     fills_assigned: u64,
@@ -253,6 +266,8 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                 membership_strict_ticks: args.strict_ticks,
                 durability,
                 disk_lie: args.disk_lie,
+                checkpoint_log_bytes: args.checkpoint_log_bytes,
+                checkpoint_unsettled: args.checkpoint_unsettled,
                 ..recovery_scenarios::options(workload, seed)
             };
         }
@@ -261,12 +276,16 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
                 membership_strict_ticks: args.strict_ticks,
                 durability,
                 disk_lie: args.disk_lie,
+                checkpoint_log_bytes: args.checkpoint_log_bytes,
+                checkpoint_unsettled: args.checkpoint_unsettled,
                 ..membership_scenarios::options(workload, seed)
             };
         }
         RunOptions {
             durability,
             disk_lie: args.disk_lie,
+            checkpoint_log_bytes: args.checkpoint_log_bytes,
+            checkpoint_unsettled: args.checkpoint_unsettled,
             nodes: args.nodes,
             replicas: args.replicas,
             faults: kinds.clone(),
@@ -346,6 +365,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         shipped: 0,
         ship_batches: 0,
         ship_answered_again: 0,
+        checkpoints_started: 0,
+        checkpoints_completed: 0,
+        checkpoints_abandoned: 0,
         fills_assigned: 0,
         fills_counted: 0,
         admitted_while_dropping: 0,
@@ -365,6 +387,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.shipped += report.shipped;
         summary.ship_batches += report.ship_batches;
         summary.ship_answered_again += report.ship_answered_again;
+        summary.checkpoints_started += report.checkpoints.started;
+        summary.checkpoints_completed += report.checkpoints.completed;
+        summary.checkpoints_abandoned += report.checkpoints.abandoned;
         if let Some(m) = &report.membership {
             w.fills_assigned += m.fills_assigned;
             w.fills_counted += m.fills_counted;
@@ -439,6 +464,14 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         "shipped: {} operations run at their keys' primary in {} batches; {} asked again after a configuration change",
         summary.shipped, summary.ship_batches, summary.ship_answered_again
     );
+    if summary.checkpoints_started > 0 {
+        println!(
+            "checkpoints: {} rounds started, {} complete (logs truncated), {} abandoned",
+            summary.checkpoints_started,
+            summary.checkpoints_completed,
+            summary.checkpoints_abandoned
+        );
+    }
     if summary.fills_assigned > 0 {
         println!(
             "data recovery: {} backups given to fill, {} filled and counted as copies",
@@ -515,7 +548,10 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             }
         );
         if args.durability != "memory" {
-            println!("    (with --durability {})", args.durability);
+            println!(
+                "    (with --durability {} --checkpoint-log-bytes {})",
+                args.durability, args.checkpoint_log_bytes
+            );
         }
     }
     // The closing line CI counts.

@@ -253,11 +253,43 @@ fn sync_cluster_killed_at_once_restarts_with_every_acknowledged_write() {
         );
         assert!(b.transfers() > 0, "round {round}: no transfer went through");
         bank = Some(b);
+        if round == 0 {
+            // From now on the nodes checkpoint every MiB of log into 1 MiB segments:
+            // restarts load from checkpoints and truncated logs, and earlier lives'
+            // directories go once a life completed one.
+            let path = dir.join("cluster.toml");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = text.replacen(
+                "mode = \"sync\"\n",
+                "mode = \"sync\"\ncheckpoint_log_mb = 1\nsegment_mb = 1\n",
+                1,
+            );
+            assert!(text.contains("checkpoint_log_mb"), "{text}");
+            std::fs::write(&path, text).unwrap();
+        }
     }
+    let lives: usize = (0..3)
+        .map(|n| {
+            std::fs::read_dir(dir.join(format!("node-{n}")))
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("life-"))
+                })
+                .count()
+        })
+        .sum();
     eprintln!(
-        "{rounds} rounds of SIGKILL and restart in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "{rounds} rounds of SIGKILL and restart in {:.1} s; {lives} lives' directories left of {}",
+        started.elapsed().as_secs_f64(),
+        3 * (rounds + 1)
     );
+    if rounds >= 3 {
+        assert!(
+            lives < 3 * (rounds + 1),
+            "no checkpoint completed: every life's logs are still there"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -19,6 +19,7 @@ use ferrotx_cluster::{Configuration, View};
 use ferrotx_rpc::{Config, Engine};
 use ferrotx_store::{Epoch, Key, Memory, Partition, PartitionId, StoreError, TableId, TableSpec};
 use ferrotx_transport::Transport;
+use ferrotx_txn::checkpoint::{CheckpointOptions, Checkpoints, run_checkpoints};
 use ferrotx_txn::coordinator::{Coordinator, Placement, REFILL_SLOTS, RefillThread};
 use ferrotx_txn::durable::{CommitLog, LogMode};
 use ferrotx_txn::participant::{LOG_RECORDS_MAX, NodeStore, Participant, Role};
@@ -60,6 +61,9 @@ pub struct CoreOptions {
     pub refill: RefillOptions,
     /// How deleted objects are reclaimed ([`ferrotx_txn::reclaim`]).
     pub reclaim: ReclaimOptions,
+    /// When the node checkpoints its copies into its logs (`flush` and `sync` modes,
+    /// [`ferrotx_txn::checkpoint`]).
+    pub checkpoint: CheckpointOptions,
 }
 
 impl Default for CoreOptions {
@@ -72,6 +76,7 @@ impl Default for CoreOptions {
             ship_executors: Executors::default(),
             refill: RefillOptions::default(),
             reclaim: ReclaimOptions::default(),
+            checkpoint: CheckpointOptions::default(),
         }
     }
 }
@@ -124,6 +129,8 @@ pub struct NodeCore {
     memory: Arc<Memory>,
     /// The epoch its partitions' lookups pin: the process's, or a simulation's own.
     epoch: Epoch,
+    /// What its workers share of its checkpoints ([`ferrotx_txn::checkpoint`]).
+    checkpoints: Arc<Checkpoints>,
 }
 
 impl NodeCore {
@@ -215,6 +222,7 @@ impl NodeCore {
             }
         }
         let empty = Arc::new(NodeStore::new());
+        let config_threads = config.threads_per_node();
         let mut core = Self {
             node,
             incarnation,
@@ -226,6 +234,7 @@ impl NodeCore {
             copies: Arc::new(Mutex::new(copies)),
             fills: Arc::new(Mutex::new(BTreeMap::new())),
             memory: Arc::new(Memory::unlimited()),
+            checkpoints: Arc::new(Checkpoints::new(config_threads)),
             epoch,
         };
         // The view's copies, and the backups it has this node fill.
@@ -515,7 +524,9 @@ impl NodeCore {
                     + usize::from(REFILL_SLOTS)
                     + options.ship_executors.count
                     // `sync` mode's answers to COMMIT-BACKUP, once durable.
-                    + usize::from(log.as_ref().is_some_and(|(_, mode)| mode.wait)),
+                    + usize::from(log.as_ref().is_some_and(|(_, mode)| mode.wait))
+                    // The checkpoint coroutine.
+                    + usize::from(log.is_some()),
                 ..options.rpc.clone()
             },
         );
@@ -568,6 +579,13 @@ impl NodeCore {
                     .await
             });
         }
+        if logged {
+            let (checkpointing, shared) = (participant.clone(), self.checkpoints.clone());
+            let checkpoint = options.checkpoint;
+            worker.executor().spawn_background(move |co| async move {
+                run_checkpoints(checkpointing, co, shared, thread, checkpoint).await
+            });
+        }
         let reclaim = coordinator.clone();
         let reclaim_options = options.reclaim;
         worker.executor().spawn_background(move |co| async move {
@@ -601,6 +619,11 @@ impl NodeCore {
             coordinator,
             participant,
         }
+    }
+
+    /// The node's checkpoints ([`ferrotx_txn::checkpoint`]).
+    pub fn checkpoints(&self) -> &Arc<Checkpoints> {
+        &self.checkpoints
     }
 
     /// The partition of `key` of `table`.

@@ -25,7 +25,7 @@ pub const DATA_FORMAT_VERSION: u32 = 1;
 /// The file naming what a data directory holds.
 pub const DATA_META_FILE: &str = "ferrotx-data.toml";
 
-/// Each log segment's preallocated size.
+/// Each log segment's preallocated size by default (`[durability] segment_mb`).
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// Each log segment's size (for tools that read the logs back).
@@ -99,7 +99,7 @@ impl NodeLogs {
                 log_name: format!("w{thread}"),
                 cluster_id: cluster_id_bytes(config),
                 node_id: node,
-                segment_size_bytes: SEGMENT_BYTES,
+                segment_size_bytes: durability.segment_mb << 20,
             })
             .collect();
         let gap = match durability.mode {
@@ -139,6 +139,41 @@ impl NodeLogs {
         std::fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(err)
+    }
+
+    /// Removes the directories of this node's other lives: once this life completed a
+    /// checkpoint, a restart needs none of them (the chain of lives stops at the newest
+    /// life with a complete checkpoint, and a view names one life per node). Returns
+    /// how many went.
+    pub fn remove_other_lives(&self) -> Result<usize, DataDirError> {
+        let Some(parent) = self.dir.parent() else {
+            return Ok(0);
+        };
+        let err = |p: &Path, e: std::io::Error| DataDirError(format!("{}: {e}", p.display()));
+        let mut removed = 0;
+        for entry in std::fs::read_dir(parent).map_err(|e| err(parent, e))? {
+            let entry = entry.map_err(|e| err(parent, e))?;
+            let path = entry.path();
+            let is_life = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("life-"));
+            if is_life && path != self.dir && path.is_dir() {
+                std::fs::remove_dir_all(&path).map_err(|e| err(&path, e))?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| err(parent, e))?;
+        }
+        Ok(removed)
+    }
+
+    /// Segments the sync thread removed after checkpoints covered them.
+    pub fn segments_removed(&self) -> u64 {
+        self.sync.segments_removed()
     }
 
     /// This life's log directory.

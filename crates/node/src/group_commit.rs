@@ -45,6 +45,12 @@ pub struct LogShare {
     durable: AtomicU64,
     /// A sync of this log failed: nothing more is durable.
     failed: AtomicBool,
+    /// Segments a checkpoint covers, for the sync thread to remove (the worker never
+    /// waits on the file system for it), and whether there are any.
+    to_remove: std::sync::Mutex<Vec<String>>,
+    removing: AtomicBool,
+    /// Segments removed so far.
+    removed: AtomicU64,
 }
 
 impl LogShare {
@@ -56,6 +62,11 @@ impl LogShare {
     /// Whether a sync of this log failed.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Segments removed after checkpoints covered them.
+    pub fn removed(&self) -> u64 {
+        self.removed.load(Ordering::Relaxed)
     }
 }
 
@@ -101,6 +112,20 @@ impl ferrotx_txn::durable::CommitLog for WorkerLog {
 
     fn failed(&self) -> Option<LogFailed> {
         self.share.failed().then_some(LOG_FAILED)
+    }
+
+    fn truncate(&mut self, covered: u64) {
+        let names = self.writer.take_segments_below(covered.saturating_add(1));
+        if names.is_empty() {
+            return;
+        }
+        self.share
+            .to_remove
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(names);
+        self.share.removing.store(true, Ordering::Release);
+        self.shared.wake();
     }
 }
 
@@ -266,6 +291,15 @@ impl SyncThread {
         ))
     }
 
+    /// Segments removed after checkpoints covered them, over every log.
+    pub fn segments_removed(&self) -> u64 {
+        self.shared
+            .logs
+            .iter()
+            .map(|(_, share)| share.removed())
+            .sum()
+    }
+
     /// Rounds that synced something, and syncs made, so far.
     pub fn counts(&self) -> (u64, u64) {
         (
@@ -295,6 +329,19 @@ fn run(shared: &Shared, mut storage: FsStorage) {
         let round_start = std::time::Instant::now();
         let mut any = false;
         for (i, (config, share)) in shared.logs.iter().enumerate() {
+            if share.removing.swap(false, Ordering::AcqRel) {
+                let names =
+                    std::mem::take(&mut *share.to_remove.lock().unwrap_or_else(|e| e.into_inner()));
+                for name in names {
+                    if let Err(e) = storage.remove(&name) {
+                        // Space not given back; nothing lost (a restart reads from the
+                        // checkpoint on).
+                        tracing::warn!(log = %config.log_name, "removing {name}: {e}");
+                    } else {
+                        share.removed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
             if share.failed() {
                 continue;
             }

@@ -647,6 +647,10 @@ impl Node {
                 ..Config::default()
             },
             procedures: options.procedures.clone(),
+            checkpoint: ferrotx_txn::checkpoint::CheckpointOptions {
+                log_bytes: config.durability().checkpoint_log_mb << 20,
+                ..Default::default()
+            },
             ..CoreOptions::default()
         };
         let stop = Arc::new(AtomicBool::new(false));

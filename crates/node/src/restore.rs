@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use ferrotx_cluster::{Configuration, View};
 use ferrotx_store::{Epoch, Partition, PartitionId, TableSpec};
+use ferrotx_txn::checkpoint::{decode_checkpoint_end, page_round};
+use ferrotx_txn::durable::{RECORD_CHECKPOINT, RECORD_CHECKPOINT_PAGE};
 use ferrotx_txn::participant::restore::{
     FillViews, Replay, ReplayStats, fill_views, replay, settle_locks,
 };
@@ -95,49 +97,134 @@ pub fn copies_on_disk(ended: &View, node: u16) -> Option<(u64, Vec<(u32, Role)>)
     (!copies.is_empty()).then_some((life, copies))
 }
 
-/// The chain of lives whose logs hold life `life`'s copies, oldest first.
-fn chain_of(dir: &Path, life: u64) -> Result<Vec<u64>, DataDirError> {
-    let mut chain = vec![life];
-    let mut at = life;
-    loop {
-        let dir_of = life_dir(dir, at);
-        if !dir_of.is_dir() {
-            return Err(DataDirError(format!(
-                "{}: missing: the cluster's last view has copies on this node's life {at:x}, \
-                 whose logs are not in this data directory (another node's directory, or \
-                 one restored from an older backup?)",
-                dir_of.display()
-            )));
-        }
-        let link = dir_of.join(RESTORED_FROM_FILE);
-        match std::fs::read_to_string(&link) {
-            Ok(text) => {
-                let earlier = u64::from_str_radix(text.trim(), 16).map_err(|_| {
-                    DataDirError(format!("{}: not a life's incarnation", link.display()))
-                })?;
-                if chain.len() >= CHAIN_MAX || chain.contains(&earlier) {
-                    return Err(DataDirError(format!(
-                        "{}: the chain of restored lives loops",
-                        link.display()
-                    )));
-                }
-                chain.push(earlier);
-                at = earlier;
+/// One life's logs: each worker's records (position, kind, payload), in order.
+pub type LifeLogs = Vec<Vec<(u64, u8, Vec<u8>)>>;
+
+/// The newest checkpoint round complete in `life` (every worker's log holds its
+/// [`RECORD_CHECKPOINT`]), and the position each worker's record says the round covers.
+pub fn complete_round(life: &LifeLogs) -> Option<(u64, Vec<u64>)> {
+    let mut rounds: Vec<std::collections::HashMap<u64, u64>> = Vec::with_capacity(life.len());
+    for records in life {
+        let mut ends = std::collections::HashMap::new();
+        for (_, kind, payload) in records {
+            if *kind == RECORD_CHECKPOINT
+                && let Some((round, covered, _)) = decode_checkpoint_end(payload)
+            {
+                ends.insert(round, covered);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-            Err(e) => return Err(DataDirError(format!("{}: {e}", link.display()))),
+        }
+        rounds.push(ends);
+    }
+    let first = rounds.first()?;
+    let mut candidates: Vec<u64> = first.keys().copied().collect();
+    candidates.sort_unstable_by(|a, b| b.cmp(a));
+    candidates.into_iter().find_map(|round| {
+        rounds
+            .iter()
+            .map(|ends| ends.get(&round).copied())
+            .collect::<Option<Vec<u64>>>()
+            .map(|covered| (round, covered))
+    })
+}
+
+/// Each worker's records to replay from `lives` (oldest first): from the newest life
+/// with a complete checkpoint round, that round's pages and the records after the
+/// position it covers; from each later life, every record but checkpoint pages (their
+/// rounds are not complete: a life whose round is complete would start the chain).
+fn select(lives: &[LifeLogs], threads: usize) -> Vec<Vec<(u8, &[u8])>> {
+    let start = lives
+        .iter()
+        .rposition(|life| complete_round(life).is_some())
+        .unwrap_or(0);
+    let mut out: Vec<Vec<(u8, &[u8])>> = vec![Vec::new(); threads];
+    for (i, life) in lives.iter().enumerate().skip(start) {
+        let round = if i == start {
+            complete_round(life)
+        } else {
+            None
+        };
+        for (thread, records) in life.iter().enumerate().take(threads) {
+            let (round, covered) = match &round {
+                Some((round, covered)) => (Some(*round), covered[thread]),
+                None => (None, 0),
+            };
+            out[thread].extend(
+                records
+                    .iter()
+                    .filter(|(lsn, kind, payload)| {
+                        *lsn > covered
+                            && (*kind != RECORD_CHECKPOINT_PAGE
+                                || round.is_some() && page_round(payload) == round)
+                    })
+                    .map(|(_, kind, payload)| (*kind, &payload[..])),
+            );
         }
     }
-    chain.reverse();
-    Ok(chain)
+    out
+}
+
+/// Reads one life's logs (every worker's) from its directory.
+fn read_life(
+    dir: &Path,
+    config: &Configuration,
+    node: u16,
+    life: u64,
+    bytes: &mut u64,
+) -> Result<LifeLogs, DataDirError> {
+    let dir_of = life_dir(dir, life);
+    if !dir_of.is_dir() {
+        return Err(DataDirError(format!(
+            "{}: missing: the cluster's last view has copies on this node's life {life:x}, \
+             whose logs are not in this data directory (another node's directory, or one \
+             restored from an older backup?)",
+            dir_of.display()
+        )));
+    }
+    let storage =
+        FsStorage::open(&dir_of).map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
+    let mut logs = Vec::new();
+    for thread in 0..config.threads_per_node() {
+        let wal = WalConfig {
+            log_name: format!("w{thread}"),
+            cluster_id: cluster_id_bytes(config),
+            node_id: node,
+            segment_size_bytes: SEGMENT_BYTES,
+        };
+        let mut records = Vec::new();
+        recover_with(&storage, &wal, |record| {
+            *bytes += record.payload.len() as u64;
+            records.push((record.lsn, record.kind, record.payload.to_vec()));
+            Ok::<(), WalError>(())
+        })
+        .map_err(|e| {
+            DataDirError(format!(
+                "{}: log w{thread} cannot be read: {e}",
+                dir_of.display()
+            ))
+        })?;
+        logs.push(records);
+    }
+    Ok(logs)
+}
+
+/// The life `life` loaded its copies from (its `restored-from` file), if it did.
+fn restored_from(dir: &Path, life: u64) -> Result<Option<u64>, DataDirError> {
+    let link = life_dir(dir, life).join(RESTORED_FROM_FILE);
+    match std::fs::read_to_string(&link) {
+        Ok(text) => u64::from_str_radix(text.trim(), 16)
+            .map(Some)
+            .map_err(|_| DataDirError(format!("{}: not a life's incarnation", link.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(DataDirError(format!("{}: {e}", link.display()))),
+    }
 }
 
 /// Loads, from data directory `dir`, the copies of node `node` that `ended` (a view
-/// ended on disk) keeps: reads the logs of the life it names (and the lives that life
-/// loaded from), replays them into new copies and returns them with each worker's
-/// transactions in doubt. `None` if `ended` keeps no copy of `node`'s. An error names
-/// the file (and offset) that could not be read: a corrupt record anywhere but at a torn
-/// tail is refused, never replayed.
+/// ended on disk) keeps: reads the logs of the life it names (and of the lives that life
+/// loaded from, back to the newest with a complete checkpoint), replays them into new
+/// copies and returns them with each worker's transactions in doubt. `None` if `ended`
+/// keeps no copy of `node`'s. An error names the file (and offset) that could not be
+/// read: a corrupt record anywhere but at a torn tail is refused, never replayed.
 pub fn load(
     dir: &Path,
     config: &Configuration,
@@ -148,36 +235,30 @@ pub fn load(
         return Ok(None);
     };
     let started = Instant::now();
-    let chain = chain_of(dir, life)?;
     let mut bytes = 0u64;
-    let mut logs: Vec<Vec<(u8, Vec<u8>)>> = Vec::new();
-    for thread in 0..config.threads_per_node() {
-        let mut records: Vec<(u8, Vec<u8>)> = Vec::new();
-        for &at in &chain {
-            let dir_of = life_dir(dir, at);
-            let storage = FsStorage::open(&dir_of)
-                .map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
-            let wal = WalConfig {
-                log_name: format!("w{thread}"),
-                cluster_id: cluster_id_bytes(config),
-                node_id: node,
-                segment_size_bytes: SEGMENT_BYTES,
-            };
-            recover_with(&storage, &wal, |record| {
-                bytes += record.payload.len() as u64;
-                records.push((record.kind, record.payload.to_vec()));
-                Ok::<(), WalError>(())
-            })
-            .map_err(|e| {
-                DataDirError(format!(
-                    "{}: log w{thread} cannot be read: {e}",
-                    dir_of.display()
-                ))
-            })?;
+    // Newest first, back to a life with a complete checkpoint (or the first life).
+    let mut chain = vec![life];
+    let mut lives = vec![read_life(dir, config, node, life, &mut bytes)?];
+    loop {
+        if complete_round(lives.last().expect("one")).is_some() {
+            break;
         }
-        logs.push(records);
+        let at = *chain.last().expect("one");
+        let Some(earlier) = restored_from(dir, at)? else {
+            break;
+        };
+        if chain.len() >= CHAIN_MAX || chain.contains(&earlier) {
+            return Err(DataDirError(format!(
+                "{}: the chain of restored lives loops",
+                life_dir(dir, at).join(RESTORED_FROM_FILE).display()
+            )));
+        }
+        lives.push(read_life(dir, config, node, earlier, &mut bytes)?);
+        chain.push(earlier);
     }
-    let mut restored = load_records(config, &copies, &logs)
+    chain.reverse();
+    lives.reverse();
+    let mut restored = load_records(config, &copies, &lives)
         .map_err(|e| DataDirError(format!("{}: lives {chain:x?}: {e}", dir.display())))?;
     restored.life = life;
     restored.chain = chain;
@@ -186,13 +267,14 @@ pub fn load(
     Ok(Some(restored))
 }
 
-/// Replays `logs` (each worker's records, in order, over the chain of lives) into new
-/// copies of `copies` (partition and role): the storage-free half of [`load`], which the
-/// simulator runs on its disks. An error names the worker's log and the record.
+/// Replays `lives` (each life's logs, oldest first, [`select`]ed from the newest
+/// complete checkpoint) into new copies of `copies` (partition and role): the
+/// storage-free half of [`load`], which the simulator runs on its disks. An error names
+/// the worker's log and the record.
 pub fn load_records(
     config: &Configuration,
     copies: &[(u32, Role)],
-    logs: &[Vec<(u8, Vec<u8>)>],
+    lives: &[LifeLogs],
 ) -> Result<Restored, String> {
     let schema: Arc<[TableSpec]> = Arc::from(config.tables().to_vec());
     let epoch = Epoch::process();
@@ -203,15 +285,16 @@ pub fn load_records(
         store.host(role, partition.clone());
         partitions.push((PartitionId(p), role, partition));
     }
+    let logs = select(lives, usize::from(config.threads_per_node()));
     // Fills first, over every worker's log: a partition's writes logged by any worker
     // before its last fill began are the replaced copy's.
     let mut fills = FillViews::default();
-    for records in logs {
-        fill_views(records.iter().map(|(k, p)| (*k, &p[..])), &mut fills);
+    for records in &logs {
+        fill_views(records.iter().copied(), &mut fills);
     }
     let mut replays = Vec::new();
     for (thread, records) in logs.iter().enumerate() {
-        let replayed = replay(&store, records.iter().map(|(k, p)| (*k, &p[..])), &fills)
+        let replayed = replay(&store, records.iter().copied(), &fills)
             .map_err(|e| format!("log w{thread}: {e}"))?;
         replays.push(replayed);
     }

@@ -71,6 +71,8 @@ pub struct SimCluster {
     /// Whole-cluster power cuts so far, and the nodes whose disks could not be replayed
     /// at a power-on (each a finding: a node must never start empty over its data).
     pub power_cuts: u64,
+    /// Checkpoint counters of node lives that ended.
+    retired_checkpoints: ferrotx_txn::checkpoint::CheckpointStats,
     pub restore_failures: Vec<String>,
     /// A break for tests: a node restarted from disk loads nothing (it serves its
     /// partitions before their newest copies are back).
@@ -247,6 +249,7 @@ impl SimCluster {
             crashes: 0,
             restarts: 0,
             power_cuts: 0,
+            retired_checkpoints: Default::default(),
             restore_failures: Vec::new(),
             restore_nothing: false,
             pauses: 0,
@@ -721,6 +724,17 @@ impl SimCluster {
         }
     }
 
+    /// Checkpoint counters over every node life, ended or up.
+    pub fn checkpoint_stats(&self) -> ferrotx_txn::checkpoint::CheckpointStats {
+        let mut total = self.retired_checkpoints;
+        for node in &self.nodes {
+            if let Some(core) = &node.core {
+                add_checkpoints(&mut total, &core.checkpoints().stats());
+            }
+        }
+        total
+    }
+
     /// If the power went now, on every node at once: the writes installed at a primary
     /// (visible, or acknowledged) that no disk holds, in `sync` mode's promise (FaRM's
     /// NVRAM rule). Empty in `memory` mode. See [`crate::disk`].
@@ -958,7 +972,9 @@ impl SimCluster {
             return false;
         }
         slot.up = false;
-        slot.core = None;
+        if let Some(core) = slot.core.take() {
+            add_checkpoints(&mut self.retired_checkpoints, &core.checkpoints().stats());
+        }
         slot.membership = None;
         // What this life loaded is its own: a next life starts from nothing (or loads
         // again from disk).
@@ -1784,4 +1800,16 @@ fn add_recovery(a: &mut RecoveryStats, b: &RecoveryStats) {
     for (x, y) in a.votes.iter_mut().zip(b.votes) {
         *x += y;
     }
+}
+
+fn add_checkpoints(
+    total: &mut ferrotx_txn::checkpoint::CheckpointStats,
+    more: &ferrotx_txn::checkpoint::CheckpointStats,
+) {
+    total.started += more.started;
+    total.completed += more.completed;
+    total.abandoned += more.abandoned;
+    total.pages += more.pages;
+    total.objects += more.objects;
+    total.bytes += more.bytes;
 }

@@ -53,6 +53,9 @@ pub struct SimLogState {
     ended_at: Option<u64>,
     /// Durable records up to this LSN are in [`SimDisks::durable_writes`]'s set.
     indexed: u64,
+    /// Records up to this LSN were truncated (a checkpoint covers them): a restart no
+    /// longer finds them. They stay in memory for the power-cut check's index.
+    truncated: u64,
 }
 
 impl SimLogState {
@@ -130,6 +133,12 @@ impl CommitLog for SimLog {
     fn failed(&self) -> Option<LogFailed> {
         None
     }
+
+    fn truncate(&mut self, covered: u64) {
+        let mut state = self.state.borrow_mut();
+        // Only what is durable: a real log removes whole segments behind its sync.
+        state.truncated = state.truncated.max(covered.min(state.durable));
+    }
 }
 
 /// Every simulated log of a run.
@@ -190,6 +199,7 @@ impl SimDisks {
             rng,
             ended_at: None,
             indexed: 0,
+            truncated: 0,
         }));
         self.logs.push(state.clone());
         SimLog {
@@ -228,41 +238,46 @@ impl SimDisks {
         self.restored_from.insert((node, life), from);
     }
 
-    /// What node `node`'s disk holds of life `life` at `now`, for a restart: each worker's
-    /// durable records (kind, payload), in order, over the chain of lives it loaded from
-    /// (oldest first), as the node's data directory would give them.
+    /// What node `node`'s disk holds of life `life` at `now`, for a restart: each life's
+    /// logs over the chain of lives it loaded from (oldest first), each worker's durable
+    /// records not truncated (position, kind, payload), in order, as the node's data
+    /// directory would give them.
     pub fn durable_records(
         &self,
         node: u16,
         life: u64,
         threads: u16,
         now: u64,
-    ) -> Vec<Vec<(u8, Vec<u8>)>> {
+    ) -> Vec<ferrotx_node::restore::LifeLogs> {
         let mut chain = vec![life];
         while let Some(&from) = self.restored_from.get(&(node, *chain.last().expect("one"))) {
             chain.push(from);
         }
         chain.reverse();
-        (0..threads)
-            .map(|thread| {
-                let mut out = Vec::new();
-                for &at in &chain {
-                    for log in &self.logs {
-                        let mut log = log.borrow_mut();
-                        if log.node != node || log.incarnation != at || log.thread != thread {
-                            continue;
+        chain
+            .iter()
+            .map(|&at| {
+                (0..threads)
+                    .map(|thread| {
+                        let mut out = Vec::new();
+                        for log in &self.logs {
+                            let mut log = log.borrow_mut();
+                            if log.node != node || log.incarnation != at || log.thread != thread {
+                                continue;
+                            }
+                            log.advance(now);
+                            let (durable, truncated) = (log.durable, log.truncated);
+                            out.extend(
+                                log.records
+                                    .iter()
+                                    .take_while(|r| r.0 <= durable)
+                                    .filter(|r| r.0 > truncated)
+                                    .map(|r| (r.0, r.1, r.2.clone())),
+                            );
                         }
-                        log.advance(now);
-                        let durable = log.durable;
-                        out.extend(
-                            log.records
-                                .iter()
-                                .take_while(|r| r.0 <= durable)
-                                .map(|r| (r.1, r.2.clone())),
-                        );
-                    }
-                }
-                out
+                        out
+                    })
+                    .collect()
             })
             .collect()
     }

@@ -140,6 +140,13 @@ pub struct RunOptions {
     pub disk_lie: bool,
     /// A deliberate break: a node restarted from disk (`--faults power`) loads nothing.
     pub restore_nothing: bool,
+    /// `flush` and `sync` modes: a node starts a checkpoint round once its logs grew
+    /// this much since the last ([`ferrotx_txn::checkpoint`]; 0: never). Small by
+    /// default, so that runs checkpoint and truncate many times.
+    pub checkpoint_log_bytes: u64,
+    /// A deliberate break: checkpoints copy without waiting for what was in doubt to
+    /// settle ([`ferrotx_txn::checkpoint::CheckpointOptions::break_unsettled`]).
+    pub checkpoint_unsettled: bool,
 }
 
 impl RunOptions {
@@ -171,6 +178,8 @@ impl RunOptions {
             durability: ferrotx_cluster::DurabilityMode::Memory,
             disk_lie: false,
             restore_nothing: false,
+            checkpoint_log_bytes: 16 << 10,
+            checkpoint_unsettled: false,
         }
     }
 }
@@ -208,6 +217,9 @@ pub struct RunReport {
     pub ship_answered_again: u64,
     /// Datagrams cut by partitions.
     pub partitioned: u64,
+    /// Checkpoint rounds completed and abandoned, over every node life
+    /// ([`ferrotx_txn::checkpoint`]).
+    pub checkpoints: ferrotx_txn::checkpoint::CheckpointStats,
     /// What membership did and its checkers found, when the run had membership.
     pub membership: Option<MembershipReport>,
     /// Transaction-state recovery's counters, summed over every worker of the run: the
@@ -388,6 +400,16 @@ pub fn run(scenario: &mut dyn Scenario, options: &RunOptions) -> RunReport {
             records_per_step: 16,
             interval_ns: 2_000_000,
             busy_interval_ns: 500_000,
+        },
+        // Checkpoints of small pages, often (`flush` and `sync` modes): rounds land
+        // between commits, failures, view changes and power cuts, and restarts load
+        // from them.
+        checkpoint: ferrotx_txn::checkpoint::CheckpointOptions {
+            log_bytes: options.checkpoint_log_bytes,
+            poll_ns: 2_000_000,
+            page_bytes: 512,
+            round_timeout_ns: 300_000_000,
+            break_unsettled: options.checkpoint_unsettled,
         },
     };
     // A crash loses the node's memory: only membership (a new life, data recovery) makes
@@ -983,6 +1005,7 @@ fn finish(
         ship_batches,
         ship_answered_again,
         partitioned: counters.partitioned,
+        checkpoints: cluster.checkpoint_stats(),
         membership,
         recovery: cluster.recovery_stats(),
         attack: options

@@ -6,6 +6,7 @@
 //! participant side (`participant`): what primaries and backups do with them.
 
 pub mod answer;
+pub mod checkpoint;
 pub mod coordinator;
 pub mod durable;
 pub mod messages;

@@ -27,6 +27,7 @@ use crate::messages::{
 use crate::reservation::{Age, Reservations};
 use crate::store_scan::scan_page;
 
+pub(crate) mod doubts;
 mod recovery;
 pub mod restore;
 

@@ -415,6 +415,11 @@ pub fn decode_fetch_response(
 }
 
 impl<'a> FetchPage<'a> {
+    /// How many objects the page holds.
+    pub fn objects(&self) -> u32 {
+        self.objects
+    }
+
     /// The floors of the answer to [`FetchWhat::Floors`], one per bucket.
     pub fn floors(mut self) -> Result<Box<[u64; FLOOR_BUCKETS]>, DecodeError> {
         let r = &mut self.body;

@@ -186,6 +186,17 @@ impl<S: Storage> LogWriter<S> {
         Ok(removed)
     }
 
+    /// Forgets, without removing them, the whole segments whose records all have LSNs
+    /// below `lsn` (as [`LogWriter::remove_segments_below`] chooses them), and returns
+    /// their file names: for a caller that removes them on another thread.
+    pub fn take_segments_below(&mut self, lsn: Lsn) -> Vec<String> {
+        let mut taken = Vec::new();
+        while self.segments.len() > 1 && self.segments[1].first_lsn <= lsn {
+            taken.push(self.segments.pop_front().expect("two or more").file);
+        }
+        taken
+    }
+
     /// Appends a record as [`LogWriter::append`] does, but only into a buffer: it is
     /// written with the records buffered beside it by the next
     /// [`LogWriter::write_pending`] (or `append`, or `sync`), one write for them all, or

@@ -29,9 +29,11 @@ use hashbrown::{HashMap, HashSet};
 use ferrotx_store::TableId;
 use ferrotx_wire::ViewId;
 
+use crate::checkpoint::decode_checkpoint_end;
 use crate::durable::{
-    RECORD_ABORT, RECORD_APPLIED, RECORD_COMMIT_BACKUP, RECORD_COMMIT_PRIMARY, RECORD_DECIDED,
-    RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED, RECORD_LOAD, RECORD_LOCK,
+    RECORD_ABORT, RECORD_APPLIED, RECORD_CHECKPOINT, RECORD_CHECKPOINT_PAGE, RECORD_COMMIT_BACKUP,
+    RECORD_COMMIT_PRIMARY, RECORD_DECIDED, RECORD_FILL, RECORD_FILL_BEGIN, RECORD_INSTALLED,
+    RECORD_LOAD, RECORD_LOCK,
 };
 use crate::messages::{CoordinatorId, RecordView, TxId, decode_tx, record_without_writes_of};
 use crate::participant::{NodeStore, Participant, Role};
@@ -70,6 +72,8 @@ pub struct ReplayStats {
     /// Writes to a copy that a later fill replaced (skipped), and objects fills copied.
     pub writes_superseded: u64,
     pub fill_objects: u64,
+    /// Objects a checkpoint's pages gave.
+    pub checkpoint_objects: u64,
     /// Locks in doubt that a later lock of their objects showed installed.
     pub locks_settled: u64,
 }
@@ -86,6 +90,7 @@ impl ReplayStats {
         self.writes_elsewhere += other.writes_elsewhere;
         self.writes_superseded += other.writes_superseded;
         self.fill_objects += other.fill_objects;
+        self.checkpoint_objects += other.checkpoint_objects;
         self.locks_settled += other.locks_settled;
     }
 }
@@ -164,19 +169,43 @@ fn apply_load(store: &NodeStore, payload: &[u8], fills: &FillViews) -> Result<u6
 /// Applies a fill page ([`RECORD_FILL`]) to the copy of its partition in `store`.
 fn apply_fill(store: &NodeStore, payload: &[u8], fills: &FillViews) -> Result<u64, String> {
     let (partition, view) = fill_header(payload).ok_or("a fill page too short")?;
-    let (table, floors) = match payload.get(12..15) {
-        Some(&[a, b, what @ (0 | 1)]) => (TableId(u16::from_le_bytes([a, b])), what == 1),
-        _ => return Err("a fill page too short, or of no kind".into()),
-    };
     if fills.get(&partition).is_some_and(|&last| view < last) {
         // A page of an earlier fill, superseded.
         return Ok(0);
     }
+    apply_page(store, partition, &payload[12..])
+}
+
+/// Applies a checkpoint's page ([`RECORD_CHECKPOINT_PAGE`]: the round, then as a fill's
+/// page) to the copy of its partition in `store`, unless a later fill began the copy
+/// again (a round is abandoned if a fill began while it ran, so a fill in the records
+/// replayed began after it).
+fn apply_checkpoint_page(
+    store: &NodeStore,
+    payload: &[u8],
+    fills: &FillViews,
+) -> Result<u64, String> {
+    let partition = payload
+        .get(8..12)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+        .ok_or("a checkpoint page too short")?;
+    if fills.contains_key(&partition) {
+        return Ok(0);
+    }
+    apply_page(store, partition, &payload[12..])
+}
+
+/// Applies a page ([u16 table][u8 floors?][FETCH answer]) to `partition`'s copy.
+fn apply_page(store: &NodeStore, partition: u32, payload: &[u8]) -> Result<u64, String> {
+    let (table, floors) = match payload.get(..3) {
+        Some(&[a, b, what @ (0 | 1)]) => (TableId(u16::from_le_bytes([a, b])), what == 1),
+        _ => return Err("a page too short, or of no kind".into()),
+    };
     let Some(copy) = store.get_any(partition) else {
         return Ok(0);
     };
-    let (_, page) = decode_fetch_response(&payload[15..]).map_err(|e| e.to_string())?;
-    let page = page.ok_or("a fill page that is not a page")?;
+    let (_, page) = decode_fetch_response(&payload[3..]).map_err(|e| e.to_string())?;
+    let page = page.ok_or("a page that is not a page")?;
     if floors {
         let floors = page.floors().map_err(|e| e.to_string())?;
         copy.raise_floors_each(table, &floors)
@@ -223,6 +252,19 @@ pub fn replay<'a>(
                     return Err(bad(index, kind, "a fill record too short"));
                 }
             }
+            RECORD_CHECKPOINT_PAGE => {
+                if payload.len() < 15 {
+                    return Err(bad(index, kind, "a checkpoint page too short"));
+                }
+            }
+            RECORD_CHECKPOINT => {
+                let (_, _, marks) = decode_checkpoint_end(payload)
+                    .ok_or_else(|| bad(index, kind, "not a checkpoint's record"))?;
+                for (coordinator, mark) in marks {
+                    let at = replay.marks.entry(coordinator).or_default();
+                    *at = (*at).max(mark);
+                }
+            }
             RECORD_COMMIT_BACKUP | RECORD_LOCK | RECORD_COMMIT_PRIMARY | RECORD_APPLIED => {
                 let record = RecordView::parse(payload)
                     .map_err(|e| bad(index, kind, &format!("not a record: {e}")))?;
@@ -262,6 +304,11 @@ pub fn replay<'a>(
         if kind == RECORD_FILL {
             replay.stats.fill_objects +=
                 apply_fill(store, payload, fills).map_err(|what| bad(index, kind, &what))?;
+            continue;
+        }
+        if kind == RECORD_CHECKPOINT_PAGE {
+            replay.stats.checkpoint_objects += apply_checkpoint_page(store, payload, fills)
+                .map_err(|what| bad(index, kind, &what))?;
             continue;
         }
         if !matches!(
