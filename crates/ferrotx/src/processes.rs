@@ -352,6 +352,18 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     }
     let mut checkpoints_seen = 0;
     while !stop.load(Ordering::Relaxed) {
+        if life_logs.as_ref().is_some_and(|logs| logs.failed()) {
+            // FaRM's failed machine: a node that can no longer make its log durable
+            // stops, and the others' leases see it gone and recover its copies from
+            // theirs. Serving on would only refuse every commit it takes part in.
+            drop(server);
+            drop(node);
+            bail!(
+                "node {id}: a sync of its log failed (the disk under {} lost writes); \
+                 stopping so that the other copies take over: restart it on a working disk",
+                life_logs.as_ref().map_or_else(String::new, |l| l.dir().display().to_string())
+            );
+        }
         if let Some(logs) = &life_logs {
             let checkpoints = node.core().checkpoints().stats();
             if checkpoints.completed > checkpoints_seen {

@@ -171,6 +171,12 @@ impl NodeLogs {
         Ok(removed)
     }
 
+    /// Whether a sync of one of this life's logs failed: the kernel may have dropped the
+    /// pages it could not write, so nothing more of that log can be trusted durable.
+    pub fn failed(&self) -> bool {
+        self.sync.any_failed()
+    }
+
     /// Segments the sync thread removed after checkpoints covered them.
     pub fn segments_removed(&self) -> u64 {
         self.sync.segments_removed()

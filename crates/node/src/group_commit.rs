@@ -291,6 +291,11 @@ impl SyncThread {
         ))
     }
 
+    /// Whether a sync of any of its logs failed (nothing more of that log is durable).
+    pub fn any_failed(&self) -> bool {
+        self.shared.logs.iter().any(|(_, share)| share.failed())
+    }
+
     /// Segments removed after checkpoints covered them, over every log.
     pub fn segments_removed(&self) -> u64 {
         self.shared
