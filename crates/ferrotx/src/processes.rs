@@ -361,7 +361,9 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             bail!(
                 "node {id}: a sync of its log failed (the disk under {} lost writes); \
                  stopping so that the other copies take over: restart it on a working disk",
-                life_logs.as_ref().map_or_else(String::new, |l| l.dir().display().to_string())
+                life_logs
+                    .as_ref()
+                    .map_or_else(String::new, |l| l.dir().display().to_string())
             );
         }
         if let Some(logs) = &life_logs {

@@ -54,11 +54,22 @@ pub struct SimLogState {
     /// Durable records up to this LSN are in [`SimDisks::durable_writes`]'s set.
     indexed: u64,
     /// Records up to this LSN were truncated (a checkpoint covers them): a restart no
-    /// longer finds them. They stay in memory for the power-cut check's index.
+    /// longer finds them. They are dropped once the power-cut check indexed them.
     truncated: u64,
+    /// The last LSN appended.
+    last_lsn: u64,
 }
 
 impl SimLogState {
+    /// Drops the records both truncated and indexed: nothing reads them again.
+    fn drop_done(&mut self) {
+        let upto = self.indexed.min(self.truncated);
+        let gone = self.records.partition_point(|r| r.0 <= upto);
+        if gone > 0 {
+            self.records.drain(..gone);
+        }
+    }
+
     fn next_latency(&mut self) -> u64 {
         // xorshift64*: deterministic from the run's seed.
         self.rng ^= self.rng >> 12;
@@ -115,7 +126,8 @@ impl CommitLog for SimLog {
         let now = self.network.borrow().now_ns();
         let mut state = self.state.borrow_mut();
         state.advance(now);
-        let lsn = state.records.last().map_or(0, |r| r.0) + 1;
+        let lsn = state.last_lsn + 1;
+        state.last_lsn = lsn;
         state.records.push((lsn, kind, payload.to_vec(), now));
         Ok(lsn)
     }
@@ -125,7 +137,7 @@ impl CommitLog for SimLog {
         let mut state = self.state.borrow_mut();
         state.advance(now);
         if self.lie.get() {
-            return state.records.last().map_or(0, |r| r.0);
+            return state.last_lsn;
         }
         state.durable
     }
@@ -138,6 +150,7 @@ impl CommitLog for SimLog {
         let mut state = self.state.borrow_mut();
         // Only what is durable: a real log removes whole segments behind its sync.
         state.truncated = state.truncated.max(covered.min(state.durable));
+        state.drop_done();
     }
 }
 
@@ -200,6 +213,7 @@ impl SimDisks {
             ended_at: None,
             indexed: 0,
             truncated: 0,
+            last_lsn: 0,
         }));
         self.logs.push(state.clone());
         SimLog {
@@ -333,6 +347,7 @@ impl SimDisks {
                     }
                 }
                 log.indexed = upto;
+                log.drop_done();
             }
         }
         self.writes.borrow()

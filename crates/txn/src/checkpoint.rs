@@ -227,7 +227,13 @@ pub async fn run_checkpoints(
         co.sleep_until(co.now_ns() + options.poll_ns).await;
         let (appended, view, quiet) = {
             let p = participant.borrow();
-            (p.log_stats.appended_bytes, p.view(), p.checkpointable())
+            (
+                p.log_stats
+                    .appended_bytes
+                    .saturating_sub(p.log_stats.checkpoint_bytes),
+                p.view(),
+                p.checkpointable(),
+            )
         };
         let round = {
             let mut inner = shared.lock();
@@ -436,6 +442,7 @@ async fn take_part(
             return false;
         }
         let payload = encode_checkpoint_end(round, covered, &p.marks());
+        p.log_stats.checkpoint_bytes += payload.len() as u64;
         match p.log_append(RECORD_CHECKPOINT, &payload) {
             Ok(lsn) => lsn,
             Err(_) => return false,
@@ -516,6 +523,7 @@ fn copy_page(
     payload.push(u8::from(floors));
     payload.extend_from_slice(&answer);
     *out = answer;
+    p.log_stats.checkpoint_bytes += payload.len() as u64;
     p.log_append(RECORD_CHECKPOINT_PAGE, &payload).ok()?;
     let mut inner = shared.lock();
     inner.stats.pages += 1;

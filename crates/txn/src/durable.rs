@@ -211,6 +211,9 @@ pub struct LogStats {
     /// Records appended, and their payloads' bytes.
     pub appended: u64,
     pub appended_bytes: u64,
+    /// Of those bytes, what checkpoints wrote ([`crate::checkpoint`]: not counted toward
+    /// the next round, or a copy larger than the threshold would checkpoint for ever).
+    pub checkpoint_bytes: u64,
     /// Appends refused (a full disk, a failed log).
     pub append_failures: u64,
     /// Answers that waited for the log (`sync` mode), and the most waiting at once.
