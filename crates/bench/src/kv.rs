@@ -84,6 +84,10 @@ pub struct ClusterBenchOptions {
     /// under the temporary directory.
     #[serde(default)]
     pub durability: ferrotx_cluster::DurabilityMode,
+    /// `[durability] checkpoint_log_mb`, if not the default: how much log a node writes
+    /// between checkpoints (to measure what a round costs).
+    #[serde(default)]
+    pub checkpoint_log_mb: Option<u64>,
 }
 
 /// A node paused in the measured window ([`ClusterBenchOptions::pause`]).
@@ -158,6 +162,9 @@ impl ClusterBenchOptions {
         .with_tables(self.workload.schema())?
         .with_durability(ferrotx_cluster::Durability {
             mode: self.durability,
+            checkpoint_log_mb: self
+                .checkpoint_log_mb
+                .unwrap_or(ferrotx_cluster::DEFAULT_CHECKPOINT_LOG_MB),
             ..ferrotx_cluster::Durability::default()
         });
         if self.domains > 0 {
@@ -1504,6 +1511,7 @@ mod tests {
             rereplication_deadline_s: 0.0,
             pause: None,
             durability: ferrotx_cluster::DurabilityMode::Memory,
+            checkpoint_log_mb: None,
         }
     }
 

@@ -106,6 +106,7 @@ pub fn run(options: &LatencyBenchOptions) -> anyhow::Result<LatencyReport> {
         rereplication_deadline_s: 0.0,
         pause: None,
         durability: ferrotx_cluster::DurabilityMode::Memory,
+        checkpoint_log_mb: None,
     })?;
     anyhow::ensure!(
         cluster.checks.ok,

@@ -94,8 +94,8 @@ mod toml_format;
 mod view;
 
 pub use configuration::{
-    Configuration, DEFAULT_FLUSH_INTERVAL_MS, Durability, DurabilityMode, LOCAL_CONFIGURATION_ID,
-    default_tables,
+    Configuration, DEFAULT_CHECKPOINT_LOG_MB, DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_SEGMENT_MB,
+    Durability, DurabilityMode, LOCAL_CONFIGURATION_ID, default_tables,
 };
 pub use coordination::{CoordinationError, CoordinationService, MemoryCoordination};
 pub use error::ConfigError;

@@ -356,6 +356,10 @@ struct ClusterRunArgs {
     /// The logs go under the run's temporary directory.
     #[arg(long, value_name = "MODE", default_value = "memory", value_parser = ["memory", "flush", "sync"])]
     durability: String,
+    /// `flush` and `sync` modes: a node checkpoints once its logs grew by this many MiB
+    /// (the configuration's `[durability] checkpoint_log_mb`; default 256).
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    checkpoint_log_mb: Option<u64>,
     /// Node processes.
     #[arg(long, default_value_t = 3)]
     nodes: u16,
@@ -703,6 +707,7 @@ impl ClusterRunArgs {
                 .transpose()?,
             durability: ferrotx_cluster::DurabilityMode::parse(&self.durability)
                 .expect("clap checked it"),
+            checkpoint_log_mb: self.checkpoint_log_mb,
         })
     }
 }
@@ -1043,6 +1048,7 @@ fn main() -> anyhow::Result<()> {
                     })
                     .transpose()?,
                 durability: ferrotx_cluster::DurabilityMode::Memory,
+                checkpoint_log_mb: None,
             };
             let tatp = ferrotx_bench::kv::run(&options)?;
             ferrotx_bench::kv::print_table(&tatp);
