@@ -11,6 +11,7 @@ pub mod latency;
 pub mod lossy;
 pub mod plot;
 pub mod processes;
+pub mod restore;
 pub mod rpc;
 pub mod sweep;
 pub mod timeline;

@@ -283,6 +283,10 @@ enum Bench {
     /// writes, group commit at several batch sizes, and reading a log back out of the
     /// page cache (durability, issue 32).
     Disk(DiskArgs),
+    /// How fast a node loads its copies from its data directory at a restart: a node's
+    /// TATP checkpoint written through its logs, the page cache dropped (root), the load
+    /// timed against the disk's read bandwidth (durability, issue 32).
+    Restore(RestoreArgs),
     /// The server side of `bench rpc` (started by it; not for direct use).
     #[command(hide = true)]
     RpcServer {
@@ -762,6 +766,26 @@ fn run_cluster_bench(options: &ClusterBenchOptions, run: &ClusterRunArgs) -> any
 }
 
 #[derive(Args)]
+struct RestoreArgs {
+    /// Where to write (a directory of its own is made there and removed at the end); on
+    /// the disk the data directories will use.
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    dir: PathBuf,
+    /// TATP subscribers on the node (FaSST's scale: 1 M per node).
+    #[arg(long, default_value_t = 1_000_000)]
+    subscribers: u64,
+    /// Worker threads, one log each.
+    #[arg(long, default_value_t = 2)]
+    threads: u16,
+    /// Partitions of the node.
+    #[arg(long, default_value_t = 8)]
+    partitions: u32,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
 struct DiskArgs {
     /// Where to write (a directory of its own is made there and removed at the end); on
     /// the disk the data directories will use.
@@ -1157,6 +1181,17 @@ fn main() -> anyhow::Result<()> {
                 outstanding: args.outstanding,
             })?;
             ferrotx_bench::disk::print(&report);
+            write_json(&args.json, &report)?;
+        }
+        Command::Bench(Bench::Restore(args)) => {
+            let report =
+                ferrotx_bench::restore::run(&ferrotx_bench::restore::RestoreBenchOptions {
+                    dir: args.dir.clone(),
+                    subscribers: args.subscribers,
+                    threads: args.threads,
+                    partitions: args.partitions,
+                })?;
+            ferrotx_bench::restore::print(&report);
             write_json(&args.json, &report)?;
         }
         Command::Bench(Bench::Idle(args)) => {

@@ -180,10 +180,11 @@ fn read_life(
             dir_of.display()
         )));
     }
-    let storage =
-        FsStorage::open(&dir_of).map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
-    let mut logs = Vec::new();
-    for thread in 0..config.threads_per_node() {
+    // Each worker's log on a thread of its own (checksums and copies run beside the
+    // reads of the other logs).
+    let read_one = |thread: u16| -> Result<(Vec<(u64, u8, Vec<u8>)>, u64), DataDirError> {
+        let storage = FsStorage::open(&dir_of)
+            .map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
         let wal = WalConfig {
             log_name: format!("w{thread}"),
             cluster_id: cluster_id_bytes(config),
@@ -191,8 +192,9 @@ fn read_life(
             segment_size_bytes: SEGMENT_BYTES,
         };
         let mut records = Vec::new();
+        let mut read = 0u64;
         recover_with(&storage, &wal, |record| {
-            *bytes += record.payload.len() as u64;
+            read += record.payload.len() as u64;
             records.push((record.lsn, record.kind, record.payload.to_vec()));
             Ok::<(), WalError>(())
         })
@@ -202,6 +204,25 @@ fn read_life(
                 dir_of.display()
             ))
         })?;
+        Ok((records, read))
+    };
+    type Read = Result<(Vec<(u64, u8, Vec<u8>)>, u64), DataDirError>;
+    let read: Vec<Read> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..config.threads_per_node())
+            .map(|thread| scope.spawn(move || read_one(thread)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(DataDirError("a log reading thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut logs = Vec::with_capacity(read.len());
+    for one in read {
+        let (records, read) = one?;
+        *bytes += read;
         logs.push(records);
     }
     Ok(logs)
@@ -292,11 +313,33 @@ pub fn load_records(
     for records in &logs {
         fill_views(records.iter().copied(), &mut fills);
     }
-    let mut replays = Vec::new();
-    for (thread, records) in logs.iter().enumerate() {
-        let replayed = replay(&store, records.iter().copied(), &fills)
-            .map_err(|e| format!("log w{thread}: {e}"))?;
-        replays.push(replayed);
+    // Each worker's log on a thread of its own, as the workers wrote them: a copy keeps
+    // the highest version it is given, so neither the order of the logs nor their
+    // interleaving changes the copies.
+    let store_ref = &store;
+    let fills_ref = &fills;
+    let replayed: Vec<Result<Replay, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = logs
+            .iter()
+            .enumerate()
+            .map(|(thread, records)| {
+                scope.spawn(move || {
+                    replay(store_ref, records.iter().copied(), fills_ref)
+                        .map_err(|e| format!("log w{thread}: {e}"))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a replay thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut replays = Vec::with_capacity(replayed.len());
+    for r in replayed {
+        replays.push(r?);
     }
     settle_locks(&store, &mut replays);
     let mut stats = ReplayStats::default();

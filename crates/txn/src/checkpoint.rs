@@ -486,6 +486,78 @@ async fn take_part(
     true
 }
 
+/// Encodes every page of a checkpoint of `copy` (a partition no transaction holds
+/// locked: loaded, or restored) for round `round`, as [`run_checkpoints`] writes them:
+/// each [`RECORD_CHECKPOINT_PAGE`] payload is given to `page`. For tools that write a
+/// checkpoint offline (`ferrotx bench restore`). Returns the objects encoded, or the
+/// first locked key's table if one is found.
+pub fn encode_pages(
+    copy: &ferrotx_store::Partition,
+    round: u64,
+    page_bytes: u32,
+    mut page: impl FnMut(&[u8]),
+) -> Result<u64, TableId> {
+    let partition = copy.id().0;
+    let mut answer = Vec::new();
+    let mut locked = Vec::new();
+    let mut payload = Vec::new();
+    let mut objects = 0u64;
+    let tables: Vec<TableId> = copy.tables().collect();
+    for table in tables {
+        let mut cursor = 0;
+        let mut floors = false;
+        loop {
+            let what = if floors {
+                FetchWhat::Floors
+            } else {
+                FetchWhat::Page {
+                    cursor,
+                    count: FETCH_KEYS_MAX as u32,
+                    bytes_max: page_bytes,
+                }
+            };
+            let request = FetchRequest {
+                partition,
+                table,
+                what,
+            };
+            answer_fetch(&request, Some(copy), false, &mut locked, &mut answer);
+            if !locked.is_empty() {
+                return Err(table);
+            }
+            let Ok((crate::refill::FetchStatus::Ok, found)) =
+                crate::refill::decode_fetch_response(&answer)
+            else {
+                return Err(table);
+            };
+            let next = found.map_or(0, |f| {
+                objects += u64::from(f.objects());
+                f.next_cursor
+            });
+            payload.clear();
+            page_header(&mut payload, round, partition, table, floors);
+            payload.extend_from_slice(&answer);
+            page(&payload);
+            if floors {
+                break;
+            }
+            if next == 0 {
+                floors = true;
+            }
+            cursor = next;
+        }
+    }
+    Ok(objects)
+}
+
+/// A checkpoint page's header: [u64 round][u32 partition][u16 table][u8 floors?].
+fn page_header(out: &mut Vec<u8>, round: u64, partition: u32, table: TableId, floors: bool) {
+    out.extend_from_slice(&round.to_le_bytes());
+    out.extend_from_slice(&partition.to_le_bytes());
+    out.extend_from_slice(&table.0.to_le_bytes());
+    out.push(u8::from(floors));
+}
+
 /// Copies one page of `partition`'s `table` (`what`) into the log as a
 /// [`RECORD_CHECKPOINT_PAGE`]; the keys found locked are left in `locked`. The next
 /// cursor (0: the table is done), or `None` if the page could not be read or logged.
@@ -517,10 +589,7 @@ fn copy_page(
     }
     let (next, objects) = page.map_or((0, 0), |page| (page.next_cursor, page.objects()));
     let mut payload = Vec::with_capacity(15 + answer.len());
-    payload.extend_from_slice(&round.to_le_bytes());
-    payload.extend_from_slice(&partition.to_le_bytes());
-    payload.extend_from_slice(&table.0.to_le_bytes());
-    payload.push(u8::from(floors));
+    page_header(&mut payload, round, partition, table, floors);
     payload.extend_from_slice(&answer);
     *out = answer;
     p.log_stats.checkpoint_bytes += payload.len() as u64;
