@@ -97,8 +97,11 @@ pub fn copies_on_disk(ended: &View, node: u16) -> Option<(u64, Vec<(u32, Role)>)
     (!copies.is_empty()).then_some((life, copies))
 }
 
-/// One life's logs: each worker's records (position, kind, payload), in order.
-pub type LifeLogs = Vec<Vec<(u64, u8, Vec<u8>)>>;
+/// One worker's log: its records (position, kind, payload), in order.
+pub type WorkerRecords = Vec<(u64, u8, Vec<u8>)>;
+
+/// One life's logs: each worker's records, in order.
+pub type LifeLogs = Vec<WorkerRecords>;
 
 /// The newest checkpoint round complete in `life` (every worker's log holds its
 /// [`RECORD_CHECKPOINT`]), and the position each worker's record says the round covers.
@@ -182,7 +185,7 @@ fn read_life(
     }
     // Each worker's log on a thread of its own (checksums and copies run beside the
     // reads of the other logs).
-    let read_one = |thread: u16| -> Result<(Vec<(u64, u8, Vec<u8>)>, u64), DataDirError> {
+    let read_one = |thread: u16| -> Result<(WorkerRecords, u64), DataDirError> {
         let storage = FsStorage::open(&dir_of)
             .map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
         let wal = WalConfig {
@@ -206,7 +209,7 @@ fn read_life(
         })?;
         Ok((records, read))
     };
-    type Read = Result<(Vec<(u64, u8, Vec<u8>)>, u64), DataDirError>;
+    type Read = Result<(WorkerRecords, u64), DataDirError>;
     let read: Vec<Read> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..config.threads_per_node())
             .map(|thread| scope.spawn(move || read_one(thread)))
