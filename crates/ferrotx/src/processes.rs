@@ -173,10 +173,13 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
             Some(ended) => {
                 println!(
                     "node {id}: the cluster of configuration {} in {} has no live member: \
-                     restarting it from its data directories (every node of {} must start)",
+                     restarting it from its data directories (the nodes of {} are awaited \
+                     for {} leases; then the cluster starts with those back if they hold a \
+                     copy of every partition, and the others join later, refilled)",
                     ended.id,
                     state.display(),
-                    path.display()
+                    path.display(),
+                    ferrotx_membership::RESTART_WAIT_LEASES
                 );
                 ended_on_disk = Some(ended);
             }

@@ -364,3 +364,60 @@ fn a_refilled_copy_comes_back_whole_after_a_whole_cluster_restart() {
     drop(nodes);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A whole-cluster restart goes on without a node that does not come back: after
+/// `RESTART_WAIT_LEASES` leases the nodes that did, whose copies cover every partition
+/// (in `sync` mode each copy holds every acknowledged write), start the cluster, even
+/// without node 0 (the lowest id, which leads a restart of every node). Every
+/// acknowledged SET reads back through them. Node 0, started later, joins as a new
+/// life, is refilled, and the cluster is back at full strength with equal copies.
+#[test]
+fn a_restart_goes_on_without_a_node_that_does_not_come_back() {
+    let _serial = one_cluster_at_a_time();
+    let config = ferrotx_cluster::Configuration::local(3, 3, 1, 4, test_ports(2))
+        .expect("configuration")
+        .with_durability(ferrotx_cluster::Durability {
+            mode: ferrotx_cluster::DurabilityMode::Sync,
+            ..ferrotx_cluster::Durability::default()
+        });
+    let data = temp_path("durability-partial");
+    let _ = std::fs::remove_dir_all(&data);
+    let dirs = data.clone();
+    let mut nodes = Nodes::start_cluster_with("durability-partial", &config, 500, move |n| {
+        vec![
+            "--data-dir".into(),
+            dirs.join(format!("node-{n}")).display().to_string(),
+        ]
+    });
+    let addrs = nodes.addrs.clone();
+    let mut acked = Acknowledged::default();
+    for i in 0..200 {
+        let (key, value) = (format!("partial:{i}"), format!("p{i}"));
+        let got = call_until_answered(addrs[i % 3], &cmd(&[&"SET", &key, &value]));
+        assert_eq!(got, RespValue::ok());
+        acked.sets.insert(key, value);
+    }
+    nodes.kill_together(&[0, 1, 2]);
+    let started = Instant::now();
+    nodes.start_as(1, false);
+    nodes.start_as(2, false);
+    check_read_back(&addrs[1..], &acked, 1);
+    let waited = started.elapsed();
+    eprintln!(
+        "nodes 1 and 2 served again {:.1} s after they started, without node 0",
+        waited.as_secs_f64()
+    );
+    assert!(
+        waited >= Duration::from_millis(500 * ferrotx_membership::RESTART_WAIT_LEASES / 2),
+        "served after {waited:?}: before waiting for node 0 at all?"
+    );
+    nodes.start_as(0, false);
+    nodes.wait_status("node 0 back as a new life, refilled", |s| {
+        full_strength(s, 3)
+    });
+    check_read_back(&addrs, &acked, 2);
+    let summary = check_copies_equal(&mut nodes, 3);
+    eprintln!("after node 0 came back: {summary}");
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -38,5 +38,5 @@
 mod membership;
 mod message;
 
-pub use membership::{Action, Membership, Options, Phase, Stats};
+pub use membership::{Action, Membership, Options, Phase, RESTART_WAIT_LEASES, Stats};
 pub use message::{Body, DecodeError, MESSAGE_BYTES_MAX, Message};

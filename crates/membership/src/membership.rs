@@ -131,6 +131,9 @@ pub struct Stats {
     /// Times this node's lease (or, on the CM, its majority of leases) ran out while it
     /// was a member of a committed view.
     pub lease_expirations: u64,
+    /// Restarts without every node that waited on, for nodes holding the only copies of
+    /// some partitions.
+    pub restart_waits: u64,
     /// Lease grants received (renewals).
     pub renewals: u64,
     /// Suspicions raised (a member by the CM, or the CM by a backup).
@@ -172,6 +175,7 @@ impl Default for Stats {
     fn default() -> Self {
         Self {
             lease_expirations: 0,
+            restart_waits: 0,
             renewals: 0,
             suspicions: 0,
             probes: 0,
@@ -449,9 +453,19 @@ pub struct Membership {
     store_behind: Option<u64>,
     /// The last view this node saw committed: its CM is the one that may still serve.
     last_committed: Option<View>,
+    /// When this node first saw the cluster's view ended on disk (a restart from the
+    /// data directories): after [`RESTART_WAIT_LEASES`] it starts with the nodes that
+    /// came back, if their copies cover every partition.
+    restart_seen_ns: Option<u64>,
     actions: VecDeque<Action>,
     stats: Stats,
 }
+
+/// How many leases a cluster restarting from its data directories waits for every node
+/// of its last view before it starts with the nodes that came back, when their copies
+/// cover every partition (in `sync` mode each copy holds every acknowledged commit). A
+/// node that comes back later joins as a new life and is refilled.
+pub const RESTART_WAIT_LEASES: u64 = 10;
 
 impl Membership {
     /// The state machine of life `incarnation` of node `me` of the cluster described by
@@ -506,6 +520,7 @@ impl Membership {
             read_asked_at: 0,
             store_behind: None,
             last_committed: None,
+            restart_seen_ns: None,
             actions: VecDeque::new(),
             stats: Stats::default(),
         };
@@ -746,8 +761,12 @@ impl Membership {
             // The CM may have changed since the view was read.
             self.request_read(now_ns);
         }
+        let partial = self.restart_without_all(now_ns);
         let targets: Vec<u16> = match &self.view {
             Some(v) if !v.is_ended() => v.members.iter().map(|m| m.node).collect(),
+            // A restart that waited long enough for every node: every node that came
+            // back asks every other, and the lowest of them starts the cluster.
+            _ if partial => self.config.members().iter().map(|m| m.node).collect(),
             // No cluster yet: the node of lowest id admits the whole file at once.
             _ => vec![self.bootstrap_cm()],
         };
@@ -756,9 +775,33 @@ impl Membership {
                 self.send(to, 0, Body::Join);
             }
         }
-        if self.view.as_ref().is_none_or(View::is_ended) && self.bootstrap_cm() == self.me {
+        if self.view.as_ref().is_none_or(View::is_ended)
+            && (self.bootstrap_cm() == self.me || partial && self.restart_cm() == self.me)
+        {
             self.try_bootstrap(now_ns);
         }
+    }
+
+    /// Whether a restart from the data directories has waited long enough for every node
+    /// ([`RESTART_WAIT_LEASES`]): from then, every joining node asks every node, and the
+    /// lowest of those that came back starts the cluster with them.
+    fn restart_without_all(&mut self, now_ns: u64) -> bool {
+        if !self.view.as_ref().is_some_and(View::is_ended_on_disk) {
+            return false;
+        }
+        let since = *self.restart_seen_ns.get_or_insert(now_ns);
+        now_ns.saturating_sub(since) >= self.options.lease_ns.saturating_mul(RESTART_WAIT_LEASES)
+    }
+
+    /// The node that starts a restart without every node: the lowest that asked.
+    fn restart_cm(&self) -> u16 {
+        self.cm
+            .joiners
+            .keys()
+            .copied()
+            .chain(std::iter::once(self.me))
+            .min()
+            .unwrap_or(self.me)
     }
 
     fn bootstrap_cm(&self) -> u16 {
@@ -778,7 +821,12 @@ impl Membership {
         if self.read_pending || self.view.as_ref().is_some_and(|v| !v.is_ended()) {
             return;
         }
+        let partial = self.restart_without_all(now_ns);
+        if partial && self.restart_cm() != self.me && self.bootstrap_cm() != self.me {
+            return;
+        }
         let mut members = vec![self.me()];
+        let mut missing = Vec::new();
         for m in self.config.members() {
             if m.node == self.me {
                 continue;
@@ -788,8 +836,37 @@ impl Membership {
                     node: m.node,
                     incarnation,
                 }),
+                None if partial => missing.push(m.node),
                 None => return,
             }
+        }
+        if !missing.is_empty() {
+            let ended = self.view.as_ref().expect("ended on disk");
+            let uncovered: Vec<u32> = (0..ended.copies.len() as u32)
+                .filter(|&p| {
+                    !ended
+                        .suspended_copies(p)
+                        .iter()
+                        .any(|n| members.iter().any(|m| m.node == *n))
+                })
+                .collect();
+            if !uncovered.is_empty() {
+                if self.stats.restart_waits.is_multiple_of(25) {
+                    tracing::warn!(
+                        ?missing,
+                        partitions = ?uncovered,
+                        "restart: waiting for nodes that hold the only copies of partitions"
+                    );
+                }
+                self.stats.restart_waits += 1;
+                return;
+            }
+            tracing::warn!(
+                ?missing,
+                "restart: starting without nodes that did not come back within {RESTART_WAIT_LEASES} \
+                 leases (every partition has a copy on the nodes that did; the others join \
+                 later as new lives, refilled)"
+            );
         }
         let expected = self.view.as_ref().map(|v| v.id);
         let id = expected.map_or(self.config.id(), |id| id + 1);
@@ -799,8 +876,9 @@ impl Membership {
             Some(ended) => {
                 tracing::info!(
                     view = id,
-                    "restart: every node asked to join; the first view gives each the \
-                     copies its data directory holds"
+                    members = members.len(),
+                    "restart: the first view gives each node that came back the copies \
+                     its data directory holds"
                 );
                 ended.restarted(id, members)
             }
@@ -1672,10 +1750,17 @@ impl Membership {
     fn handle_join(&mut self, now_ns: u64, m: &Message) {
         let joiner = m.sender();
         let Some(view) = self.view.clone().filter(|v| !v.is_ended()) else {
-            // No cluster yet: the bootstrap CM collects the file's nodes.
-            if self.bootstrap_cm() == self.me && self.config.member(joiner.node).is_some() {
+            // No cluster yet: the bootstrap CM collects the file's nodes (after a restart
+            // that waited long enough, every node does: the lowest present starts it).
+            let partial = self.restart_without_all(now_ns);
+            if (self.bootstrap_cm() == self.me || partial)
+                && self.config.member(joiner.node).is_some()
+                && joiner.node != self.me
+            {
                 self.cm.joiners.insert(joiner.node, joiner.incarnation);
-                self.try_bootstrap(now_ns);
+                if self.bootstrap_cm() == self.me || self.restart_cm() == self.me {
+                    self.try_bootstrap(now_ns);
+                }
             } else {
                 self.stats.dropped += 1;
             }
