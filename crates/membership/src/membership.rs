@@ -2339,6 +2339,18 @@ impl Membership {
         }
         self.store_behind = None;
         if v.id == my_id {
+            // A view ended on disk keeps the id of the view it ended
+            // (`View::ended_on_disk`): a joiner that read that view while it was live
+            // (its members died since, and the first of their new lives ended it) takes
+            // the ended one, or it keeps asking lives that are gone to admit it and, as
+            // the bootstrap CM, never restarts the cluster (`power` seed 714).
+            if v.is_ended()
+                && self.phase == Phase::Joining
+                && self.view.as_ref().is_some_and(|mine| !mine.is_ended())
+            {
+                self.view = Some(v);
+                self.timers.set(Timer::Renew, now_ns);
+            }
             return;
         }
         if v.is_ended() {

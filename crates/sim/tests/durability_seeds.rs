@@ -280,3 +280,29 @@ fn bug_flush_mode_fills_never_completed() {
         assert!(found.is_empty(), "{workload} seed {seed}: {found:?}");
     }
 }
+
+/// Two `power` seeds (`--faults power,crash,pause,partition,loss --durability sync`,
+/// found by `--seeds 30 --seed-base 500` and `700`):
+/// - resp-counter 525: a read saw a counter's value that the restart then lost. The
+///   primary installed once its LOCK record was durable, before its INSTALLED marker was:
+///   the restart found the transaction only locked there, in doubt, its commit resting on
+///   the backups' records, and a backup lost before that recovery ended left a lock vote,
+///   so recovery aborted a write readers had seen. The install now waits for the marker.
+/// - kv 714 (every workload): a node joining read the view while it was live; its
+///   members died and the first new life ended it on disk under the same id, which the
+///   joiner ignored as not newer: it kept asking dead lives to admit it and, as the
+///   bootstrap CM, never restarted the cluster. A joiner now takes the ended view.
+#[test]
+fn bug_power_seeds_observed_write_lost_and_joiner_stuck() {
+    let faults = [
+        FaultKind::Power,
+        FaultKind::Crash,
+        FaultKind::Pause,
+        FaultKind::Partition,
+        FaultKind::Loss,
+    ];
+    for (workload, seed) in [("resp-counter", 525), ("kv", 714), ("bank", 714)] {
+        let found = problems(&sync_run_with(workload, seed, false, &faults, false));
+        assert!(found.is_empty(), "{workload} seed {seed}: {found:?}");
+    }
+}
