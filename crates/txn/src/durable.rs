@@ -21,9 +21,7 @@
 //!   commit's latency. With no backups (f = 0) this is what makes a commit durable.
 //! - COMMIT-PRIMARY: in `flush` mode the primary appends the LOCK record it installs
 //!   ([`RECORD_COMMIT_PRIMARY`]); in `sync` mode a marker that it installed
-//!   ([`RECORD_INSTALLED`]), and the install waits for the marker too: a write readers
-//!   saw is never one a restart finds only locked here (in doubt, its commit resting on
-//!   the backups' records alone).
+//!   ([`RECORD_INSTALLED`]).
 //! - ABORT: a backup that had logged the record, or a primary that had logged its LOCK
 //!   record, appends its id ([`RECORD_ABORT`]), so that a replay never applies it.
 //! - Recovery's decisions ([`RECORD_DECIDED`]) on what a replica held.
@@ -168,8 +166,7 @@ pub(crate) struct Durable {
     /// objects at the versions it locked (a restart would find both in doubt, in
     /// different workers' logs, with no order between them: `power` seeds).
     pub(crate) releases: VecDeque<(u64, Vec<u8>)>,
-    /// Transactions to install once their LOCK record and INSTALLED marker are durable,
-    /// by the later one's position, and
+    /// Transactions to install once their LOCK record is durable, by its position, and
     /// whether recovery decided them (installed whatever view follows: a decision is
     /// final, and the next view's recovery finds it decided and installs nothing) or
     /// COMMIT-PRIMARY asked (dropped if the view changes first: recovery decides it).
@@ -264,6 +261,15 @@ impl Participant {
     /// This participant's log counters (zero without a log).
     pub fn log_stats(&self) -> LogStats {
         self.log_stats
+    }
+
+    /// The position of the LOCK record of `tx` if installing it must wait for the disk
+    /// (`sync` mode, not durable yet); `None` if it may install now.
+    pub(crate) fn lock_not_durable(&mut self, tx: &crate::messages::TxId) -> Option<u64> {
+        let lsn = *self.lock_lsn.get(tx)?;
+        let now = self.now_ns();
+        let durable = self.durable.as_mut()?;
+        (durable.log.durable(now) < lsn).then_some(lsn)
     }
 
     /// In `sync` mode, keeps the objects of the aborted transaction whose LOCK record
