@@ -181,6 +181,10 @@ fn measure(
     for writer in &mut writers {
         let last = writer.append(RECORD_CHECKPOINT, &encode_checkpoint_end(1, 0, &[]))?;
         while writer.durable() < last {
+            ensure!(
+                !writer.share().failed(),
+                "a sync of the checkpoint's log failed"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }

@@ -7,6 +7,16 @@ use ferrotx_cluster::DurabilityMode;
 use ferrotx_sim::FaultKind;
 use ferrotx_sim::run::{RunOptions, RunReport, run};
 
+/// The power sweeps' faults: every node's power cut once, with crashes, pauses,
+/// partitions and loss around it.
+const POWER_FAULTS: [FaultKind; 5] = [
+    FaultKind::Power,
+    FaultKind::Crash,
+    FaultKind::Pause,
+    FaultKind::Partition,
+    FaultKind::Loss,
+];
+
 fn sync_run(workload: &str, seed: u64, lie: bool) -> RunReport {
     sync_run_with(
         workload,
@@ -163,13 +173,7 @@ fn acknowledging_before_the_sync_is_caught() {
 /// copies and every history is strictly serializable.
 #[test]
 fn a_cluster_whose_power_went_restarts_from_its_disks() {
-    let faults = [
-        FaultKind::Power,
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
+    let faults = POWER_FAULTS;
     let mut failed = Vec::new();
     let mut cuts = 0;
     for workload in ["bank", "kv", "list-append", "resp-counter"] {
@@ -220,13 +224,7 @@ fn restarting_without_loading_the_disk_is_caught() {
 /// the next round copies the write.
 #[test]
 fn a_checkpoint_that_truncates_what_was_in_doubt_is_caught() {
-    let faults = [
-        FaultKind::Power,
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
+    let faults = POWER_FAULTS;
     for (workload, seed) in [("kv", 108), ("resp-list-append", 108)] {
         let with = |unsettled: bool| {
             let options = RunOptions {
@@ -289,13 +287,7 @@ fn bug_flush_mode_fills_never_completed() {
 /// takes the ended view. (Found and fixed by a helper.)
 #[test]
 fn bug_power_seed_joiner_ignored_the_ended_view() {
-    let faults = [
-        FaultKind::Power,
-        FaultKind::Crash,
-        FaultKind::Pause,
-        FaultKind::Partition,
-        FaultKind::Loss,
-    ];
+    let faults = POWER_FAULTS;
     for (workload, seed) in [("kv", 714), ("bank", 714)] {
         let found = problems(&sync_run_with(workload, seed, false, &faults, false));
         assert!(found.is_empty(), "{workload} seed {seed}: {found:?}");
