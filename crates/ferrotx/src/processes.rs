@@ -250,8 +250,18 @@ pub fn node(spec: &NodeSpec) -> anyhow::Result<()> {
     };
     let restored = match (&ended_on_disk, data_dir, &logs) {
         (Some(ended), Some(dir), Some(logs)) => {
-            let restored = ferrotx_node::restore::load(dir, &config, id, ended)
-                .with_context(|| format!("node {id}: loading its copies from {}", dir.display()))?;
+            let restored = match ferrotx_node::restore::load(dir, &config, id, ended) {
+                Ok(restored) => restored,
+                Err(ferrotx_node::restore::LoadError::Damaged(e)) => {
+                    rejoin_after_damage(&mut coordination, id, ended, dir, &e)?;
+                    None
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("node {id}: loading its copies from {}", dir.display())
+                    });
+                }
+            };
             if let Some(restored) = &restored {
                 logs.note_restored_from(restored.life)
                     .with_context(|| format!("node {id}: its data directory"))?;
@@ -1401,6 +1411,53 @@ fn earlier_lives(dir: &Path) -> anyhow::Result<usize> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(e).with_context(|| format!("reading the data directory {}", dir.display())),
     }
+}
+
+/// A node whose logs are damaged at a whole-cluster restart (`damage` names the file and
+/// offset): its copies cannot be trusted, so it takes no part in the restart. If every
+/// partition it held has a copy on another node of the ended view, it waits until the
+/// cluster runs again without it (the others restart once they hold a copy of every
+/// partition) and then joins as a new life, refilled from those copies; its damaged
+/// lives stay on disk until its first checkpoint removes them. A partition whose only
+/// copy was here refuses the start, naming the damage: nothing else holds that data, and
+/// serving without it would lose it silently.
+fn rejoin_after_damage(
+    coordination: &mut ferrotx_coord::FileCoordination,
+    id: u16,
+    ended: &ferrotx_cluster::View,
+    dir: &std::path::Path,
+    damage: &ferrotx_node::DataDirError,
+) -> anyhow::Result<()> {
+    let only_here = ferrotx_node::restore::only_copies_on(ended, id);
+    if !only_here.is_empty() {
+        bail!(
+            "node {id}: its data directory {} is damaged: {damage}. No other node holds a \
+             copy of partitions {only_here:?}, so the cluster cannot restart without these \
+             logs: refusing to start. Restore the directory from a backup, or repair the \
+             named file",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "node {id}: its data directory {} is damaged: {damage}. Every copy it held has \
+         another copy on other nodes: this node takes no part in the restart and, once the \
+         cluster runs again without it, joins as a new life refilled from those copies (the \
+         damaged logs stay until its first checkpoint)",
+        dir.display()
+    );
+    let mut waited = Instant::now();
+    while coordination.running_cluster()?.is_none() {
+        if waited.elapsed() >= Duration::from_secs(10) {
+            eprintln!(
+                "node {id}: still waiting for the cluster to restart without it (the other \
+                 nodes restart once those back hold a copy of every partition)"
+            );
+            waited = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("node {id}: the cluster runs again: joining it as a new life, to be refilled");
+    Ok(())
 }
 
 #[cfg(test)]

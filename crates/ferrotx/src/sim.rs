@@ -185,6 +185,9 @@ struct Report {
     checkpoints_started: u64,
     checkpoints_completed: u64,
     checkpoints_abandoned: u64,
+    power_cuts: u64,
+    damaged_disks: u64,
+    damage_refused: u64,
     /// Data recovery: backups views gave nodes to fill, and filled ones a later view
     /// counted as copies.
     fills_assigned: u64,
@@ -368,6 +371,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         checkpoints_started: 0,
         checkpoints_completed: 0,
         checkpoints_abandoned: 0,
+        power_cuts: 0,
+        damaged_disks: 0,
+        damage_refused: 0,
         fills_assigned: 0,
         fills_counted: 0,
         admitted_while_dropping: 0,
@@ -390,6 +396,9 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
         summary.checkpoints_started += report.checkpoints.started;
         summary.checkpoints_completed += report.checkpoints.completed;
         summary.checkpoints_abandoned += report.checkpoints.abandoned;
+        summary.power_cuts += report.power_cuts;
+        summary.damaged_disks += report.damaged_disks;
+        summary.damage_refused += report.damage_refused;
         if let Some(m) = &report.membership {
             w.fills_assigned += m.fills_assigned;
             w.fills_counted += m.fills_counted;
@@ -470,6 +479,14 @@ pub fn main(args: &SimArgs) -> anyhow::Result<()> {
             summary.checkpoints_started,
             summary.checkpoints_completed,
             summary.checkpoints_abandoned
+        );
+    }
+    if summary.power_cuts > 0 {
+        println!(
+            "power: {} whole-cluster power cuts; {} power-ons found a node's disk damaged \
+             (it rejoined as a new life, refilled), {} with the only copy of a partition \
+             on it (a real node refuses; loaded here)",
+            summary.power_cuts, summary.damaged_disks, summary.damage_refused
         );
     }
     if summary.fills_assigned > 0 {

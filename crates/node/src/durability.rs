@@ -141,6 +141,20 @@ impl NodeLogs {
             .map_err(err)
     }
 
+    /// Removes this life's record that it loaded its copies from an earlier life's logs
+    /// ([`NodeLogs::note_restored_from`]): the restart went on without this life, which
+    /// joined later, refilled, so a later restart must not read the earlier lives. Best
+    /// effort: a link left behind only makes a later restart read logs that this life's
+    /// fills supersede.
+    pub fn forget_restored_from(&self) {
+        let path = self.dir.join(crate::restore::RESTORED_FROM_FILE);
+        if std::fs::remove_file(&path).is_ok()
+            && let Ok(dir) = std::fs::File::open(&self.dir)
+        {
+            let _ = dir.sync_all();
+        }
+    }
+
     /// Removes the directories of this node's other lives: once this life completed a
     /// checkpoint, a restart needs none of them (the chain of lives stops at the newest
     /// life with a complete checkpoint, and a view names one life per node). Returns

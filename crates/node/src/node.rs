@@ -603,6 +603,18 @@ impl Node {
                 StartError::NotAdmitted(admit_timeout)
             });
         };
+        // What it loaded counts only if the restart took this life in (else it joined
+        // later as a new life: refilled, with nothing of what it loaded).
+        let mut options = options.clone();
+        if let Some(restored) = &options.restored
+            && !restored.given_back(&view, node)
+        {
+            options.restored = None;
+            if let Some(logs) = &options.logs {
+                logs.forget_restored_from();
+            }
+        }
+        let options = &options;
         let loaded = options
             .restored
             .as_ref()

@@ -73,6 +73,22 @@ impl Restored {
         &self.partitions
     }
 
+    /// Whether `view`, the first this life is admitted into, gives it back the copies it
+    /// loaded: it took part in the restart (the restarted view keeps each present life's
+    /// copies). A life the restart went on without (it came back too late, or was
+    /// paused) is admitted later as a new life with nothing but fills: what it loaded,
+    /// its copies and its transactions in doubt, must then be dropped, or its in-doubt
+    /// records would vote in a later recovery on transactions the restart's recovery
+    /// decided without them (`power` seed 213 of kv-full: a commit-backup record brought
+    /// back that way committed at the backups a write the primary had aborted).
+    pub fn given_back(&self, view: &View, node: u16) -> bool {
+        self.partitions.iter().any(|(p, _, _)| {
+            view.copies
+                .get(p.0 as usize)
+                .is_some_and(|nodes| nodes.contains(&node))
+        })
+    }
+
     /// Worker `thread`'s transactions in doubt, taken once.
     pub fn take_replay(&self, thread: u16) -> Option<Replay> {
         self.replays
@@ -95,6 +111,41 @@ pub fn copies_on_disk(ended: &View, node: u16) -> Option<(u64, Vec<(u32, Role)>)
         })
         .collect();
     (!copies.is_empty()).then_some((life, copies))
+}
+
+/// Why a node's copies could not be loaded from its data directory.
+#[derive(Debug)]
+pub enum LoadError {
+    /// Its logs are damaged (a checksum, sequence or position that does not hold
+    /// anywhere but in an unsynced tail, or a record that is not what its kind says):
+    /// names the file and offset, or the record. The copies cannot be trusted; the
+    /// cluster's other copies of them can.
+    Damaged(DataDirError),
+    /// The directory cannot be used for another reason (missing, unreadable, foreign):
+    /// names the path.
+    Unusable(DataDirError),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Damaged(e) | Self::Unusable(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// The partitions of which `ended` (a view ended on disk) keeps a copy on `node` and no
+/// copy on any other node: those a node whose logs are damaged cannot leave to its
+/// peers.
+pub fn only_copies_on(ended: &View, node: u16) -> Vec<u32> {
+    (0..ended.copies.len() as u32)
+        .filter(|&p| {
+            let held = ended.suspended_copies(p);
+            held.contains(&node) && held.iter().all(|&n| n == node)
+        })
+        .collect()
 }
 
 /// One worker's log: its records (position, kind, payload), in order.
@@ -173,21 +224,21 @@ fn read_life(
     node: u16,
     life: u64,
     bytes: &mut u64,
-) -> Result<LifeLogs, DataDirError> {
+) -> Result<LifeLogs, LoadError> {
     let dir_of = life_dir(dir, life);
     if !dir_of.is_dir() {
-        return Err(DataDirError(format!(
+        return Err(LoadError::Unusable(DataDirError(format!(
             "{}: missing: the cluster's last view has copies on this node's life {life:x}, \
              whose logs are not in this data directory (another node's directory, or one \
              restored from an older backup?)",
             dir_of.display()
-        )));
+        ))));
     }
     // Each worker's log on a thread of its own (checksums and copies run beside the
     // reads of the other logs).
-    let read_one = |thread: u16| -> Result<(WorkerRecords, u64), DataDirError> {
+    let read_one = |thread: u16| -> Result<(WorkerRecords, u64), LoadError> {
         let storage = FsStorage::open(&dir_of)
-            .map_err(|e| DataDirError(format!("{}: {e}", dir_of.display())))?;
+            .map_err(|e| LoadError::Unusable(DataDirError(format!("{}: {e}", dir_of.display()))))?;
         let wal = WalConfig {
             log_name: format!("w{thread}"),
             cluster_id: cluster_id_bytes(config),
@@ -202,14 +253,20 @@ fn read_life(
             Ok::<(), WalError>(())
         })
         .map_err(|e| {
-            DataDirError(format!(
+            let damaged = matches!(e, WalError::Corrupt { .. });
+            let e = DataDirError(format!(
                 "{}: log w{thread} cannot be read: {e}",
                 dir_of.display()
-            ))
+            ));
+            if damaged {
+                LoadError::Damaged(e)
+            } else {
+                LoadError::Unusable(e)
+            }
         })?;
         Ok((records, read))
     };
-    type Read = Result<(WorkerRecords, u64), DataDirError>;
+    type Read = Result<(WorkerRecords, u64), LoadError>;
     let read: Vec<Read> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..config.threads_per_node())
             .map(|thread| scope.spawn(move || read_one(thread)))
@@ -217,8 +274,11 @@ fn read_life(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(DataDirError("a log reading thread panicked".into())))
+                h.join().unwrap_or_else(|_| {
+                    Err(LoadError::Unusable(DataDirError(
+                        "a log reading thread panicked".into(),
+                    )))
+                })
             })
             .collect()
     });
@@ -254,7 +314,7 @@ pub fn load(
     config: &Configuration,
     node: u16,
     ended: &View,
-) -> Result<Option<Restored>, DataDirError> {
+) -> Result<Option<Restored>, LoadError> {
     let Some((life, copies)) = copies_on_disk(ended, node) else {
         return Ok(None);
     };
@@ -268,22 +328,27 @@ pub fn load(
             break;
         }
         let at = *chain.last().expect("one");
-        let Some(earlier) = restored_from(dir, at)? else {
+        let Some(earlier) = restored_from(dir, at).map_err(LoadError::Unusable)? else {
             break;
         };
         if chain.len() >= CHAIN_MAX || chain.contains(&earlier) {
-            return Err(DataDirError(format!(
+            return Err(LoadError::Unusable(DataDirError(format!(
                 "{}: the chain of restored lives loops",
                 life_dir(dir, at).join(RESTORED_FROM_FILE).display()
-            )));
+            ))));
         }
         lives.push(read_life(dir, config, node, earlier, &mut bytes)?);
         chain.push(earlier);
     }
     chain.reverse();
     lives.reverse();
-    let mut restored = load_records(config, &copies, &lives)
-        .map_err(|e| DataDirError(format!("{}: lives {chain:x?}: {e}", dir.display())))?;
+    // A record whose checksum held but that is not what its kind says is damage too.
+    let mut restored = load_records(config, &copies, &lives).map_err(|e| {
+        LoadError::Damaged(DataDirError(format!(
+            "{}: lives {chain:x?}: {e}",
+            dir.display()
+        )))
+    })?;
     restored.life = life;
     restored.chain = chain;
     restored.bytes = bytes;

@@ -74,6 +74,13 @@ pub struct SimCluster {
     /// Checkpoint counters of node lives that ended.
     retired_checkpoints: ferrotx_txn::checkpoint::CheckpointStats,
     pub restore_failures: Vec<String>,
+    /// Power-ons that found a node's disk damaged with its copies covered by others
+    /// (the node rejoined as a new life), and those whose damaged node held the only
+    /// copy of a partition (a real node refuses to start; loaded whole here).
+    pub damaged_disks: u64,
+    pub damage_refused: u64,
+    /// Nodes whose damaged disks keep them down until the cluster runs again.
+    damaged_waiting: Vec<u16>,
     /// A break for tests: a node restarted from disk loads nothing (it serves its
     /// partitions before their newest copies are back).
     pub restore_nothing: bool,
@@ -251,6 +258,9 @@ impl SimCluster {
             power_cuts: 0,
             retired_checkpoints: Default::default(),
             restore_failures: Vec::new(),
+            damaged_disks: 0,
+            damage_refused: 0,
+            damaged_waiting: Vec::new(),
             restore_nothing: false,
             pauses: 0,
             membership: membership.map(MembershipState::new),
@@ -377,7 +387,7 @@ impl SimCluster {
             FaultEvent::Crash { node } => self.crash(*node),
             FaultEvent::Restart { node } => self.restart(*node),
             FaultEvent::PowerCut => self.power_cut(),
-            FaultEvent::PowerOn => self.power_on(),
+            FaultEvent::PowerOn { damaged } => self.power_on(*damaged),
             FaultEvent::CoordSlow { .. }
             | FaultEvent::CoordDown { .. }
             | FaultEvent::CoordBack { .. } => {
@@ -905,10 +915,76 @@ impl SimCluster {
     /// its earlier life from that life's durable records (and the lives it loaded from)
     /// before it joins; the first view gives them back. A node whose records cannot be
     /// replayed starts empty and is reported.
-    pub fn power_on(&mut self) {
+    ///
+    /// `damaged`: that node's disk is found damaged as it loads. If every copy it held
+    /// has another copy in the view ended on disk, it stays down (a real node takes no
+    /// part in the restart) and starts as a new, empty life once the cluster runs again
+    /// without it, refilled from those copies ([`SimCluster::rejoin_damaged`]); if it
+    /// held the only copy of a partition (a real node refuses to start), it loads as
+    /// the others do, counted in [`SimCluster::damage_refused`].
+    pub fn power_on(&mut self, damaged: Option<u16>) {
+        let damaged = damaged.filter(|&node| {
+            if self.disks.is_none() || self.membership.is_none() || self.is_up(node) {
+                return false;
+            }
+            let Some(ended) = self.ended_on_disk() else {
+                return false;
+            };
+            if ferrotx_node::restore::copies_on_disk(&ended, node).is_none() {
+                return false;
+            }
+            let covered = ferrotx_node::restore::only_copies_on(&ended, node).is_empty();
+            if !covered {
+                self.damage_refused += 1;
+            }
+            covered
+        });
         for node in 0..self.node_count() {
+            if Some(node) == damaged {
+                self.damaged_disks += 1;
+                self.damaged_waiting.push(node);
+                continue;
+            }
             if !self.is_up(node) {
                 self.restart_from_disk(node);
+            }
+        }
+    }
+
+    /// The stored view ended on disk (ending the current one so, as the first real node
+    /// to start does), or `None` without membership or if the cluster ended in memory.
+    fn ended_on_disk(&mut self) -> Option<View> {
+        self.membership.as_ref().and_then(|state| {
+            let current = state.coordination.current()?;
+            let ended = if current.is_ended_on_disk() {
+                current
+            } else if current.is_ended() {
+                return None;
+            } else {
+                current.ended_on_disk()
+            };
+            state.coordination.restore(Some(ended.clone()));
+            Some(ended)
+        })
+    }
+
+    /// Starts the nodes whose disks a power-on found damaged as new, empty lives once
+    /// the cluster runs again (its stored view has members), as a real node does.
+    fn rejoin_damaged(&mut self) {
+        if self.damaged_waiting.is_empty() {
+            return;
+        }
+        let running = self
+            .membership
+            .as_ref()
+            .is_some_and(|state| state.coordination.current().is_some_and(|v| !v.is_ended()));
+        if !running {
+            return;
+        }
+        for node in std::mem::take(&mut self.damaged_waiting) {
+            if !self.is_up(node) {
+                self.restarts += 1;
+                self.start(node);
             }
         }
     }
@@ -924,18 +1000,7 @@ impl SimCluster {
             return;
         }
         let now = self.sim.now_ns();
-        let ended = self.membership.as_ref().and_then(|state| {
-            let current = state.coordination.current()?;
-            let ended = if current.is_ended_on_disk() {
-                current
-            } else if current.is_ended() {
-                return None;
-            } else {
-                current.ended_on_disk()
-            };
-            state.coordination.restore(Some(ended.clone()));
-            Some(ended)
-        });
+        let ended = self.ended_on_disk();
         let old = self.nodes[usize::from(node)].incarnation;
         let restored = match (&ended, self.disks.as_ref()) {
             (Some(ended), Some(disks)) => ferrotx_node::restore::copies_on_disk(ended, node)
@@ -1007,7 +1072,7 @@ impl SimCluster {
     /// Restarts a crashed node as its next incarnation: empty partitions, new workers,
     /// nothing of its earlier life. Does nothing if it is up.
     pub fn restart(&mut self, node: u16) {
-        if self.is_up(node) {
+        if self.is_up(node) || self.damaged_waiting.contains(&node) {
             return;
         }
         let restarting = self.membership.as_ref().is_some_and(|s| {
@@ -1155,7 +1220,16 @@ impl SimCluster {
                     state.installs += 1;
                     let incarnation = self.nodes[usize::from(node)].incarnation;
                     if self.nodes[usize::from(node)].core.is_none() {
-                        let restored = self.nodes[usize::from(node)].restored.take();
+                        // What it loaded counts only if the restart took this life in.
+                        let restored = self.nodes[usize::from(node)]
+                            .restored
+                            .take()
+                            .filter(|r| r.given_back(&view, node));
+                        if restored.is_none()
+                            && let Some(disks) = self.disks.as_mut()
+                        {
+                            disks.forget_restored(node, incarnation);
+                        }
                         let core = NodeCore::from_view_loaded(
                             self.config.clone(),
                             &view,
@@ -1585,6 +1659,7 @@ impl SimCluster {
     /// running node's membership, every worker, the workers' hints, then the checks.
     /// Returns the time of the next thing to happen.
     fn step_with_membership(&mut self, now: u64) -> Option<u64> {
+        self.rejoin_damaged();
         let state = self.membership.as_mut().expect("membership runs");
         let due: Vec<u16> = state
             .restarts_pending

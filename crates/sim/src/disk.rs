@@ -252,6 +252,12 @@ impl SimDisks {
         self.restored_from.insert((node, life), from);
     }
 
+    /// Forgets that life `life` of node `node` loaded from an earlier life (the restart
+    /// went on without it: it joined later, refilled).
+    pub fn forget_restored(&mut self, node: u16, life: u64) {
+        self.restored_from.remove(&(node, life));
+    }
+
     /// What node `node`'s disk holds of life `life` at `now`, for a restart: each life's
     /// logs over the chain of lives it loaded from (oldest first), each worker's durable
     /// records not truncated (position, kind, payload), in order, as the node's data

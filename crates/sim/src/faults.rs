@@ -155,8 +155,16 @@ pub enum FaultEvent {
     },
     /// Every node up loses power at once: each keeps what its disk had synced.
     PowerCut,
-    /// Every node down starts again from its disk (a whole-cluster restart).
-    PowerOn,
+    /// Every node down starts again from its disk (a whole-cluster restart). `damaged`:
+    /// that node's disk is found damaged as it loads (a checksum that fails in the
+    /// middle of its log): it takes no part in the restart and joins as a new life,
+    /// refilled, once the others run the cluster again without it, as a real node does
+    /// when its other copies cover it (one that holds the only copy of a partition
+    /// refuses to start: the simulator then loads it whole, and counts it).
+    PowerOn {
+        /// The node whose disk is damaged, if one is.
+        damaged: Option<u16>,
+    },
     /// The coordination service answers each call up to `latency_max_ns` late, for a
     /// while.
     CoordSlow {
@@ -318,8 +326,13 @@ impl FaultPlan {
         if has(FaultKind::Power) {
             let at = rng.random_range(0..horizon_ns);
             let back = at + rng.random_range(0..horizon_ns / 2 + 1);
+            // Drawn after the rest: the schedules of seeds drawn before damage existed
+            // are otherwise the same.
+            let damaged = rng
+                .random_bool(0.5)
+                .then(|| rng.random_range(0..nodes.max(1)));
             plan.schedule.push((at, FaultEvent::PowerCut));
-            plan.schedule.push((back, FaultEvent::PowerOn));
+            plan.schedule.push((back, FaultEvent::PowerOn { damaged }));
         }
         // Stable: events at one instant keep the order they were drawn in.
         plan.schedule.sort_by_key(|(at, _)| *at);
@@ -376,7 +389,7 @@ impl FaultPlan {
                 FaultEvent::Heal
                 | FaultEvent::Restart { .. }
                 | FaultEvent::PowerCut
-                | FaultEvent::PowerOn
+                | FaultEvent::PowerOn { .. }
                 | FaultEvent::CoordSlow { .. }
                 | FaultEvent::CoordDown { .. }
                 | FaultEvent::CoordBack { .. } => {}
@@ -418,9 +431,9 @@ impl FaultPlan {
                     drop(network);
                     cluster.power_cut();
                 }
-                FaultEvent::PowerOn => {
+                FaultEvent::PowerOn { damaged } => {
                     drop(network);
-                    cluster.power_on();
+                    cluster.power_on(*damaged);
                 }
                 FaultEvent::CoordSlow { .. }
                 | FaultEvent::CoordDown { .. }

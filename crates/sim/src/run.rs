@@ -220,6 +220,11 @@ pub struct RunReport {
     /// Checkpoint rounds completed and abandoned, over every node life
     /// ([`ferrotx_txn::checkpoint`]).
     pub checkpoints: ferrotx_txn::checkpoint::CheckpointStats,
+    /// Whole-cluster power cuts, power-ons that found a node's disk damaged (it rejoined
+    /// refilled), and those whose damaged node held a partition's only copy (loaded).
+    pub power_cuts: u64,
+    pub damaged_disks: u64,
+    pub damage_refused: u64,
     /// What membership did and its checkers found, when the run had membership.
     pub membership: Option<MembershipReport>,
     /// Transaction-state recovery's counters, summed over every worker of the run: the
@@ -1006,6 +1011,9 @@ fn finish(
         ship_answered_again,
         partitioned: counters.partitioned,
         checkpoints: cluster.checkpoint_stats(),
+        power_cuts: cluster.power_cuts,
+        damaged_disks: cluster.damaged_disks,
+        damage_refused: cluster.damage_refused,
         membership,
         recovery: cluster.recovery_stats(),
         attack: options

@@ -21,7 +21,9 @@
 //!   commit's latency. With no backups (f = 0) this is what makes a commit durable.
 //! - COMMIT-PRIMARY: in `flush` mode the primary appends the LOCK record it installs
 //!   ([`RECORD_COMMIT_PRIMARY`]); in `sync` mode a marker that it installed
-//!   ([`RECORD_INSTALLED`]).
+//!   ([`RECORD_INSTALLED`]), and the install waits for the marker too: a write readers
+//!   saw is never one a restart finds only locked here (in doubt, its commit resting on
+//!   the backups' records alone).
 //! - ABORT: a backup that had logged the record, or a primary that had logged its LOCK
 //!   record, appends its id ([`RECORD_ABORT`]), so that a replay never applies it.
 //! - Recovery's decisions ([`RECORD_DECIDED`]) on what a replica held.
@@ -166,7 +168,8 @@ pub(crate) struct Durable {
     /// objects at the versions it locked (a restart would find both in doubt, in
     /// different workers' logs, with no order between them: `power` seeds).
     pub(crate) releases: VecDeque<(u64, Vec<u8>)>,
-    /// Transactions to install once their LOCK record is durable, by its position, and
+    /// Transactions to install once their LOCK record and INSTALLED marker are durable,
+    /// by the later one's position, and
     /// whether recovery decided them (installed whatever view follows: a decision is
     /// final, and the next view's recovery finds it decided and installs nothing) or
     /// COMMIT-PRIMARY asked (dropped if the view changes first: recovery decides it).
@@ -261,15 +264,6 @@ impl Participant {
     /// This participant's log counters (zero without a log).
     pub fn log_stats(&self) -> LogStats {
         self.log_stats
-    }
-
-    /// The position of the LOCK record of `tx` if installing it must wait for the disk
-    /// (`sync` mode, not durable yet); `None` if it may install now.
-    pub(crate) fn lock_not_durable(&mut self, tx: &crate::messages::TxId) -> Option<u64> {
-        let lsn = *self.lock_lsn.get(tx)?;
-        let now = self.now_ns();
-        let durable = self.durable.as_mut()?;
-        (durable.log.durable(now) < lsn).then_some(lsn)
     }
 
     /// In `sync` mode, keeps the objects of the aborted transaction whose LOCK record
@@ -371,8 +365,9 @@ impl Participant {
             .map_or(0, |d| std::mem::take(&mut d.wait_for))
     }
 
-    /// In `sync` mode, answers COMMIT-BACKUP once its record is durable, and
-    /// COMMIT-PRIMARY once the LOCK record it installs is: replaces the handlers
+    /// In `sync` mode, answers COMMIT-BACKUP once its record is durable,
+    /// COMMIT-PRIMARY once the LOCK record it installs and its marker are, and recovery's
+    /// COMMIT-RECOVERY and ABORT-RECOVERY once what they logged is: replaces the handlers
     /// [`Participant::register`] installed with ones that defer, and a background
     /// coroutine of the worker ([`Participant::run_durable_answers`]) installs and answers.
     /// Without a waiting log it does nothing.
@@ -393,6 +388,14 @@ impl Participant {
                 Self::commit_backup as crate::participant::ParticipantHandler,
             ),
             (RequestType::CommitPrimary, Self::commit_primary),
+            // Recovery's decisions: a client hears the outcome only once every replica
+            // has it on disk (its install marker, decision and the records it applied),
+            // as COMMIT-BACKUP's record is before an acknowledgement (`power` seed 919
+            // of smallbank: a commit recovery decided reached its client, the power
+            // went before the primary's decision was durable, and a restart without the
+            // backup that held the record aborted it).
+            (RequestType::CommitRecovery, Self::commit_recovery),
+            (RequestType::AbortRecovery, Self::abort_recovery),
         ] {
             Self::register_waiting(participant, engine, request_type, handler);
         }
@@ -483,8 +486,9 @@ impl Participant {
                         .expect("checked above")
                         .installs
                         .pop_front();
-                    // A view changed meanwhile: the transaction is recovery's now,
-                    // unless recovery decided it already.
+                    // A view changed meanwhile: the transaction is recovery's now
+                    // (this primary votes commit-primary for it: its marker is
+                    // logged), unless recovery decided it already.
                     if decided || tx.view >= p.view() {
                         // Its INSTALLED marker is logged already.
                         p.install_now(&tx, false);

@@ -1001,9 +1001,9 @@ impl Participant {
     /// (a commit-primary vote) until a truncation mark covers it. False if `tx` holds no
     /// locks here.
     ///
-    /// In `sync` mode, once its LOCK record is durable here: until then the transaction
-    /// keeps its locks (no reader sees its writes) and the install waits
-    /// ([`crate::durable`]), as does the answer of the handler that asked.
+    /// In `sync` mode, once its LOCK record and its INSTALLED marker are durable here:
+    /// until then the transaction keeps its locks (no reader sees its writes) and the
+    /// install waits ([`crate::durable`]), as does the answer of the handler that asked.
     ///
     /// `decided`: recovery decided the commit, so a later view change does not drop the
     /// install that waits (nothing would install it then, and its locks would stay).
@@ -1011,7 +1011,6 @@ impl Participant {
         if !self.locked.contains_key(tx) {
             return false;
         }
-        let not_durable = self.lock_not_durable(tx);
         if let Some(&lock_lsn) = self.lock_lsn.get(tx) {
             // `sync` mode: the commit is on this disk (INSTALLED after the LOCK record)
             // before the answer goes, though the install may come first: a truncation
@@ -1026,10 +1025,29 @@ impl Participant {
                 .log_append(crate::durable::RECORD_INSTALLED, &scratch)
                 .unwrap_or(lock_lsn);
             self.scratch = scratch;
+            // From the marker on, this primary votes commit-primary for the transaction,
+            // as a replay of its log would: a view change before the install leaves it to
+            // recovery, which must then commit it (`power` seed 431 of list-append: an
+            // install dropped at a view change, aborted by recovery on lock votes, came
+            // back at a restart from its marker).
+            let log = self
+                .logs
+                .entry((tx.node, tx.thread, tx.incarnation))
+                .or_default();
+            if tx.counter > log.truncated_up_to && !log.installed.contains(&tx.counter) {
+                log.installed.push_back(tx.counter);
+            }
+            // The install (what readers see) waits for the INSTALLED marker too, not only
+            // for the LOCK record: a restart that found the LOCK record alone would leave
+            // the transaction to recovery, whose decision then rests on the backups'
+            // records alone, and a backup lost before that recovery ends leaves a lock
+            // vote, an abort of a write readers saw (`power` seed 525 of resp-counter).
+            let wait = lsn.max(lock_lsn);
+            let now = self.now_ns();
             let durable = self.durable.as_mut().expect("a LOCK record was logged");
-            durable.wait_for = lsn.max(lock_lsn);
-            if let Some(lock_lsn) = not_durable {
-                durable.installs.push_back((lock_lsn, *tx, decided));
+            durable.wait_for = wait;
+            if durable.log.durable(now) < wait {
+                durable.installs.push_back((wait, *tx, decided));
                 durable.ring();
                 return true;
             }
@@ -1091,7 +1109,7 @@ impl Participant {
             .logs
             .entry((tx.node, tx.thread, tx.incarnation))
             .or_default();
-        if tx.counter > log.truncated_up_to {
+        if tx.counter > log.truncated_up_to && !log.installed.contains(&tx.counter) {
             log.installed.push_back(tx.counter);
         }
         self.stats.commits += 1;

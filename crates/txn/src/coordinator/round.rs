@@ -51,8 +51,9 @@ impl Coordinator {
         let mut batched = 0;
         for (i, &node) in nodes.iter().enumerate() {
             if node == local {
-                // `sync` mode: COMMIT-BACKUP and COMMIT-PRIMARY are answered once the
-                // log is durable, as a remote participant answers (`crate::durable`).
+                // `sync` mode: COMMIT-BACKUP, COMMIT-PRIMARY and recovery's decisions are
+                // answered once the log is durable, as a remote participant answers
+                // (`crate::durable`).
                 // The buffers are shared by this thread's coroutines: the one-byte
                 // answer is kept across the wait.
                 let waiting = {
@@ -67,7 +68,10 @@ impl Coordinator {
                     let wait = if participant.waits_for_disk()
                         && matches!(
                             request_type,
-                            RequestType::CommitBackup | RequestType::CommitPrimary
+                            RequestType::CommitBackup
+                                | RequestType::CommitPrimary
+                                | RequestType::CommitRecovery
+                                | RequestType::AbortRecovery
                         ) {
                         participant.take_wait()
                     } else {

@@ -177,13 +177,28 @@ impl Participant {
                 });
             }
         };
+        // A lock whose install waits for the disk after COMMIT-PRIMARY (its INSTALLED
+        // marker appended) is a commit-primary vote, as its replay would be; first, as
+        // the strongest.
+        let marked = |tx: &TxId| {
+            self.logs
+                .get(&(tx.node, tx.thread, tx.incarnation))
+                .is_some_and(|log| log.installed.contains(&tx.counter))
+        };
+        for (tx, bytes) in &self.locked {
+            if marked(tx) {
+                push(&mut out, Vote::CommitPrimary, bytes);
+            }
+        }
         for log in self.logs.values() {
             for bytes in log.records.values() {
                 push(&mut out, Vote::CommitBackup, bytes);
             }
         }
-        for bytes in self.locked.values() {
-            push(&mut out, Vote::Lock, bytes);
+        for (tx, bytes) in &self.locked {
+            if !marked(tx) {
+                push(&mut out, Vote::Lock, bytes);
+            }
         }
         for log in self.logs.values() {
             for ((_, p), bytes) in &log.replicated {
@@ -417,6 +432,10 @@ impl Participant {
     /// decision is kept (and voted) until TRUNCATE-RECOVERY.
     pub(crate) fn decide_here(&mut self, tx: &TxId, commit: bool, partitions: &[u32]) {
         if self.recovery.decided.contains_key(tx) {
+            // Decided here already: the answer waits as the first did.
+            if let Some(durable) = self.durable.as_mut() {
+                durable.wait_for = durable.wait_for.max(durable.last_lsn);
+            }
             self.settle(tx);
             return;
         }
@@ -515,6 +534,10 @@ impl Participant {
         self.recovery
             .decided
             .insert(*tx, (commit, partitions.to_vec()));
+        // `sync` mode: the answer waits for what this logged (`crate::durable`).
+        if let Some(durable) = self.durable.as_mut() {
+            durable.wait_for = durable.wait_for.max(durable.last_lsn);
+        }
         self.settle(tx);
     }
 

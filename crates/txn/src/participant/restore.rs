@@ -9,9 +9,12 @@
 //!    transaction. A COMMIT-BACKUP record is committed once a truncation mark of its
 //!    coordinator covers it (a mark says every transaction up to it ended, and one that
 //!    aborted after logging here logged an ABORT) or recovery's decision here says so
-//!    ([`crate::durable::RECORD_DECIDED`]); a primary's LOCK record once it installed
-//!    ([`crate::durable::RECORD_INSTALLED`]), a mark covers it or a decision commits it;
-//!    a primary's COMMIT-PRIMARY record (`flush` mode) always. Committed writes are
+//!    ([`crate::durable::RECORD_DECIDED`]); a primary's LOCK record once its marker
+//!    ([`crate::durable::RECORD_INSTALLED`], durable before the primary installs or
+//!    answers) is logged or a decision commits it, and aborted if a mark covers it
+//!    without either (its coordinator ended it without this primary installing: an
+//!    ABORT that never arrived); a primary's COMMIT-PRIMARY record (`flush` mode)
+//!    always. Committed writes are
 //!    applied to the copies at their versions (a copy keeps the highest version it is
 //!    given, so the order of records and of workers does not matter). Records that are
 //!    neither committed nor aborted are in doubt, kept as [`Replay`].
@@ -326,11 +329,29 @@ pub fn replay<'a>(
             replay.stats.aborted += 1;
             continue;
         }
-        let committed = kind == RECORD_COMMIT_PRIMARY
-            || kind == RECORD_APPLIED
-            || marked
-            || decision == Some(true)
-            || (kind == RECORD_LOCK && installed.contains(&tx));
+        let committed = match kind {
+            // A primary installs only once its INSTALLED marker is durable, and answers
+            // COMMIT-PRIMARY after that: its lock committed here only with the marker (or
+            // recovery's decision). Its coordinator's mark alone says the transaction
+            // ended, not how: a coordinator that aborted and whose ABORT never reached
+            // this primary (a view changed) ends it all the same, leaving recovery to
+            // release the lock (`power` seed 431 of list-append: such a lock, replayed as
+            // committed, brought back an aborted append).
+            RECORD_LOCK => {
+                let committed = installed.contains(&tx) || decision == Some(true);
+                if !committed && marked {
+                    replay.stats.aborted += 1;
+                    continue;
+                }
+                committed
+            }
+            _ => {
+                kind == RECORD_COMMIT_PRIMARY
+                    || kind == RECORD_APPLIED
+                    || marked
+                    || decision == Some(true)
+            }
+        };
         if committed {
             for write in record.writes() {
                 let Some(version) = write.version.checked_add(1) else {
@@ -626,6 +647,29 @@ mod tests {
         part.apply(T, &Key::from(7u64), 3, Some(&[3; 8])).unwrap();
         assert!(p.install_now(&tx(2), false));
         assert_eq!(read(&part, 7), Ok((3, Some(3))));
+    }
+
+    /// A primary's LOCK record its coordinator's mark covers, with no INSTALLED marker
+    /// and no decision, aborted (its coordinator ended it without this primary
+    /// installing: an ABORT lost to a view change), never applied nor kept in doubt; with
+    /// its marker, applied (`power` seed 431 of list-append).
+    #[test]
+    fn a_lock_a_mark_covers_without_its_marker_aborted() {
+        let (store, part) = store(Role::Primary);
+        let records = vec![
+            (RECORD_LOCK, record(1, 7, 0, 1, 0)),
+            (RECORD_LOCK, record(2, 8, 0, 2, 0)),
+            (RECORD_INSTALLED, tx_bytes(2)),
+            // A later lock carries its coordinator's mark past both.
+            (RECORD_LOCK, record(3, 9, 0, 3, 2)),
+        ];
+        let mut r = run(&store, &records);
+        assert_eq!(read(&part, 7), Ok((0, None)), "aborted: never applied");
+        assert_eq!(read(&part, 8), Ok((1, Some(2))), "its marker: committed");
+        r.keep_primaries(&store);
+        assert_eq!((r.stats.aborted, r.stats.locks_in_doubt), (1, 1));
+        assert_eq!(r.locked.len(), 1);
+        assert_eq!(r.locked[0].0, tx(3));
     }
 
     /// A lock in doubt whose object another lock of the node holds at a higher version
