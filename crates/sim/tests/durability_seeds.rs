@@ -220,12 +220,14 @@ fn restarting_without_loading_the_disk_is_caught() {
 /// their effect is in the copies (copying without waiting for what was in doubt): these
 /// runs fail with it (copies differ after the restart), pass without. The break is seen
 /// in few runs (2 of 1,440 of `--seeds 40 --seed-base 100..=300 --faults
-/// power,crash,pause,partition,loss`): the loss persists only if the power goes before
-/// the next round copies the write.
+/// power,crash,pause,partition,loss` in session 11; in session 12, after installs
+/// waited for their markers, 1 of 4,320 of `--seed-base 100..=900`: kv 108, the only
+/// seed left here): the loss persists only if the power goes before the next round
+/// copies the write. A weak check, said so in docs/durability.md.
 #[test]
 fn a_checkpoint_that_truncates_what_was_in_doubt_is_caught() {
     let faults = POWER_FAULTS;
-    for (workload, seed) in [("kv", 108), ("resp-list-append", 108)] {
+    for (workload, seed) in [("kv", 108)] {
         let with = |unsettled: bool| {
             let options = RunOptions {
                 faults: faults.to_vec(),
@@ -315,6 +317,11 @@ fn bug_power_seed_joiner_ignored_the_ended_view() {
 ///   the damaged backup that held the record, found the lock alone and aborted an
 ///   acknowledged write. COMMIT-RECOVERY and ABORT-RECOVERY now answer once what they
 ///   logged is durable.
+/// - kv 431 (found once recovery's answers waited for the disk): a decision of view 2's
+///   recovery, arriving on one worker thread after the switch to view 3's store, counted
+///   toward unblocking that store's partition while another thread's transaction in
+///   doubt there was undecided; a LOCK then took its object at the old version (two
+///   writers of one version). Only the gather of the store's own view unblocks it now.
 #[test]
 fn bug_power_seeds_marker_mark_and_late_restored_life() {
     let faults = POWER_FAULTS;
@@ -324,11 +331,12 @@ fn bug_power_seeds_marker_mark_and_late_restored_life() {
         ("kv-full", 213),
         ("smallbank", 919),
         ("list-append", 919),
+        ("kv", 431),
     ] {
         let report = sync_run_with(workload, seed, false, &faults, false);
         let found = problems(&report);
         assert!(found.is_empty(), "{workload} seed {seed}: {found:?}");
-        if seed != 525 && seed != 431 {
+        if matches!(seed, 213 | 919) {
             assert_eq!(report.damaged_disks, 1, "the seed still damages a disk");
         }
     }

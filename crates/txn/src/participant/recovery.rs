@@ -543,7 +543,15 @@ impl Participant {
 
     /// `tx` is decided here: partitions blocked for it may open.
     fn settle(&mut self, tx: &TxId) {
-        let Some(gather) = self.recovery.gather.as_mut() else {
+        // Only the gather of the view whose store this thread holds unblocks it: a
+        // decision of an older view's recovery, arriving after the switch to a newer
+        // store, must not count toward that store's unblocking, which waits for the newer
+        // view's own gather (session 12: `power` seed 431 of kv, where recovery's
+        // answers waited for the disk: a view-2 decision on one thread unblocked the
+        // view-3 store while the other thread's transaction in doubt was undecided, and
+        // a LOCK in view 3 took its object at the old version).
+        let view = self.view;
+        let Some(gather) = self.recovery.gather.as_mut().filter(|g| g.view == view) else {
             return;
         };
         for pg in &mut gather.partitions {
