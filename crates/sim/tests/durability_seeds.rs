@@ -227,33 +227,32 @@ fn restarting_without_loading_the_disk_is_caught() {
 #[test]
 fn a_checkpoint_that_truncates_what_was_in_doubt_is_caught() {
     let faults = POWER_FAULTS;
-    for (workload, seed) in [("kv", 108)] {
-        let with = |unsettled: bool| {
-            let options = RunOptions {
-                faults: faults.to_vec(),
-                membership: Some(ferrotx_sim::membership::default_options()),
-                durability: DurabilityMode::Sync,
-                checkpoint_unsettled: unsettled,
-                ..RunOptions::new(seed)
-            };
-            run(&mut *ferrotx_sim::scenarios::scenario(workload), &options)
+    let (workload, seed) = ("kv", 108);
+    let with = |unsettled: bool| {
+        let options = RunOptions {
+            faults: faults.to_vec(),
+            membership: Some(ferrotx_sim::membership::default_options()),
+            durability: DurabilityMode::Sync,
+            checkpoint_unsettled: unsettled,
+            ..RunOptions::new(seed)
         };
-        let good = with(false);
-        assert!(
-            problems(&good).is_empty(),
-            "{workload} {seed}: {:?}",
-            problems(&good)
-        );
-        let broken = with(true);
-        assert!(
-            broken.checkpoints.completed > 0,
-            "{workload} {seed}: no checkpoint"
-        );
-        assert!(
-            !problems(&broken).is_empty(),
-            "{workload} {seed}: the break went unseen"
-        );
-    }
+        run(&mut *ferrotx_sim::scenarios::scenario(workload), &options)
+    };
+    let good = with(false);
+    assert!(
+        problems(&good).is_empty(),
+        "{workload} {seed}: {:?}",
+        problems(&good)
+    );
+    let broken = with(true);
+    assert!(
+        broken.checkpoints.completed > 0,
+        "{workload} {seed}: no checkpoint"
+    );
+    assert!(
+        !problems(&broken).is_empty(),
+        "{workload} {seed}: the break went unseen"
+    );
 }
 
 /// `flush` mode: a fill counts as done once its pages are on disk, and waited for that
