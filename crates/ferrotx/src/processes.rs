@@ -1433,8 +1433,9 @@ fn rejoin_after_damage(
         bail!(
             "node {id}: its data directory {} is damaged: {damage}. No other node holds a \
              copy of partitions {only_here:?}, so the cluster cannot restart without these \
-             logs: refusing to start. Restore the directory from a backup, or repair the \
-             named file",
+             logs: refusing to start. Nothing else holds that data: the named file must be \
+             repaired (or the directory restored from a copy taken while the cluster was \
+             stopped)",
             dir.display()
         );
     }
