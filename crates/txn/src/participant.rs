@@ -945,7 +945,20 @@ impl Participant {
             return;
         }
         log.truncated_up_to = mark;
-        log.installed.retain(|&c| c > mark);
+        if log.installed.front().is_some_and(|&c| c <= mark) {
+            // A transaction whose install still waits for the disk keeps its
+            // commit-primary vote (its marker is logged): the coordinator may have been
+            // answered and ended it, and a view change that drops the install leaves it to
+            // recovery, which must commit it (review of session 12: a mark erasing the vote
+            // let backups' "truncated" and this lock abort an acknowledged commit).
+            let locked = &self.locked;
+            log.installed.retain(|&c| {
+                c > mark
+                    || locked
+                        .keys()
+                        .any(|t| t.counter == c && (t.node, t.thread, t.incarnation) == coordinator)
+            });
+        }
         if !log.replicated.is_empty() {
             log.replicated.retain(|&(counter, _), _| counter > mark);
         }

@@ -672,6 +672,55 @@ mod tests {
         assert_eq!(r.locked[0].0, tx(3));
     }
 
+    /// A log that takes records and never makes them durable.
+    struct NeverDurable(u64);
+
+    impl crate::durable::CommitLog for NeverDurable {
+        fn append(&mut self, _: u8, _: &[u8]) -> Result<u64, crate::durable::LogFailed> {
+            self.0 += 1;
+            Ok(self.0)
+        }
+        fn durable(&mut self, _: u64) -> u64 {
+            0
+        }
+        fn failed(&self) -> Option<crate::durable::LogFailed> {
+            None
+        }
+    }
+
+    /// `sync` mode: a primary whose install waits for its marker votes commit-primary,
+    /// and keeps that vote when its coordinator's truncation mark passes the transaction
+    /// (the coordinator was answered and ended it; a view change that drops the install
+    /// leaves it to recovery, which must commit it). A mark past a transaction no longer
+    /// locked here drops the vote as before.
+    #[test]
+    fn a_waiting_install_keeps_its_commit_primary_vote_under_a_mark() {
+        use crate::recovery::Vote;
+        let (store, part) = store(Role::Primary);
+        let mut p = Participant::new(Arc::new(store));
+        p.set_log(
+            Box::new(NeverDurable(0)),
+            crate::durable::LogMode { wait: true },
+            1,
+        );
+        part.lock(T, &Key::from(7u64), 0).unwrap().unwrap();
+        p.locked.insert(tx(1), record(1, 7, 0, 1, 0));
+        p.lock_lsn.insert(tx(1), 1);
+        assert!(p.install_locked(&tx(1), false));
+        assert!(
+            p.locked.contains_key(&tx(1)),
+            "the install waits for the disk"
+        );
+        assert_eq!(read(&part, 7), Err(ReadError::Locked));
+        assert_eq!(p.decided_or_installed(&tx(1)), Some(Vote::CommitPrimary));
+        p.truncate((1, 0, 9), 1);
+        assert_eq!(p.decided_or_installed(&tx(1)), Some(Vote::CommitPrimary));
+        // Installed (or released) since: the next mark drops the vote.
+        p.locked.remove(&tx(1));
+        p.truncate((1, 0, 9), 2);
+        assert_eq!(p.decided_or_installed(&tx(1)), None);
+    }
+
     /// A lock in doubt whose object another lock of the node holds at a higher version
     /// was installed: settled as committed.
     #[test]
