@@ -301,21 +301,7 @@ fn sync_cluster_killed_at_once_restarts_with_every_acknowledged_write() {
 #[test]
 fn a_refilled_copy_comes_back_whole_after_a_whole_cluster_restart() {
     let _serial = one_cluster_at_a_time();
-    let config = ferrotx_cluster::Configuration::local(3, 3, 1, 4, test_ports(1))
-        .expect("configuration")
-        .with_durability(ferrotx_cluster::Durability {
-            mode: ferrotx_cluster::DurabilityMode::Sync,
-            ..ferrotx_cluster::Durability::default()
-        });
-    let data = temp_path("durability-refill");
-    let _ = std::fs::remove_dir_all(&data);
-    let dirs = data.clone();
-    let mut nodes = Nodes::start_cluster_with("durability-refill", &config, 1000, move |n| {
-        vec![
-            "--data-dir".into(),
-            dirs.join(format!("node-{n}")).display().to_string(),
-        ]
-    });
+    let (mut nodes, data) = start_sync_nodes("durability-refill", 1, 3, 1000);
     let addrs = nodes.addrs.clone();
     let mut acked = Acknowledged::default();
     // Through the first `through` nodes.
@@ -374,21 +360,7 @@ fn a_refilled_copy_comes_back_whole_after_a_whole_cluster_restart() {
 #[test]
 fn a_restart_goes_on_without_a_node_that_does_not_come_back() {
     let _serial = one_cluster_at_a_time();
-    let config = ferrotx_cluster::Configuration::local(3, 3, 1, 4, test_ports(2))
-        .expect("configuration")
-        .with_durability(ferrotx_cluster::Durability {
-            mode: ferrotx_cluster::DurabilityMode::Sync,
-            ..ferrotx_cluster::Durability::default()
-        });
-    let data = temp_path("durability-partial");
-    let _ = std::fs::remove_dir_all(&data);
-    let dirs = data.clone();
-    let mut nodes = Nodes::start_cluster_with("durability-partial", &config, 500, move |n| {
-        vec![
-            "--data-dir".into(),
-            dirs.join(format!("node-{n}")).display().to_string(),
-        ]
-    });
+    let (mut nodes, data) = start_sync_nodes("durability-partial", 2, 3, 500);
     let addrs = nodes.addrs.clone();
     let mut acked = Acknowledged::default();
     for i in 0..200 {
@@ -420,6 +392,33 @@ fn a_restart_goes_on_without_a_node_that_does_not_come_back() {
     eprintln!("after node 0 came back: {summary}");
     drop(nodes);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// A 3-node `sync` cluster of `ferrotx node` processes (`replicas` copies of each
+/// partition, ports of test number `test`), each node with its own data directory under
+/// a fresh temporary directory named `name`, which is returned with the nodes.
+fn start_sync_nodes(
+    name: &str,
+    test: u16,
+    replicas: u8,
+    lease_ms: u64,
+) -> (Nodes, std::path::PathBuf) {
+    let config = ferrotx_cluster::Configuration::local(3, replicas, 1, 4, test_ports(test))
+        .expect("configuration")
+        .with_durability(ferrotx_cluster::Durability {
+            mode: ferrotx_cluster::DurabilityMode::Sync,
+            ..ferrotx_cluster::Durability::default()
+        });
+    let data = temp_path(name);
+    let _ = std::fs::remove_dir_all(&data);
+    let dirs = data.clone();
+    let nodes = Nodes::start_cluster_with(name, &config, lease_ms, move |n| {
+        vec![
+            "--data-dir".into(),
+            dirs.join(format!("node-{n}")).display().to_string(),
+        ]
+    });
+    (nodes, data)
 }
 
 /// Flips one bit in the middle of what the newest life of the node whose data directory
@@ -455,22 +454,8 @@ fn damage_newest_log(node_dir: &Path) -> std::path::PathBuf {
 fn a_damaged_log_is_refilled_from_the_other_copies_or_refused() {
     let _serial = one_cluster_at_a_time();
     for replicas in [3u8, 1] {
-        let config = ferrotx_cluster::Configuration::local(3, replicas, 1, 4, test_ports(3))
-            .expect("configuration")
-            .with_durability(ferrotx_cluster::Durability {
-                mode: ferrotx_cluster::DurabilityMode::Sync,
-                ..ferrotx_cluster::Durability::default()
-            });
-        let name = format!("durability-damaged-{replicas}");
-        let data = temp_path(&name);
-        let _ = std::fs::remove_dir_all(&data);
-        let dirs = data.clone();
-        let mut nodes = Nodes::start_cluster_with(&name, &config, 500, move |n| {
-            vec![
-                "--data-dir".into(),
-                dirs.join(format!("node-{n}")).display().to_string(),
-            ]
-        });
+        let (mut nodes, data) =
+            start_sync_nodes(&format!("durability-damaged-{replicas}"), 3, replicas, 500);
         let addrs = nodes.addrs.clone();
         let mut acked = Acknowledged::default();
         for i in 0..300 {

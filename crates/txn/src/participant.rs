@@ -1043,13 +1043,7 @@ impl Participant {
             // recovery, which must then commit it (`power` seed 431 of list-append: an
             // install dropped at a view change, aborted by recovery on lock votes, came
             // back at a restart from its marker).
-            let log = self
-                .logs
-                .entry((tx.node, tx.thread, tx.incarnation))
-                .or_default();
-            if tx.counter > log.truncated_up_to && !log.installed.contains(&tx.counter) {
-                log.installed.push_back(tx.counter);
-            }
+            self.note_installed(tx);
             // The install (what readers see) waits for the INSTALLED marker too, not only
             // for the LOCK record: a restart that found the LOCK record alone would leave
             // the transaction to recovery, whose decision then rests on the backups'
@@ -1118,6 +1112,15 @@ impl Participant {
                     .release((write.partition, write.table, write.key), age);
             }
         }
+        self.note_installed(tx);
+        self.stats.commits += 1;
+        self.recycle(bytes);
+        true
+    }
+
+    /// Remembers that this primary installed `tx` (COMMIT-PRIMARY, or its marker logged in
+    /// `sync` mode): a commit-primary vote until a truncation mark covers it. Once.
+    fn note_installed(&mut self, tx: &TxId) {
         let log = self
             .logs
             .entry((tx.node, tx.thread, tx.incarnation))
@@ -1125,9 +1128,6 @@ impl Participant {
         if tx.counter > log.truncated_up_to && !log.installed.contains(&tx.counter) {
             log.installed.push_back(tx.counter);
         }
-        self.stats.commits += 1;
-        self.recycle(bytes);
-        true
     }
 
     /// Takes the truncation mark a LOCK record carries (a primary learns marks too: its
